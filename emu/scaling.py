@@ -1,0 +1,76 @@
+"""Time dilation: the one place where real-fabric quantities become emulated ones.
+
+The emulated fabric runs S times slower than the real one (DESIGN §2):
+
+    rate_emu = rate_real / S,   time_emu = time_real * S,   bytes unchanged.
+
+Because rate x time is invariant, queues, BDPs and ECN thresholds in bytes are the
+real ones. Results are converted back with `to_real_*` and always reported in real
+units with S beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emu.errors import ParameterError
+from emu.units import format_rate
+
+#: Highest emulated rate one shaped veth port holds accurately on a small machine.
+#: Above it the per-packet CPU cost of veth + HTB dominates and achieved < configured.
+MAX_EMULATED_RATE_BPS = 2.0e9
+#: Lowest emulated rate that still keeps HTB and timer granularity negligible.
+MIN_EMULATED_RATE_BPS = 100e3
+DEFAULT_SCALE = 4000.0
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Scale factor S (> 1 slows the fabric down)."""
+
+    factor: float = DEFAULT_SCALE
+    max_emulated_rate_bps: float = MAX_EMULATED_RATE_BPS
+    min_emulated_rate_bps: float = MIN_EMULATED_RATE_BPS
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.factor, (int, float)) and self.factor >= 1 and self.factor < 1e9):
+            raise ParameterError("scale", self.factor, "the scale factor S must be >= 1 and < 1e9")
+
+    # real -> emulated
+    def rate_emu_bps(self, rate_real_bps: float) -> float:
+        """Emulated rate of a real link rate; refuses rates the shaper cannot hold."""
+        if not rate_real_bps > 0:
+            raise ParameterError("rate_bps", rate_real_bps, "a link rate must be positive")
+        emu = rate_real_bps / self.factor
+        if emu > self.max_emulated_rate_bps:
+            need = rate_real_bps / self.max_emulated_rate_bps
+            raise ParameterError(
+                "scale", self.factor,
+                f"a {format_rate(rate_real_bps)}b/s link would run at {format_rate(emu)}b/s "
+                f"emulated, above the {format_rate(self.max_emulated_rate_bps)}b/s a shaped "
+                f"veth port holds accurately; use a scale factor of at least {need:.0f}",
+            )
+        if emu < self.min_emulated_rate_bps:
+            most = rate_real_bps / self.min_emulated_rate_bps
+            raise ParameterError(
+                "scale", self.factor,
+                f"a {format_rate(rate_real_bps)}b/s link would run at only {format_rate(emu)}b/s "
+                f"emulated, too slow for accurate shaping; use a scale factor of at most {most:.0f}",
+            )
+        return emu
+
+    def time_emu_s(self, time_real_s: float) -> float:
+        """Emulated duration of a real duration (timers, latencies, intervals)."""
+        return time_real_s * self.factor
+
+    # emulated -> real
+    def to_real_time_s(self, time_emu_s: float) -> float:
+        return time_emu_s / self.factor
+
+    def to_real_rate_bps(self, rate_emu_bps: float) -> float:
+        return rate_emu_bps * self.factor
+
+    def check_rates(self, rates_real_bps: list[float] | set[float]) -> None:
+        """Raise the clear error for the first rate that cannot be emulated at this S."""
+        for rate in sorted(set(rates_real_bps)):
+            self.rate_emu_bps(rate)

@@ -1,0 +1,86 @@
+"""Parsing and formatting of rates, sizes and durations given by users.
+
+Rates are bits per second, sizes bytes, durations seconds, everywhere inside
+the code; these helpers only translate human strings ("400G", "1MiB", "50us").
+"""
+
+from __future__ import annotations
+
+import re
+
+from emu.errors import ParameterError
+
+_RATE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3,
+}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+
+
+def parse_rate_bps(text: str | float | int, name: str = "rate") -> float:
+    """'400G', '1.6T', '100Mbit', '25e9' -> bits per second (> 0)."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUM + r"\s*([kKmMgGtT]?)(?:bit|bps|b)?(?:/s)?", text.strip())
+        if not m:
+            raise ParameterError(name, text, "expected a rate such as 400G, 1.6T or 100Mbit")
+        value = float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
+    if not value > 0:
+        raise ParameterError(name, text, "a rate must be positive")
+    return value
+
+
+def parse_size_bytes(text: str | float | int, name: str = "size") -> int:
+    """'1MiB', '64KB', '4096' -> bytes (>= 0, integer)."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUM + r"\s*([a-zA-Z]*)", text.strip())
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ParameterError(name, text, "expected a size such as 4096, 64KB or 1MiB")
+        value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if value < 0 or value != value:
+        raise ParameterError(name, text, "a size must be non-negative")
+    return int(round(value))
+
+
+def parse_time_s(text: str | float | int, name: str = "time") -> float:
+    """'50us', '1.5ms', '2s', 0.001 -> seconds (>= 0)."""
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUM + r"\s*(s|ms|us|µs|ns)?", text.strip())
+        if not m:
+            raise ParameterError(name, text, "expected a duration such as 50us, 1.5ms or 2s")
+        value = float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
+    if value < 0 or value != value:
+        raise ParameterError(name, text, "a duration must be non-negative")
+    return value
+
+
+def format_rate(rate_bps: float) -> str:
+    """400e9 -> '400G', 1.6e12 -> '1.6T', 1e8 -> '100M'."""
+    for unit, factor in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if rate_bps >= factor:
+            return f"{rate_bps / factor:.4g}{unit}"
+    return f"{rate_bps:.4g}"
+
+
+def format_size(size_bytes: float) -> str:
+    """1048576 -> '1MiB', 4096 -> '4KiB'."""
+    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size_bytes >= factor:
+            return f"{size_bytes / factor:.4g}{unit}"
+    return f"{size_bytes:.0f}B"
+
+
+def format_time(t_s: float) -> str:
+    """Seconds -> the most readable of s / ms / µs / ns."""
+    for unit, factor in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(t_s) >= factor:
+            return f"{t_s / factor:.4g}{unit}"
+    return f"{t_s / 1e-9:.4g}ns"

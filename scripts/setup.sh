@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Idempotent set-up for Debian 12 / Ubuntu 24.04: apt packages, then a virtual
+# environment made from the *system* Python with system site packages, so that
+# apt's Mininet (python3-mininet + mnexec) is importable. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT_DIR=$(pwd)
+VENV="${FABRICEMU_VENV:-$ROOT_DIR/.venv}"
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then SUDO="sudo"; else
+        echo "setup: needs root (or sudo) to install packages and build namespaces" >&2; exit 1
+    fi
+fi
+
+APT_PACKAGES=(mininet iproute2 iperf3 ethtool clang llvm libbpf-dev
+              python3 python3-venv python3-pip python3-dev gcc make tshark)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Debian/Ubuntu ship bpftool in different packages; it is optional (debugging only).
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing apt packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+stamp="$VENV/.fabricemu-installed"
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "setup: creating virtual environment $VENV (system Python, system site packages)"
+    /usr/bin/python3 -m venv --system-site-packages "$VENV"
+    rm -f "$stamp"
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing fabricemu and its Python dependencies into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e ".[test]"
+    touch "$stamp"
+fi
+"$VENV/bin/python" -c "import mininet.topo, pyroute2, scapy, pandas" \
+    || { echo "setup: the virtual environment cannot import its dependencies" >&2; exit 1; }

@@ -1,0 +1,1 @@
+"""Pure-data fabric topologies (Mininet ``Topo`` subclasses with real rates)."""

@@ -1,0 +1,113 @@
+"""Common base of every fabric topology: a Mininet ``Topo`` that is pure data.
+
+Node options (``topo.nodeInfo(name)``):
+    role   -- 'host' | 'nvswitch' | 'leaf' | 'spine' | 'core' | 'edge' | 'agg' |
+              'router' (dragonfly) | 'torus' (torus switch)
+    tier   -- 0 for hosts, 1 for the first switch layer, 2, 3 upwards
+    plus topology-specific coordinates: pod, server, gpu/rail, group, coord (tuple)
+    and, for switches, a unique ``dpid`` so stock Mininet accepts any name.
+
+Link options (``topo.linkInfo(a, b)``) carry *real* values:
+    rate_bps     -- real line rate in bit/s, per direction (e.g. 400e9)
+    delay_s      -- real one-way propagation + switch latency in seconds
+    tier         -- link class, e.g. 'host-leaf', 'leaf-spine', 'spine-core', 'nvlink',
+                    'local', 'global', 'torus-x'
+    buffer_bytes -- real per-port egress buffer (bytes are not dilated)
+
+Stock Mininet ignores these keys with its default ``Link`` class, so
+``mn --custom topologies/fattree.py --topo fattree,4`` works unchanged.
+"""
+
+from __future__ import annotations
+
+from mininet.topo import Topo
+
+from emu.errors import ParameterError
+
+# Defaults of a modern AI fabric (real units).
+NIC_RATE_BPS = 400e9          # host NIC
+LEAF_SPINE_RATE_BPS = 800e9   # first fabric tier
+SPINE_CORE_RATE_BPS = 1.6e12  # second fabric tier
+NVLINK_RATE_BPS = 3.6e12      # NVLink 4: 900 GB/s bidirectional = 450 GB/s = 3.6 Tb/s each way
+HOST_LINK_DELAY_S = 0.5e-6    # cable + NIC/switch pipeline, a few hundred ns per hop
+FABRIC_LINK_DELAY_S = 1.0e-6
+NVLINK_DELAY_S = 0.3e-6
+#: Per-port buffer per 400G of port rate; a shallow-buffer ASIC gives a port a few MB.
+BUFFER_BYTES_PER_400G = 8 * 1024 * 1024
+
+
+def default_buffer_bytes(rate_bps: float) -> int:
+    """Real per-port egress buffer, scaled linearly with the port rate."""
+    return int(BUFFER_BYTES_PER_400G * rate_bps / 400e9)
+
+
+def require_int(name: str, value: object, minimum: int = 1) -> int:
+    """Validate an integer topology parameter; the error names the parameter."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ParameterError(name, value, "must be an integer")
+    if value < minimum:
+        raise ParameterError(name, value, f"must be >= {minimum}")
+    return value
+
+
+def require_rate(name: str, value: object) -> float:
+    """Validate a real link rate (bit/s, > 0); accepts '400G'-style strings."""
+    from emu.units import parse_rate_bps
+
+    return parse_rate_bps(value, name)  # type: ignore[arg-type]
+
+
+def require_delay(name: str, value: object) -> float:
+    from emu.units import parse_time_s
+
+    return parse_time_s(value, name)  # type: ignore[arg-type]
+
+
+class FabricTopo(Topo):
+    """Base class: adds role-tagged nodes and real-rate links, and a routing kind.
+
+    ``routing`` tells the fabric builder how to route: 'ecmp' (all shortest paths,
+    multipath with L4 hash: Clos and dragonfly minimal) or 'dor' (dimension-order,
+    torus). ``family`` is the name in the ``topos`` dicts.
+    """
+
+    routing: str = "ecmp"
+    family: str = "fabric"
+
+    def __init__(self, *args, **params):
+        self._dpid = 0
+        super().__init__(*args, **params)
+
+    def add_host(self, name: str, **info) -> str:
+        return self.addHost(name, role="host", tier=0, **info)
+
+    def add_switch(self, name: str, role: str, tier: int, **info) -> str:
+        self._dpid += 1
+        return self.addSwitch(name, role=role, tier=tier, dpid=f"{self._dpid:016x}", **info)
+
+    def add_link(self, a: str, b: str, *, rate_bps: float, delay_s: float, tier: str,
+                 buffer_bytes: int | None = None) -> None:
+        self.addLink(a, b, rate_bps=rate_bps, delay_s=delay_s, tier=tier,
+                     buffer_bytes=buffer_bytes if buffer_bytes is not None
+                     else default_buffer_bytes(rate_bps))
+
+    # Small read helpers used by the builder, the model and `emu topo show`.
+    def role(self, node: str) -> str:
+        return self.nodeInfo(node)["role"]
+
+    def host_nodes(self) -> list[str]:
+        return [n for n in self.nodes() if self.role(n) == "host"]
+
+    def switch_nodes(self) -> list[str]:
+        return [n for n in self.nodes() if self.role(n) != "host"]
+
+    def describe(self) -> str:
+        """One-line description with the parameters, for summaries."""
+        return f"{self.family}({', '.join(f'{k}={v}' for k, v in self.params().items())})"
+
+    def params(self) -> dict:
+        """The parameters this instance was built with (set by subclasses)."""
+        return dict(getattr(self, "_params", {}))
