@@ -1,0 +1,1 @@
+"""Traffic: RoCEv2 packets, the NIC model (DCQCN, go-back-N), collectives, engine."""
