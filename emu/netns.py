@@ -1,0 +1,149 @@
+"""Named network namespaces without forking: a thin shell over unshare/setns.
+
+A namespace is created by unsharing the *calling thread's* network namespace,
+bind-mounting it at /run/netns/NAME (so `ip netns` sees it) and switching the
+thread back. A netlink socket opened while inside stays bound to that namespace,
+so one pyroute2 ``IPRoute`` per namespace configures it from this process.
+This is ~1 ms per namespace, against ~50 ms for a Mininet shell per node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import threading
+from collections.abc import Iterator
+
+from pyroute2 import IPRoute
+
+from emu.errors import CapabilityError
+
+NETNS_DIR = "/run/netns"
+_CLONE_NEWNET = 0x40000000
+_MS_BIND = 4096
+_MNT_DETACH = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def netns_path(name: str) -> str:
+    return os.path.join(NETNS_DIR, name)
+
+
+@contextlib.contextmanager
+def in_netns(path: str) -> Iterator[None]:
+    """Run the body with this thread inside the namespace at ``path``.
+
+    Sockets opened in the body stay in that namespace after the switch back.
+    """
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(path, os.O_RDONLY)
+    try:
+        _check(_libc.setns(target, _CLONE_NEWNET), f"setns {path}")
+        try:
+            yield
+        finally:
+            _check(_libc.setns(home, _CLONE_NEWNET), "setns back to the original namespace")
+    finally:
+        os.close(target)
+        os.close(home)
+
+
+def write_sysctl(key: str, value: str | int) -> None:
+    """Write a net.* sysctl of the namespace the calling thread is in."""
+    with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
+        f.write(str(value))
+
+
+def create_netns(name: str, sysctls: dict[str, str | int] | None = None) -> IPRoute:
+    """Create /run/netns/NAME, apply ``sysctls`` inside it and return an IPRoute bound to it.
+
+    Raises FileExistsError if the name is taken: we never adopt a namespace we did
+    not create.
+    """
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    path = netns_path(name)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    os.close(fd)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        try:
+            _check(_libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        except OSError as e:
+            os.unlink(path)
+            raise CapabilityError(f"cannot create a network namespace: {e}") from e
+        try:
+            src = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
+            _check(_libc.mount(src, path.encode(), b"none", _MS_BIND, None), f"bind mount {path}")
+            for key, value in (sysctls or {}).items():
+                write_sysctl(key, value)
+            ipr = IPRoute()
+            ipr.link("set", index=1, state="up")  # loopback
+        except BaseException:
+            _libc.umount2(path.encode(), _MNT_DETACH)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            raise
+        finally:
+            _check(_libc.setns(home, _CLONE_NEWNET), "setns back to the original namespace")
+    finally:
+        os.close(home)
+    return ipr
+
+
+def netns_inode(path: str) -> int:
+    return os.stat(path).st_ino
+
+
+def netns_pids(path: str) -> list[int]:
+    """Processes whose network namespace is the one mounted at ``path``."""
+    try:
+        ino = netns_inode(path)
+    except FileNotFoundError:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino == ino:
+                pids.append(int(entry))
+        except (FileNotFoundError, PermissionError, ProcessLookupError):
+            continue
+    return pids
+
+
+def delete_netns(name: str) -> bool:
+    """Kill what runs inside /run/netns/NAME, then unmount and remove it.
+
+    The kernel frees the namespace (and the veths in it) once nothing refers to it.
+    Returns False if it did not exist.
+    """
+    path = netns_path(name)
+    if not os.path.exists(path):
+        return False
+    for pid in netns_pids(path):
+        if pid != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+    if _libc.umount2(path.encode(), _MNT_DETACH) != 0 and ctypes.get_errno() not in (
+        errno.EINVAL, errno.ENOENT
+    ):
+        raise OSError(ctypes.get_errno(), f"umount {path}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return True
+
+
+def list_netns(prefix: str = "") -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix))
+    except FileNotFoundError:
+        return []

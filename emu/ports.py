@@ -1,0 +1,31 @@
+"""What the fabric tells the rest of the emulator about one shaped egress port."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Port:
+    """The egress direction of one link end: ``node``'s interface ``ifname``.
+
+    Rates: ``rate_bps`` real, ``rate_emu_bps`` = rate_bps / S as shaped.
+    ``marker`` is the ECN marker handle (None on host NICs and with marking off).
+    """
+
+    node: str
+    ifname: str
+    ifindex: int
+    netns_path: str
+    peer_node: str
+    rate_bps: float
+    rate_emu_bps: float
+    buffer_bytes: int
+    tier: str
+    is_switch: bool
+    marker: Any = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.node}:{self.ifname}"
