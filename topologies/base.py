@@ -16,6 +16,14 @@ Link options (``topo.linkInfo(a, b)``) carry *real* values:
 
 Stock Mininet ignores these keys with its default ``Link`` class, so
 ``mn --custom topologies/fattree.py --topo fattree,4`` works unchanged.
+
+``mn --custom`` exec()s a topology file with /usr/bin/python3 (no ``__file__``,
+repo root not on ``sys.path``, no venv). So each topology file first puts its
+own checkout's root on ``sys.path`` (found from the code object's file name), and
+this module and what it imports (``emu.errors``, ``emu.units``) use only the
+standard library and Mininet. mn also copies every global name of a custom file
+into its own globals, so topology files must not define names that mn uses
+(``info``, ``error``, ``Host``, ``version``, ...).
 """
 
 from __future__ import annotations
@@ -53,6 +61,27 @@ def require_int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+def require_positive(name: str, value: object) -> float:
+    """Validate a positive real number (also given as a numeric string)."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ParameterError(name, value, "must be a number") from None
+    if not number > 0 or number == float("inf"):
+        raise ParameterError(name, value, "must be a positive finite number")
+    return number
+
+
+def require_bool(name: str, value: object) -> bool:
+    """Validate a flag; ``mn --topo x,flag=False`` passes the string 'False'."""
+    words = {"true": True, "yes": True, "on": True, "1": True,
+             "false": False, "no": False, "off": False, "0": False}
+    key = str(value).strip().lower()
+    if isinstance(value, (bool, int, str)) and key in words:
+        return words[key]
+    raise ParameterError(name, value, "must be true or false")
+
+
 def require_rate(name: str, value: object) -> float:
     """Validate a real link rate (bit/s, > 0); accepts '400G'-style strings."""
     from emu.units import parse_rate_bps
@@ -61,6 +90,7 @@ def require_rate(name: str, value: object) -> float:
 
 
 def require_delay(name: str, value: object) -> float:
+    """Validate a real delay (seconds, >= 0); accepts '1us'-style strings."""
     from emu.units import parse_time_s
 
     return parse_time_s(value, name)  # type: ignore[arg-type]
@@ -106,7 +136,13 @@ class FabricTopo(Topo):
 
     def describe(self) -> str:
         """One-line description with the parameters, for summaries."""
-        return f"{self.family}({', '.join(f'{k}={v}' for k, v in self.params().items())})"
+        from emu.units import format_rate
+
+        def show(key: str, value: object) -> str:
+            # Rates are stored in bit/s so that params() round-trips; print them as '400G'.
+            return format_rate(value) if key.endswith("_rate") else str(value)  # type: ignore[arg-type]
+
+        return f"{self.family}({', '.join(f'{k}={show(k, v)}' for k, v in self.params().items())})"
 
     def params(self) -> dict:
         """The parameters this instance was built with (set by subclasses)."""

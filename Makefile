@@ -1,0 +1,22 @@
+# Conveniences over scripts/run (the README's commands); each installs what is missing.
+VENV ?= .venv
+
+.PHONY: demo test unit lint bench clean
+
+demo:
+	bash scripts/run demo
+
+test:
+	bash scripts/run test
+
+unit:
+	bash scripts/run test tests/unit
+
+lint:
+	bash scripts/setup.sh && $(VENV)/bin/ruff check emu topologies traffic experiments tests
+
+bench:
+	bash scripts/setup.sh && $(VENV)/bin/python -m experiments.bench_lifecycle
+
+clean:
+	-$(VENV)/bin/emu clean

@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fabricemu ECN marker: DCQCN/WRED marking on the instantaneous egress queue.
+ *
+ * Attached to a switch port's clsact egress hook, i.e. BEFORE the port's qdisc
+ * (HTB at the emulated rate over a byte FIFO). The program cannot see the qdisc
+ * backlog, so it keeps a virtual queue drained at the same emulated rate:
+ *
+ *     vq = max(0, vq - (now - t_last) * rate_emu)        (exact integer arithmetic)
+ *     q  = vq as the packet joins the queue (bytes in front of it)
+ *     q <= Kmin: never mark; Kmin < q <= Kmax: mark with Pmax*(q-Kmin)/(Kmax-Kmin);
+ *     q > Kmax: always mark (only ECT packets; non-ECT packets are never touched)
+ *     vq + len > buffer: drop (mirrors the byte FIFO), else vq += len
+ *
+ * The queue is held in "scaled bytes" (bytes * 8e9) so that draining is one
+ * multiplication, delta_ns * rate_emu_bps, with no rounding that would accumulate.
+ * A bpf_spin_lock serialises the update because a veth's egress can run on any CPU.
+ *
+ * One object (program + maps) is loaded per port, so state is isolated between
+ * ports and between fabrics by construction. Python writes `cfg` and reads
+ * `vq` and `stats` (see emu/ecn/bpf.py, which mirrors these layouts).
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define HIST_BUCKETS 32
+#define SCALE 8000000000ULL /* scaled bytes per byte: bits per byte * ns per s */
+#define ECN_MASK 3
+#define ECN_CE 3
+#define FLAG_TRACE 1
+
+struct cfg {
+	__u64 rate_emu_bps;     /* drain rate of the virtual queue */
+	__u64 max_delta_ns;     /* beyond this idle time the queue is surely empty (overflow guard) */
+	__u64 buffer_scaled;    /* port buffer, scaled bytes */
+	__u64 kmin_scaled;      /* thresholds, scaled bytes */
+	__u64 kmax_scaled;
+	__u64 kmin_bytes;       /* thresholds in bytes for the probability */
+	__u64 kmax_bytes;
+	__u64 pmax_q32;         /* Pmax * 2^32 (1.0 -> 2^32) */
+	__u64 hist_bucket_bytes;
+	__u64 flags;            /* FLAG_TRACE: record q per IPv4 id into `trace` */
+};
+
+struct vq_state {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 vq_scaled;
+	__u64 t_last_ns;
+};
+
+struct stats {
+	__u64 packets;       /* every packet that reached the marker */
+	__u64 bytes;
+	__u64 ect_packets;   /* ECT(0), ECT(1) or CE on arrival */
+	__u64 ce_marked;     /* packets this marker changed to CE */
+	__u64 ce_in;         /* packets that arrived already CE */
+	__u64 drops;         /* packets dropped because the buffer was full */
+	__u64 hist[HIST_BUCKETS]; /* queue depth seen by each packet */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cfg);
+} cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct vq_state);
+} vq SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stats);
+} stats SEC(".maps");
+
+/* Debug: queue depth + 1 seen by the packet with IPv4 id = index (0 = none).
+ * Sized to 1 entry unless a test asks for tracing (set before load). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} trace SEC(".maps");
+
+static __always_inline int ecn_of(void *data, void *data_end, __u16 proto, __u8 **tos_byte,
+				  __u16 *ip_id, int *is_v4)
+{
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = data + sizeof(struct ethhdr);
+		if ((void *)(ip + 1) > data_end)
+			return -1;
+		*tos_byte = (__u8 *)&ip->tos;
+		*ip_id = bpf_ntohs(ip->id);
+		*is_v4 = 1;
+		return ip->tos & ECN_MASK;
+	}
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		__u8 *h = data + sizeof(struct ethhdr);
+		if ((void *)(h + sizeof(struct ipv6hdr)) > data_end)
+			return -1;
+		*tos_byte = h + 1; /* ECN = bits 4-5 of the second byte */
+		*is_v4 = 0;
+		return (h[1] >> 4) & ECN_MASK;
+	}
+	return -1;
+}
+
+SEC("tc")
+int fabricemu_mark(struct __sk_buff *skb)
+{
+	__u32 zero = 0;
+	struct cfg *c = bpf_map_lookup_elem(&cfg, &zero);
+	struct vq_state *s = bpf_map_lookup_elem(&vq, &zero);
+	struct stats *st = bpf_map_lookup_elem(&stats, &zero);
+	if (!c || !s || !st)
+		return TC_ACT_OK;
+
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u16 proto = 0;
+	__u8 *tos = 0;
+	__u16 ip_id = 0;
+	int is_v4 = 0;
+	int ecn = -1;
+	if (data + sizeof(struct ethhdr) <= data_end) {
+		proto = ((struct ethhdr *)data)->h_proto;
+		ecn = ecn_of(data, data_end, proto, &tos, &ip_id, &is_v4);
+	}
+
+	__u64 len = skb->len;
+	__u64 len_scaled = len * SCALE;
+	__u32 rnd = bpf_get_prandom_u32(); /* no helper calls under the lock */
+	__u64 now = bpf_ktime_get_ns();
+	__u64 q_scaled;
+	int drop = 0;
+
+	bpf_spin_lock(&s->lock);
+	__u64 delta = now > s->t_last_ns ? now - s->t_last_ns : 0;
+	if (delta > c->max_delta_ns) {
+		s->vq_scaled = 0;
+	} else {
+		__u64 drained = delta * c->rate_emu_bps;
+		s->vq_scaled = s->vq_scaled > drained ? s->vq_scaled - drained : 0;
+	}
+	s->t_last_ns = now;
+	q_scaled = s->vq_scaled;
+	if (q_scaled + len_scaled > c->buffer_scaled)
+		drop = 1;
+	else
+		s->vq_scaled = q_scaled + len_scaled;
+	bpf_spin_unlock(&s->lock);
+
+	__u64 q_bytes = q_scaled / SCALE;
+	__u64 bucket = c->hist_bucket_bytes ? q_bytes / c->hist_bucket_bytes : 0;
+	if (bucket >= HIST_BUCKETS)
+		bucket = HIST_BUCKETS - 1;
+	st->packets++;
+	st->bytes += len;
+	st->hist[bucket & (HIST_BUCKETS - 1)]++;
+	if (ecn > 0)
+		st->ect_packets++;
+	if (ecn == ECN_CE)
+		st->ce_in++;
+	if (drop) {
+		st->drops++;
+		return TC_ACT_SHOT;
+	}
+
+	if ((c->flags & FLAG_TRACE) && is_v4) {
+		__u32 key = ip_id;
+		__u32 *slot = bpf_map_lookup_elem(&trace, &key);
+		if (slot)
+			*slot = (__u32)(q_bytes + 1);
+	}
+
+	if (ecn <= 0 || ecn == ECN_CE || q_scaled <= c->kmin_scaled)
+		return TC_ACT_OK;
+	if (q_scaled <= c->kmax_scaled) {
+		/* Pmax * (q - Kmin) / (Kmax - Kmin) in units of 2^-32; Kmax > Kmin here */
+		__u64 span = c->kmax_bytes - c->kmin_bytes;
+		__u64 thr = span ? c->pmax_q32 * (q_bytes - c->kmin_bytes) / span : 0;
+		if ((__u64)rnd >= thr)
+			return TC_ACT_OK;
+	}
+
+	/* Set CE; tos still points into the bounds-checked data (no helper call since). */
+	if (is_v4) {
+		__u32 off = sizeof(struct ethhdr) + 1;
+		__u8 old_tos = *tos;
+		__u8 new_tos = old_tos | ECN_CE;
+		/* checksum delta over the 16-bit word holding version/IHL and TOS */
+		__u8 vihl = *(tos - 1);
+		__u16 old_w = bpf_htons(((__u16)vihl << 8) | old_tos);
+		__u16 new_w = bpf_htons(((__u16)vihl << 8) | new_tos);
+		if (bpf_skb_store_bytes(skb, off, &new_tos, 1, 0) < 0)
+			return TC_ACT_OK;
+		bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, check),
+				    old_w, new_w, 2);
+	} else {
+		__u8 b1 = *tos | (ECN_CE << 4);
+		if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + 1, &b1, 1, 0) < 0)
+			return TC_ACT_OK;
+	}
+	st->ce_marked++;
+	return TC_ACT_OK;
+}
+
+char _license[] SEC("license") = "GPL";

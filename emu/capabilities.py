@@ -1,0 +1,147 @@
+"""Capability probe: what this kernel and machine can do, and which back ends to use.
+
+Probes act on a scratch namespace of our own (removed at once), so `emu doctor`
+tells the truth about this kernel rather than guessing from config files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from emu.netns import create_netns, delete_netns, netns_path
+from emu.runs import netns_name, new_run_id, register_run, unregister_run
+
+# qdisc kind -> arguments that make a valid root qdisc of that kind
+_QDISC_ARGS = {
+    "htb": ["htb", "default", "10"],
+    "tbf": ["tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms"],
+    "netem": ["netem", "delay", "1ms"],
+    "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
+            "burst", "55", "probability", "0.1", "ecn"],
+    "fq_codel": ["fq_codel"],
+}
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    essential: bool = False
+
+
+@dataclass
+class Capabilities:
+    checks: list[Check] = field(default_factory=list)
+    marking_backend: str | None = None
+    marking_detail: str = ""
+
+    def has(self, name: str) -> bool:
+        return any(c.name == name and c.ok for c in self.checks)
+
+    @property
+    def essentials_ok(self) -> bool:
+        return all(c.ok for c in self.checks if c.essential)
+
+    def as_dict(self) -> dict:
+        return {
+            "checks": {c.name: {"ok": c.ok, "detail": c.detail, "essential": c.essential}
+                       for c in self.checks},
+            "marking_backend": self.marking_backend,
+            "delay_emulation": self.has("qdisc netem"),
+        }
+
+
+def _which(tool: str) -> Check:
+    path = shutil.which(tool)
+    return Check(tool, path is not None, path or "not found")
+
+
+def _probe_qdiscs(checks: list[Check]) -> None:
+    run_id = new_run_id()
+    name = netns_name(run_id, "probe")
+    register_run(run_id, "capability probe")
+    try:
+        ipr = create_netns(name)
+        try:
+            ipr.link("add", ifname="probe0", kind="veth", peer={"ifname": "probe1"})
+            veth = Check("veth", True, "veth pairs", essential=True)
+        except Exception as e:  # noqa: BLE001 - any failure means no veth
+            veth = Check("veth", False, str(e), essential=True)
+        finally:
+            ipr.close()
+        checks.append(veth)
+        for kind, args in _QDISC_ARGS.items():
+            if not veth.ok:
+                checks.append(Check(f"qdisc {kind}", False, "no veth to probe on"))
+                continue
+            cmd = ["nsenter", f"--net={netns_path(name)}", "tc", "qdisc", "replace",
+                   "dev", "probe0", "root", *args]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            detail = "available" if res.returncode == 0 else (res.stderr.strip().splitlines() or
+                                                             ["unavailable"])[-1]
+            checks.append(Check(f"qdisc {kind}", res.returncode == 0, detail,
+                                essential=(kind == "htb")))
+    finally:
+        with contextlib.suppress(Exception):
+            delete_netns(name)
+        unregister_run(run_id)
+
+
+def _multipath_policy() -> Check:
+    try:
+        with open("/proc/sys/net/ipv4/fib_multipath_hash_policy") as f:
+            return Check("multipath L4 hash", True, f"fib_multipath_hash_policy present ({f.read().strip()} here)",
+                         essential=True)
+    except OSError:
+        return Check("multipath L4 hash", False, "kernel lacks fib_multipath_hash_policy",
+                     essential=True)
+
+
+def probe(marking: str = "auto") -> Capabilities:
+    """Run every check; needs root for the namespace and qdisc probes."""
+    caps = Capabilities()
+    is_root = os.geteuid() == 0
+    caps.checks.append(Check("root", is_root, "uid 0" if is_root else "run as root (sudo)",
+                             essential=True))
+    caps.checks.append(Check("kernel", True, platform.release()))
+    mnexec = _which("mnexec")
+    caps.checks.append(Check("mnexec", mnexec.ok, mnexec.detail + " (Mininet CLI and stock mn)"))
+    try:
+        import mininet.net as mn_net
+
+        caps.checks.append(Check("mininet", True, f"Mininet {mn_net.VERSION}", essential=True))
+    except ImportError:
+        caps.checks.append(Check("mininet", False, "python3-mininet not importable", essential=True))
+    for tool in ("tc", "nsenter", "iperf3", "clang", "tshark"):
+        caps.checks.append(_which(tool))
+    caps.checks[-5].essential = True  # tc
+    caps.checks[-4].essential = True  # nsenter
+    ovs = shutil.which("ovs-vsctl")
+    caps.checks.append(Check("OVS", ovs is not None,
+                             "ovs-vsctl found (not needed: switches are L3 routers)" if ovs
+                             else "not installed (not needed: switches are L3 routers)"))
+    caps.checks.append(_multipath_policy())
+    if not is_root:
+        caps.marking_detail = "needs root to probe"
+        return caps
+    _probe_qdiscs(caps.checks)
+    from emu.ecn.backend import probe_backends
+
+    backends = probe_backends()
+    caps.checks.append(Check("clsact + cls_bpf", backends["bpf"]["ok"], backends["bpf"]["detail"]))
+    caps.checks.append(Check("RED marking", backends["red"]["ok"], backends["red"]["detail"]))
+    from emu.ecn.backend import choose_backend
+    from emu.errors import CapabilityError
+
+    try:
+        caps.marking_backend = choose_backend(marking, backends)
+        caps.marking_detail = f"ECN marking back end: {caps.marking_backend}"
+    except CapabilityError as e:
+        caps.marking_detail = str(e)
+    return caps

@@ -1,0 +1,171 @@
+"""`emu`: the command-line entry point (doctor, topo, net, clean, ...)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from emu.errors import FabricEmuError
+from emu.units import format_rate
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="fabricemu: time-dilated packet-level emulator of AI-cluster networks.")
+topo_app = typer.Typer(no_args_is_help=True, help="Inspect topologies without building them.")
+app.add_typer(topo_app, name="topo")
+console = Console()
+
+ScaleOpt = Annotated[float, typer.Option("--scale", "-S", help="time-dilation factor S "
+                                         "(emulated rate = real rate / S)")]
+TopoOpt = Annotated[str, typer.Option("--topo", help="topology as NAME,ARG,KEY=VALUE "
+                                      "(e.g. fattree,4  dragonfly,p=2,a=4,h=2  torus,4,4)")]
+MarkingOpt = Annotated[str, typer.Option("--marking", help="ECN marking back end: "
+                                         "auto | bpf | red | off")]
+
+
+@app.command()
+def doctor(marking: MarkingOpt = "auto") -> None:
+    """Probe this kernel and machine; exit non-zero if an essential is missing."""
+    from emu.capabilities import probe
+
+    caps = probe(marking)
+    table = Table(title="fabricemu capabilities")
+    for col in ("check", "status", "detail"):
+        table.add_column(col)
+    for c in caps.checks:
+        status = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.essential else "[yellow]absent[/]")
+        table.add_row(c.name + (" *" if c.essential else ""), status, c.detail)
+    console.print(table)
+    console.print("* essential.  Switch ports: HTB at R/S with a byte FIFO of the real buffer.")
+    console.print(f"ECN marking: {caps.marking_detail or 'not probed'}")
+    console.print("Link delay: " + ("netem (dilated by S)" if caps.has("qdisc netem") else
+                                    "not emulated (no sch_netem in this kernel)"))
+    if not caps.essentials_ok or caps.marking_backend is None:
+        raise typer.Exit(1)
+
+
+@topo_app.command("show")
+def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
+              scale: ScaleOpt = 4000.0,
+              as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False,
+              png: Annotated[Path | None, typer.Option("--png", help="draw to this PNG")] = None
+              ) -> None:
+    """Sizes, per-tier rates (real and emulated), bisection bandwidth, diameter."""
+    from emu.scaling import Scale
+    from emu.topoinfo import describe_topology, draw_topology
+    from emu.topospec import build_topo
+
+    topo = build_topo(spec)
+    info = describe_topology(topo, Scale(scale))
+    if png is not None:
+        draw_topology(topo, png)
+        info["png"] = str(png)
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    console.print(f"[bold]{info['topology']}[/]  hosts={info['hosts']} "
+                  f"switches={info['switches']} links={info['links']} "
+                  f"diameter={info['diameter_hops']} hops  "
+                  f"bisection={format_rate(info['bisection_bps'])}b/s")
+    table = Table(title=f"links per tier (S = {scale:g})")
+    for col in ("tier", "links", "real rate", "emulated rate", "buffer"):
+        table.add_column(col, justify="right")
+    for tier in info["tiers"]:
+        table.add_row(tier["tier"], str(tier["links"]), format_rate(tier["rate_bps"]) + "b/s",
+                      format_rate(tier["rate_emu_bps"]) + "b/s", f"{tier['buffer_bytes']:,} B")
+    console.print(table)
+    if png is not None:
+        console.print(f"drawing: {png}")
+
+
+@app.command()
+def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = 4000.0,
+        test: Annotated[str, typer.Option("--test", help="pingall | iperf | none")] = "pingall",
+        cli: Annotated[bool, typer.Option("--cli", help="drop into Mininet's CLI")] = False,
+        marking: MarkingOpt = "auto") -> None:
+    """Build a fabric, run a test, tear it down; the exit code says pass/fail."""
+    from emu.fabric import Fabric
+    from emu.netcheck import iperf_check, pingall_check
+    from emu.scaling import Scale
+    from emu.topospec import build_topo
+
+    if test not in ("pingall", "iperf", "none"):
+        raise FabricEmuError(f"invalid --test {test!r}: choose pingall, iperf or none")
+    fab = Fabric(build_topo(topo), Scale(scale), marking=marking)
+    ok = True
+    with console.status(f"building {fab.topo.describe()} ..."):
+        fab.start()
+    try:
+        s = fab.summary()
+        console.print(f"built {s['topology']}: {s['hosts']} hosts, {s['switches']} switches, "
+                      f"{s['links']} links, {s['ports']} shaped ports in {s['build_s']:.2f} s "
+                      f"(S = {scale:g}, marking = {s['marking']}, link delay not emulated)")
+        if test == "pingall":
+            ok = pingall_check(fab, console)
+        elif test == "iperf":
+            ok = iperf_check(fab, console)
+        if cli:
+            from emu.mncli import run_mininet_cli
+
+            run_mininet_cli(fab)
+    finally:
+        with console.status("tearing down ..."):
+            fab.stop()
+    if not ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def clean(force: Annotated[bool, typer.Option("--force", help="also remove runs whose "
+                                              "owner process is still alive")] = False) -> None:
+    """Remove residues of crashed runs (only fabricemu's own namespaces)."""
+    from emu.runs import clean_runs, list_runs
+
+    live = [r for r in list_runs() if r.alive and not force]
+    cleaned = clean_runs(include_alive=force)
+    for run in cleaned:
+        console.print(f"removed run {run.run_id} ({run.description}): "
+                      f"{len(run.namespaces)} namespaces")
+    for run in live:
+        console.print(f"kept live run {run.run_id} (pid {run.pid}); use --force to remove")
+    if not cleaned:
+        console.print("nothing to clean")
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    # SIGTERM/SIGHUP unwind like Ctrl-C so every fabric's stop() runs.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    try:
+        app(standalone_mode=False)
+    except FabricEmuError as e:
+        console.print(f"[red]error:[/] {e}")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted; everything created was removed[/]")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, EOFError):
+        sys.exit(1)
+    except Exception as e:  # click usage errors
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""Realize a topology graph as a live fabric of network namespaces.
+
+Every node (host or switch) is a named namespace; every link a veth pair created
+directly between the two namespaces (nothing in the machine's own namespace);
+switches are L3 routers with one /31 per link and static (multipath) routes to
+every host's /32; every egress direction is shaped to R/S with a byte FIFO of
+the real buffer; switch ports mark ECN (bpf or red back end). All configuration
+goes through one netlink socket per namespace (pyroute2), no fork per command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from emu import netns as ns
+from emu.addressing import AddressPlan, Interface, plan_addresses
+from emu.errors import FabricEmuError, NotRootError
+from emu.ports import Port
+from emu.routing import Routes, compute_routes
+from emu.runs import netns_name, new_run_id, register_run, unregister_run
+from emu.scaling import Scale
+from emu.shaping import MTU_BYTES, shape_port
+from topologies.base import FabricTopo
+
+log = logging.getLogger(__name__)
+
+ROCE_UDP_PORT = 4791
+_COMMON_SYSCTLS = {
+    # IPv6 would put router solicitations and MLD reports on every link.
+    "net.ipv6.conf.all.disable_ipv6": 1,
+    "net.ipv6.conf.default.disable_ipv6": 1,
+    # ECMP paths are asymmetric: reverse-path filtering would drop them.
+    "net.ipv4.conf.all.rp_filter": 0,
+    "net.ipv4.conf.default.rp_filter": 0,
+}
+_SWITCH_SYSCTLS = {
+    **_COMMON_SYSCTLS,
+    "net.ipv4.ip_forward": 1,
+    # Hash on the 5-tuple so the RoCEv2 UDP source port is the ECMP entropy.
+    "net.ipv4.fib_multipath_hash_policy": 1,
+    "net.ipv4.conf.all.send_redirects": 0,
+    "net.ipv4.conf.default.send_redirects": 0,
+}
+_HOST_SYSCTLS = {**_COMMON_SYSCTLS, "net.ipv4.ip_forward": 0}
+
+
+@dataclass(frozen=True)
+class HostEndpoint:
+    name: str
+    netns_path: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class Egress:
+    """How a host's NIC model addresses a frame to ``dst_ip`` (first hop only)."""
+
+    ifname: str
+    src_mac: str
+    dst_mac: str
+    src_ip: str
+    dst_ip: str
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise NotRootError("building a fabric creates network namespaces: run as root (sudo)")
+
+
+class Fabric:
+    """A running emulated fabric; use as a context manager (built on enter)."""
+
+    def __init__(self, topo: FabricTopo, scale: Scale | None = None, *,
+                 marking: str = "auto", thresholds: Any = None,
+                 capabilities: dict | None = None) -> None:
+        self.topo = topo
+        self.scale = scale or Scale()
+        self.marking_requested = marking
+        self.marking = "off"
+        self.thresholds = thresholds
+        self.capabilities = capabilities or {}
+        self.run_id = new_run_id()
+        self.plan: AddressPlan = plan_addresses(topo)
+        self.routes: Routes = compute_routes(topo)
+        rates = {topo.linkInfo(a, b)["rate_bps"] for a, b in topo.links()}
+        self.scale.check_rates(rates)  # clear error (suggesting S) before building anything
+        self.hosts: list[str] = topo.host_nodes()
+        self.switches: list[str] = topo.switch_nodes()
+        self._iprs: dict[str, Any] = {}
+        self._sinks: list[socket.socket] = []
+        self._ports: list[Port] = []
+        self._procs: list[subprocess.Popen] = []
+        self.build_s = 0.0
+        self.started = False
+
+    # ------------------------------------------------------------------ life cycle
+    def __enter__(self) -> Fabric:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        require_root()
+        t0 = time.perf_counter()
+        register_run(self.run_id, self.topo.describe())
+        try:
+            self._choose_marking()
+            self._create_namespaces()
+            self._create_links()
+            self._install_routes()
+            self._shape_and_mark()
+            self._open_sinks()
+        except BaseException:  # also Ctrl-C mid-build: leave nothing behind
+            self.stop()
+            raise
+        self.started = True
+        self.build_s = time.perf_counter() - t0
+
+    def stop(self) -> None:
+        """Remove everything this fabric created; safe to call twice."""
+        for proc in self._procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=2)
+        self._procs.clear()
+        for port in self._ports:
+            if port.marker is not None:
+                with contextlib.suppress(Exception):
+                    port.marker.close()
+        for sock in self._sinks:
+            sock.close()
+        self._sinks.clear()
+        for ipr in self._iprs.values():
+            with contextlib.suppress(Exception):
+                ipr.close()
+        self._iprs.clear()
+        for node in list(self.topo.nodes()):
+            ns.delete_netns(netns_name(self.run_id, node))
+        unregister_run(self.run_id)
+        self.started = False
+
+    # ------------------------------------------------------------------ queries
+    def netns_path(self, node: str) -> str:
+        return ns.netns_path(netns_name(self.run_id, node))
+
+    def ipr(self, node: str) -> Any:
+        """The netlink socket bound to ``node``'s namespace."""
+        return self._iprs[node]
+
+    def iprs_by_path(self) -> dict[str, Any]:
+        return {self.netns_path(n): ipr for n, ipr in self._iprs.items()}
+
+    def endpoint(self, host: str) -> HostEndpoint:
+        return HostEndpoint(host, self.netns_path(host), self.plan.host_ip[host])
+
+    def egress(self, src_host: str, dst_host: str) -> Egress:
+        """First hop of ``src_host`` toward ``dst_host`` (multi-homed hosts pick the
+        NIC their routing table uses; with several equal NICs, the first)."""
+        first_hop = self.routes.next_hops[src_host][dst_host][0]
+        iface = self.plan.iface(src_host, first_hop)
+        return Egress(iface.ifname, iface.mac, iface.peer_mac,
+                      self.plan.host_ip[src_host], self.plan.host_ip[dst_host])
+
+    def ports(self) -> list[Port]:
+        return list(self._ports)
+
+    def port(self, node: str, peer: str) -> Port:
+        for p in self._ports:
+            if p.node == node and p.peer_node == peer:
+                return p
+        raise KeyError(f"no port {node} -> {peer}")
+
+    def exec(self, node: str, argv: list[str], **popen_kw: Any) -> subprocess.Popen:
+        """Start ``argv`` inside ``node``'s namespace; killed at stop()."""
+        proc = subprocess.Popen(["nsenter", f"--net={self.netns_path(node)}", *argv], **popen_kw)
+        self._procs.append(proc)
+        return proc
+
+    def run(self, node: str, argv: list[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess:
+        return subprocess.run(["nsenter", f"--net={self.netns_path(node)}", *argv],
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+
+    def port_stats(self):  # -> pandas.DataFrame
+        from emu.telemetry import port_stats
+
+        return port_stats(self._ports, self.iprs_by_path())
+
+    def summary(self) -> dict:
+        return {
+            "run_id": self.run_id, "topology": self.topo.describe(),
+            "hosts": len(self.hosts), "switches": len(self.switches),
+            "links": len(list(self.topo.links())), "ports": len(self._ports),
+            "scale": self.scale.factor, "marking": self.marking,
+            "delay_emulated": False, "build_s": self.build_s,
+        }
+
+    # ------------------------------------------------------------------ build steps
+    def _choose_marking(self) -> None:
+        if self.marking_requested == "off":
+            self.marking = "off"
+            return
+        from emu.ecn.backend import choose_backend
+
+        self.marking = choose_backend(self.marking_requested)
+
+    def _create_namespaces(self) -> None:
+        for node in self.topo.nodes():
+            sysctls = _HOST_SYSCTLS if self.topo.role(node) == "host" else _SWITCH_SYSCTLS
+            try:
+                self._iprs[node] = ns.create_netns(netns_name(self.run_id, node), sysctls)
+            except FileExistsError as e:  # never adopt a namespace we did not create
+                raise FabricEmuError(f"namespace {e.filename} exists already") from e
+        for host in self.hosts:
+            self._iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)
+
+    def _create_links(self) -> None:
+        fds: dict[str, int] = {}
+        try:
+            for node in self.topo.nodes():
+                fds[node] = os.open(self.netns_path(node), os.O_RDONLY)
+            for a, b in self.topo.links():
+                ia, ib = self.plan.iface(a, b), self.plan.iface(b, a)
+                self._iprs[a].link(
+                    "add", ifname=ia.ifname, kind="veth", address=ia.mac, mtu=MTU_BYTES,
+                    txqlen=1000,
+                    peer={"ifname": ib.ifname, "net_ns_fd": fds[b], "address": ib.mac,
+                          "mtu": MTU_BYTES},
+                )
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        for node in self.topo.nodes():
+            ipr = self._iprs[node]
+            for iface in self.plan.interfaces[node]:
+                idx = ipr.link_lookup(ifname=iface.ifname)[0]
+                ipr.addr("add", index=idx, address=iface.ip, prefixlen=iface.prefixlen)
+                ipr.link("set", index=idx, state="up")
+                # Permanent neighbours: no ARP on the links, no first-packet loss.
+                ipr.neigh("add", dst=iface.peer_ip, lladdr=iface.peer_mac, ifindex=idx,
+                          state=0x80)
+
+    def _gateway(self, node: str, neighbour: str) -> tuple[str, int]:
+        iface: Interface = self.plan.iface(node, neighbour)
+        return iface.peer_ip, self._ifindex(node, iface.ifname)
+
+    def _ifindex(self, node: str, ifname: str) -> int:
+        key = (node, ifname)
+        cache = self.__dict__.setdefault("_ifindex_cache", {})
+        if key not in cache:
+            cache[key] = self._iprs[node].link_lookup(ifname=ifname)[0]
+        return cache[key]
+
+    def _install_routes(self) -> None:
+        for node in self.topo.nodes():
+            ipr = self._iprs[node]
+            table = self.routes.next_hops[node]
+            is_host = self.topo.role(node) == "host"
+            src = {"prefsrc": self.plan.host_ip[node]} if is_host else {}
+            default_hops: tuple[str, ...] | None = None
+            if is_host and table:
+                default_hops = Counter(table.values()).most_common(1)[0][0]
+                self._add_route(ipr, node, "0.0.0.0", 0, default_hops, src)
+            for dst, hops in table.items():
+                if dst == node or hops == default_hops:
+                    continue
+                self._add_route(ipr, node, self.plan.host_ip[dst], 32, hops, src)
+
+    def _add_route(self, ipr: Any, node: str, dst: str, dst_len: int,
+                   hops: tuple[str, ...], extra: dict) -> None:
+        gws = [self._gateway(node, hop) for hop in hops]
+        if len(gws) == 1:
+            ipr.route("add", dst=dst, dst_len=dst_len, gateway=gws[0][0], oif=gws[0][1], **extra)
+        else:
+            ipr.route("add", dst=dst, dst_len=dst_len, **extra,
+                      multipath=[{"gateway": gw, "oif": oif} for gw, oif in gws])
+
+    def _shape_and_mark(self) -> None:
+        policy = self._threshold_policy()
+        for node in self.topo.nodes():
+            is_switch = self.topo.role(node) != "host"
+            for iface in self.plan.interfaces[node]:
+                idx = self._ifindex(node, iface.ifname)
+                rate_emu = self.scale.rate_emu_bps(iface.rate_bps)
+                port = Port(node, iface.ifname, idx, self.netns_path(node), iface.peer_node,
+                            iface.rate_bps, rate_emu, iface.buffer_bytes, iface.tier, is_switch)
+                marked = is_switch and self.marking != "off"
+                if marked and self.marking == "red":
+                    from emu.ecn.red import red_leaf_options
+
+                    shape_port(self._iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
+                               leaf_options=red_leaf_options(policy.for_port(port), rate_emu,
+                                                             iface.buffer_bytes))
+                else:
+                    shape_port(self._iprs[node], idx, rate_emu, iface.buffer_bytes)
+                if marked and self.marking == "bpf":
+                    from emu.ecn.bpf import attach_bpf_marker
+
+                    port.marker = attach_bpf_marker(self._iprs[node], idx, rate_emu,
+                                                    iface.buffer_bytes, policy.for_port(port))
+                self._ports.append(port)
+
+    def _threshold_policy(self) -> Any:
+        if self.marking == "off":
+            return None
+        from emu.ecn.curve import ThresholdPolicy
+
+        if isinstance(self.thresholds, ThresholdPolicy):
+            return self.thresholds
+        return ThresholdPolicy(default=self.thresholds)
+
+    def _open_sinks(self) -> None:
+        """Bind UDP 4791 in every host so the kernel swallows RoCEv2 silently
+        (the NIC model reads frames from AF_PACKET; without a bound port the
+        kernel would answer every packet with an ICMP port-unreachable)."""
+        for host in self.hosts:
+            with ns.in_netns(self.netns_path(host)):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.bind(("0.0.0.0", ROCE_UDP_PORT))
+            self._sinks.append(sock)

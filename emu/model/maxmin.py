@@ -1,0 +1,280 @@
+"""Flow-level max-min fair rates over routed paths (progressive filling).
+
+Model and assumptions:
+
+* Every undirected graph edge is two directed links, each of capacity
+  ``rate_bps`` (full duplex). A host's NIC is its host-switch edge, so NIC
+  contention is a link like any other.
+* A flow's traffic is split over its paths with fixed fractions (weights):
+  'hashed' ECMP puts the whole flow on one path (fraction 1), 'spread' splits it
+  evenly over all equal-cost paths (the ideal of perfect load balancing). A flow
+  has ONE rate r; a link l carries ``a[f, l] * r`` of it, where ``a[f, l]`` is the
+  sum of the fractions of the flow's paths that cross l.
+* Max-min fairness by progressive filling: all unfrozen flows grow at the same
+  speed; when a link saturates every flow crossing it is frozen; a flow whose
+  rate cap (NIC line rate, DCQCN rate) is reached is frozen as well.
+* Identical flows (same link fractions and cap) get identical rates in the
+  max-min allocation, so the solver works on *classes* of flows with a
+  multiplicity; that keeps all-to-all and ring steps cheap.
+* The fluid completion-time model (`flow_completion_times`) recomputes the
+  allocation whenever the set of active flows changes (see `emu.model.fluid`).
+
+Units: rates in bit/s, sizes in bytes, times in real seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+Link = tuple[str, str]          # directed link (from_node, to_node)
+Path = tuple[str, ...]          # node names, source host first
+
+#: Relative tolerance used to decide that a link is saturated or a cap reached.
+REL_TOL = 1e-9
+
+Choice = Callable[[Hashable, Sequence[Path]], "int | Path"] | Mapping[Hashable, "int | Path"]
+
+
+def path_links(path: Sequence[str]) -> list[Link]:
+    """Directed links traversed by a path of node names."""
+    return [(path[i], path[i + 1]) for i in range(len(path) - 1)]
+
+
+def link_capacities(graph: nx.Graph, attr: str = "rate_bps") -> dict[Link, float]:
+    """Directed link capacities: each undirected edge gives both directions."""
+    caps: dict[Link, float] = {}
+    for u, v, data in graph.edges(data=True):
+        rate_bps = float(data[attr])
+        caps[(u, v)] = rate_bps
+        caps[(v, u)] = rate_bps
+    return caps
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A flow on one or more paths with fixed traffic fractions.
+
+    ``weights`` default to an even split. ``cap_bps`` bounds the flow's rate.
+    """
+
+    flow_id: Hashable
+    paths: tuple[Path, ...]
+    weights: tuple[float, ...] | None = None
+    cap_bps: float = math.inf
+    fractions: dict[Link, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise ValueError(f"flow {self.flow_id!r} has no path")
+        weights = self.weights or tuple(1.0 / len(self.paths) for _ in self.paths)
+        if len(weights) != len(self.paths):
+            raise ValueError(f"flow {self.flow_id!r}: one weight per path is needed")
+        total = sum(weights)
+        fractions: dict[Link, float] = {}
+        for path, w in zip(self.paths, weights):
+            for link in path_links(path):
+                fractions[link] = fractions.get(link, 0.0) + w / total
+        object.__setattr__(self, "fractions", fractions)
+
+    def route_key(self) -> tuple:
+        """Identical keys => identical max-min rate (used to group flows)."""
+        return (tuple(sorted(self.fractions.items())), self.cap_bps)
+
+
+def default_hash_choice(flow_id: Hashable, paths: Sequence[Path]) -> int:
+    """Deterministic stand-in for a switch's ECMP hash (CRC32 of the flow id).
+
+    It does not reproduce the kernel's hash; it only gives a reproducible,
+    roughly uniform placement for 'hashed' predictions.
+    """
+    return zlib.crc32(repr(flow_id).encode()) % len(paths)
+
+
+def choose_path(flow_id: Hashable, paths: Sequence[Path], choice: Choice | None) -> Path:
+    """The one path a hashed flow takes; ``choice`` gives an index or a path."""
+    if choice is None:
+        picked: int | Path = default_hash_choice(flow_id, paths)
+    elif isinstance(choice, Mapping):
+        picked = choice[flow_id]
+    else:
+        picked = choice(flow_id, paths)
+    if isinstance(picked, (int, np.integer)):
+        return tuple(paths[int(picked) % len(paths)])
+    picked = tuple(picked)
+    if picked not in {tuple(p) for p in paths}:
+        raise ValueError(f"flow {flow_id!r}: chosen path {picked} is not a routed path")
+    return picked
+
+
+def make_flow(flow_id: Hashable, paths: Sequence[Sequence[str]], *, mode: str = "spread",
+              choice: Choice | None = None, cap_bps: float = math.inf) -> Flow:
+    """A flow over its equal-cost ``paths``: 'spread' evenly or 'hashed' onto one."""
+    all_paths = tuple(tuple(p) for p in paths)
+    if not all_paths:
+        raise ValueError(f"flow {flow_id!r} has no routed path")
+    if mode == "spread":
+        return Flow(flow_id, all_paths, cap_bps=cap_bps)
+    if mode == "hashed":
+        return Flow(flow_id, (choose_path(flow_id, all_paths, choice),), cap_bps=cap_bps)
+    raise ValueError(f"ECMP mode must be 'spread' or 'hashed', not {mode!r}")
+
+
+def as_flow(item: Flow | tuple) -> Flow:
+    """Accept a `Flow` or a plain ``(flow_id, path)`` pair."""
+    if isinstance(item, Flow):
+        return item
+    flow_id, path = item
+    return Flow(flow_id, (tuple(path),))
+
+
+def as_capacities(capacities: Mapping[Link, float] | nx.Graph) -> Mapping[Link, float]:
+    if isinstance(capacities, nx.Graph):
+        return link_capacities(capacities)
+    return capacities
+
+
+@dataclass(frozen=True)
+class MaxMinResult:
+    """Rates per flow, load and utilisation per directed link, and what froze each flow.
+
+    ``bottleneck[flow_id]`` is the saturated link that froze the flow, or None
+    when its rate cap did (or it crosses no link).
+    """
+
+    rates_bps: dict[Hashable, float]
+    link_load_bps: dict[Link, float]
+    link_utilisation: dict[Link, float]
+    bottleneck: dict[Hashable, Link | None]
+
+
+def fill_classes(coef: np.ndarray, mult: np.ndarray, link_cap_bps: np.ndarray,
+                 cap_bps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Progressive filling on flow classes.
+
+    ``coef[i, l]``: fraction of one class-i flow's rate on link l; ``mult[i]``:
+    flows in class i; ``cap_bps[i]``: per-flow cap (inf for none). Returns the
+    per-flow rate of each class and the index of the link that froze it (-1 when
+    its cap did).
+    """
+    n_cls = coef.shape[0]
+    rate = np.zeros(n_cls)
+    froze_by = np.full(n_cls, -1, dtype=np.int64)
+    uses = coef > 0
+    frozen = ~uses.any(axis=1)
+    rate[frozen] = cap_bps[frozen]          # no link: only the cap limits it
+    remaining = link_cap_bps.astype(float).copy()
+    weighted = coef * mult[:, None]
+    while not frozen.all():
+        active = ~frozen
+        load = weighted[active].sum(axis=0)
+        used = load > 0
+        inc = np.inf
+        if used.any():
+            inc = float(np.min(remaining[used] / load[used]))
+        headroom = cap_bps[active] - rate[active]
+        inc = min(inc, float(headroom.min()))
+        inc = max(inc, 0.0)
+        rate[active] += inc
+        remaining[used] -= inc * load[used]
+        saturated = used & (remaining <= REL_TOL * link_cap_bps)
+        newly = np.zeros(n_cls, dtype=bool)
+        if saturated.any():
+            hit = active & uses[:, saturated].any(axis=1)
+            sat_idx = np.flatnonzero(saturated)
+            for i in np.flatnonzero(hit):
+                froze_by[i] = sat_idx[np.argmax(uses[i, sat_idx])]
+            newly |= hit
+        capped = active & (cap_bps - rate <= REL_TOL * np.where(np.isinf(cap_bps), 1.0, cap_bps))
+        newly |= capped
+        if not newly.any():      # cannot happen with positive capacities; guard against loops
+            raise RuntimeError("progressive filling made no progress")
+        frozen |= newly
+    return rate, froze_by
+
+
+def max_min_rates(capacities: Mapping[Link, float] | nx.Graph,
+                  flows: Iterable[Flow | tuple],
+                  caps_bps: Mapping[Hashable, float] | None = None) -> MaxMinResult:
+    """Max-min fair rates of ``flows`` on directed link ``capacities`` (or a graph).
+
+    ``flows`` are `Flow` objects or ``(flow_id, path)`` pairs; ``caps_bps`` adds
+    per-flow caps on top of each Flow's own ``cap_bps``.
+    """
+    caps = as_capacities(capacities)
+    flow_list = [as_flow(f) for f in flows]
+    ids = [f.flow_id for f in flow_list]
+    if len(set(ids)) != len(ids):
+        raise ValueError("flow ids must be unique")
+    extra = caps_bps or {}
+
+    class_of: dict[tuple, int] = {}
+    members: list[list[Hashable]] = []
+    cls_flow: list[Flow] = []
+    cls_cap: list[float] = []
+    for f in flow_list:
+        cap = min(f.cap_bps, float(extra.get(f.flow_id, math.inf)))
+        key = (f.route_key(), cap)
+        if key not in class_of:
+            class_of[key] = len(members)
+            members.append([])
+            cls_flow.append(f)
+            cls_cap.append(cap)
+        members[class_of[key]].append(f.flow_id)
+
+    links = sorted({link for f in cls_flow for link in f.fractions})
+    index = {link: j for j, link in enumerate(links)}
+    missing = [link for link in links if link not in caps]
+    if missing:
+        raise ValueError(f"paths use links that are not in the topology: {missing[:3]}")
+    coef = np.zeros((len(cls_flow), len(links)))
+    for i, f in enumerate(cls_flow):
+        for link, frac in f.fractions.items():
+            coef[i, index[link]] = frac
+    mult = np.array([len(m) for m in members], dtype=float)
+    link_cap = np.array([caps[link] for link in links], dtype=float)
+    rate, froze_by = fill_classes(coef, mult, link_cap, np.array(cls_cap, dtype=float))
+
+    rates: dict[Hashable, float] = {}
+    bottleneck: dict[Hashable, Link | None] = {}
+    for i, ids_i in enumerate(members):
+        for fid in ids_i:
+            rates[fid] = float(rate[i])
+            bottleneck[fid] = links[froze_by[i]] if froze_by[i] >= 0 else None
+    load = (coef * (mult * np.where(np.isfinite(rate), rate, 0.0))[:, None]).sum(axis=0)
+    link_load = {link: float(load[j]) for j, link in enumerate(links)}
+    util = {link: float(load[j] / link_cap[j]) for j, link in enumerate(links)}
+    return MaxMinResult(rates, link_load, util, bottleneck)
+
+
+def flow_completion_times(capacities: Mapping[Link, float] | nx.Graph,
+                          flows: Iterable[Flow | tuple],
+                          sizes_bytes: Mapping[Hashable, float],
+                          start_s: Mapping[Hashable, float] | None = None,
+                          caps_bps: Mapping[Hashable, float] | None = None) -> dict[Hashable, float]:
+    """Fluid max-min model: each flow's completion time (finish − start, real s).
+
+    Flows start at ``start_s`` (default 0) and share links max-min fairly; the
+    allocation is recomputed at every start and finish. No latency term: this is
+    the pure bandwidth model (`emu.model.alphabeta` adds alpha).
+    """
+    from emu.model.fluid import FluidJob, simulate
+
+    starts = start_s or {}
+    extra = caps_bps or {}
+    jobs = []
+    for item in flows:
+        f = as_flow(item)
+        jobs.append(FluidJob(
+            job_id=f.flow_id, fractions=f.fractions,
+            size_bits=8.0 * float(sizes_bytes[f.flow_id]),
+            cap_bps=min(f.cap_bps, float(extra.get(f.flow_id, math.inf))),
+            release_s=float(starts.get(f.flow_id, 0.0)),
+        ))
+    result = simulate(jobs, as_capacities(capacities))
+    return {j: result.finish_s[j] - result.ready_s[j] for j in result.finish_s}

@@ -1,0 +1,107 @@
+"""Ownership records of running fabrics, so that clean-up touches only our own.
+
+Every fabric gets a run id; all its namespaces are named ``fabemu-<id>-<node>``
+and a record ``/run/fabricemu/<id>.json`` names the owning process. ``emu clean``
+removes the namespaces (and with them veths, qdiscs and BPF programs) and the
+processes inside them of every run whose owner is dead, and nothing that does not
+carry our prefix. /run is a tmpfs, so records never outlive a reboot, and neither
+do namespaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+
+from emu.netns import delete_netns, list_netns
+
+RUNS_DIR = "/run/fabricemu"
+NETNS_PREFIX = "fabemu-"
+_RUN_RE = re.compile(r"^fabemu-([0-9a-f]{8})-")
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(4)
+
+
+def netns_name(run_id: str, node: str) -> str:
+    return f"{NETNS_PREFIX}{run_id}-{node}"
+
+
+def _record_path(run_id: str) -> str:
+    return os.path.join(RUNS_DIR, f"{run_id}.json")
+
+
+def register_run(run_id: str, description: str) -> None:
+    """Write the ownership record *before* creating anything, so a crash mid-build
+    still leaves a record that `emu clean` can act on."""
+    os.makedirs(RUNS_DIR, exist_ok=True)
+    with open(_record_path(run_id), "w") as f:
+        json.dump({"run_id": run_id, "pid": os.getpid(), "started": time.time(),
+                   "description": description}, f)
+
+
+def unregister_run(run_id: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_record_path(run_id))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class RunInfo:
+    run_id: str
+    pid: int | None
+    alive: bool
+    description: str
+    namespaces: list[str]
+
+
+def list_runs() -> list[RunInfo]:
+    """Every run with a record or with namespaces carrying our prefix."""
+    runs: dict[str, RunInfo] = {}
+    if os.path.isdir(RUNS_DIR):
+        for entry in sorted(os.listdir(RUNS_DIR)):
+            if not entry.endswith(".json"):
+                continue
+            try:
+                with open(os.path.join(RUNS_DIR, entry)) as f:
+                    rec = json.load(f)
+                pid = int(rec["pid"])
+                runs[rec["run_id"]] = RunInfo(rec["run_id"], pid, _pid_alive(pid),
+                                              rec.get("description", ""), [])
+            except (OSError, ValueError, KeyError):
+                continue
+    for ns in list_netns(NETNS_PREFIX):
+        m = _RUN_RE.match(ns)
+        if not m:
+            continue
+        run = runs.setdefault(m.group(1), RunInfo(m.group(1), None, False, "(no record)", []))
+        run.namespaces.append(ns)
+    return list(runs.values())
+
+
+def clean_runs(include_alive: bool = False) -> list[RunInfo]:
+    """Remove every dead run's namespaces and record (live ones too if asked)."""
+    cleaned = []
+    for run in list_runs():
+        if run.alive and not include_alive:
+            continue
+        for ns in run.namespaces:
+            delete_netns(ns)
+        unregister_run(run.run_id)
+        cleaned.append(run)
+    return cleaned

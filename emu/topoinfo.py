@@ -1,0 +1,58 @@
+"""What `emu topo show` reports about a topology, computed without building it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from emu.routing import bisection_bandwidth_bps, diameter_hops, topo_graph
+from emu.scaling import Scale
+from topologies.base import FabricTopo
+
+
+def describe_topology(topo: FabricTopo, scale: Scale) -> dict:
+    tiers: dict[tuple[str, float, int], int] = defaultdict(int)
+    for a, b in topo.links():
+        info = topo.linkInfo(a, b)
+        tiers[(info["tier"], info["rate_bps"], info["buffer_bytes"])] += 1
+    return {
+        "topology": topo.describe(),
+        "family": topo.family,
+        "params": topo.params(),
+        "routing": topo.routing,
+        "hosts": len(topo.host_nodes()),
+        "switches": len(topo.switch_nodes()),
+        "links": len(list(topo.links())),
+        "scale": scale.factor,
+        "tiers": [
+            {"tier": tier, "links": n, "rate_bps": rate, "rate_emu_bps": scale.rate_emu_bps(rate),
+             "buffer_bytes": buf}
+            for (tier, rate, buf), n in sorted(tiers.items(), key=lambda kv: kv[0][1])
+        ],
+        "bisection_bps": bisection_bandwidth_bps(topo),
+        "diameter_hops": diameter_hops(topo),
+    }
+
+
+def draw_topology(topo: FabricTopo, path: Path) -> None:
+    """Layered drawing: hosts at the bottom, each switch tier a row above."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import networkx as nx
+
+    g = topo_graph(topo)
+    for node in g.nodes:
+        g.nodes[node]["layer"] = topo.nodeInfo(node).get("tier", 0)
+    pos = nx.multipartite_layout(g, subset_key="layer", align="horizontal")
+    fig, ax = plt.subplots(figsize=(max(8, len(g) / 6), 6))
+    widths = [0.5 + g.edges[e]["rate_bps"] / 400e9 for e in g.edges]
+    colors = ["tab:blue" if topo.role(n) == "host" else "tab:orange" for n in g.nodes]
+    nx.draw_networkx(g, pos, ax=ax, node_size=120, font_size=5, width=widths,
+                     node_color=colors, edge_color="grey")
+    ax.set_title(f"{topo.describe()}  (edge width ~ link rate)")
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)

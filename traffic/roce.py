@@ -1,0 +1,355 @@
+"""RoCEv2 packets: Scapy templates built once per queue pair, byte patching per packet.
+
+Scapy (``scapy.contrib.roce``) defines the headers and builds one prototype frame
+per *shape* (opcode and payload length) of a QP.  The hot path only patches the
+varying bytes into that prototype with ``struct.pack_into`` and finishes the ICRC
+from precomputed CRC state, so no Scapy code runs per packet.
+
+Frame layout (IPv4, no options, UDP checksum 0 as RoCEv2 NICs send it)::
+
+    off  len  field
+      0   14  Ethernet (dst, src, 0x0800)
+     14   20  IPv4 (TOS = DSCP<<2 | ECN, TTL 64, DF, id 0)
+     34    8  UDP (sport = QP entropy, dport 4791, checksum 0)
+     42   12  BTH: 42 opcode, 46 FECN/BECN, 47-49 dst QPN, 50 AckReq<<7, 51-53 PSN
+     54   16  RETH (RDMA WRITE FIRST/ONLY only): VA 64, R_Key 32, DMA length 32
+     54|70 8  payload starts with the send timestamp, ns of CLOCK_MONOTONIC, big-endian
+     ...      payload (zeros)
+    -4     4  ICRC (CRC-32, little-endian on the wire as Scapy and Wireshark expect)
+
+ACK frames carry AETH (syndrome 8, MSN 24) at 54; CNPs carry 16 zero bytes at 54.
+
+ICRC trick.  The ICRC is CRC-32 over ``0xff*8 + IP + UDP + BTH + rest`` with the
+IP TOS, TTL and checksum, the UDP checksum and BTH byte 4 (FECN, BECN, resv6) set
+to ones.  Per packet only a short *window* changes: BTH bytes 8-11 (AckReq, PSN)
+up to the end of the timestamp (or of the AETH).  So
+* the CRC of the masked bytes before the window is computed once (``prefix_crc``);
+* the window is fed to ``zlib.crc32(window, prefix_crc)`` (at most 28 bytes);
+* the constant rest of length L (~4 KiB of payload) is not hashed again: with
+  ``g(c) = zlib.crc32(rest, c)`` we have ``g(c) = A_L(c) ^ g(0)`` where ``A_L``
+  (advance the CRC register over L zero bytes) is linear over GF(2), so it is
+  four 256-entry table lookups, one per byte of ``c``.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from functools import lru_cache
+from typing import NamedTuple
+
+from scapy.contrib.roce import AETH, BTH, CNP_OPCODE, CNPPadding
+from scapy.fields import IntField, XIntField, XLongField
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet, Raw, bind_layers
+
+from emu.errors import ParameterError
+
+ROCE_UDP_PORT = 4791
+WRITE_FIRST = 0x06
+WRITE_MIDDLE = 0x07
+WRITE_LAST = 0x08
+WRITE_ONLY = 0x0A
+ACKNOWLEDGE = 0x11
+CNP = CNP_OPCODE  # 0x81
+DATA_OPCODES = (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY)
+RETH_OPCODES = (WRITE_FIRST, WRITE_ONLY)
+
+AETH_ACK = 0x00          # syndrome: ACK, credit field 0
+AETH_NAK_PSN_SEQ = 0x60  # syndrome: NAK, PSN sequence error
+
+ECN_CODES = {"not-ect": 0b00, "ect1": 0b01, "ect0": 0b10}
+ECN_CE = 0b11
+
+ETH_BYTES, IP_BYTES, UDP_BYTES, BTH_BYTES = 14, 20, 8, 12
+RETH_BYTES, AETH_BYTES, CNP_PAD_BYTES, ICRC_BYTES = 16, 4, 16, 4
+TS_BYTES = 8
+OFF_IP = ETH_BYTES
+OFF_UDP = OFF_IP + IP_BYTES
+OFF_BTH = OFF_UDP + UDP_BYTES
+OFF_PSN_WORD = OFF_BTH + 8  # AckReq<<31 | PSN, big-endian
+OFF_AFTER_BTH = OFF_BTH + BTH_BYTES  # RETH, AETH, CNP pad or payload
+MIN_FRAME_BYTES = OFF_AFTER_BTH + ICRC_BYTES
+
+
+class RETH(Packet):
+    """RDMA Extended Transport Header (IBTA 9.3.3), absent from scapy.contrib.roce."""
+
+    name = "RETH"
+    fields_desc = [XLongField("va", 0), XIntField("rkey", 0), IntField("dma_len", 0)]
+
+
+for _op in RETH_OPCODES:
+    bind_layers(BTH, RETH, opcode=_op)
+
+
+def _tos(dscp: int, ecn: str) -> int:
+    if ecn not in ECN_CODES:
+        raise ParameterError("ecn", ecn, f"expected one of {sorted(ECN_CODES)}")
+    if not 0 <= dscp < 64:
+        raise ParameterError("dscp", dscp, "expected 0..63")
+    return dscp << 2 | ECN_CODES[ecn]
+
+
+class Flow(NamedTuple):
+    """Addresses of one direction of a queue pair; ``sport`` is the ECMP entropy."""
+
+    src_mac: str
+    dst_mac: str
+    src_ip: str
+    dst_ip: str
+    sport: int
+    dqpn: int
+    ecn: str = "ect0"
+    dscp: int = 26
+
+    def reversed(self, dqpn: int) -> Flow:
+        """The responder's direction (ACKs, CNPs) towards the requester QP ``dqpn``."""
+        return self._replace(src_mac=self.dst_mac, dst_mac=self.src_mac,
+                             src_ip=self.dst_ip, dst_ip=self.src_ip, dqpn=dqpn)
+
+    def scapy(self, bth: BTH) -> Packet:
+        """Ether/IP/UDP around ``bth`` (Scapy computes lengths, checksum and ICRC)."""
+        return (Ether(src=self.src_mac, dst=self.dst_mac)
+                / IP(src=self.src_ip, dst=self.dst_ip, tos=_tos(self.dscp, self.ecn),
+                     ttl=64, id=0, flags="DF")
+                / UDP(sport=self.sport, dport=ROCE_UDP_PORT, chksum=0)
+                / bth)
+
+
+def _masked(frame: bytes | bytearray | memoryview, end: int) -> bytearray:
+    """The ICRC input up to ``end`` (exclusive): pseudo-LRH of ones, then the masked headers."""
+    out = bytearray(b"\xff" * 8)
+    out += frame[OFF_IP:end]
+    base = 8 - OFF_IP  # frame offset -> out offset
+    ihl_bytes = (frame[OFF_IP] & 0x0F) * 4
+    for off in (OFF_IP + 1, OFF_IP + 8, OFF_IP + 10, OFF_IP + 11):  # TOS, TTL, checksum
+        out[base + off] = 0xFF
+    udp = OFF_IP + ihl_bytes
+    out[base + udp + 6] = out[base + udp + 7] = 0xFF  # UDP checksum
+    out[base + udp + UDP_BYTES + 4] = 0xFF  # BTH FECN, BECN, resv6
+    return out
+
+
+def compute_icrc(frame: bytes | bytearray | memoryview) -> int:
+    """The ICRC a frame should carry (ignores its last 4 bytes)."""
+    return zlib.crc32(_masked(frame, len(frame) - ICRC_BYTES))
+
+
+def icrc_ok(frame: bytes | bytearray | memoryview) -> bool:
+    """True if the frame's ICRC (little-endian, last 4 bytes) is valid."""
+    return len(frame) >= MIN_FRAME_BYTES and (
+        struct.unpack_from("<I", frame, len(frame) - ICRC_BYTES)[0] == compute_icrc(frame))
+
+
+@lru_cache(maxsize=256)
+def _advance_tables(length: int) -> tuple[tuple[int, ...], ...]:
+    """Tables T[j][b] = A_L(b << 8j): the linear map 'run the CRC over L constant bytes'."""
+    zeros = bytes(length)
+    g0 = zlib.crc32(zeros, 0)
+    basis = [zlib.crc32(zeros, 1 << i) ^ g0 for i in range(32)]
+    tables = []
+    for j in range(4):
+        table = [0] * 256
+        for b in range(1, 256):
+            low = b & -b
+            table[b] = table[b ^ low] ^ basis[8 * j + low.bit_length() - 1]
+        tables.append(tuple(table))
+    return tuple(tables)
+
+
+_crc32 = zlib.crc32
+_pack_le32 = struct.Struct("<I").pack_into
+_pack_be32 = struct.Struct(">I").pack_into
+_pack_be64 = struct.Struct(">Q").pack_into
+
+
+class Shape:
+    """One prototype frame plus the precomputed ICRC state; patches its own buffer.
+
+    ``buf`` is preallocated and reused: send it (or copy it) before the next call.
+    """
+
+    __slots__ = ("buf", "opcode", "payload_bytes", "ackreq", "_ts_off", "_aeth_off",
+                 "_prefix_crc", "_t0", "_t1", "_t2", "_t3", "_k", "_window", "_icrc_off")
+
+    def __init__(self, frame: bytes, window_end: int):
+        self.buf = bytearray(frame)
+        self.opcode = frame[OFF_BTH]
+        self.ackreq = frame[OFF_PSN_WORD] >> 7
+        self._icrc_off = len(frame) - ICRC_BYTES
+        self._window = memoryview(self.buf)[OFF_PSN_WORD:window_end]
+        hdr = {ACKNOWLEDGE: AETH_BYTES, WRITE_FIRST: RETH_BYTES, WRITE_ONLY: RETH_BYTES}
+        self._ts_off = OFF_AFTER_BTH + hdr.get(self.opcode, 0)
+        self._aeth_off = OFF_AFTER_BTH
+        self.payload_bytes = self._icrc_off - self._ts_off - (frame[OFF_BTH + 1] >> 4 & 3)
+        # The prefix ends at the PSN word: everything before it is constant per shape.
+        self._prefix_crc = zlib.crc32(_masked(frame, OFF_PSN_WORD))
+        rest = frame[window_end:self._icrc_off]
+        self._t0, self._t1, self._t2, self._t3 = _advance_tables(len(rest))
+        self._k = zlib.crc32(rest, 0)
+
+    def _seal(self) -> None:
+        c = _crc32(self._window, self._prefix_crc)
+        _pack_le32(self.buf, self._icrc_off,
+                         self._t0[c & 0xFF] ^ self._t1[(c >> 8) & 0xFF]
+                         ^ self._t2[(c >> 16) & 0xFF] ^ self._t3[c >> 24] ^ self._k)
+
+    def write(self, psn: int, ts_ns: int, ackreq: int | None = None) -> bytearray:
+        """Data frame: patch AckReq (default: the shape's), PSN, send timestamp, ICRC."""
+        a = self.ackreq if ackreq is None else ackreq
+        _pack_be32(self.buf, OFF_PSN_WORD, a << 31 | psn & 0xFFFFFF)
+        _pack_be64(self.buf, self._ts_off, ts_ns)
+        self._seal()
+        return self.buf
+
+    def write_ack(self, psn: int, syndrome: int, msn: int) -> bytearray:
+        """ACK frame: patch PSN, AETH syndrome and MSN, ICRC."""
+        _pack_be32(self.buf, OFF_PSN_WORD, psn & 0xFFFFFF)
+        _pack_be32(self.buf, self._aeth_off, syndrome << 24 | msn & 0xFFFFFF)
+        self._seal()
+        return self.buf
+
+
+def data_packet(flow: Flow, opcode: int, payload_bytes: int, *, psn: int = 0, ts_ns: int = 0,
+                ackreq: int = 0, va: int = 0, rkey: int = 0, dma_len: int = 0) -> Packet:
+    """Scapy RDMA WRITE packet: RETH on FIRST/ONLY, payload = timestamp + zeros.
+
+    The payload is padded to a multiple of 4 bytes and BTH PadCnt says by how much.
+    """
+    pad = -payload_bytes % 4
+    pkt = BTH(opcode=opcode, padcount=pad, dqpn=flow.dqpn, psn=psn, ackreq=ackreq)
+    if opcode in RETH_OPCODES:
+        pkt = pkt / RETH(va=va, rkey=rkey, dma_len=dma_len)
+    payload = struct.pack(">Q", ts_ns) + bytes(payload_bytes - TS_BYTES + pad)
+    return flow.scapy(pkt / Raw(payload))
+
+
+def ack_packet(flow: Flow, *, psn: int = 0, syndrome: int = AETH_ACK, msn: int = 0) -> Packet:
+    """Scapy ACKNOWLEDGE packet (BTH + AETH)."""
+    return flow.scapy(BTH(opcode=ACKNOWLEDGE, dqpn=flow.dqpn, psn=psn)
+                      / AETH(syndrome=syndrome, msn=msn))
+
+
+def cnp_packet(flow: Flow) -> Packet:
+    """Scapy RoCEv2 CNP: opcode 0x81, BECN set, 16 zero bytes."""
+    return flow.scapy(BTH(opcode=CNP, becn=1, dqpn=flow.dqpn) / CNPPadding())
+
+
+class QpTemplate:
+    """Frames of one RDMA WRITE of ``message_bytes`` on one QP, built once with Scapy.
+
+    A message of P packets is ONLY (P = 1) or FIRST, MIDDLE*, LAST, cut at
+    ``mtu_payload_bytes``.  Payloads shorter than the 8-byte timestamp (messages
+    < 8 bytes) are padded to 8 bytes so every data packet carries it; RETH still
+    states the real DMA length.  AckReq is set on LAST and ONLY.
+    """
+
+    def __init__(self, flow: Flow, message_bytes: int, *, mtu_payload_bytes: int = 4096,
+                 va: int = 0, rkey: int = 0):
+        if message_bytes <= 0:
+            raise ParameterError("message_bytes", message_bytes, "must be positive")
+        if not TS_BYTES <= mtu_payload_bytes <= 8192:
+            raise ParameterError("mtu_payload_bytes", mtu_payload_bytes, "expected 8..8192")
+        if not 0 < flow.dqpn < 1 << 24:
+            raise ParameterError("dqpn", flow.dqpn, "expected 1..2^24-1")
+        self.flow = flow
+        self.message_bytes = message_bytes
+        self.mtu_payload_bytes = mtu_payload_bytes
+        self.n_packets = -(-message_bytes // mtu_payload_bytes)
+        last_bytes = max(message_bytes - (self.n_packets - 1) * mtu_payload_bytes, TS_BYTES)
+        if self.n_packets == 1:
+            wanted = {WRITE_ONLY: last_bytes}
+        else:
+            wanted = {WRITE_FIRST: mtu_payload_bytes, WRITE_LAST: last_bytes}
+            if self.n_packets > 2:
+                wanted[WRITE_MIDDLE] = mtu_payload_bytes
+        self.shapes: dict[int, Shape] = {}
+        for opcode, payload_bytes in wanted.items():
+            frame = bytes(data_packet(flow, opcode, payload_bytes,
+                                      ackreq=int(opcode in (WRITE_LAST, WRITE_ONLY)),
+                                      va=va, rkey=rkey, dma_len=message_bytes))
+            ts_end = OFF_AFTER_BTH + (RETH_BYTES if opcode in RETH_OPCODES else 0) + TS_BYTES
+            self.shapes[opcode] = Shape(frame, ts_end)
+
+    def opcode(self, index: int) -> int:
+        """Opcode of packet ``index`` (0-based) of the message."""
+        if self.n_packets == 1:
+            return WRITE_ONLY
+        if index == 0:
+            return WRITE_FIRST
+        return WRITE_LAST if index == self.n_packets - 1 else WRITE_MIDDLE
+
+    def write(self, index: int, psn: int, ts_ns: int, ackreq: int | None = None) -> bytearray:
+        """The ready frame of packet ``index`` with ``psn`` and send time ``ts_ns``."""
+        return self.shapes[self.opcode(index)].write(psn, ts_ns, ackreq)
+
+
+class ResponderTemplate:
+    """ACK/NAK and CNP frames from the responder back to requester QP ``flow.dqpn``."""
+
+    def __init__(self, flow: Flow):
+        self.ack = Shape(bytes(ack_packet(flow)), OFF_AFTER_BTH + AETH_BYTES)
+        self.cnp = bytes(cnp_packet(flow))  # nothing in a CNP varies
+
+    def write_ack(self, psn: int, msn: int, syndrome: int = AETH_ACK) -> bytearray:
+        """ACK (or NAK with ``syndrome=AETH_NAK_PSN_SEQ``) for ``psn``."""
+        return self.ack.write_ack(psn, syndrome, msn)
+
+
+class RoceFrame(NamedTuple):
+    """What the receiver needs from a RoCEv2 frame (``ts_ns``/``syndrome`` -1 if absent)."""
+
+    opcode: int
+    dqpn: int
+    psn: int
+    ackreq: int
+    ecn: int
+    becn: int
+    syndrome: int
+    msn: int
+    ts_ns: int
+    payload_bytes: int
+    sport: int
+
+
+_HDR = struct.Struct(">12xH")        # Ethernet type
+_IP = struct.Struct(">BB2x5xB")      # ver/ihl, tos, proto (offset 9)
+_IPLEN = struct.Struct(">H")
+_UDP = struct.Struct(">HH")          # sport, dport
+_BTH = struct.Struct(">BB2xII")     # opcode, SE/M/PadCnt/TVer, FECN/BECN/dqpn, AckReq/PSN
+
+
+def parse_frame(frame: bytes | bytearray | memoryview) -> RoceFrame | None:
+    """Decode an Ethernet/IPv4/UDP-4791 RoCEv2 frame; None for anything else."""
+    if len(frame) < MIN_FRAME_BYTES or _HDR.unpack_from(frame)[0] != 0x0800:
+        return None
+    verihl, tos, proto = _IP.unpack_from(frame, OFF_IP)
+    if verihl >> 4 != 4 or proto != 17:
+        return None
+    udp = OFF_IP + (verihl & 0x0F) * 4
+    end = OFF_IP + _IPLEN.unpack_from(frame, OFF_IP + 2)[0] - ICRC_BYTES
+    bth = udp + UDP_BYTES
+    if end > len(frame) or end < bth + BTH_BYTES:
+        return None
+    sport, dport = _UDP.unpack_from(frame, udp)
+    if dport != ROCE_UDP_PORT:
+        return None
+    opcode, flags, qp_word, psn_word = _BTH.unpack_from(frame, bth)
+    after = bth + BTH_BYTES
+    end -= flags >> 4 & 3  # pad bytes
+    syndrome, msn, ts_ns = -1, 0, -1
+    if opcode == CNP:
+        after += CNP_PAD_BYTES
+    elif opcode == ACKNOWLEDGE:
+        word = struct.unpack_from(">I", frame, after)[0]
+        syndrome, msn = word >> 24, word & 0xFFFFFF
+        after += AETH_BYTES
+    elif opcode in DATA_OPCODES:
+        if opcode in RETH_OPCODES:
+            after += RETH_BYTES
+        if end - after >= TS_BYTES:
+            ts_ns = struct.unpack_from(">Q", frame, after)[0]
+    return RoceFrame(opcode, qp_word & 0xFFFFFF, psn_word & 0xFFFFFF, psn_word >> 31, tos & 3,
+                     qp_word >> 30 & 1, syndrome, msn, ts_ns, end - after, sport)
