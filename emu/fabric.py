@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import socket
 import subprocess
 import time
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from emu import netns as ns
-from emu.addressing import AddressPlan, Interface, plan_addresses
+from emu.addressing import AddressPlan, plan_addresses
 from emu.errors import FabricEmuError, NotRootError
+from emu.ipbatch import run_ip_batches
 from emu.ports import Port
 from emu.routing import Routes, compute_routes
 from emu.runs import netns_name, new_run_id, register_run, unregister_run
@@ -70,6 +72,14 @@ class Egress:
     dst_ip: str
 
 
+def raise_fd_limit() -> None:
+    """A netlink socket (and pyroute2's event loop) per namespace, plus raw sockets
+    per host: big fabrics need more than the usual 1024 descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def require_root() -> None:
     if os.geteuid() != 0:
         raise NotRootError("building a fabric creates network namespaces: run as root (sudo)")
@@ -98,6 +108,7 @@ class Fabric:
         self._sinks: list[socket.socket] = []
         self._ports: list[Port] = []
         self._procs: list[subprocess.Popen] = []
+        self._ifindex: dict[tuple[str, str], int] = {}
         self.build_s = 0.0
         self.started = False
 
@@ -111,13 +122,13 @@ class Fabric:
 
     def start(self) -> None:
         require_root()
+        raise_fd_limit()
         t0 = time.perf_counter()
         register_run(self.run_id, self.topo.describe())
         try:
             self._choose_marking()
             self._create_namespaces()
             self._create_links()
-            self._install_routes()
             self._shape_and_mark()
             self._open_sinks()
         except BaseException:  # also Ctrl-C mid-build: leave nothing behind
@@ -225,72 +236,63 @@ class Fabric:
             self._iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)
 
     def _create_links(self) -> None:
-        fds: dict[str, int] = {}
-        try:
-            for node in self.topo.nodes():
-                fds[node] = os.open(self.netns_path(node), os.O_RDONLY)
-            for a, b in self.topo.links():
-                ia, ib = self.plan.iface(a, b), self.plan.iface(b, a)
-                self._iprs[a].link(
-                    "add", ifname=ia.ifname, kind="veth", address=ia.mac, mtu=MTU_BYTES,
-                    txqlen=1000,
-                    peer={"ifname": ib.ifname, "net_ns_fd": fds[b], "address": ib.mac,
-                          "mtu": MTU_BYTES},
-                )
-        finally:
-            for fd in fds.values():
-                os.close(fd)
+        """Phase 1 creates the veths (each from its first node's namespace, the peer
+        straight into the other's); phase 2 addresses them, adds the permanent
+        neighbours (no ARP on the links) and the routes."""
+        create: dict[str, list[str]] = {netns_name(self.run_id, n): [] for n in self.topo.nodes()}
+        for a, b in self.topo.links():
+            ia, ib = self.plan.iface(a, b), self.plan.iface(b, a)
+            create[netns_name(self.run_id, a)].append(
+                f"link add {ia.ifname} address {ia.mac} mtu {MTU_BYTES} type veth "
+                f"peer name {ib.ifname} address {ib.mac} mtu {MTU_BYTES} "
+                f"netns {netns_name(self.run_id, b)}")
+        run_ip_batches(create)
+        configure = {netns_name(self.run_id, n): self._node_config(n) for n in self.topo.nodes()}
+        run_ip_batches(configure)
         for node in self.topo.nodes():
-            ipr = self._iprs[node]
-            for iface in self.plan.interfaces[node]:
-                idx = ipr.link_lookup(ifname=iface.ifname)[0]
-                ipr.addr("add", index=idx, address=iface.ip, prefixlen=iface.prefixlen)
-                ipr.link("set", index=idx, state="up")
-                # Permanent neighbours: no ARP on the links, no first-packet loss.
-                ipr.neigh("add", dst=iface.peer_ip, lladdr=iface.peer_mac, ifindex=idx,
-                          state=0x80)
+            for link in self._iprs[node].get_links():
+                self._ifindex[(node, link.get_attr("IFLA_IFNAME"))] = link["index"]
 
-    def _gateway(self, node: str, neighbour: str) -> tuple[str, int]:
-        iface: Interface = self.plan.iface(node, neighbour)
-        return iface.peer_ip, self._ifindex(node, iface.ifname)
+    def _node_config(self, node: str) -> list[str]:
+        lines = []
+        for iface in self.plan.interfaces[node]:
+            lines += [
+                f"addr add {iface.ip}/{iface.prefixlen} dev {iface.ifname}",
+                f"link set {iface.ifname} up",
+                f"neigh add {iface.peer_ip} lladdr {iface.peer_mac} dev {iface.ifname} "
+                "nud permanent",
+            ]
+        return lines + self._route_lines(node)
 
-    def _ifindex(self, node: str, ifname: str) -> int:
-        key = (node, ifname)
-        cache = self.__dict__.setdefault("_ifindex_cache", {})
-        if key not in cache:
-            cache[key] = self._iprs[node].link_lookup(ifname=ifname)[0]
-        return cache[key]
+    def _route_lines(self, node: str) -> list[str]:
+        table = self.routes.next_hops[node]
+        is_host = self.topo.role(node) == "host"
+        src = f" src {self.plan.host_ip[node]}" if is_host else ""
+        lines = []
+        default_hops: tuple[str, ...] | None = None
+        if is_host and table:
+            # Hosts: one default route toward their usual first hop, exceptions
+            # (e.g. NVLink peers of a multi-homed GPU) as /32s.
+            default_hops = Counter(table.values()).most_common(1)[0][0]
+            lines.append(f"route add default {self._nexthops(node, default_hops)}{src}")
+        for dst, hops in table.items():
+            if dst != node and hops != default_hops:
+                lines.append(f"route add {self.plan.host_ip[dst]}/32 "
+                             f"{self._nexthops(node, hops)}{src}")
+        return lines
 
-    def _install_routes(self) -> None:
-        for node in self.topo.nodes():
-            ipr = self._iprs[node]
-            table = self.routes.next_hops[node]
-            is_host = self.topo.role(node) == "host"
-            src = {"prefsrc": self.plan.host_ip[node]} if is_host else {}
-            default_hops: tuple[str, ...] | None = None
-            if is_host and table:
-                default_hops = Counter(table.values()).most_common(1)[0][0]
-                self._add_route(ipr, node, "0.0.0.0", 0, default_hops, src)
-            for dst, hops in table.items():
-                if dst == node or hops == default_hops:
-                    continue
-                self._add_route(ipr, node, self.plan.host_ip[dst], 32, hops, src)
-
-    def _add_route(self, ipr: Any, node: str, dst: str, dst_len: int,
-                   hops: tuple[str, ...], extra: dict) -> None:
-        gws = [self._gateway(node, hop) for hop in hops]
-        if len(gws) == 1:
-            ipr.route("add", dst=dst, dst_len=dst_len, gateway=gws[0][0], oif=gws[0][1], **extra)
-        else:
-            ipr.route("add", dst=dst, dst_len=dst_len, **extra,
-                      multipath=[{"gateway": gw, "oif": oif} for gw, oif in gws])
+    def _nexthops(self, node: str, hops: tuple[str, ...]) -> str:
+        ifaces = [self.plan.iface(node, hop) for hop in hops]
+        if len(ifaces) == 1:
+            return f"via {ifaces[0].peer_ip} dev {ifaces[0].ifname}"
+        return " ".join(f"nexthop via {i.peer_ip} dev {i.ifname}" for i in ifaces)
 
     def _shape_and_mark(self) -> None:
         policy = self._threshold_policy()
         for node in self.topo.nodes():
             is_switch = self.topo.role(node) != "host"
             for iface in self.plan.interfaces[node]:
-                idx = self._ifindex(node, iface.ifname)
+                idx = self._ifindex[(node, iface.ifname)]
                 rate_emu = self.scale.rate_emu_bps(iface.rate_bps)
                 port = Port(node, iface.ifname, idx, self.netns_path(node), iface.peer_node,
                             iface.rate_bps, rate_emu, iface.buffer_bytes, iface.tier, is_switch)

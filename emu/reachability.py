@@ -7,7 +7,7 @@ pair). Replies are matched by (identifier = source index, sequence = destination
 
 from __future__ import annotations
 
-import select
+import selectors
 import socket
 import struct
 import time
@@ -44,7 +44,9 @@ def ping_all(endpoints: list[tuple[str, str, str]], timeout_s: float = 3.0,
             with in_netns(path):
                 socks[i] = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
             socks[i].setblocking(False)
-        by_fd = {s.fileno(): i for i, s in socks.items()}
+        sel = selectors.DefaultSelector()  # epoll: a big fabric has > 1024 fds open
+        for i, sock in socks.items():
+            sel.register(sock, selectors.EVENT_READ, i)
         for _ in range(tries):
             pending = [(a, b) for (a, b), ok in result.items() if not ok]
             if not pending:
@@ -54,9 +56,8 @@ def ping_all(endpoints: list[tuple[str, str, str]], timeout_s: float = 3.0,
                 socks[ia].sendto(echo_request(ia + 1, ib), (endpoints[ib][2], 0))
             deadline = time.monotonic() + timeout_s / tries
             while time.monotonic() < deadline and not all(result.values()):
-                ready, _, _ = select.select(list(socks.values()), [], [], 0.05)
-                for sock in ready:
-                    me = by_fd[sock.fileno()]
+                for key, _ in sel.select(0.05):
+                    sock, me = key.fileobj, key.data
                     while True:
                         try:
                             pkt = sock.recv(2048)

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT_DIR=$(pwd)
-VENV="${FABRICEMU_VENV:-$ROOT_DIR/.venv}"
+source scripts/venv-path.sh
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -14,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
-APT_PACKAGES=(mininet iproute2 iperf3 ethtool clang llvm libbpf-dev
+APT_PACKAGES=(mininet iproute2 iperf3 ethtool bridge-utils clang llvm libbpf-dev
               python3 python3-venv python3-pip python3-dev gcc make tshark)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

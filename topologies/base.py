@@ -40,6 +40,8 @@ NVLINK_RATE_BPS = 3.6e12      # NVLink 4: 900 GB/s bidirectional = 450 GB/s = 3.
 HOST_LINK_DELAY_S = 0.5e-6    # cable + NIC/switch pipeline, a few hundred ns per hop
 FABRIC_LINK_DELAY_S = 1.0e-6
 NVLINK_DELAY_S = 0.3e-6
+#: A rate parameter as users give it: bit/s, or a string such as '400G' or '1.6T'.
+Rate = str | float | int
 #: Per-port buffer per 400G of port rate; a shallow-buffer ASIC gives a port a few MB.
 BUFFER_BYTES_PER_400G = 8 * 1024 * 1024
 
@@ -101,11 +103,14 @@ class FabricTopo(Topo):
 
     ``routing`` tells the fabric builder how to route: 'ecmp' (all shortest paths,
     multipath with L4 hash: Clos and dragonfly minimal) or 'dor' (dimension-order,
-    torus). ``family`` is the name in the ``topos`` dicts.
+    torus); ``link_costs`` weights link tiers for 'ecmp'. ``family`` is the name
+    in the ``topos`` dicts.
     """
 
     routing: str = "ecmp"
     family: str = "fabric"
+    #: Routing cost of a link by tier (default 1: 'ecmp' takes all shortest paths).
+    link_costs: dict[str, int] = {}
 
     def __init__(self, *args, **params):
         self._dpid = 0
@@ -133,6 +138,15 @@ class FabricTopo(Topo):
 
     def switch_nodes(self) -> list[str]:
         return [n for n in self.nodes() if self.role(n) != "host"]
+
+    def fabric_links(self) -> list[tuple[str, str, dict]]:
+        """Links as (node1, node2, info), sorted. Parallel links are rejected:
+        routes and addresses name a link by its two end nodes."""
+        links = self.links(sort=True, withInfo=True)
+        if len({frozenset(link[:2]) for link in links}) != len(links):
+            raise ParameterError("links", self.describe(), "parallel links between two "
+                                                           "nodes are not supported")
+        return links
 
     def describe(self) -> str:
         """One-line description with the parameters, for summaries."""

@@ -14,8 +14,8 @@ Frame layout (IPv4, no options, UDP checksum 0 as RoCEv2 NICs send it)::
      42   12  BTH: 42 opcode, 46 FECN/BECN, 47-49 dst QPN, 50 AckReq<<7, 51-53 PSN
      54   16  RETH (RDMA WRITE FIRST/ONLY only): VA 64, R_Key 32, DMA length 32
      54|70 8  payload starts with the send timestamp, ns of CLOCK_MONOTONIC, big-endian
-     ...      payload (zeros)
-    -4     4  ICRC (CRC-32, little-endian on the wire as Scapy and Wireshark expect)
+     ...      payload (zeros), padded to 4 bytes (BTH PadCnt) as IBTA requires
+    -4     4  ICRC (CRC-32 value stored little-endian, as Scapy encodes it)
 
 ACK frames carry AETH (syndrome 8, MSN 24) at 54; CNPs carry 16 zero bytes at 54.
 
@@ -24,11 +24,12 @@ IP TOS, TTL and checksum, the UDP checksum and BTH byte 4 (FECN, BECN, resv6) se
 to ones.  Per packet only a short *window* changes: BTH bytes 8-11 (AckReq, PSN)
 up to the end of the timestamp (or of the AETH).  So
 * the CRC of the masked bytes before the window is computed once (``prefix_crc``);
-* the window is fed to ``zlib.crc32(window, prefix_crc)`` (at most 28 bytes);
+* the window is fed to ``zlib.crc32(window, prefix_crc)`` (4-28 bytes);
 * the constant rest of length L (~4 KiB of payload) is not hashed again: with
   ``g(c) = zlib.crc32(rest, c)`` we have ``g(c) = A_L(c) ^ g(0)`` where ``A_L``
   (advance the CRC register over L zero bytes) is linear over GF(2), so it is
-  four 256-entry table lookups, one per byte of ``c``.
+  four 256-entry table lookups, one per byte of ``c`` (tables cached per L).
+This costs ~0.8 us per 4 KiB packet against ~1.3 us for hashing the frame alone.
 """
 
 from __future__ import annotations
@@ -193,8 +194,8 @@ class Shape:
     def _seal(self) -> None:
         c = _crc32(self._window, self._prefix_crc)
         _pack_le32(self.buf, self._icrc_off,
-                         self._t0[c & 0xFF] ^ self._t1[(c >> 8) & 0xFF]
-                         ^ self._t2[(c >> 16) & 0xFF] ^ self._t3[c >> 24] ^ self._k)
+                   self._t0[c & 0xFF] ^ self._t1[(c >> 8) & 0xFF]
+                   ^ self._t2[(c >> 16) & 0xFF] ^ self._t3[c >> 24] ^ self._k)
 
     def write(self, psn: int, ts_ns: int, ackreq: int | None = None) -> bytearray:
         """Data frame: patch AckReq (default: the shape's), PSN, send timestamp, ICRC."""
@@ -267,9 +268,11 @@ class QpTemplate:
                 wanted[WRITE_MIDDLE] = mtu_payload_bytes
         self.shapes: dict[int, Shape] = {}
         for opcode, payload_bytes in wanted.items():
-            frame = bytes(data_packet(flow, opcode, payload_bytes,
-                                      ackreq=int(opcode in (WRITE_LAST, WRITE_ONLY)),
-                                      va=va, rkey=rkey, dma_len=message_bytes))
+            pkt = data_packet(flow, opcode, payload_bytes,
+                              ackreq=int(opcode in (WRITE_LAST, WRITE_ONLY)),
+                              va=va, rkey=rkey, dma_len=message_bytes)
+            pkt[BTH].icrc = 0  # Shape.write fills it in; Scapy's own ICRC is slow
+            frame = bytes(pkt)
             ts_end = OFF_AFTER_BTH + (RETH_BYTES if opcode in RETH_OPCODES else 0) + TS_BYTES
             self.shapes[opcode] = Shape(frame, ts_end)
 
@@ -290,7 +293,9 @@ class ResponderTemplate:
     """ACK/NAK and CNP frames from the responder back to requester QP ``flow.dqpn``."""
 
     def __init__(self, flow: Flow):
-        self.ack = Shape(bytes(ack_packet(flow)), OFF_AFTER_BTH + AETH_BYTES)
+        ack = ack_packet(flow)
+        ack[BTH].icrc = 0  # Shape.write_ack fills it in
+        self.ack = Shape(bytes(ack), OFF_AFTER_BTH + AETH_BYTES)
         self.cnp = bytes(cnp_packet(flow))  # nothing in a CNP varies
 
     def write_ack(self, psn: int, msn: int, syndrome: int = AETH_ACK) -> bytearray:
@@ -314,42 +319,39 @@ class RoceFrame(NamedTuple):
     sport: int
 
 
-_HDR = struct.Struct(">12xH")        # Ethernet type
-_IP = struct.Struct(">BB2x5xB")      # ver/ihl, tos, proto (offset 9)
-_IPLEN = struct.Struct(">H")
-_UDP = struct.Struct(">HH")          # sport, dport
-_BTH = struct.Struct(">BB2xII")     # opcode, SE/M/PadCnt/TVer, FECN/BECN/dqpn, AckReq/PSN
+# Ethernet type, IP ver/IHL, TOS, total length, protocol, UDP ports, BTH opcode,
+# SE/M/PadCnt/TVer, FECN/BECN/dst QPN word, AckReq/PSN word: one unpack for all.
+_HEADERS = struct.Struct(">12xHBBH5xB10xHH4xBB2xII")
+_U32 = struct.Struct(">I").unpack_from
+_U64 = struct.Struct(">Q").unpack_from
 
 
 def parse_frame(frame: bytes | bytearray | memoryview) -> RoceFrame | None:
-    """Decode an Ethernet/IPv4/UDP-4791 RoCEv2 frame; None for anything else."""
-    if len(frame) < MIN_FRAME_BYTES or _HDR.unpack_from(frame)[0] != 0x0800:
+    """Decode an Ethernet/IPv4/UDP-4791 RoCEv2 frame; None for anything else.
+
+    IPv4 options are not expected (RoCEv2 NICs send none): such frames give None.
+    """
+    if len(frame) < MIN_FRAME_BYTES:
         return None
-    verihl, tos, proto = _IP.unpack_from(frame, OFF_IP)
-    if verihl >> 4 != 4 or proto != 17:
+    (ethertype, verihl, tos, ip_bytes, proto, sport, dport, opcode, flags, qp_word,
+     psn_word) = _HEADERS.unpack_from(frame)
+    if ethertype != 0x0800 or verihl != 0x45 or proto != 17 or dport != ROCE_UDP_PORT:
         return None
-    udp = OFF_IP + (verihl & 0x0F) * 4
-    end = OFF_IP + _IPLEN.unpack_from(frame, OFF_IP + 2)[0] - ICRC_BYTES
-    bth = udp + UDP_BYTES
-    if end > len(frame) or end < bth + BTH_BYTES:
+    if OFF_IP + ip_bytes > len(frame) or ip_bytes < MIN_FRAME_BYTES - OFF_IP:
         return None
-    sport, dport = _UDP.unpack_from(frame, udp)
-    if dport != ROCE_UDP_PORT:
-        return None
-    opcode, flags, qp_word, psn_word = _BTH.unpack_from(frame, bth)
-    after = bth + BTH_BYTES
-    end -= flags >> 4 & 3  # pad bytes
+    end = OFF_IP + ip_bytes - ICRC_BYTES - (flags >> 4 & 3)  # minus ICRC and pad bytes
+    after = OFF_AFTER_BTH
     syndrome, msn, ts_ns = -1, 0, -1
     if opcode == CNP:
         after += CNP_PAD_BYTES
     elif opcode == ACKNOWLEDGE:
-        word = struct.unpack_from(">I", frame, after)[0]
+        word = _U32(frame, after)[0]
         syndrome, msn = word >> 24, word & 0xFFFFFF
         after += AETH_BYTES
     elif opcode in DATA_OPCODES:
         if opcode in RETH_OPCODES:
             after += RETH_BYTES
         if end - after >= TS_BYTES:
-            ts_ns = struct.unpack_from(">Q", frame, after)[0]
+            ts_ns = _U64(frame, after)[0]
     return RoceFrame(opcode, qp_word & 0xFFFFFF, psn_word & 0xFFFFFF, psn_word >> 31, tos & 3,
-                     qp_word >> 30 & 1, syndrome, msn, ts_ns, end - after, sport)
+                     qp_word >> 30 & 1, syndrome, msn, ts_ns, max(end - after, 0), sport)

@@ -4,15 +4,21 @@
  *
  * Attached to a switch port's clsact egress hook, i.e. BEFORE the port's qdisc
  * (HTB at the emulated rate over a byte FIFO). The program cannot see the qdisc
- * backlog, so it keeps a virtual queue drained at the same emulated rate:
+ * backlog, so it keeps a virtual queue that mirrors HTB: a token bucket of `burst`
+ * bytes refilled at the emulated rate serves a FIFO of at most `buffer` bytes
+ * (fluid model, exact integer arithmetic):
  *
- *     vq = max(0, vq - (now - t_last) * rate_emu)        (exact integer arithmetic)
+ *     avail = tokens + (now - t_last) * rate_emu; sent = min(vq, avail)
+ *     vq -= sent; tokens = min(burst, avail - sent)
  *     q  = vq as the packet joins the queue (bytes in front of it)
  *     q <= Kmin: never mark; Kmin < q <= Kmax: mark with Pmax*(q-Kmin)/(Kmax-Kmin);
  *     q > Kmax: always mark (only ECT packets; non-ECT packets are never touched)
- *     vq + len > buffer: drop (mirrors the byte FIFO), else vq += len
+ *     q + len > buffer: drop (mirrors the byte FIFO), else vq += len and the
+ *     bucket's tokens send what they can at once (HTB dequeues on enqueue)
  *
- * The queue is held in "scaled bytes" (bytes * 8e9) so that draining is one
+ * Without the bucket the virtual queue would run `burst` bytes above the real one
+ * for as long as the port stays busy (HTB sends its initial tokens at once).
+ * Quantities are held in "scaled bytes" (bytes * 8e9) so that refilling is one
  * multiplication, delta_ns * rate_emu_bps, with no rounding that would accumulate.
  * A bpf_spin_lock serialises the update because a veth's egress can run on any CPU.
  *
@@ -38,6 +44,7 @@ struct cfg {
 	__u64 rate_emu_bps;     /* drain rate of the virtual queue */
 	__u64 max_delta_ns;     /* beyond this idle time the queue is surely empty (overflow guard) */
 	__u64 buffer_scaled;    /* port buffer, scaled bytes */
+	__u64 burst_scaled;     /* HTB bucket depth, scaled bytes */
 	__u64 kmin_scaled;      /* thresholds, scaled bytes */
 	__u64 kmax_scaled;
 	__u64 kmin_bytes;       /* thresholds in bytes for the probability */
@@ -52,6 +59,7 @@ struct vq_state {
 	__u32 pad;
 	__u64 vq_scaled;
 	__u64 t_last_ns;
+	__u64 tokens_scaled;
 };
 
 struct stats {
@@ -148,18 +156,31 @@ int fabricemu_mark(struct __sk_buff *skb)
 
 	bpf_spin_lock(&s->lock);
 	__u64 delta = now > s->t_last_ns ? now - s->t_last_ns : 0;
+	__u64 q = s->vq_scaled;
+	__u64 tokens = s->tokens_scaled;
 	if (delta > c->max_delta_ns) {
-		s->vq_scaled = 0;
+		q = 0;
+		tokens = c->burst_scaled;
 	} else {
-		__u64 drained = delta * c->rate_emu_bps;
-		s->vq_scaled = s->vq_scaled > drained ? s->vq_scaled - drained : 0;
+		__u64 avail = tokens + delta * c->rate_emu_bps;
+		__u64 sent = q < avail ? q : avail;
+		q -= sent;
+		tokens = avail - sent;
+		if (tokens > c->burst_scaled)
+			tokens = c->burst_scaled;
 	}
-	s->t_last_ns = now;
-	q_scaled = s->vq_scaled;
-	if (q_scaled + len_scaled > c->buffer_scaled)
+	q_scaled = q;
+	if (q + len_scaled > c->buffer_scaled) {
 		drop = 1;
-	else
-		s->vq_scaled = q_scaled + len_scaled;
+	} else {
+		q += len_scaled;
+		__u64 now_sent = q < tokens ? q : tokens;
+		q -= now_sent;
+		tokens -= now_sent;
+	}
+	s->vq_scaled = q;
+	s->tokens_scaled = tokens;
+	s->t_last_ns = now;
 	bpf_spin_unlock(&s->lock);
 
 	__u64 q_bytes = q_scaled / SCALE;

@@ -77,7 +77,7 @@ class Flow:
             raise ValueError(f"flow {self.flow_id!r}: one weight per path is needed")
         total = sum(weights)
         fractions: dict[Link, float] = {}
-        for path, w in zip(self.paths, weights):
+        for path, w in zip(self.paths, weights, strict=True):
             for link in path_links(path):
                 fractions[link] = fractions.get(link, 0.0) + w / total
         object.__setattr__(self, "fractions", fractions)

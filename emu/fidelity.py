@@ -1,0 +1,242 @@
+"""Fidelity gate: is an emulated run a faithful picture of the real fabric? (DESIGN §7)
+
+Pure checks over what a run measured; no kernel access. A run is *valid* when
+
+* every traffic message completed and the engine reported no error;
+* shaped ports delivered their configured rate: no port sent faster than
+  configured (the shaper leaked), and ports the model says were saturated over a
+  window reached their rate over that window (else the engine or the kernel could
+  not offer the load: the fabric measured the machine, not the network);
+* the engine kept its pacing schedule: the p99 lag of a send behind its due time
+  is below a fraction of one dilated packet time (else packets leave in bursts);
+* the engine was not CPU-bound: busy CPU seconds / (wall seconds x workers) stays
+  below a ceiling (a saturated worker paces late and reads late);
+* ECN marks and CNPs agree with the configuration: no marks without a marker; a
+  queue above Kmax was marked (every packet there is); no marks without a queue
+  above Kmin; receivers saw at most the packets switches marked; with DCQCN on,
+  marked packets produced CNPs, at most one per marked packet, and senders
+  received at most the CNPs receivers sent; with CC off no sender reacted.
+
+Resource failures (rate, lag, CPU) come with a suggested scale factor: a larger S
+slows the fabric down, so the same machine keeps up. Scale rules: emu/scaling.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class PortRate:
+    """Rate of one shaped port over a window (real bit/s)."""
+
+    port: str
+    configured_bps: float
+    achieved_bps: float
+    #: The model says the port is busy for the whole window, so it must reach its rate.
+    expect_saturated: bool = False
+
+
+@dataclass(frozen=True)
+class PortQueue:
+    """Queue and marks of one marked switch port over a run.
+
+    The highest queue a packet found is known within [lo, hi]: the marker's
+    per-packet histogram gives a bucket; periodic samples give only a lower bound
+    (hi = inf), as they may miss the peak.
+    """
+
+    port: str
+    kmin_bytes: float
+    kmax_bytes: float
+    max_queue_lo_bytes: float
+    max_queue_hi_bytes: float
+    marks: int
+
+
+@dataclass(frozen=True)
+class MarkingCounts:
+    """ECN and CNP counts of one traffic run."""
+
+    marking: bool                 # a marker was attached to the switch ports
+    cc: bool                      # DCQCN reaction point on at the senders
+    marks: int                    # CE marks made by switch ports
+    ce_received: int              # CE-marked packets seen by receivers
+    cnps_sent: int                # CNPs sent by receivers (notification points)
+    cnps_received: int            # CNPs received by senders (reaction points)
+    rate_reductions: int = 0      # DCQCN rate cuts at the senders
+    ports: Sequence[PortQueue] = ()
+
+
+@dataclass(frozen=True)
+class RunMeasures:
+    """What the gate needs from one traffic run."""
+
+    scale: float
+    wall_s: float                 # wall-clock seconds of the engine's traffic phase
+    cpu_s: float                  # CPU seconds used by the engine's workers
+    workers: int
+    pacing_lag_p99_s: float       # emulated seconds a send was late (p99)
+    packet_time_s: float          # real serialization time of a full packet at the NIC
+    messages_expected: int
+    messages_completed: int
+    error: str | None = None
+    port_rates: Sequence[PortRate] = ()
+    marking: MarkingCounts | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Tolerances of the gate (fractions)."""
+
+    rate_over: float = 0.05       # a port may exceed its configured rate by 5 %
+    rate_under: float = 0.10      # a saturated port must reach 90 % of its rate
+    cpu_busy: float = 0.90        # of wall x workers
+    lag_packets: float = 0.5      # p99 pacing lag, in dilated packet times
+    margin: float = 1.25          # head-room in the suggested scale
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    measured: float | None
+    limit: float | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class FidelityReport:
+    valid: bool
+    reasons: list[str]
+    suggested_scale: float
+    checks: list[Check] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FidelityReport:
+        return cls(d["valid"], list(d["reasons"]), d["suggested_scale"],
+                   [Check(**c) for c in d.get("checks", [])])
+
+
+def nice_scale(x: float) -> float:
+    """Round up to 1, 2 or 5 x 10^k (a scale factor people can type)."""
+    if x <= 1:
+        return 1.0
+    exp = math.floor(math.log10(x))
+    for m in (1, 2, 5, 10):
+        if m * 10**exp >= x * (1 - 1e-12):
+            return float(m * 10**exp)
+    raise AssertionError("unreachable")
+
+
+def _ratio_check(name: str, measured: float, limit: float, detail: str) -> tuple[Check, float]:
+    """A resource check and the factor by which S must grow to pass it (1 if it passes)."""
+    ok = measured <= limit
+    return Check(name, ok, measured, limit, detail), (1.0 if ok else measured / limit)
+
+
+def _rate_checks(rates: Sequence[PortRate], lim: Limits) -> tuple[list[Check], float]:
+    checks, need = [], 1.0
+    for r in rates:
+        ratio = r.achieved_bps / r.configured_bps
+        if ratio > 1 + lim.rate_over:
+            checks.append(Check(f"rate {r.port}", False, ratio, 1 + lim.rate_over,
+                                f"sent {ratio:.1%} of its configured rate: the shaper leaks"))
+        elif r.expect_saturated and ratio < 1 - lim.rate_under:
+            checks.append(Check(f"rate {r.port}", False, ratio, 1 - lim.rate_under,
+                                f"saturated port reached only {ratio:.1%} of its rate"))
+            need = max(need, (1 - lim.rate_under / 2) / max(ratio, 1e-3))
+        else:
+            checks.append(Check(f"rate {r.port}", True, ratio, None,
+                                f"{ratio:.1%} of configured rate"))
+    return checks, need
+
+
+def _marking_checks(m: MarkingCounts) -> list[Check]:
+    def check(name: str, ok: bool, detail: str) -> Check:
+        return Check(name, ok, None, None, detail)
+
+    out = []
+    if not m.marking:
+        out.append(check("no marks without marker", m.marks == 0 and m.ce_received == 0,
+                         f"{m.marks} marks, {m.ce_received} CE received with marking off"))
+    else:
+        out.append(check("marks received <= marks made", m.ce_received <= m.marks,
+                         f"{m.ce_received} CE packets received, {m.marks} marked by switches"))
+    for q in m.ports:
+        # Above Kmax every ECT packet is marked; between Kmin and Kmax marking is random
+        # and may legitimately not happen in a short excursion, so only Kmax forces marks.
+        if q.max_queue_lo_bytes > q.kmax_bytes and q.marks == 0:
+            out.append(check(f"queue above Kmax marked {q.port}", False,
+                             f"queue reached {q.max_queue_lo_bytes:.0f} B > Kmax "
+                             f"{q.kmax_bytes:.0f} B without a mark"))
+        if q.max_queue_hi_bytes <= q.kmin_bytes and q.marks > 0:
+            out.append(check(f"no marks below Kmin {q.port}", False,
+                             f"{q.marks} marks but the queue never exceeded "
+                             f"{q.max_queue_hi_bytes:.0f} B <= Kmin {q.kmin_bytes:.0f} B"))
+    if m.cc:
+        out.append(check("CE produced CNPs", m.ce_received == 0 or m.cnps_sent > 0,
+                         f"{m.ce_received} CE received, {m.cnps_sent} CNPs sent"))
+        out.append(check("at most one CNP per CE packet", m.cnps_sent <= m.ce_received,
+                         f"{m.cnps_sent} CNPs sent for {m.ce_received} CE packets"))
+        out.append(check("CNPs received <= sent", m.cnps_received <= m.cnps_sent,
+                         f"{m.cnps_received} received, {m.cnps_sent} sent"))
+    else:
+        out.append(check("no rate cuts with CC off", m.rate_reductions == 0,
+                         f"{m.rate_reductions} DCQCN rate reductions with CC off"))
+    return out
+
+
+def evaluate(run: RunMeasures, limits: Limits = Limits(),
+             max_scale: float = math.inf) -> FidelityReport:
+    """Run every check; ``max_scale`` is the largest S the topology allows (slowest link)."""
+    checks: list[Check] = []
+    need = 1.0
+    done = run.messages_completed == run.messages_expected and not run.error
+    checks.append(Check("traffic completed", done, run.messages_completed,
+                        run.messages_expected,
+                        run.error or f"{run.messages_completed}/{run.messages_expected} messages"))
+
+    rate_checks, rate_need = _rate_checks(run.port_rates, limits)
+    checks += rate_checks
+    need = max(need, rate_need)
+
+    packet_time_emu_s = run.packet_time_s * run.scale
+    lag_limit_s = limits.lag_packets * packet_time_emu_s
+    lag, lag_need = _ratio_check(
+        "pacing lag p99", run.pacing_lag_p99_s, lag_limit_s,
+        f"p99 send lag {run.pacing_lag_p99_s * 1e3:.3f} ms emulated vs "
+        f"{limits.lag_packets:g} x packet time {packet_time_emu_s * 1e3:.3f} ms")
+    checks.append(lag)
+    need = max(need, lag_need)
+
+    busy = run.cpu_s / (run.wall_s * run.workers) if run.wall_s > 0 and run.workers else 0.0
+    cpu, cpu_need = _ratio_check(
+        "engine CPU", busy, limits.cpu_busy,
+        f"{run.cpu_s:.1f} CPU s over {run.wall_s:.1f} s x {run.workers} workers = {busy:.0%}")
+    checks.append(cpu)
+    need = max(need, cpu_need)
+
+    if run.marking is not None:
+        checks += _marking_checks(run.marking)
+
+    reasons = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    suggested = run.scale
+    if need > 1:
+        suggested = min(nice_scale(run.scale * need * limits.margin), max_scale)
+        reasons.append(f"suggested scale factor S = {suggested:g} (now {run.scale:g})"
+                       + (" -- the slowest link caps S here" if suggested == max_scale else ""))
+    return FidelityReport(not any(not c.ok for c in checks), reasons, suggested, checks)
+
+
+def combine(reports: Sequence[FidelityReport]) -> FidelityReport:
+    """One verdict for a run made of several traffic cases (valid iff all are)."""
+    reasons = [r for rep in reports for r in rep.reasons]
+    suggested = max((rep.suggested_scale for rep in reports), default=1.0)
+    return FidelityReport(all(rep.valid for rep in reports), reasons, suggested,
+                          [c for rep in reports for c in rep.checks])

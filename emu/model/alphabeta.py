@@ -1,0 +1,326 @@
+"""Alpha-beta cost of message DAGs and collectives on the placed topology.
+
+Model and assumptions (real-fabric units):
+
+* A message of S bytes from a to b costs ``alpha + S / B``:
+  alpha = ``overhead_s`` (fixed per-message software/NIC cost, paid before the
+  first byte leaves) + the path latency (sum of the links' ``delay_s``, plus,
+  when ``packet_bytes`` > 0, the store-and-forward serialization of the last
+  packet at every hop except the bottleneck one: a k-packet pipeline through hops
+  of serialization s_h takes ``k*max(s_h) + sum(s_h) - max(s_h)``, and
+  ``k*max(s_h)`` is the bandwidth term). B is the message's max-min fair rate,
+  which changes whenever other messages start or finish (fluid model).
+* ``wire_factor`` (>= 1) scales bytes on the wire per payload byte (headers);
+  1.0 prices payload only, `roce_wire_factor()` adds RoCEv2 headers.
+* ECMP: 'spread' splits each message evenly over its equal-cost paths (the ideal);
+  'hashed' puts it on one path chosen by ``choice`` (flow id = msg_id), as the
+  engine does with one QP and UDP source port per message.
+* Optional ``nic_rate_bps`` caps every message (a QP never exceeds line rate; the
+  NIC link already limits the sum).
+* Closed forms assume every step's concurrent flows get the same rate B, the
+  bottleneck per-flow max-min rate of that step's flows on the routed paths
+  (`bottleneck_rate_bps`); steps are synchronous (no overlap between steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import networkx as nx
+
+from emu.model.busbw import busbw_factor, normalize_collective
+from emu.model.fluid import FluidJob, simulate
+from emu.model.maxmin import (
+    Choice,
+    Path,
+    choose_path,
+    link_capacities,
+    make_flow,
+    max_min_rates,
+)
+
+if TYPE_CHECKING:   # typing only: traffic/ sits above emu/ in the layering
+    from traffic.messages import Workload
+
+#: Per-message software/NIC overhead of a real RDMA NIC (post WQE -> wire, CQE).
+DEFAULT_OVERHEAD_S = 1e-6
+#: RoCEv2 payload per packet (MTU 4096) and L2 header bytes counted by a shaper:
+#: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 (RETH on first packet ignored).
+ROCE_PAYLOAD_BYTES = 4096
+ROCE_HEADER_BYTES = 58
+
+PathsLike = Callable[[str, str], Sequence[Sequence[str]]] | Mapping[tuple[str, str], Sequence[Sequence[str]]]
+
+
+def roce_wire_factor(payload_bytes: int = ROCE_PAYLOAD_BYTES,
+                     header_bytes: int = ROCE_HEADER_BYTES) -> float:
+    """Wire bytes per payload byte of full-size RoCEv2 packets."""
+    return (payload_bytes + header_bytes) / payload_bytes
+
+
+def resolve_paths(paths: PathsLike) -> Callable[[str, str], list[Path]]:
+    """A ``paths(src, dst)`` callable from a callable or a ``{(src, dst): paths}`` mapping."""
+    if isinstance(paths, Mapping):
+        table = paths
+        return lambda s, d: [tuple(p) for p in table[(s, d)]]
+    fn = paths
+    return lambda s, d: [tuple(p) for p in fn(s, d)]
+
+
+def path_latency_s(graph: nx.Graph, path: Sequence[str], packet_bytes: float = 0.0) -> float:
+    """Propagation of a path plus store-and-forward of the last packet (see module doc)."""
+    delay_s = 0.0
+    ser_s: list[float] = []
+    for u, v in zip(path[:-1], path[1:], strict=True):
+        data = graph.edges[u, v]
+        delay_s += float(data.get("delay_s", 0.0))
+        ser_s.append(8.0 * packet_bytes / float(data["rate_bps"]))
+    if ser_s:
+        delay_s += sum(ser_s) - max(ser_s)
+    return delay_s
+
+
+def _message_route(graph: nx.Graph, route: Callable[[str, str], list[Path]], flow_id: Hashable,
+                   src: str, dst: str, mode: str, choice: Choice | None,
+                   cap_bps: float, packet_bytes: float) -> tuple[dict, float]:
+    """Link fractions and path latency of one message."""
+    if src == dst:
+        return {}, 0.0
+    all_paths = route(src, dst)
+    flow = make_flow(flow_id, all_paths, mode=mode, choice=choice, cap_bps=cap_bps)
+    latency_s = max(path_latency_s(graph, p, packet_bytes) for p in flow.paths)
+    return dict(flow.fractions), latency_s
+
+
+@dataclass
+class WorkloadPrediction:
+    """Model prediction for a message DAG (real seconds after the run's time zero)."""
+
+    completion_s: float                    # last completion - first earliest start
+    finish_s: dict[int, float] = field(default_factory=dict)
+    ready_s: dict[int, float] = field(default_factory=dict)
+    duration_s: dict[int, float] = field(default_factory=dict)   # finish - ready
+    algbw_bps: float | None = None
+    busbw_bps: float | None = None
+    recomputations: int = 0
+
+
+def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
+                     mode: str = "spread", choice: Choice | None = None,
+                     overhead_s: float = DEFAULT_OVERHEAD_S, packet_bytes: float = 0.0,
+                     wire_factor: float = 1.0, nic_rate_bps: float | None = None,
+                     collective: str | None = None) -> WorkloadPrediction:
+    """Completion time of a Workload's message DAG as a fluid max-min simulation.
+
+    A message becomes ready when its deps have completed (and not before its
+    ``start_s``), starts sending ``overhead_s`` later, drains at its max-min rate
+    and completes one path latency after its last byte is sent. algbw/busbw use
+    ``collective`` (default: the workload's name, if it names a collective).
+    """
+    route = resolve_paths(paths)
+    cap_bps = math.inf if nic_rate_bps is None else float(nic_rate_bps)
+    jobs = []
+    route_cache: dict[tuple[str, str], tuple[dict, float]] = {}
+    for m in workload.messages:
+        if mode == "spread":
+            key = (m.src, m.dst)
+            if key not in route_cache:
+                route_cache[key] = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
+                                                  choice, cap_bps, packet_bytes)
+            fractions, latency_s = route_cache[key]
+        else:
+            fractions, latency_s = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
+                                                  choice, cap_bps, packet_bytes)
+        jobs.append(FluidJob(
+            job_id=m.msg_id, fractions=fractions, size_bits=8.0 * wire_factor * m.size_bytes,
+            cap_bps=cap_bps, release_s=m.start_s, deps=tuple(m.deps),
+            pre_s=overhead_s, post_s=latency_s,
+        ))
+    res = simulate(jobs, link_capacities(graph))
+    t0 = min((m.start_s for m in workload.messages), default=0.0)
+    completion_s = res.makespan_s - t0 if workload.messages else 0.0
+    pred = WorkloadPrediction(
+        completion_s=completion_s, finish_s=dict(res.finish_s), ready_s=dict(res.ready_s),
+        duration_s={k: res.finish_s[k] - res.ready_s[k] for k in res.finish_s},
+        recomputations=res.recomputations,
+    )
+    name = collective or workload.meta.get("collective") or workload.name
+    if completion_s > 0:
+        pred.algbw_bps = 8.0 * workload.size_bytes / completion_s
+        try:
+            pred.busbw_bps = pred.algbw_bps * busbw_factor(name, len(workload.ranks))
+        except ValueError:
+            pred.busbw_bps = None
+    return pred
+
+
+# ---------------------------------------------------------------- closed forms
+
+def _beta_s(size_bytes: float, bw_bps: float) -> float:
+    return 8.0 * size_bytes / bw_bps
+
+
+def ring_allreduce_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0) -> float:
+    """Ring all-reduce: 2(n-1) steps of S/n bytes: ``2(n-1)(alpha + (S/n)/B)``."""
+    return 2 * (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
+
+
+def reduce_scatter_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0) -> float:
+    """Ring reduce-scatter: ``(n-1)(alpha + (S/n)/B)``."""
+    return (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
+
+
+def allgather_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0) -> float:
+    """Ring all-gather (S = output size): ``(n-1)(alpha + (S/n)/B)``."""
+    return (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
+
+
+def alltoall_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0, *,
+                    schedule: str = "pairwise") -> float:
+    """All-to-all, each rank sends S/n to each peer.
+
+    'pairwise': n-1 permutation steps, ``(n-1)(alpha + (S/n)/B)``;
+    'direct': all n(n-1) flows at once, ``alpha + (S/n)/B`` with B the per-flow
+    rate under that full load (e.g. C/(n-1) behind one switch).
+    """
+    if schedule == "pairwise":
+        return (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
+    if schedule == "direct":
+        return alpha_s + _beta_s(size_bytes / n, bw_bps)
+    raise ValueError(f"schedule must be 'pairwise' or 'direct', not {schedule!r}")
+
+
+def broadcast_ring_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0,
+                          chunks: int = 1) -> float:
+    """Pipelined chain broadcast of S in k chunks: ``(n-2+k)(alpha + (S/k)/B)``."""
+    if n <= 1:
+        return 0.0
+    return (n - 2 + chunks) * (alpha_s + _beta_s(size_bytes / chunks, bw_bps))
+
+
+def halving_doubling_allreduce_time_s(n: int, size_bytes: float, bw_bps: float,
+                                      alpha_s: float = 0.0) -> float:
+    """Rabenseifner (recursive halving reduce-scatter + doubling all-gather), n = 2^k:
+    ``2 log2(n) alpha + 2 (n-1)/n S/B``."""
+    if n < 1 or n & (n - 1):
+        raise ValueError(f"halving-doubling needs a power-of-two rank count, not {n}")
+    return 2 * math.log2(n) * alpha_s + 2 * (n - 1) / n * _beta_s(size_bytes, bw_bps)
+
+
+# ---------------------------------------------------------- topology-aware forms
+
+def bottleneck_rate_bps(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, str]], *,
+                        mode: str = "spread", choice: Choice | None = None,
+                        nic_rate_bps: float | None = None) -> float:
+    """Bottleneck per-flow rate of one step: the smallest max-min rate among the
+    concurrent flows ``pairs`` (flow id = (src, dst) for a hashed ``choice``)."""
+    route = resolve_paths(paths)
+    cap_bps = math.inf if nic_rate_bps is None else float(nic_rate_bps)
+    flows = [make_flow((s, d), route(s, d), mode=mode, choice=choice, cap_bps=cap_bps)
+             for s, d in pairs if s != d]
+    if not flows:
+        return math.inf
+    return min(max_min_rates(graph, flows).rates_bps.values())
+
+
+def step_alpha_s(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, str]], *,
+                 overhead_s: float = DEFAULT_OVERHEAD_S, packet_bytes: float = 0.0,
+                 mode: str = "spread", choice: Choice | None = None) -> float:
+    """Alpha of a synchronous step: overhead + the longest path latency among its flows."""
+    route = resolve_paths(paths)
+    worst_s = 0.0
+    for s, d in pairs:
+        if s == d:
+            continue
+        candidates = route(s, d)
+        used = candidates if mode == "spread" else [choose_path((s, d), candidates, choice)]
+        worst_s = max(worst_s, max(path_latency_s(graph, p, packet_bytes) for p in used))
+    return overhead_s + worst_s
+
+
+@dataclass(frozen=True)
+class Step:
+    """One synchronous step: concurrent (src, dst) flows of ``size_bytes`` each."""
+
+    pairs: tuple[tuple[str, str], ...]
+    size_bytes: float
+
+
+def collective_steps(collective: str, ranks: Sequence[str], size_bytes: float, *,
+                     algorithm: str = "ring", chunks: int = 1,
+                     schedule: str = "pairwise") -> list[Step]:
+    """The synchronous steps of a standard collective (NCCL-tests size convention).
+
+    all-reduce: 'ring' or 'hd' (halving-doubling); reduce-scatter/all-gather: ring;
+    all-to-all: ``schedule`` 'pairwise' or 'direct'; broadcast: pipelined chain from
+    ranks[0] in ``chunks`` chunks.
+    """
+    kind = normalize_collective(collective)
+    n = len(ranks)
+    ring = tuple((ranks[i], ranks[(i + 1) % n]) for i in range(n)) if n > 1 else ()
+    if kind == "allreduce" and algorithm in ("hd", "halving-doubling", "halving_doubling"):
+        if n & (n - 1):
+            raise ValueError(f"halving-doubling needs a power-of-two rank count, not {n}")
+        levels = int(math.log2(n)) if n > 1 else 0
+        halving = []
+        for k in range(levels):
+            dist = n >> (k + 1)
+            pairs = tuple((ranks[i], ranks[i ^ dist]) for i in range(n))
+            halving.append(Step(pairs, size_bytes / (1 << (k + 1))))
+        return halving + halving[::-1]
+    if kind == "allreduce":
+        return [Step(ring, size_bytes / n)] * (2 * (n - 1))
+    if kind in ("reducescatter", "allgather"):
+        return [Step(ring, size_bytes / n)] * (n - 1)
+    if kind == "alltoall":
+        if schedule == "direct":
+            pairs = tuple((a, b) for a in ranks for b in ranks if a != b)
+            return [Step(pairs, size_bytes / n)] if n > 1 else []
+        return [Step(tuple((ranks[i], ranks[(i + k) % n]) for i in range(n)), size_bytes / n)
+                for k in range(1, n)]
+    if kind == "broadcast":
+        chain = tuple((ranks[i], ranks[i + 1]) for i in range(n - 1))
+        return [Step(chain, size_bytes / chunks)] * (n - 2 + chunks) if n > 1 else []
+    raise ValueError(f"no closed form for {collective!r}")
+
+
+@dataclass(frozen=True)
+class CollectivePrediction:
+    """Closed-form prediction: total time, per-step (alpha_s, bw_bps, time_s), bandwidths."""
+
+    time_s: float
+    steps: tuple[tuple[float, float, float], ...]
+    bottleneck_bw_bps: float
+    algbw_bps: float
+    busbw_bps: float
+
+
+def predict_collective(collective: str, graph: nx.Graph, paths: PathsLike, ranks: Sequence[str],
+                       size_bytes: float, *, algorithm: str = "ring", chunks: int = 1,
+                       schedule: str = "pairwise", mode: str = "spread",
+                       choice: Choice | None = None, overhead_s: float = DEFAULT_OVERHEAD_S,
+                       packet_bytes: float = 0.0, wire_factor: float = 1.0,
+                       nic_rate_bps: float | None = None) -> CollectivePrediction:
+    """Alpha-beta time of a collective, each step priced at its own bottleneck rate
+    from the routed paths: ``T = sum_steps (alpha_step + wire * bytes / B_step)``."""
+    steps = collective_steps(collective, ranks, size_bytes, algorithm=algorithm,
+                             chunks=chunks, schedule=schedule)
+    priced: list[tuple[float, float, float]] = []
+    cache: dict[tuple, tuple[float, float]] = {}
+    for step in steps:
+        if step.pairs not in cache:
+            bw = bottleneck_rate_bps(graph, paths, step.pairs, mode=mode, choice=choice,
+                                     nic_rate_bps=nic_rate_bps)
+            alpha = step_alpha_s(graph, paths, step.pairs, overhead_s=overhead_s,
+                                 packet_bytes=packet_bytes, mode=mode, choice=choice)
+            cache[step.pairs] = (alpha, bw)
+        alpha, bw = cache[step.pairs]
+        priced.append((alpha, bw, alpha + wire_factor * _beta_s(step.size_bytes, bw)))
+    time_s = sum(t for _, _, t in priced)
+    bw_min = min((bw for _, bw, _ in priced), default=math.inf)
+    algbw = 8.0 * size_bytes / time_s if time_s > 0 else math.inf
+    return CollectivePrediction(time_s, tuple(priced), bw_min, algbw,
+                                algbw * busbw_factor(collective, len(ranks)))

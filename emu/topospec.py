@@ -1,0 +1,60 @@
+"""Topology specs in Mininet's ``--topo`` syntax: ``name,arg,...,key=value``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+from mininet.util import splitArgs
+
+import topologies
+from emu.errors import ParameterError
+from emu.units import format_rate
+from topologies.base import FabricTopo
+
+
+def registry() -> dict[str, type[FabricTopo]]:
+    """Every topology name -> class, merged from the ``topos`` dicts of the
+    modules of the ``topologies`` package (the files ``mn --custom`` loads)."""
+    found: dict[str, type[FabricTopo]] = {}
+    for module_info in sorted(pkgutil.iter_modules(topologies.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"topologies.{module_info.name}")
+        for name, cls in getattr(module, "topos", {}).items():
+            if name in found and found[name] is not cls:
+                raise RuntimeError(f"topology name {name!r} is defined twice "
+                                   f"(second time in {module.__name__})")
+            found[name] = cls
+    return found
+
+
+def usage(name: str, cls: type[FabricTopo]) -> str:
+    """'fattree,k=4,host_rate=400G,...': the parameters of ``cls.build`` and their defaults."""
+    words = [name]
+    for param in list(inspect.signature(cls.build).parameters.values())[1:]:  # drop self
+        if param.kind is param.VAR_POSITIONAL:
+            words.append(f"{param.name}...")
+        elif param.default is param.empty:
+            words.append(param.name)
+        elif param.name.endswith("_rate") and isinstance(param.default, (int, float)):
+            words.append(f"{param.name}={format_rate(param.default)}")
+        else:
+            words.append(f"{param.name}={param.default}")
+    return ",".join(words)
+
+
+def build_topo(spec: str) -> FabricTopo:
+    """Build the topology named by ``spec``, e.g. ``"fattree,4"`` or
+    ``"leafspine,4,2,8,oversub=2"``; ParameterError on a bad name or arguments."""
+    name, args, kwargs = splitArgs(spec.strip())
+    known = registry()
+    if name not in known:
+        raise ParameterError("topology", name, f"unknown; known: {', '.join(sorted(known))}")
+    cls = known[name]
+    try:
+        # Bind against build() (Topo.__init__ takes *args, **kwargs) so that a
+        # TypeError inside build() stays a bug instead of becoming a usage error.
+        inspect.signature(cls.build).bind(None, *args, **kwargs)
+    except TypeError as exc:
+        raise ParameterError("topology", spec, f"{exc}; usage: {usage(name, cls)}") from None
+    return cls(*args, **kwargs)

@@ -1,0 +1,1 @@
+"""Experiments: thin scripts that pick topology + traffic + parameters, run, compare."""

@@ -1,0 +1,133 @@
+"""The fidelity gate's checks on hand-made measurements (no kernel)."""
+
+from __future__ import annotations
+
+import math
+
+from emu.fidelity import (
+    FidelityReport,
+    MarkingCounts,
+    PortQueue,
+    PortRate,
+    RunMeasures,
+    combine,
+    evaluate,
+    nice_scale,
+)
+
+PKT_400G_S = 8 * 4154 / 400e9   # one full RoCEv2 frame at 400 Gb/s, real seconds
+
+
+def measures(**kw) -> RunMeasures:
+    base = dict(scale=20000.0, wall_s=10.0, cpu_s=8.0, workers=2,
+                pacing_lag_p99_s=0.1 * PKT_400G_S * 20000, packet_time_s=PKT_400G_S,
+                messages_expected=8, messages_completed=8)
+    base.update(kw)
+    return RunMeasures(**base)
+
+
+def marking(**kw) -> MarkingCounts:
+    base = dict(marking=True, cc=True, marks=100, ce_received=90, cnps_sent=30,
+                cnps_received=30, rate_reductions=30,
+                ports=(PortQueue("e1:eth1", 100e3, 400e3, 393e3, 524e3, 100),))
+    base.update(kw)
+    return MarkingCounts(**base)
+
+
+def test_clean_run_is_valid_and_keeps_scale():
+    rep = evaluate(measures(port_rates=[PortRate("e1:eth1", 400e9, 396e9, True)],
+                            marking=marking()))
+    assert rep.valid, rep.reasons
+    assert rep.reasons == []
+    assert rep.suggested_scale == 20000
+
+
+def test_cpu_saturation_invalidates_and_suggests_larger_scale():
+    rep = evaluate(measures(cpu_s=19.8))           # 99 % of 2 workers x 10 s
+    assert not rep.valid
+    assert any("engine CPU" in r for r in rep.reasons)
+    assert rep.suggested_scale > 20000
+    assert rep.suggested_scale == nice_scale(rep.suggested_scale)
+
+
+def test_pacing_lag_beyond_half_a_packet_time_fails():
+    lag_s = 2 * PKT_400G_S * 20000                # two dilated packet times
+    rep = evaluate(measures(pacing_lag_p99_s=lag_s))
+    assert not rep.valid
+    assert any("pacing lag" in r for r in rep.reasons)
+    assert rep.suggested_scale >= 20000 * 4       # lag / limit = 4
+
+
+def test_saturated_port_below_rate_fails_but_unsaturated_port_may_idle():
+    low = PortRate("e1:eth1", 400e9, 300e9, expect_saturated=True)
+    idle = PortRate("e2:eth1", 400e9, 10e9, expect_saturated=False)
+    assert evaluate(measures(port_rates=[idle])).valid
+    rep = evaluate(measures(port_rates=[low, idle]))
+    assert not rep.valid
+    assert rep.suggested_scale > 20000
+
+
+def test_port_faster_than_configured_means_shaper_leaks():
+    rep = evaluate(measures(port_rates=[PortRate("e1:eth1", 400e9, 440e9)]))
+    assert not rep.valid
+    assert any("shaper" in r for r in rep.reasons)
+
+
+def test_incomplete_traffic_or_engine_error_fails():
+    assert not evaluate(measures(messages_completed=7)).valid
+    rep = evaluate(measures(error="worker died"))
+    assert not rep.valid and any("worker died" in r for r in rep.reasons)
+
+
+def test_marks_without_marker_fail():
+    rep = evaluate(measures(marking=marking(marking=False, cc=False, marks=3, ce_received=3,
+                                            cnps_sent=0, cnps_received=0, rate_reductions=0,
+                                            ports=())))
+    assert not rep.valid
+
+
+def test_queue_above_kmax_must_be_marked():
+    unmarked = PortQueue("e1:eth1", 100e3, 400e3, 800e3, 1e6, 0)
+    rep = evaluate(measures(marking=marking(marks=0, ce_received=0, cnps_sent=0,
+                                            cnps_received=0, ports=(unmarked,))))
+    assert not rep.valid
+    assert any("Kmax" in r for r in rep.reasons)
+
+
+def test_marks_with_queue_never_above_kmin_fail_but_sampled_peaks_do_not():
+    below = PortQueue("e1:eth1", 100e3, 400e3, 0.0, 50e3, 5)
+    assert not evaluate(measures(marking=marking(ports=(below,)))).valid
+    sampled = PortQueue("e1:eth1", 100e3, 400e3, 50e3, math.inf, 5)  # samples may miss peaks
+    assert evaluate(measures(marking=marking(ports=(sampled,)))).valid
+
+
+def test_cnp_consistency_with_cc_on():
+    assert not evaluate(measures(marking=marking(cnps_sent=0, cnps_received=0))).valid
+    assert not evaluate(measures(marking=marking(cnps_sent=95))).valid   # > CE received
+    assert not evaluate(measures(marking=marking(cnps_received=31))).valid  # > sent
+    assert not evaluate(measures(marking=marking(ce_received=101))).valid  # > marked
+
+
+def test_cc_off_must_not_cut_rates():
+    off = marking(cc=False, cnps_sent=0, cnps_received=0, rate_reductions=0)
+    assert evaluate(measures(marking=off)).valid
+    assert not evaluate(measures(marking=marking(cc=False, rate_reductions=2))).valid
+
+
+def test_suggested_scale_capped_by_slowest_link():
+    rep = evaluate(measures(cpu_s=19.9), max_scale=30000)
+    assert rep.suggested_scale == 30000
+    assert any("caps S" in r for r in rep.reasons)
+
+
+def test_combine_and_round_trip():
+    ok = evaluate(measures())
+    bad = evaluate(measures(cpu_s=19.9))
+    both = combine([ok, bad])
+    assert not both.valid and both.suggested_scale == bad.suggested_scale
+    assert FidelityReport.from_dict(both.as_dict()) == both
+
+
+def test_nice_scale():
+    assert [nice_scale(x) for x in (0.5, 1, 1.1, 2, 3, 7, 20000, 20001)] == \
+        [1, 1, 2, 2, 5, 10, 20000, 50000]

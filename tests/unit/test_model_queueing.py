@@ -1,0 +1,181 @@
+"""Incast queueing, DCQCN fixed point and latency percentiles on hand-worked examples."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import pytest
+
+from emu.model.queueing import (
+    DcqcnParams,
+    QueueDist,
+    base_latency_s,
+    dcqcn_fixed_point,
+    incast_backlog_growth_bps,
+    incast_cc_off,
+    incast_completion_time_s,
+    latency_percentiles_s,
+    mark_probability,
+    predict_incast,
+    predict_incast_on_graph,
+    time_to_fill_s,
+)
+
+G = 1e9
+C = 400 * G
+KMIN, KMAX, PMAX = 5e3, 200e3, 0.01
+HOPS = dict(hop_rates_bps=[C, C], hop_delays_s=[0.5e-6, 0.5e-6], packet_bytes=4000)
+BASE_S = 1e-6 + 2 * 4000 * 8 / C          # 1 us + 2 x 80 ns = 1.16 us
+
+
+def test_incast_backlog_growth_and_fill_time():
+    assert incast_backlog_growth_bps(4, C, C) == pytest.approx(3 * C)
+    assert incast_backlog_growth_bps(2, 100 * G, C) == 0.0
+    # 8 MB at 1.2 Tb/s: 64e6 bit / 1.2e12 = 53.33 us
+    assert time_to_fill_s(8e6, 4, C, C) == pytest.approx(64e6 / 1.2e12)
+    assert math.isinf(time_to_fill_s(8e6, 1, C, C))
+
+
+def test_incast_completion_lossless():
+    # 4 x 1 MB through 400G: 32e6 bit / 400e9 = 80 us, + alpha 2 us
+    assert incast_completion_time_s(4, 1e6, C, 2e-6) == pytest.approx(82e-6)
+
+
+def test_cc_off_without_drops_uniform_ramp():
+    # Senders transmit for 1 MB / 400G = 20 us; queue grows at 3C: peak 3 MB.
+    # A packet's queue is uniform on [0, 3 MB]: p50 = 1.5 MB = 30 us at 400G,
+    # p99 = 2.97 MB = 59.4 us, p99.9 = 2.997 MB = 59.94 us.
+    res = incast_cc_off(4, 1e6, C, C, buffer_bytes=8e6)
+    assert not res.drops
+    assert res.peak_queue_bytes == pytest.approx(3e6)
+    pred = predict_incast(4, 1e6, C, buffer_bytes=8e6, **HOPS)
+    assert pred["base_latency_s"] == pytest.approx(BASE_S)
+    assert pred["latency_p50_s"] == pytest.approx(BASE_S + 30e-6)
+    assert pred["latency_p99_s"] == pytest.approx(BASE_S + 59.4e-6)
+    assert pred["latency_p999_s"] == pytest.approx(BASE_S + 59.94e-6)
+    assert pred["completion_s"] == pytest.approx(80e-6 + BASE_S)
+    assert pred["max_queue_bytes"] == pytest.approx(3e6)
+    assert pred["drops"] is False
+
+
+def test_cc_off_with_drops_and_go_back_n_estimate():
+    # 2 senders at C into C, 1 MB buffer, 10 MB each: growth C, peak would be 10 MB.
+    # Fill at 8e6 bit / 400e9 = 20 us. Drop probability 1 - C/2C = 0.5 -> one
+    # packet in order per go-back window; window = 0 rtt + 1 MB / C = 20 us.
+    # Goodput = 2 x 1 x 4000 B x 8 / 20 us = 3.2 Gb/s.
+    res = incast_cc_off(2, 10e6, C, C, buffer_bytes=1e6, packet_bytes=4000)
+    assert res.drops
+    assert res.fill_time_s == pytest.approx(20e-6)
+    assert res.goodput_after_fill_bps == pytest.approx(3.2 * G)
+    # by fill time 1 MB delivered + 1 MB queued in order; 18 MB at 3.2 Gb/s remain
+    assert res.completion_s == pytest.approx(20e-6 + 20e-6 + 18e6 * 8 / (3.2 * G))
+    assert res.dropped_bytes == pytest.approx(C * (200e-6 - 20e-6) / 8)
+    pred = predict_incast(2, 10e6, C, buffer_bytes=1e6, **HOPS)
+    assert pred["drops"] is True
+    assert pred["max_queue_bytes"] == pytest.approx(1e6)
+    assert pred["completion_s"] > incast_completion_time_s(2, 10e6, C)
+
+
+def test_no_queue_when_the_port_keeps_up():
+    pred = predict_incast(2, 1e6, C, sender_rate_bps=100 * G, buffer_bytes=1e6, **HOPS)
+    assert pred["max_queue_bytes"] == 0.0
+    assert pred["latency_p999_s"] == pytest.approx(BASE_S)
+    assert pred["completion_s"] == pytest.approx(8e6 / (100 * G) + BASE_S)
+
+
+def test_marking_curve():
+    assert mark_probability(KMIN, KMIN, KMAX, PMAX) == 0.0
+    assert mark_probability((KMIN + KMAX) / 2, KMIN, KMAX, PMAX) == pytest.approx(PMAX / 2)
+    assert mark_probability(KMAX, KMIN, KMAX, PMAX) == pytest.approx(PMAX)
+    assert mark_probability(KMAX + 1, KMIN, KMAX, PMAX) == 1.0
+    # DCTCP step: Kmin = Kmax
+    assert mark_probability(10e3, 20e3, 20e3, 1.0) == 0.0
+    assert mark_probability(30e3, 20e3, 20e3, 1.0) == 1.0
+
+
+def _zhu_derivatives(p: float, alpha: float, rt: float, rc: float, prm: DcqcnParams,
+                     pkt_bytes: float) -> tuple[float, float, float]:
+    """Right-hand sides of the Zhu et al. (CoNEXT 2016) DCQCN fluid model, packets/s."""
+    tau, r_ai = prm.cnp_interval_s, prm.rate_ai_bps / (8 * pkt_bytes)
+    b, t = prm.byte_counter_bytes / pkt_bytes, prm.timer_s
+    cnp = 1 - (1 - p) ** (tau * rc)
+    inc_b = rc * p / ((1 - p) ** (-b) - 1)
+    inc_t = rc * p / ((1 - p) ** (-t * rc) - 1)
+    d_alpha = prm.g / tau * (cnp - alpha)
+    d_rt = -(rt - rc) / tau * cnp + r_ai * (inc_b + inc_t)
+    d_rc = -rc * alpha / (2 * tau) * cnp + (rt - rc) / 2 * (inc_b + inc_t)
+    return d_alpha, d_rt, d_rc
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_dcqcn_fixed_point_is_stationary_and_inside_the_band(n):
+    prm, pkt = DcqcnParams(), 4096
+    fp = dcqcn_fixed_point(n, C, KMIN, KMAX, PMAX, prm, pkt)
+    assert KMIN <= fp.queue_bytes <= KMAX
+    assert not fp.saturated
+    assert fp.rate_bps == pytest.approx(C / n)
+    assert fp.queue_delay_s == pytest.approx(fp.queue_bytes * 8 / C)
+    # the marking curve at q* gives back p*
+    assert mark_probability(fp.queue_bytes, KMIN, KMAX, PMAX) == pytest.approx(fp.p_mark)
+    rc, rt = fp.rate_bps / (8 * pkt), fp.target_rate_bps / (8 * pkt)
+    d_alpha, d_rt, d_rc = _zhu_derivatives(fp.p_mark, fp.alpha, rt, rc, prm, pkt)
+    # each derivative vanishes relative to the size of its own terms
+    assert abs(d_alpha) < 1e-6 * prm.g / prm.cnp_interval_s
+    assert abs(d_rc) < 1e-6 * rc * fp.alpha / prm.cnp_interval_s
+    assert abs(d_rt) < 1e-6 * (rt - rc) / prm.cnp_interval_s
+
+
+def test_dcqcn_queue_grows_with_flows_and_saturates_at_kmax():
+    qs = [dcqcn_fixed_point(n, C, KMIN, KMAX, PMAX).queue_bytes for n in (2, 4, 8, 16)]
+    assert qs == sorted(qs) and qs[0] < qs[-1]
+    # a tiny Pmax cannot supply the needed marking: the queue is pinned at Kmax
+    fp = dcqcn_fixed_point(64, C, KMIN, KMAX, 1e-4)
+    assert fp.saturated and fp.queue_bytes == pytest.approx(KMAX)
+
+
+def test_dcqcn_incast_prediction():
+    pred = predict_incast(4, 10e6, C, buffer_bytes=8e6, cc="dcqcn", kmin_bytes=KMIN,
+                          kmax_bytes=KMAX, pmax=PMAX, **HOPS)
+    assert KMIN <= pred["q_star_bytes"] <= KMAX
+    assert pred["per_flow_rate_bps"] == pytest.approx(C / 4)
+    assert pred["max_queue_bytes"] <= KMAX
+    assert pred["drops"] is False
+    assert pred["completion_s"] == pytest.approx(4 * 10e6 * 8 / C + BASE_S)
+    assert pred["goodput_bps"] == pytest.approx(4 * 10e6 * 8 / pred["completion_s"])
+    with pytest.raises(ValueError):
+        predict_incast(4, 1e6, C, buffer_bytes=8e6, cc="dcqcn")
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(n_senders=4, size_bytes=1e6, buffer_bytes=8e6),
+    dict(n_senders=2, size_bytes=10e6, buffer_bytes=1e6),
+    dict(n_senders=8, size_bytes=1e6, buffer_bytes=8e6, cc="dcqcn", kmin_bytes=KMIN,
+         kmax_bytes=KMAX, pmax=PMAX),
+])
+def test_latency_percentiles_are_monotone(kwargs):
+    pred = predict_incast(port_rate_bps=C, **kwargs, **HOPS)
+    assert BASE_S <= pred["latency_p50_s"] <= pred["latency_p99_s"] <= pred["latency_p999_s"]
+
+
+def test_queue_mixture_quantiles():
+    # equal weight: uniform [0, 10] and a point mass at 10. cdf(5) = 0.25.
+    dist = QueueDist(((1.0, 0.0, 10.0), (1.0, 10.0, 10.0)))
+    assert dist.cdf(5.0) == pytest.approx(0.25)
+    assert dist.quantile(0.25) == pytest.approx(5.0)
+    assert dist.quantile(0.9) == pytest.approx(10.0)
+    assert dist.mean_bytes == pytest.approx(7.5)
+    lat = latency_percentiles_s(1e-6, QueueDist.uniform(0, 1e6), C, (0.5,))
+    assert lat[0.5] == pytest.approx(1e-6 + 0.5e6 * 8 / C)
+    assert base_latency_s([C], [0.0], 4000) == pytest.approx(80e-9)
+
+
+def test_prediction_from_graph():
+    g = nx.Graph()
+    for h in ("h0", "h1", "h2", "h3", "h4"):
+        g.add_edge(h, "sw", rate_bps=C, delay_s=0.5e-6, buffer_bytes=8e6)
+    pred = predict_incast_on_graph(g, lambda s, d: [(s, "sw", d)], ["h0", "h1", "h2", "h3"],
+                                   "h4", 1e6, packet_bytes=4000)
+    assert pred["backlog_growth_bps"] == pytest.approx(3 * C)
+    assert pred["max_queue_bytes"] == pytest.approx(3e6)
+    assert pred["latency_p50_s"] == pytest.approx(BASE_S + 30e-6)

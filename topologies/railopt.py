@@ -1,0 +1,80 @@
+"""Rail-optimized GPU fabric: GPU i of every server attaches to rail leaf i.
+
+Names: GPU ``h<server>g<gpu>`` (servers from 1, GPUs/rails from 0 as device ids),
+NVSwitch ``nv<server>``, rail leaf ``r<rail>``, spine ``s<n>`` (from 1). A GPU's
+port eth0 is its NIC (to its rail leaf), eth1 its NVLink port.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+# `mn --custom` exec()s this file without __file__ and without the repo on sys.path.
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sys._getframe().f_code.co_filename)))
+if _REPO_ROOT not in sys.path:
+    sys.path.insert(0, _REPO_ROOT)
+
+from topologies.base import (  # noqa: E402
+    FABRIC_LINK_DELAY_S,
+    HOST_LINK_DELAY_S,
+    LEAF_SPINE_RATE_BPS,
+    NIC_RATE_BPS,
+    NVLINK_DELAY_S,
+    NVLINK_RATE_BPS,
+    FabricTopo,
+    Rate,
+    require_bool,
+    require_int,
+    require_rate,
+)
+
+
+class RailOptimized(FabricTopo):
+    """``servers`` servers of ``gpus`` GPUs; rail leaves all-to-all to ``spines`` spines.
+
+    The GPUs are the hosts (info ``server``, ``gpu``). With ``nvlink`` every
+    server has an NVSwitch (role 'nvswitch') linked to each of its GPUs at
+    ``nvlink_rate`` (3.6 Tb/s per direction = NVLink 4's 900 GB/s bidirectional);
+    routing then uses NVLink between GPUs of one server and the rails otherwise.
+    ``spines`` defaults to the fewest that make the rail leaves non-blocking:
+    ceil(servers * host_rate / fabric_rate).
+    """
+
+    family = "railopt"
+
+    def build(self, servers: int = 2, gpus: int = 8, spines: int | None = None,
+              nvlink: bool = True, host_rate: Rate = NIC_RATE_BPS,
+              fabric_rate: Rate = LEAF_SPINE_RATE_BPS,
+              nvlink_rate: Rate = NVLINK_RATE_BPS) -> None:
+        servers = require_int("servers", servers)
+        gpus = require_int("gpus", gpus)
+        nvlink = require_bool("nvlink", nvlink)
+        host_bps = require_rate("host_rate", host_rate)
+        fabric_bps = require_rate("fabric_rate", fabric_rate)
+        nvlink_bps = require_rate("nvlink_rate", nvlink_rate)
+        spines = (math.ceil(servers * host_bps / fabric_bps) if spines is None
+                  else require_int("spines", spines))
+        self._params = {"servers": servers, "gpus": gpus, "spines": spines, "nvlink": nvlink,
+                        "host_rate": host_bps, "fabric_rate": fabric_bps,
+                        "nvlink_rate": nvlink_bps}
+        spine_nodes = [self.add_switch(f"s{i + 1}", "spine", 2, index=i) for i in range(spines)]
+        rails = [self.add_switch(f"r{rail}", "leaf", 1, rail=rail) for rail in range(gpus)]
+        for server in range(1, servers + 1):
+            nvswitch = (self.add_switch(f"nv{server}", "nvswitch", 1, server=server)
+                        if nvlink else None)
+            for gpu in range(gpus):
+                host = self.add_host(f"h{server}g{gpu}", server=server, gpu=gpu, rail=gpu)
+                self.add_link(host, rails[gpu], rate_bps=host_bps, delay_s=HOST_LINK_DELAY_S,
+                              tier="host-leaf")
+                if nvswitch:
+                    self.add_link(host, nvswitch, rate_bps=nvlink_bps, delay_s=NVLINK_DELAY_S,
+                                  tier="nvlink")
+        for rail in rails:
+            for spine in spine_nodes:
+                self.add_link(rail, spine, rate_bps=fabric_bps, delay_s=FABRIC_LINK_DELAY_S,
+                              tier="leaf-spine")
+
+
+topos = {"railopt": RailOptimized}
