@@ -405,3 +405,57 @@ def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any]
     queue["t_s"] = queue["t_s"] / scale
     return Measurement(result.messages, result.latency, result.rates, queue,
                        port_deltas(before, after), dict(result.stats), wall_s)
+
+
+def engine_config(cc: str, **kw: Any) -> Any:
+    """The engine's configuration for a CC mode ('off' or a DCQCN PARAMS name)."""
+    from traffic.engine import EngineConfig
+
+    return EngineConfig(cc=cc, **kw)
+
+
+def _thresholds_of(fab: Any, port: Any) -> Any:
+    from emu.ecn.curve import ThresholdPolicy
+
+    policy = fab.thresholds if isinstance(fab.thresholds, ThresholdPolicy) else \
+        ThresholdPolicy(default=fab.thresholds)
+    return policy.for_port(port)
+
+
+def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
+                saturated: Mapping[str, float] | None = None) -> FidelityReport:
+    """The gate over one measured traffic run. ``saturated`` maps port names to the
+    real window (s) over which the model says the port sends at its full rate."""
+    from emu.fidelity import MarkingCounts, PortQueue, PortRate, RunMeasures, evaluate
+
+    ports = {p.name: p for p in fab.ports()}
+    rates = []
+    for name, window_s in (saturated or {}).items():
+        achieved = 8.0 * float(m.ports.at[name, "tx_bytes"]) / window_s if window_s > 0 else 0.0
+        rates.append(PortRate(name, ports[name].rate_bps, achieved, expect_saturated=True))
+    marked = [p for p in fab.ports() if p.marker is not None]
+    queues = []
+    for p in marked:
+        row = m.ports.loc[p.name]
+        if row.tx_packets > 0:
+            t = _thresholds_of(fab, p)
+            queues.append(PortQueue(p.name, t.kmin_bytes, t.kmax_bytes,
+                                    float(row.max_queue_lo_bytes), float(row.max_queue_hi_bytes),
+                                    int(row.ecn_marked)))
+    switch_ports = m.ports[[ports[n].is_switch for n in m.ports.index]]
+    msgs = m.messages
+    marking = MarkingCounts(
+        marking=fab.marking != "off", cc=cc, marks=int(switch_ports.ecn_marked.sum()),
+        ce_received=int(msgs.ce_marked.sum()), cnps_sent=int(msgs.cnps_sent.sum()),
+        cnps_received=int(msgs.cnps_received.sum()),
+        rate_reductions=int(m.stats.get("rate_reductions", 0)), ports=queues)
+    host_rate = max(p.rate_bps for p in fab.ports() if not p.is_switch)
+    st = m.stats
+    measures = RunMeasures(
+        scale=fab.scale.factor, wall_s=float(st.get("wall_s", m.wall_s)),
+        cpu_s=float(st["cpu_s"]), workers=int(st["workers"]),
+        pacing_lag_p99_s=float(st["pacing_lag_p99_s"]), packet_time_s=packet_time_s(host_rate),
+        messages_expected=len(workload.messages),
+        messages_completed=int(msgs.end_s.notna().sum()), error=st.get("error"),
+        port_rates=rates, marking=marking)
+    return evaluate(measures, max_scale=max_scale(fab))

@@ -52,8 +52,6 @@ from traffic.roce import (
     DATA_OPCODES,
     ECN_CE,
     RETH_OPCODES,
-    WRITE_LAST,
-    WRITE_ONLY,
     Flow,
     QpTemplate,
     ResponderTemplate,
@@ -532,9 +530,9 @@ class _WorkerLoop:
         lags = self.lags
         while qps:
             now = mono()
-            # The due QP with the earliest schedule (timers of idle QPs checked here).
+            # The QP with the earliest schedule; retransmission timers of idle QPs fire here.
             best = None
-            best_t = 1 << 62
+            best_t = timer_t = 1 << 62
             for qp in qps:
                 if qp.idle:
                     deadline = qp.gbn.deadline_s
@@ -542,8 +540,8 @@ class _WorkerLoop:
                         continue
                     due = t0 + int(deadline * scale_ns)
                     if due > now:
-                        if due < best_t:
-                            best_t = due
+                        if due < timer_t:
+                            timer_t = due
                         continue
                     qp.gbn.advance((now - t0) / scale_ns)
                     self._wake(qp, now)
@@ -551,7 +549,7 @@ class _WorkerLoop:
                     best, best_t = qp, qp.next_ns
             start = best_t if best_t > nic.next_ns else nic.next_ns
             if best is None or start > now:
-                return start
+                return start if start < timer_t else timer_t
             # Send from ``best`` while it stays the only candidate and is due.
             g = best.gbn
             rp = best.rp
@@ -571,17 +569,16 @@ class _WorkerLoop:
                 else:
                     shape, bits = best.last, best.bits[2]
                 frame = shape.write(psn, now)
-                try:
-                    send(frame)
-                except (BlockingIOError, OSError) as e:
-                    if isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS:
-                        # The NIC queue (shaped qdisc) is full: the frame was not sent.
-                        # Back off one frame time and retry it then (go back to it).
-                        self.push_backs += 1
-                        g.on_nak(psn, None)
-                        nic.next_ns = now + int(bits * nic.ns_per_bit)
-                        return nic.next_ns
-                    raise
+                if nic.backlog:
+                    self._push_back(nic, frame, None)
+                    burst = False
+                else:
+                    try:  # inline of _send_data: this is the hot path
+                        send(frame)
+                        self.packets_sent += 1
+                    except OSError as e:
+                        self._push_back(nic, frame, e)
+                        burst = False  # the NIC queue is full: stop after the bookkeeping
                 sched = best.next_ns if best.next_ns > nic.next_ns else nic.next_ns
                 lags.append(now - sched)
                 interval = int(bits * scale_ns / rp.rate_bps)
@@ -596,7 +593,6 @@ class _WorkerLoop:
                 if best.first_tx_ns < 0:
                     best.first_tx_ns = now
                 best.last_tx_ns = now
-                self.packets_sent += 1
                 self.data_sent += 1
                 if now >= best.next_trace_ns:
                     self._trace(best, now)
@@ -619,31 +615,48 @@ class _WorkerLoop:
                            rp.alpha))
         qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale * 1e9)
 
-    def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray) -> None:
+    def _send_data(self, nic: _Nic, frame: bytearray) -> bool:
+        """Hand a frame to the NIC; False if its queue (the shaped qdisc) pushed back.
+
+        A pushed-back frame is kept and sent before anything else (never dropped):
+        ENOBUFS means the qdisc refused it, EAGAIN that the socket's share of the
+        queue is full.
+        """
         if nic.backlog:
-            nic.backlog.append(bytes(frame))
-            return
+            self._push_back(nic, frame, None)
+            return False
         try:
             nic.sock.send(frame)
-            self.packets_sent += 1
-            self.ctrl_sent += 1
-        except (BlockingIOError, OSError) as e:
-            if not (isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS):
-                raise
+        except OSError as e:
+            self._push_back(nic, frame, e)
+            return False
+        self.packets_sent += 1
+        return True
+
+    def _push_back(self, nic: _Nic, frame: bytes | bytearray, error: OSError | None) -> None:
+        if error is not None:
+            if not (isinstance(error, BlockingIOError) or error.errno == errno.ENOBUFS):
+                raise error
             self.push_backs += 1
-            nic.backlog.append(bytes(frame))
+        nic.backlog.append(bytes(frame))
+
+    def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray) -> None:
+        if self._send_data(nic, frame):
+            self.ctrl_sent += 1
 
     def _flush_backlog(self, nic: _Nic) -> bool:
-        while nic.backlog:
+        backlog = nic.backlog
+        while backlog:
             try:
-                nic.sock.send(nic.backlog[0])
-            except (BlockingIOError, OSError) as e:
-                if not (isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS):
+                nic.sock.send(backlog[0])
+            except BlockingIOError:
+                return False
+            except OSError as e:
+                if e.errno != errno.ENOBUFS:
                     raise
                 return False
-            nic.backlog.pop(0)
+            backlog.pop(0)
             self.packets_sent += 1
-            self.ctrl_sent += 1
         return True
 
     # -- receiving ----------------------------------------------------------------------
@@ -725,10 +738,7 @@ class _WorkerLoop:
     def _on_ack(self, qp: _SendQp, psn: int, syndrome: int, rx_ns: int) -> None:
         g = qp.gbn
         t = self.real_s(rx_ns)
-        if syndrome & 0x60 == AETH_NAK_PSN_SEQ:
-            progress = g.on_nak(psn, t)
-        else:
-            progress = g.on_ack(psn, t)
+        progress = g.on_nak(psn, t) if syndrome & 96 == AETH_NAK_PSN_SEQ else g.on_ack(psn, t)
         if not progress:
             return
         if g.done:

@@ -1,0 +1,196 @@
+"""Incast: N senders -> 1 receiver, congestion control off and DCQCN over a Kmin/Kmax sweep.
+
+Measured per case: completion time, goodput, one-way latency p50/p99/p99.9, the
+receiver port's queue over time and its peak, ECN marks, CNPs, drops and
+retransmissions; each beside `emu.model.queueing.predict_incast_on_graph`.
+
+Senders are the N hosts nearest the receiver (fewest routed hops, then name), so
+that on the default topologies the receiver's port is the only one where traffic
+fans in: the model has one bottleneck queue, and a fabric port that also queued
+(e.g. two remote senders hashed onto one 800G aggregation downlink) would add a
+queue the model does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emu.ecn.curve import Thresholds
+from emu.fabric import Fabric
+from emu.model.queueing import DcqcnParams as ModelDcqcn
+from emu.model.queueing import (
+    QueueDist,
+    dcqcn_fixed_point,
+    incast_cc_off,
+    mark_probability,
+    predict_incast_on_graph,
+)
+from emu.scaling import Scale
+from emu.topospec import build_topo
+from emu.units import parse_size_bytes
+from experiments.common import (
+    PACKET_BYTES,
+    PAYLOAD_BYTES,
+    SCALE_HELP,
+    Option,
+    Run,
+    RunResult,
+    engine_config,
+    fidelity_of,
+    measure,
+    model_graph,
+    parse_specs,
+    progress,
+    resolve_options,
+    size_label,
+)
+from traffic import collectives
+from traffic.dcqcn import get_params
+
+NAME = "incast"
+
+# S = 20000: a 400G NIC becomes 20 Mb/s, one 4 KB frame every 1.7 ms emulated, so
+# 2 cores carry a few senders' packets, ACKs and CNPs with the pacing lag far below
+# a packet time; the 3 MB of a 3 -> 1 incast then takes ~1.3 s emulated.
+OPTIONS: dict[str, Option] = {
+    "topo": Option("fattree,4", "topology (NAME,ARG,KEY=VALUE)"),
+    "senders": Option(3, "number of senders (the hosts nearest the receiver)", parse=int),
+    "size": Option(1 << 20, "bytes per sender", quick=512 << 10,
+                   parse=lambda s: parse_size_bytes(s, "size")),
+    "cc": Option(["off", "dcqcn"], "congestion control modes to run (off;dcqcn)",
+                 parse=parse_specs),
+    "dcqcn": Option("nic", "DCQCN parameter set: nic | paper"),
+    "thresholds": Option(["100K/400K", "400K/1.6M"], "Kmin/Kmax sweep (bytes) for the "
+                         "DCQCN runs; CC off runs with the first", quick=["100K/400K"],
+                         parse=parse_specs),
+    "pmax": Option(0.2, "marking probability at Kmax", parse=float),
+    "scale": Option(20000.0, SCALE_HELP, parse=float),
+}
+
+
+def parse_thresholds(text: str, pmax: float) -> Thresholds:
+    kmin, kmax = (parse_size_bytes(x, "threshold") for x in text.split("/"))
+    return Thresholds(kmin, kmax, pmax)
+
+
+def model_dcqcn(name: str, line_rate_bps: float) -> ModelDcqcn:
+    """The fixed-point model's view of a named DCQCN parameter set at this line rate."""
+    p = get_params(name)
+    if p is None:
+        raise ValueError("cc 'off' has no DCQCN parameters")
+    factor = line_rate_bps / p.line_rate_bps if p.scale_increase_with_line_rate else 1.0
+    return ModelDcqcn(g=p.g, cnp_interval_s=p.cnp_interval_s, rate_ai_bps=p.rate_ai_bps * factor,
+                      byte_counter_bytes=p.byte_counter_bytes, timer_s=p.rate_increase_timer_s)
+
+
+def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:
+    """Expected fraction of packets marked: E[p(q)] over the packet-weighted queue."""
+    qs = (dist.quantile((i + 0.5) / points) for i in range(points))
+    return sum(mark_probability(q, t.kmin_bytes, t.kmax_bytes, t.pmax) for q in qs) / points
+
+
+def nearest_senders(fab: Fabric, receiver: str, n: int) -> list[str]:
+    others = [h for h in fab.hosts if h != receiver]
+    if n > len(others):
+        raise ValueError(f"{n} senders asked, the fabric has {len(others)} other hosts")
+    dist = fab.routes.distances_to(receiver)
+    return sorted(others, key=lambda h: (dist[h], fab.hosts.index(h)))[:n]
+
+
+def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc: str,
+            t: Thresholds, dcqcn: str) -> dict[str, Any]:
+    """Model metrics for one case, plus expected marks and CNPs."""
+    graph = model_graph(fab)
+    last_hop = fab.routes.paths(senders[0], receiver)[0][-2]
+    port = fab.port(last_hop, receiver)
+    common = dict(packet_bytes=PACKET_BYTES, kmin_bytes=t.kmin_bytes, kmax_bytes=t.kmax_bytes,
+                  pmax=t.pmax)
+    n = len(senders)
+    packets = n * -(-size_bytes // PAYLOAD_BYTES)
+    wire_bytes = size_bytes * PACKET_BYTES / PAYLOAD_BYTES
+    if cc == "off":
+        pred = predict_incast_on_graph(graph, fab.routes.paths, senders, receiver, wire_bytes,
+                                       cc="off", **common)
+        dist = incast_cc_off(n, wire_bytes, pred["sender_rate_bps"], port.rate_bps,
+                             port.buffer_bytes, packet_bytes=PACKET_BYTES).queue
+        pred["cnps"] = None  # receivers send CNPs with CC off too, but no model for them
+    else:
+        params = model_dcqcn(dcqcn, port.rate_bps)
+        pred = predict_incast_on_graph(graph, fab.routes.paths, senders, receiver, wire_bytes,
+                                       cc="dcqcn", dcqcn=params, **common)
+        fp = dcqcn_fixed_point(n, port.rate_bps, t.kmin_bytes, t.kmax_bytes, t.pmax, params,
+                               PACKET_BYTES)
+        dist = fp.queue
+        # One CNP per QP per interval with probability a (>= 1 mark in the interval).
+        pred["cnps"] = n * pred["completion_s"] / params.cnp_interval_s * fp.alpha
+    pred["marks"] = packets * mark_fraction(dist, t)
+    pred["drops"] = pred["dropped_bytes"] / PACKET_BYTES
+    pred["goodput_bps"] = 8.0 * n * size_bytes / pred["completion_s"]
+    pred["port"] = port
+    return pred
+
+
+def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
+             size_bytes: int, cc: str, t: Thresholds, dcqcn: str) -> None:
+    """Run one incast on ``fab`` and record it beside the model."""
+    pred = predict(fab, senders, receiver, size_bytes, cc, t, dcqcn)
+    port = pred["port"]
+    workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
+    m = measure(fab, workload, engine_config("off" if cc == "off" else dcqcn), watch=[port])
+    done = m.messages.end_s.notna().all()
+    completion_s = m.completion_s if done else float("nan")
+    at_port = m.port(port.name)
+    lat_us = m.latency.one_way_s * 1e6
+    run.metric(case, "completion time", "us", completion_s * 1e6, pred["completion_s"] * 1e6)
+    run.metric(case, "goodput", "Gb/s", 8e-9 * len(senders) * size_bytes / completion_s,
+               pred["goodput_bps"] * 1e-9)
+    for q, key in ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")):
+        run.metric(case, f"latency {key}", "us", float(lat_us.quantile(q)),
+                   pred[f"latency_{key.replace('.', '')}_s"] * 1e6)
+    peak_bytes = float(m.queue[m.queue.port == port.name].backlog_bytes.max())
+    run.metric(case, "peak queue", "KB", peak_bytes / 1e3, pred["max_queue_bytes"] / 1e3)
+    run.metric(case, "ECN marks", "packets", float(at_port.ecn_marked), pred["marks"])
+    if pred["cnps"] is not None:
+        run.metric(case, "CNPs", "packets", float(m.messages.cnps_sent.sum()), pred["cnps"])
+    run.metric(case, "drops", "packets", float(at_port.drops), pred["drops"])
+    if not pred["drops"]:
+        run.metric(case, "retransmissions", "packets", float(m.messages.retransmitted.sum()), 0.0)
+    labels = {"case": case, "cc": cc, "kmin_bytes": t.kmin_bytes, "kmax_bytes": t.kmax_bytes}
+    run.frame("messages", m.messages, **labels)
+    run.frame("latency", m.latency, **labels)
+    run.frame("rates", m.rates, **labels)
+    run.frame("queue", m.queue, **labels)
+    run.frame("ports", m.ports.reset_index(), **labels)
+    run.fidelity(case, fidelity_of(fab, m, workload, cc=cc != "off",
+                                   saturated={port.name: completion_s} if cc == "off" else {}))
+
+
+def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+    """Every case of the incast experiment, recorded into ``run``."""
+    topo = build_topo(opts["topo"])
+    sweep = [parse_thresholds(x, opts["pmax"]) for x in opts["thresholds"]]
+    plan = [(t, cc) for i, t in enumerate(sweep) for cc in opts["cc"]
+            if cc != "off" or i == 0]
+    with progress(len(plan), f"{prefix}incast") as advance:
+        for t in sweep:
+            cases = [cc for tt, cc in plan if tt is t]
+            if not cases:
+                continue
+            with Fabric(topo, Scale(opts["scale"]), marking="auto", thresholds=t) as fab:
+                run.fabric(f"{prefix}incast K={t.kmin_bytes}/{t.kmax_bytes}", fab)
+                receiver = fab.hosts[0]
+                senders = nearest_senders(fab, receiver, opts["senders"])
+                for cc in cases:
+                    case = (f"{prefix}cc={cc} K={size_label(t.kmin_bytes)}/"
+                            f"{size_label(t.kmax_bytes)}")
+                    run_case(run, fab, case, senders, receiver, opts["size"], cc, t,
+                             opts["dcqcn"])
+                    advance(case)
+
+
+def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+    """Run the incast experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
+    opts = resolve_options(OPTIONS, quick, overrides)
+    rec = Run(NAME, out_dir, opts, quick=quick)
+    execute(rec, opts)
+    return rec.finish()

@@ -1,0 +1,67 @@
+import pytest
+
+from emu.errors import ParameterError
+from emu.scaling import Scale
+from emu.units import format_rate, parse_rate_bps, parse_size_bytes, parse_time_s
+
+
+def test_dilation_keeps_rate_times_time_invariant():
+    s = Scale(4000)
+    rate_emu = s.rate_emu_bps(400e9)
+    assert rate_emu == pytest.approx(100e6)
+    # A 1 MiB transfer takes the same *real* time whether computed real or emulated.
+    t_real = 8 * 2**20 / 400e9
+    t_emu = 8 * 2**20 / rate_emu
+    assert s.to_real_time_s(t_emu) == pytest.approx(t_real)
+    assert s.time_emu_s(50e-6) == pytest.approx(0.2)
+    assert s.to_real_rate_bps(rate_emu) == pytest.approx(400e9)
+
+
+def test_rate_too_fast_for_the_shaper_suggests_larger_scale():
+    with pytest.raises(ParameterError, match=r"scale factor of at least 1800"):
+        Scale(100).rate_emu_bps(3.6e12)
+
+
+def test_rate_too_slow_suggests_smaller_scale():
+    with pytest.raises(ParameterError, match="at most"):
+        Scale(1e8).rate_emu_bps(400e9)
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -3, float("nan"), "x"])
+def test_invalid_scale_factor(bad):
+    with pytest.raises(ParameterError, match="scale"):
+        Scale(bad)
+
+
+def test_check_rates_reports_the_first_bad_rate():
+    with pytest.raises(ParameterError, match="1.6T"):
+        Scale(400).check_rates({400e9, 1.6e12})
+
+
+@pytest.mark.parametrize("text,bps", [("400G", 400e9), ("1.6T", 1.6e12), ("100Mbit", 1e8),
+                                      ("25e9", 25e9), (800e9, 800e9), ("10kbps", 1e4)])
+def test_parse_rate(text, bps):
+    assert parse_rate_bps(text) == pytest.approx(bps)
+
+
+@pytest.mark.parametrize("bad", ["fast", "-1G", "0", 0, "1Q"])
+def test_parse_rate_rejects(bad):
+    with pytest.raises(ParameterError):
+        parse_rate_bps(bad)
+
+
+def test_parse_size_and_time():
+    assert parse_size_bytes("1MiB") == 2**20
+    assert parse_size_bytes("64KB") == 64000
+    assert parse_size_bytes(4096) == 4096
+    assert parse_time_s("50us") == pytest.approx(50e-6)
+    assert parse_time_s("1.5ms") == pytest.approx(1.5e-3)
+    with pytest.raises(ParameterError):
+        parse_size_bytes("-4")
+    with pytest.raises(ParameterError):
+        parse_time_s("soon")
+
+
+def test_format_rate():
+    assert format_rate(400e9) == "400G"
+    assert format_rate(1.6e12) == "1.6T"
