@@ -298,18 +298,19 @@ class Fabric:
                             iface.rate_bps, rate_emu, iface.buffer_bytes, iface.tier, is_switch)
                 marked = is_switch and self.marking != "off"
                 if marked and self.marking == "red":
-                    from emu.ecn.red import red_leaf_options
+                    from emu.ecn.red import red_qdisc_options
 
                     shape_port(self._iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
-                               leaf_options=red_leaf_options(policy.for_port(port), rate_emu,
-                                                             iface.buffer_bytes))
+                               leaf_options=red_qdisc_options(policy.for_port(port), rate_emu,
+                                                              iface.buffer_bytes))
                 else:
                     shape_port(self._iprs[node], idx, rate_emu, iface.buffer_bytes)
                 if marked and self.marking == "bpf":
                     from emu.ecn.bpf import attach_bpf_marker
 
-                    port.marker = attach_bpf_marker(self._iprs[node], idx, rate_emu,
-                                                    iface.buffer_bytes, policy.for_port(port))
+                    port.marker = attach_bpf_marker(
+                        port.netns_path, iface.ifname, rate_emu, iface.buffer_bytes,
+                        policy.for_port(port), ipr=self._iprs[node], ifindex=idx)
                 self._ports.append(port)
 
     def _threshold_policy(self) -> Any:

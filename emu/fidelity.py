@@ -94,7 +94,7 @@ class Limits:
     rate_over: float = 0.05       # a port may exceed its configured rate by 5 %
     rate_under: float = 0.10      # a saturated port must reach 90 % of its rate
     cpu_busy: float = 0.90        # of wall x workers
-    lag_packets: float = 0.5      # p99 pacing lag, in dilated packet times
+    lag_packets: float = 1.0      # p99 pacing lag, in dilated packet times
     margin: float = 1.25          # head-room in the suggested scale
 
 

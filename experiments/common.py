@@ -35,10 +35,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from emu.errors import ParameterError
 from emu.fidelity import FidelityReport, combine
-from emu.units import format_size, parse_rate_bps, parse_size_bytes
+from emu.units import parse_rate_bps, parse_size_bytes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-console = Console()
+# Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 #: Full-size RoCEv2 frame on the wire (4096 payload + Eth/IP/UDP/BTH/ICRC), as the model.
 PACKET_BYTES = 4154
@@ -316,8 +317,13 @@ def parse_rate(text: str) -> float:
     return parse_rate_bps(text, "rate")
 
 
-def size_label(size_bytes: float) -> str:
-    return format_size(size_bytes) + "B"
+def size_label(size_bytes: int) -> str:
+    """Short exact label: 1MiB, 256KiB, 100KB, 4154B."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("MB", 10**6),
+                      ("KB", 10**3)):
+        if size_bytes >= div and size_bytes % div == 0:
+            return f"{size_bytes // div}{unit}"
+    return f"{size_bytes}B"
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -380,9 +386,8 @@ def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any]
     """Run ``workload`` on ``fab`` with the engine, sampling the queues of ``watch``
     ports every ``sample_interval_s`` (real s; default: one packet time of the
     slowest watched port), and difference the port counters around the run."""
-    from traffic.engine import run_workload
-
     from emu.telemetry import QueueSampler
+    from traffic.engine import run_workload
 
     scale = fab.scale.factor
     if sample_interval_s is None and watch:
@@ -442,20 +447,20 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
             queues.append(PortQueue(p.name, t.kmin_bytes, t.kmax_bytes,
                                     float(row.max_queue_lo_bytes), float(row.max_queue_hi_bytes),
                                     int(row.ecn_marked)))
+    host_rate = max(p.rate_bps for p in fab.ports() if not p.is_switch)
     switch_ports = m.ports[[ports[n].is_switch for n in m.ports.index]]
     msgs = m.messages
     marking = MarkingCounts(
         marking=fab.marking != "off", cc=cc, marks=int(switch_ports.ecn_marked.sum()),
         ce_received=int(msgs.ce_marked.sum()), cnps_sent=int(msgs.cnps_sent.sum()),
         cnps_received=int(msgs.cnps_received.sum()),
-        rate_reductions=int(m.stats.get("rate_reductions", 0)), ports=queues)
-    host_rate = max(p.rate_bps for p in fab.ports() if not p.is_switch)
+        rate_reductions=int((m.rates.groupby("msg_id").rate_bps.diff() < 0).sum()),
+        ports=queues)
     st = m.stats
     measures = RunMeasures(
-        scale=fab.scale.factor, wall_s=float(st.get("wall_s", m.wall_s)),
-        cpu_s=float(st["cpu_s"]), workers=int(st["workers"]),
-        pacing_lag_p99_s=float(st["pacing_lag_p99_s"]), packet_time_s=packet_time_s(host_rate),
-        messages_expected=len(workload.messages),
-        messages_completed=int(msgs.end_s.notna().sum()), error=st.get("error"),
+        scale=fab.scale.factor, wall_s=float(st["run_wall_s"]), cpu_s=float(sum(st["cpu_s"])),
+        workers=int(st["n_workers"]), pacing_lag_p99_s=float(st["pacing_lag_p99_emu_s"]),
+        packet_time_s=packet_time_s(host_rate), messages_expected=len(workload.messages),
+        messages_completed=int(msgs.completed.sum()), error=st.get("error"),
         port_rates=rates, marking=marking)
     return evaluate(measures, max_scale=max_scale(fab))

@@ -752,11 +752,15 @@ class _WorkerLoop:
 
     # -- results ------------------------------------------------------------------------
     def results(self, error: str | None) -> dict:
+        """Counters and samples; times in emulated ns after t0 (-1: never happened)."""
+        def rel(t_ns: int) -> int:
+            return t_ns - self.t0_ns if t_ns >= 0 else -1
+
         for h in self.hosts.values():
             self.drops[h.name] += ring_drops(h.sock)
         sends = [{
-            "index": q.plan.index, "start_ns": q.start_ns, "acked_ns": q.acked_ns,
-            "first_tx_ns": q.first_tx_ns, "last_tx_ns": q.last_tx_ns,
+            "index": q.plan.index, "start_ns": rel(q.start_ns), "acked_ns": rel(q.acked_ns),
+            "first_tx_ns": rel(q.first_tx_ns), "last_tx_ns": rel(q.last_tx_ns),
             "packets": q.n, "bytes_sent": q.bytes_sent,
             "packets_sent": q.gbn.packets_sent if q.gbn else 0,
             "retransmitted": q.gbn.retransmitted if q.gbn else 0,
@@ -765,7 +769,7 @@ class _WorkerLoop:
             "cnps_received": q.rp.cnps_received if q.rp else 0,
         } for q in self.senders]
         receives = [{
-            "index": rq.plan.index, "received_ns": rq.done_ns, "first_rx_ns": rq.first_rx_ns,
+            "index": rq.plan.index, "received_ns": rel(rq.done_ns), "first_rx_ns": rel(rq.first_rx_ns),
             "bytes_received": rq.bytes, "ce_marked": rq.ce, "cnps_sent": rq.cnps,
             "data_packets_received": rq.seen, "duplicates": rq.gbn.duplicates,
             "out_of_order": rq.gbn.out_of_order,

@@ -394,10 +394,8 @@ class PortMarker:
         """Remove the tc filter (if the port still exists) and release the maps."""
         if self._fds is None:
             return
-        with contextlib.suppress(NetlinkError, OSError, FileNotFoundError):
-            with _ipr_for(self.netns_path, ipr) as r:
-                r.tc("del-filter", "bpf", self.ifindex, ":1", parent=_CLSACT_EGRESS,
-                     prio=FILTER_PRIO)
+        with contextlib.suppress(NetlinkError, OSError), _ipr_for(self.netns_path, ipr) as r:
+            r.tc("del-filter", "bpf", self.ifindex, ":1", parent=_CLSACT_EGRESS, prio=FILTER_PRIO)
         self.close()
 
     def close(self) -> None:

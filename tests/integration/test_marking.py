@@ -75,8 +75,8 @@ def _run(rig, thresholds, n, lower, upper, ecn_of=lambda i: 1 + (i % 2)):
     rx = rig.stop_receiver()
     after = rig.marker.read_counters()
     trace = rig.marker.trace()
-    got = dict(zip(rx.ip_id, zip(rx.ecn, rx.csum_ok)))
-    rows = [(trace.get(i), e, *got.get(i, (None, None))) for i, e in zip(ids, ecns)]
+    got = dict(zip(rx.ip_id, zip(rx.ecn, rx.csum_ok, strict=True), strict=True))
+    rows = [(trace.get(i), e, *got.get(i, (None, None))) for i, e in zip(ids, ecns, strict=True)]
     return rows, rx, before, after
 
 
@@ -127,7 +127,7 @@ def test_ce_fraction_follows_the_curve(rig):
 
     check(band, "Kmin..Kmax")
     edges = [t.kmin_bytes + k * (t.kmax_bytes - t.kmin_bytes) / 4 for k in range(5)]
-    for lo, hi in zip(edges, edges[1:]):
+    for lo, hi in zip(edges, edges[1:], strict=False):
         sub = [(q, r) for q, r in band if lo < q <= hi]
         assert len(sub) > 200
         check(sub, f"{lo:.0f}..{hi:.0f}")
@@ -247,5 +247,5 @@ def test_red_backend_marks_ect_packets():
         ce = [e for e in rx.ecn if e == 3]
         assert len(rx.ip_id) == 200  # nodrop: non-ECT packets are queued, not early-dropped
         assert len(ce) > 100 and all(rx.csum_ok)
-        assert all(e != 3 for i, e in zip(rx.ip_id, rx.ecn) if (i - 1) % 4 == 0)
+        assert all(e != 3 for i, e in zip(rx.ip_id, rx.ecn, strict=True) if (i - 1) % 4 == 0)
         assert port_qdisc_stats(r.ipr_switch, r.w1_index)["drops"] == 0

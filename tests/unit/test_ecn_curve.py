@@ -12,7 +12,6 @@ from emu.ecn.backend import choose_backend
 from emu.ecn.curve import ThresholdPolicy, Thresholds, mark_probability
 from emu.errors import CapabilityError, ParameterError
 
-
 # --- Thresholds ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("kmin,kmax,pmax,bad", [
@@ -75,7 +74,7 @@ def test_curve_at_and_between_thresholds():
 def test_curve_is_monotone_between_thresholds():
     t = Thresholds(1000, 5000, 0.7)
     ps = [mark_probability(q, t) for q in range(0, 6000, 37)]
-    assert all(a <= b for a, b in zip(ps, ps[1:]))
+    assert all(a <= b for a, b in zip(ps, ps[1:], strict=False))
     assert max(p for p in ps if p < 1) <= 0.7
 
 

@@ -1,0 +1,173 @@
+"""The fabric on real namespaces: reachability, shaping per tier, ECMP, clean-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import our_namespaces, root_links
+
+pytestmark = pytest.mark.root
+EMU = [sys.executable, "-m", "emu.cli"]
+
+
+def run_namespaces(run_id: str) -> set[str]:
+    return {n for n in our_namespaces() if n.startswith(f"fabemu-{run_id}-")}
+
+
+def _fabric(spec: str, scale: float = 4000, marking: str = "off"):
+    from emu.fabric import Fabric
+    from emu.scaling import Scale
+    from emu.topospec import build_topo
+
+    return Fabric(build_topo(spec), Scale(scale), marking=marking)
+
+
+@pytest.mark.parametrize("spec", ["fattree,4", "dragonfly,p=1,a=3,h=1", "railopt,2,gpus=4",
+                                  "torus,3,4", "leafspine,3,2,2"])
+def test_build_reach_all_pairs_and_tear_down_clean(spec):
+    from emu.reachability import ping_all
+
+    before_links = root_links()
+    fab = _fabric(spec)
+    with fab:
+        assert len(run_namespaces(fab.run_id)) == len(fab.hosts) + len(fab.switches)
+        assert root_links() == before_links, "the fabric must not add links to the root namespace"
+        result = ping_all([(h, fab.netns_path(h), fab.plan.host_ip[h]) for h in fab.hosts])
+        unreachable = [pair for pair, ok in result.items() if not ok]
+        assert not unreachable
+        assert len(result) == len(fab.hosts) * (len(fab.hosts) - 1)
+    assert not run_namespaces(fab.run_id)
+    assert root_links() == before_links
+
+
+def test_shaping_holds_every_tier_and_the_ratios():
+    from emu.linktest import measure_port_rate
+
+    with _fabric("fattree,4") as fab:
+        achieved = {}
+        for node, peer in (("h1", "e1"), ("e1", "a1"), ("a1", "c1")):
+            port = fab.port(node, peer)
+            achieved[port.tier] = measure_port_rate(fab, node, peer, duration_s=2.0)
+            assert achieved[port.tier] == pytest.approx(port.rate_emu_bps, rel=0.03), port.tier
+    # 400G : 800G : 1.6T
+    assert achieved["edge-agg"] / achieved["host-edge"] == pytest.approx(2.0, rel=0.04)
+    assert achieved["agg-core"] / achieved["host-edge"] == pytest.approx(4.0, rel=0.04)
+
+
+def test_ecmp_spreads_64_udp_flows_over_all_uplinks():
+    """64 flows from h1 to a host in another pod, distinct UDP source ports: the edge
+    switch's 2 uplinks and each agg's 2 core uplinks must all carry flows."""
+    from emu.netns import in_netns
+    from emu.shaping import port_qdisc_stats
+
+    packets_per_flow = 5
+    with _fabric("fattree,4") as fab:
+        src, dst = "h1", fab.hosts[-1]
+        edge = fab.routes.next_hops[src][dst][0]
+        uplinks = fab.routes.next_hops[edge][dst]
+        assert len(uplinks) == 2
+
+        def tx_packets(node, peer):
+            port = fab.port(node, peer)
+            return port_qdisc_stats(fab.ipr(node), port.ifindex)["tx_packets"]
+
+        edge_before = {u: tx_packets(edge, u) for u in uplinks}
+        with in_netns(fab.netns_path(src)):
+            socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(64)]
+        try:
+            for i, s in enumerate(socks):
+                s.bind((fab.plan.host_ip[src], 20000 + i))
+                for _ in range(packets_per_flow):
+                    s.sendto(b"x" * 64, (fab.plan.host_ip[dst], 4791))
+            time.sleep(0.5)
+        finally:
+            for s in socks:
+                s.close()
+        flows = {u: (tx_packets(edge, u) - edge_before[u]) / packets_per_flow for u in uplinks}
+        assert sum(flows.values()) == pytest.approx(64)
+        # Binomial(64, 1/2): P(fewer than 16 on one side) < 1e-4.
+        assert all(n >= 16 for n in flows.values()), flows
+
+
+def _run_emu(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*EMU, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+
+def test_sigkill_of_the_builder_then_emu_clean_leaves_nothing():
+    bystander = f"fetest-bystander-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", bystander], check=True)
+    try:
+        before_ns, before_links = our_namespaces(), root_links()
+        code = ("import time,sys\nfrom emu.fabric import Fabric\nfrom emu.scaling import Scale\n"
+                "from topologies.fattree import FatTree\n"
+                "f = Fabric(FatTree(4), Scale(4000), marking='auto'); f.start()\n"
+                "f.exec('h1', ['sleep', '300'])\nprint('ready', flush=True); time.sleep(300)\n")
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        leftover = our_namespaces() - before_ns
+        assert len(leftover) == 36
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert our_namespaces() - before_ns == leftover, "SIGKILL cannot clean up by itself"
+        res = _run_emu("clean")
+        assert res.returncode == 0, res.stderr
+        assert our_namespaces() == before_ns
+        assert root_links() == before_links
+        assert subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True).returncode == 1
+        assert bystander in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                           text=True).stdout
+    finally:
+        subprocess.run(["ip", "netns", "del", bystander], check=False)
+
+
+def test_exception_mid_build_leaves_nothing(monkeypatch):
+    from emu.fabric import Fabric
+
+    fab = _fabric("leafspine,2,2,2")
+
+    def boom(self):
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(Fabric, "_open_sinks", boom)
+    with pytest.raises(RuntimeError, match="injected"):
+        fab.start()
+    assert not run_namespaces(fab.run_id)
+
+
+def test_cli_net_pingall_and_iperf():
+    res = _run_emu("net", "--topo", "leafspine,2,2,2", "--test", "pingall")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "12/12 host pairs reachable" in res.stdout
+    res = _run_emu("net", "--topo", "fattree,4", "--test", "iperf", "--marking", "off")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "of the 400Gb/s NIC" in res.stdout
+
+
+def test_cli_topo_show_json():
+    res = _run_emu("topo", "show", "fattree,4", "--json")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    assert (info["hosts"], info["switches"], info["links"]) == (16, 20, 48)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("topo", "show", "fattree,3"), "k"),
+    (("topo", "show", "nosuch,1"), "fattree"),
+    (("net", "--topo", "fattree,4", "--scale", "10"), "scale factor of at least"),
+    (("net", "--topo", "fattree,4", "--test", "bogus"), "pingall"),
+])
+def test_cli_bad_input_gives_a_clear_error(args, needle):
+    res = _run_emu(*args)
+    assert res.returncode == 2
+    assert needle in res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr

@@ -1,0 +1,515 @@
+"""Run a Workload on a live Fabric: worker processes, raw sockets, results in real units.
+
+```python
+result = run_workload(fab, workload, EngineConfig(cc="paper"))
+result.messages   # one row per message (times in REAL seconds from t0)
+result.latency    # one row per sampled data packet: one-way delay (REAL s), CE
+result.rates      # DCQCN rate trace per QP (REAL bit/s)
+result.stats      # per-worker counters, pacing lag, CPU, completed/error
+```
+
+Processes. The engine process opens every socket inside the hosts' namespaces
+(``emu.netns.in_netns``: one TPACKET_V2 receive ring per host, one send socket
+per host interface), then forks at most one worker per usable core; each worker
+inherits the sockets of *its* hosts only (a host belongs to exactly one worker)
+and is pinned to its own core. ``traffic/nic.py`` is the worker loop.
+
+Dependencies. A message may start once every dependency is **fully received**
+(its last byte delivered in order at the destination, as an RDMA WRITE's data
+is usable by the receiver) and not before ``t0 + start_s`` (real seconds,
+dilated by S). Completion crosses workers through a shared byte array with one
+writer per slot (the receiver's worker); the start clock ``t0`` is set by the
+engine once every worker is ready. ``end_s`` of a message is that receive time;
+``acked_s`` when the sender saw the final ACK.
+
+Shutdown. The run ends when every message is acknowledged, at ``timeout_s`` of
+wall-clock time (result incomplete, with the reason), on an error in any worker,
+or on Ctrl-C / SIGTERM of the engine process: the engine raises a shared stop
+flag, collects what the workers report, and terminates (then kills) any worker
+still alive. Workers also carry PR_SET_PDEATHSIG, so even a SIGKILLed engine
+leaves no orphan behind.
+
+Units. Workers work in emulated nanoseconds; everything reported is converted
+here with the fabric's Scale (times / S, rates x S), except the pacing lag, which
+is an engine property and is reported in emulated seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from emu.errors import ParameterError
+from emu.netns import in_netns
+from traffic import nic
+from traffic.dcqcn import DcqcnParams, get_params
+from traffic.messages import Workload
+from traffic.roce import ECN_CODES, Flow
+
+#: Real-time CNP interval used by receivers when the senders run without CC.
+_DEFAULT_CNP_INTERVAL_S = 50e-6
+_READY_TIMEOUT_S = 120.0     # building the Scapy templates of a big DAG takes a while
+_STOP_GRACE_S = 3.0
+_START_DELAY_NS = 2_000_000  # t0 a little after "all ready", so every worker is waiting
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine runs a workload (times are REAL-fabric seconds unless noted).
+
+    ``cc``: a ``traffic.dcqcn.PARAMS`` name ('paper', 'nic', 'off'), DcqcnParams,
+    or None (off: every QP at line rate; receivers still send CNPs, at the paper's
+    interval, and senders count but ignore them).
+    ``rto_s``: go-back-N retransmission timeout; None derives it from the fabric
+    (three times the longest time a full port buffer takes to drain, so that a
+    full queue never causes a spurious timeout).
+    ``timeout_s``: wall-clock limit of the whole run.
+    ``latency_sample_every``: keep one latency sample per that many data packets
+    received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
+    ``ring_bytes``: receive ring per host.
+    """
+
+    cc: str | DcqcnParams | None = "paper"
+    payload_bytes: int = 4096
+    ecn: str = "ect0"
+    workers: int | None = None
+    ack_coalesce: int = 16
+    rto_s: float | None = None
+    timeout_s: float = 300.0
+    latency_sample_every: int = 1
+    rate_trace_interval_s: float = 5e-6
+    ring_bytes: int = 4 << 20
+
+    def __post_init__(self) -> None:
+        if isinstance(self.cc, str):
+            get_params(self.cc)  # validates the name
+        elif self.cc is not None and not isinstance(self.cc, DcqcnParams):
+            raise ParameterError("cc", self.cc, "expected a PARAMS name, DcqcnParams or None")
+        if not 8 <= self.payload_bytes <= 8192:
+            raise ParameterError("payload_bytes", self.payload_bytes, "expected 8..8192")
+        if self.ecn not in ECN_CODES:
+            raise ParameterError("ecn", self.ecn, f"expected one of {sorted(ECN_CODES)}")
+        if self.workers is not None and self.workers < 1:
+            raise ParameterError("workers", self.workers, "must be >= 1 (or None)")
+        if self.ack_coalesce < 1:
+            raise ParameterError("ack_coalesce", self.ack_coalesce, "must be >= 1")
+        if self.rto_s is not None and not self.rto_s > 0:
+            raise ParameterError("rto_s", self.rto_s, "must be positive (or None)")
+        if not self.timeout_s > 0:
+            raise ParameterError("timeout_s", self.timeout_s, "must be positive")
+        if self.latency_sample_every < 1:
+            raise ParameterError("latency_sample_every", self.latency_sample_every, "must be >= 1")
+        if not self.rate_trace_interval_s > 0:
+            raise ParameterError("rate_trace_interval_s", self.rate_trace_interval_s,
+                                 "must be positive")
+
+    @property
+    def params(self) -> DcqcnParams | None:
+        return get_params(self.cc) if isinstance(self.cc, str) else self.cc
+
+
+@dataclass
+class EngineResult:
+    messages: pd.DataFrame
+    latency: pd.DataFrame
+    rates: pd.DataFrame
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def completed(self) -> bool:
+        return bool(self.stats.get("completed"))
+
+
+# ----------------------------------------------------------------------------- planning
+
+def _check_workload(fab: Any, workload: Workload) -> dict[int, int]:
+    """Validate the DAG; return msg_id -> index."""
+    hosts = set(fab.hosts)
+    index: dict[int, int] = {}
+    for i, m in enumerate(workload.messages):
+        if m.msg_id in index:
+            raise ParameterError("msg_id", m.msg_id, "message ids must be unique")
+        index[m.msg_id] = i
+        for host in (m.src, m.dst):
+            if host not in hosts:
+                raise ParameterError("host", host, "not a host of this fabric")
+        if m.src == m.dst:
+            raise ParameterError("dst", m.dst, f"message {m.msg_id} is sent to its own source")
+        if m.size_bytes <= 0:
+            raise ParameterError("size_bytes", m.size_bytes, f"message {m.msg_id} is empty")
+        if m.start_s < 0:
+            raise ParameterError("start_s", m.start_s, "must be >= 0")
+    if len(index) >= 1 << 24:
+        raise ParameterError("messages", len(index), "at most 2**24 - 1 (one QPN each)")
+    for m in workload.messages:
+        for d in m.deps:
+            if d not in index:
+                raise ParameterError("deps", d, f"message {m.msg_id} depends on an unknown id")
+    # Kahn's algorithm: a cycle would otherwise only show up as a timeout.
+    indeg = {m.msg_id: len(m.deps) for m in workload.messages}
+    children = defaultdict(list)
+    for m in workload.messages:
+        for d in m.deps:
+            children[d].append(m.msg_id)
+    ready = [k for k, v in indeg.items() if v == 0]
+    seen = 0
+    while ready:
+        k = ready.pop()
+        seen += 1
+        for c in children[k]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                ready.append(c)
+    if seen != len(indeg):
+        raise ParameterError("deps", workload.name, "the dependency graph has a cycle")
+    return index
+
+
+def _port_of(fab: Any, host: str, ifname: str) -> Any:
+    for port in fab.ports():
+        if port.node == host and port.ifname == ifname:
+            return port
+    raise ParameterError("host", host, f"no shaped port {ifname}")
+
+
+def _auto_rto_s(fab: Any) -> float:
+    drain_s = max(p.buffer_bytes * 8 / p.rate_bps for p in fab.ports())
+    return 3 * drain_s
+
+
+def _assign(loads: dict[str, int], n_workers: int) -> list[list[str]]:
+    """Hosts to workers, heaviest first onto the least-loaded worker."""
+    bins: list[list[str]] = [[] for _ in range(n_workers)]
+    totals = [0] * n_workers
+    for host in sorted(loads, key=lambda h: (-loads[h], h)):
+        w = totals.index(min(totals))
+        bins[w].append(host)
+        totals[w] += loads[host]
+    return bins
+
+
+def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, int],
+           rt_offset_ns: int) -> list[nic.WorkerPlan]:
+    scale = fab.scale
+    msgs: list[nic.MsgPlan] = []
+    loads: dict[str, int] = defaultdict(int)
+    nic_keys: dict[str, set[str]] = defaultdict(set)
+    for i, m in enumerate(workload.messages):
+        eg = fab.egress(m.src, m.dst)
+        back = fab.egress(m.dst, m.src)
+        sport = 0xC000 | (i & 0x3FFF)  # per-QP ECMP entropy
+        flow = Flow(eg.src_mac, eg.dst_mac, eg.src_ip, eg.dst_ip, sport, i + 1, ecn=config.ecn)
+        reply = Flow(back.src_mac, back.dst_mac, back.src_ip, back.dst_ip, sport, i + 1,
+                     ecn="not-ect")
+        msgs.append(nic.MsgPlan(
+            index=i, msg_id=m.msg_id, src=m.src, dst=m.dst, size_bytes=int(m.size_bytes),
+            deps=tuple(index[d] for d in m.deps),
+            start_emu_ns=int(scale.time_emu_s(m.start_s) * 1e9),
+            flow=flow, reply_flow=reply, reply_ifname=back.ifname, ifname=eg.ifname))
+        n_packets = -(-m.size_bytes // config.payload_bytes)
+        loads[m.src] += n_packets
+        loads[m.dst] += n_packets
+        nic_keys[m.src].add(eg.ifname)
+        nic_keys[m.dst].add(back.ifname)
+    cpus = sorted(os.sched_getaffinity(0))
+    n_workers = min(config.workers or len(cpus), len(cpus), len(loads))
+    params = config.params
+    cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
+    rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)
+    plans = []
+    for w, hosts in enumerate(_assign(loads, n_workers)):
+        mine = set(hosts)
+        plans.append(nic.WorkerPlan(
+            worker=w, cpu=cpus[w % len(cpus)], hosts=sorted(mine),
+            nics=[nic.NicPlan(h, ifn, _port_of(fab, h, ifn).rate_bps)
+                  for h in sorted(mine) for ifn in sorted(nic_keys[h])],
+            sends=[p for p in msgs if p.src in mine],
+            receives=[p for p in msgs if p.dst in mine],
+            n_messages=len(msgs), n_workers=n_workers, scale=float(scale.factor),
+            cc=params, payload_bytes=config.payload_bytes, ack_coalesce=config.ack_coalesce,
+            rto_s=rto_s, cnp_interval_s=cnp_interval_s,
+            latency_sample_every=config.latency_sample_every,
+            rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns))
+    return plans
+
+
+# ----------------------------------------------------------------------------- sockets
+
+def _open_sockets(fab: Any, plans: list[nic.WorkerPlan], ring: nic.RingSpec
+                  ) -> tuple[dict[str, socket.socket], dict[tuple[str, str], socket.socket]]:
+    rx: dict[str, socket.socket] = {}
+    tx: dict[tuple[str, str], socket.socket] = {}
+    try:
+        for plan in plans:
+            for host in plan.hosts:
+                with in_netns(fab.endpoint(host).netns_path):
+                    rx[host] = nic.open_rx_ring(ring)
+                    for n in plan.nics:
+                        if n.host == host:
+                            tx[(host, n.ifname)] = nic.open_tx_socket(n.ifname)
+    except BaseException:
+        for s in [*rx.values(), *tx.values()]:
+            s.close()
+        raise
+    return rx, tx
+
+
+# ----------------------------------------------------------------------------- processes
+
+class _Terminated(Exception):
+    """SIGTERM delivered to the engine process."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated()
+
+
+def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = None
+                 ) -> EngineResult:
+    """Send every message of ``workload`` through ``fab``; see the module docstring."""
+    config = config or EngineConfig()
+    index = _check_workload(fab, workload)
+    plans = _plans(fab, workload, config, index, nic.realtime_offset_ns())
+    ring = nic.RingSpec.for_payload(config.payload_bytes, config.ring_bytes)
+    ctx = multiprocessing.get_context("fork")
+    n_workers = len(plans)
+    shared = nic.Shared(
+        received=ctx.RawArray("b", max(1, len(index))),
+        acked=ctx.RawArray("q", n_workers),
+        status=ctx.RawArray("b", n_workers),
+        t0_ns=ctx.RawValue("q", 0),
+        stop=ctx.RawValue("b", 0),
+    )
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    procs: list[Any] = []
+    conns: list[Any] = []
+    reports: dict[int, dict] = {}
+    error: str | None = None
+    wall0 = time.perf_counter()
+    try:
+        rx, tx = _open_sockets(fab, plans, ring)
+        try:
+            for plan in plans:
+                reader, writer = ctx.Pipe(duplex=False)
+                mine_rx = {h: rx[h] for h in plan.hosts}
+                mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in plan.nics}
+                proc = ctx.Process(target=nic.worker_main, name=f"fabricemu-engine-{plan.worker}",
+                                   args=(plan, shared, writer, mine_rx, mine_tx, ring,
+                                         os.getpid()), daemon=True)
+                proc.start()
+                writer.close()
+                procs.append(proc)
+                conns.append(reader)
+        finally:
+            for s in [*rx.values(), *tx.values()]:  # the workers hold their own copies
+                s.close()
+        error = _start_clock(shared, procs, conns, reports)
+        if error is None:
+            error = _collect(shared, procs, conns, reports, wall0 + config.timeout_s,
+                             config.timeout_s)
+    except BaseException:
+        shared.stop.value = 1
+        with contextlib.suppress(BaseException):
+            _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
+        raise
+    finally:
+        _reap(procs)
+        for c in conns:
+            c.close()
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
+    return _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
+
+
+def _start_clock(shared: nic.Shared, procs: list[Any], conns: list[Any],
+                 reports: dict[int, dict]) -> str | None:
+    deadline = time.perf_counter() + _READY_TIMEOUT_S
+    while True:
+        states = list(shared.status)
+        if all(s == nic.READY for s in states):
+            shared.t0_ns.value = time.monotonic_ns() + _START_DELAY_NS
+            return None
+        if nic.FAILED in states or any(not p.is_alive() for p in procs):
+            shared.stop.value = 1
+            _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
+            return _first_error(reports) or "a worker died while starting"
+        if time.perf_counter() > deadline:
+            shared.stop.value = 1
+            return f"workers not ready after {_READY_TIMEOUT_S:.0f} s"
+        time.sleep(0.005)
+
+
+def _collect(shared: nic.Shared, procs: list[Any], conns: list[Any], reports: dict[int, dict],
+             deadline: float, timeout_s: float | None) -> str | None:
+    """Read every worker's report; stop them all at ``deadline`` or on the first error."""
+    open_conns = {c: w for w, c in enumerate(conns) if w not in reports}
+    sentinels = {p.sentinel: w for w, p in enumerate(procs)}
+    error = None
+    stop_deadline = None
+    while open_conns:
+        now = time.perf_counter()
+        if stop_deadline is None and (now > deadline or shared.stop.value):
+            if now > deadline and timeout_s is not None and error is None:
+                error = f"timeout: the run did not complete within {timeout_s:g} s"
+            shared.stop.value = 1
+            stop_deadline = now + _STOP_GRACE_S
+        if stop_deadline is not None and now > stop_deadline:
+            break
+        ready = multiprocessing.connection.wait([*open_conns, *sentinels], timeout=0.05)
+        for obj in ready:
+            if obj in open_conns:
+                w = open_conns.pop(obj)
+                try:
+                    reports[w] = obj.recv()
+                except EOFError:
+                    reports[w] = {"worker": w, "error": f"worker {w} exited without a report"}
+                if reports[w].get("error") and error is None:
+                    error = reports[w]["error"]
+                    shared.stop.value = 1
+            elif obj in sentinels:
+                w = sentinels.pop(obj)
+                conn = conns[w]
+                if conn in open_conns and not conn.poll():
+                    open_conns.pop(conn)
+                    code = procs[w].exitcode
+                    reports[w] = {"worker": w, "error": f"worker {w} died (exit code {code})"}
+                    error = error or reports[w]["error"]
+                    shared.stop.value = 1
+    for w in open_conns.values():
+        reports[w] = {"worker": w, "error": f"worker {w} did not stop"}
+        error = error or reports[w]["error"]
+    return error
+
+
+def _first_error(reports: dict[int, dict]) -> str | None:
+    return next((r["error"] for r in reports.values() if r.get("error")), None)
+
+
+def _reap(procs: list[Any]) -> None:
+    for p in procs:
+        p.join(timeout=_STOP_GRACE_S)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+            p.join(timeout=1.0)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+# ----------------------------------------------------------------------------- results
+
+_MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
+                    "acked_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
+                    "cnps_sent", "cnps_received", "ce_marked", "bytes_received", "completed",
+                    "step", "tag"]
+
+
+def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[nic.WorkerPlan],
+            reports: dict[int, dict], error: str | None, wall_s: float) -> EngineResult:
+    s = float(fab.scale.factor)
+    ns_to_real = 1e-9 / s
+
+    def real(ns: int) -> float:
+        return ns * ns_to_real if ns >= 0 else float("nan")
+
+    sends: dict[int, dict] = {}
+    receives: dict[int, dict] = {}
+    lat_parts = []
+    rate_rows = []
+    lags = []
+    workers = []
+    for w in sorted(reports):
+        r = reports[w]
+        if "sends" not in r:
+            workers.append({"worker": w, "error": r.get("error")})
+            continue
+        for d in r["sends"]:
+            sends[d["index"]] = d
+        for d in r["receives"]:
+            receives[d["index"]] = d
+        if len(r["latency"]):
+            lat_parts.append(np.frombuffer(r["latency"], dtype=np.int64).reshape(-1, 4))
+        rate_rows.extend(r["rates"])
+        if len(r["lags"]):
+            lags.append(np.frombuffer(r["lags"], dtype=np.int64))
+        cpu_s = r["cpu_s"]
+        workers.append({
+            "worker": w, "hosts": r["hosts"], "packets_sent": r["packets_sent"],
+            "data_packets_sent": r["data_packets_sent"], "ctrl_packets_sent": r["ctrl_packets_sent"],
+            "packets_received": r["packets_received"], "push_backs": r["push_backs"],
+            "ring_drops": r["ring_drops"], "unknown_frames": r["unknown_frames"],
+            "cpu_s": cpu_s, "wall_s": r["wall_s"],
+            "pps": r["packets_sent"] / r["wall_s"] if r["wall_s"] else 0.0,
+            "pps_per_cpu_s": r["packets_sent"] / cpu_s if cpu_s else 0.0,
+            "stop_reason": r["stop_reason"], "error": r.get("error"),
+        })
+    rows = []
+    for i, m in enumerate(workload.messages):
+        sd = sends.get(i, {})
+        rd = receives.get(i, {})
+        start = sd.get("start_ns", -1)
+        end = rd.get("received_ns", -1)
+        rows.append({
+            "msg_id": m.msg_id, "src": m.src, "dst": m.dst, "size_bytes": m.size_bytes,
+            "start_s": real(start), "end_s": real(end), "fct_s": real(end - start)
+            if start >= 0 and end >= 0 else float("nan"),
+            "acked_s": real(sd.get("acked_ns", -1)),
+            "packets": sd.get("packets", 0), "packets_sent": sd.get("packets_sent", 0),
+            "retransmitted": sd.get("retransmitted", 0), "naks": sd.get("naks", 0),
+            "timeouts": sd.get("timeouts", 0), "cnps_sent": rd.get("cnps_sent", 0),
+            "cnps_received": sd.get("cnps_received", 0), "ce_marked": rd.get("ce_marked", 0),
+            "bytes_received": rd.get("bytes_received", 0),
+            "completed": sd.get("acked_ns", -1) >= 0 and end >= 0,
+            "step": m.step, "tag": m.tag,
+        })
+    messages = pd.DataFrame(rows, columns=_MESSAGE_COLUMNS)
+    msg_ids = np.array([m.msg_id for m in workload.messages], dtype=np.int64)
+    if lat_parts:
+        lat = np.concatenate(lat_parts)
+        latency = pd.DataFrame({"msg_id": msg_ids[lat[:, 0]], "t_s": lat[:, 1] * ns_to_real,
+                                "one_way_s": lat[:, 2] * ns_to_real, "ce": lat[:, 3] != 0})
+        latency = latency.sort_values("t_s", ignore_index=True)
+    else:
+        latency = pd.DataFrame(columns=["msg_id", "t_s", "one_way_s", "ce"])
+    rates = pd.DataFrame(rate_rows, columns=["index", "t_ns", "rate_bps", "target_rate_bps",
+                                             "alpha"])
+    rates.insert(0, "t_s", rates.pop("t_ns") * ns_to_real)
+    rates.insert(1, "msg_id", msg_ids[rates.pop("index").to_numpy(dtype=np.int64)]
+                 if len(rates) else pd.Series(dtype=np.int64))
+    rates = rates.sort_values(["t_s", "msg_id"], ignore_index=True)
+    all_lags = np.concatenate(lags) if lags else np.zeros(0, dtype=np.int64)
+    completed = error is None and bool(messages["completed"].all())
+    if error is None and not completed:
+        error = "incomplete: some messages were not acknowledged"
+    data_sent = sum(w.get("data_packets_sent", 0) for w in workers)
+    run_wall = max((w.get("wall_s", 0.0) for w in workers), default=0.0)
+    stats = {
+        "completed": completed, "error": error, "wall_s": wall_s, "run_wall_s": run_wall,
+        "scale": s, "workers": workers, "n_workers": len(plans),
+        "packets_sent": sum(w.get("packets_sent", 0) for w in workers),
+        "packets_received": sum(w.get("packets_received", 0) for w in workers),
+        "data_packets_sent": data_sent,
+        "pps": data_sent / run_wall if run_wall else 0.0,
+        "pacing_lag_p50_emu_s": float(np.percentile(all_lags, 50)) * 1e-9 if len(all_lags) else 0.0,
+        "pacing_lag_p99_emu_s": float(np.percentile(all_lags, 99)) * 1e-9 if len(all_lags) else 0.0,
+        "cpu_s": [w.get("cpu_s", 0.0) for w in workers],
+        "rto_s": plans[0].rto_s if plans else None,
+        "cnp_interval_s": plans[0].cnp_interval_s if plans else None,
+        "cc": config.cc if isinstance(config.cc, str) or config.cc is None else "custom",
+        "payload_bytes": config.payload_bytes,
+    }
+    return EngineResult(messages, latency, rates, stats)
