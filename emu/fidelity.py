@@ -8,7 +8,8 @@ Pure checks over what a run measured; no kernel access. A run is *valid* when
   window reached their rate over that window (else the engine or the kernel could
   not offer the load: the fabric measured the machine, not the network);
 * the engine kept its pacing schedule: the p99 lag of a send behind its due time
-  is below a fraction of one dilated packet time (else packets leave in bursts);
+  is below one dilated packet time (else the engine falls whole packets behind
+  and sends them in bursts, which queue in the NIC and distort rate and latency);
 * the engine was not CPU-bound: busy CPU seconds / (wall seconds x workers) stays
   below a ceiling (a saturated worker paces late and reads late);
 * ECN marks and CNPs agree with the configuration: no marks without a marker; a

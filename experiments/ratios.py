@@ -1,0 +1,102 @@
+"""Rate ratios: the same collective on tiered fabrics (400G NICs, 800G / 1.6T fabric
+links) and on uniform ones (every link 400G), showing where the bottleneck moves.
+
+For every fabric: busbw measured vs model, and per link tier the utilisation of
+its busiest link, measured (bytes the port sent / (rate x completion time)) and
+predicted (max-min rates of one step's flows over the routed paths, ECMP spread
+evenly). The tier whose busiest link is fullest is the bottleneck: the NIC on a
+tiered fabric, the fabric tier on an oversubscribed uniform one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from emu.fabric import Fabric
+from emu.model.alphabeta import collective_steps
+from emu.model.maxmin import make_flow, max_min_rates
+from emu.scaling import Scale
+from emu.topospec import build_topo
+from experiments.collective import CollectiveRun, record, run_collective
+from experiments.common import (
+    SCALE_HELP,
+    Option,
+    Run,
+    RunResult,
+    model_graph,
+    parse_sizes,
+    parse_specs,
+    progress,
+    resolve_options,
+)
+
+NAME = "ratios"
+
+OPTIONS: dict[str, Option] = {
+    "topos": Option(
+        ["leafspine,2,2,4", "leafspine,2,2,4,fabric_rate=400G",
+         "fattree,4", "fattree,4,fabric_rate=400G,core_rate=400G"],
+        "fabrics to compare (';'-separated); tiered and uniform variants",
+        quick=["leafspine,2,1,2,fabric_rate=800G", "leafspine,2,1,2,fabric_rate=400G"],
+        parse=parse_specs),
+    "collective": Option("alltoall", "the collective (all-to-all loads every tier)"),
+    "sizes": Option([4 << 20], "buffer sizes", quick=[1 << 20], parse=parse_sizes),
+    "cc": Option("off", "congestion control: off | nic | paper"),
+    "scale": Option(20000.0, SCALE_HELP, parse=float),
+}
+
+
+def model_tier_utilisation(fab: Fabric, collective: str, size_bytes: int) -> dict[str, float]:
+    """Busiest-link utilisation per tier while one step's flows share the fabric."""
+    kind = collective.split("-")[0]
+    schedule = "direct" if kind == "alltoall" else "pairwise"
+    step = collective_steps(kind, list(fab.hosts), size_bytes, schedule=schedule)[0]
+    flows = [make_flow((s, d), fab.routes.paths(s, d)) for s, d in step.pairs]
+    util = max_min_rates(model_graph(fab), flows).link_utilisation
+    tiers: dict[str, float] = {}
+    for (u, v), x in util.items():
+        tier = fab.port(u, v).tier
+        tiers[tier] = max(tiers.get(tier, 0.0), x)
+    return tiers
+
+
+def measured_tier_utilisation(r: CollectiveRun) -> dict[str, float]:
+    ports = r.measurement.ports
+    util = ports.tx_bytes * 8.0 / (ports.rate_bps * r.time_s)
+    return util.groupby(ports.tier).max().to_dict()
+
+
+def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+    total = len(opts["topos"]) * len(opts["sizes"])
+    with progress(total, f"{prefix}ratios") as advance:
+        for spec in opts["topos"]:
+            with Fabric(build_topo(spec), Scale(opts["scale"]), marking="auto") as fab:
+                run.fabric(spec, fab)
+                for size in opts["sizes"]:
+                    r = run_collective(fab, opts["collective"], size, opts["cc"])
+                    case = record(run, prefix + spec, opts["collective"], size, r, fab,
+                                  opts["cc"])
+                    model = model_tier_utilisation(fab, opts["collective"], size)
+                    measured = measured_tier_utilisation(r)
+                    rows = []
+                    for tier in sorted(model, key=lambda t: -model[t]):
+                        run.metric(case, f"busiest {tier} link utilisation", "fraction",
+                                   measured.get(tier, 0.0), model[tier])
+                        rows.append({"fabric": spec, "size_bytes": size, "tier": tier,
+                                     "utilisation_measured": measured.get(tier, 0.0),
+                                     "utilisation_model": model[tier]})
+                    frame = pd.DataFrame(rows)
+                    frame["bottleneck_measured"] = frame.tier == max(measured, key=measured.get)
+                    frame["bottleneck_model"] = frame.tier == max(model, key=model.get)
+                    run.frame("tiers", frame)
+                    advance(case)
+
+
+def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+    """Run the tier-ratio comparison into ``out_dir``; ``overrides`` are OPTIONS values."""
+    opts = resolve_options(OPTIONS, quick, overrides)
+    rec = Run(NAME, out_dir, opts, quick=quick)
+    execute(rec, opts)
+    return rec.finish()

@@ -1,0 +1,209 @@
+"""The traffic engine on live fabrics: byte accounting, DCQCN under incast, loss
+recovery without CC, a ring all-reduce on a fat-tree, and clean shutdown.
+
+Sizes are small and S is large so that each test runs in seconds on two busy cores.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from emu.ecn import Thresholds
+from emu.errors import CapabilityError
+from emu.fabric import Fabric
+from emu.scaling import Scale
+from emu.telemetry import QueueSampler
+from topologies.fattree import FatTree, LeafSpine
+from traffic import collectives
+from traffic.engine import EngineConfig, run_workload
+from traffic.messages import Message, Workload
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: builds network namespaces"),
+]
+
+MB = 1 << 20
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _incast_fabric(marking: str, thresholds: Thresholds | None = None) -> Fabric:
+    # h1..h4 on leaf l1, receiver h5 on l2: the only bottleneck is l2 -> h5
+    # (100G, 2 MB buffer); the single 400G spine uplink carries all four at line rate.
+    topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=4, host_rate="100G")
+    return Fabric(topo, Scale(5000), marking=marking, thresholds=thresholds)
+
+
+def _incast(size_bytes: int) -> Workload:
+    msgs = [Message(i, f"h{i}", "h5", size_bytes) for i in range(1, 5)]
+    return Workload("incast", msgs, ["h1", "h2", "h3", "h4", "h5"], size_bytes)
+
+
+def _bottleneck(fab: Fabric):
+    return fab.port("l2", "h5")
+
+
+def _port_row(fab: Fabric, port) -> dict:
+    stats = fab.port_stats().set_index("port")
+    return stats.loc[port.name].to_dict()
+
+
+def _assert_exact(result) -> None:
+    m = result.messages
+    assert result.completed, result.stats["error"]
+    assert (m["bytes_received"] == m["size_bytes"]).all()
+    assert m["completed"].all()
+    assert (m["fct_s"] > 0).all()
+
+
+def test_1mb_write_completes_with_exact_byte_accounting():
+    topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G")
+    with Fabric(topo, Scale(5000), marking="off") as fab:
+        wl = Workload("write", [Message(7, "h1", "h2", MB)], ["h1", "h2"], MB)
+        result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=60))
+    _assert_exact(result)
+    row = result.messages.iloc[0]
+    assert row["msg_id"] == 7 and row["packets"] == 256
+    assert row["packets_sent"] == 256 and row["retransmitted"] == 0 and row["naks"] == 0
+    # No faster than the 100G NIC allows (frames carry 58-74 bytes of headers).
+    assert row["fct_s"] >= MB * 8 / 100e9
+    assert row["fct_s"] < 3 * MB * 8 / 100e9
+    lat = result.latency
+    assert len(lat) == 256 and (lat["msg_id"] == 7).all()
+    assert (lat["one_way_s"] > 0).all() and (lat["one_way_s"] < row["fct_s"]).all()
+    assert not lat["ce"].any()
+    workers = result.stats["workers"]
+    assert sum(w["data_packets_sent"] for w in workers) == 256
+    assert sum(w["ring_drops"] for w in workers) == 0
+
+
+def test_incast_with_marking_generates_cnps_and_bounds_the_queue():
+    thresholds = Thresholds(40_000, 160_000, 0.2)
+    try:
+        fab = _incast_fabric("bpf", thresholds)
+        fab.start()
+    except (CapabilityError, ImportError, TypeError) as e:
+        pytest.xfail(f"bpf marking back end not usable yet: {e}")
+    try:
+        port = _bottleneck(fab)
+        with QueueSampler([port], interval_s=0.002) as sampler:
+            result = run_workload(fab, _incast(MB), EngineConfig(cc="paper", timeout_s=60))
+        row = _port_row(fab, port)
+    finally:
+        fab.stop()
+    _assert_exact(result)
+    m = result.messages
+    assert (m["ce_marked"] > 0).all() and (m["cnps_sent"] > 0).all()
+    assert (m["cnps_received"] > 0).all()
+    assert m["cnps_received"].sum() <= m["cnps_sent"].sum()  # CNPs are never invented
+    min_rate = result.rates.groupby("msg_id")["rate_bps"].min()
+    assert (min_rate < 0.5 * port.rate_bps).all()  # every sender slowed down
+    assert row["qdisc_drops"] == 0 and m["retransmitted"].sum() == 0
+    q = sampler.frame()["backlog_bytes"]
+    # DCQCN holds the queue within a small multiple of Kmax, far from the buffer
+    # (with CC off the same incast fills the buffer, see the next test).
+    assert q.max() < port.buffer_bytes / 2
+    assert q.max() > thresholds.kmin_bytes
+
+
+def test_incast_without_cc_fills_the_buffer_drops_and_recovers():
+    with _incast_fabric("off") as fab:
+        port = _bottleneck(fab)
+        with QueueSampler([port], interval_s=0.002) as sampler:
+            result = run_workload(fab, _incast(MB), EngineConfig(cc=None, timeout_s=90))
+        row = _port_row(fab, port)
+    _assert_exact(result)
+    m = result.messages
+    assert row["qdisc_drops"] > 0
+    assert sampler.frame()["backlog_bytes"].max() > 0.9 * port.buffer_bytes
+    assert m["retransmitted"].sum() > 0
+    assert (m["naks"] + m["timeouts"]).sum() > 0
+    # Line rate throughout: CC off never slows a sender.
+    assert (result.rates["rate_bps"] == port.rate_bps).all()
+
+
+def test_ring_allreduce_on_a_k4_fattree_completes():
+    with Fabric(FatTree(4), Scale(20000), marking="off") as fab:
+        wl = collectives.build("allreduce-ring", list(fab.hosts), 16 * 16384)
+        t0 = time.perf_counter()
+        result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=120))
+        wall_s = time.perf_counter() - t0
+    _assert_exact(result)
+    m = result.messages
+    assert len(m) == 2 * 15 * 16
+    # Dependencies held: no message started before all its deps were received.
+    end = dict(zip(m["msg_id"], m["end_s"], strict=True))
+    for msg, start in zip(wl.messages, m["start_s"], strict=True):
+        assert all(end[d] <= start for d in msg.deps)
+    assert wall_s < 60
+
+
+_CHILD = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {repo!r})
+    from emu.fabric import Fabric
+    from emu.scaling import Scale
+    from topologies.fattree import LeafSpine
+    from traffic.engine import EngineConfig, run_workload
+    from traffic.messages import Message, Workload
+    with Fabric(LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G"),
+                Scale(20000), marking="off") as fab:
+        wl = Workload("long", [Message(1, "h1", "h2", 256 << 20)], ["h1", "h2"], 1)
+        print("running", flush=True)
+        r = run_workload(fab, wl, EngineConfig(timeout_s={timeout}))
+        print("result", r.completed, r.stats["error"], flush=True)
+""")
+
+
+def _child(timeout_s: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _CHILD.format(repo=REPO, timeout=timeout_s)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _workers_of(proc: subprocess.Popen, n: int = 2) -> list[psutil.Process]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        kids = psutil.Process(proc.pid).children()
+        if len(kids) >= n:
+            return kids
+        time.sleep(0.1)
+    raise AssertionError("engine workers never started")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_signals_stop_every_worker(sig):
+    proc = _child(timeout_s=600)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        workers = _workers_of(proc)
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        _, gone_alive = psutil.wait_procs(workers, timeout=10)
+        assert not gone_alive, f"orphan workers after {sig!r}: {gone_alive}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    if sig == signal.SIGKILL:  # the fabric's own residue is `emu clean`'s job
+        subprocess.run([sys.executable, "-m", "emu.cli", "clean"], cwd=REPO, check=False,
+                       capture_output=True)
+
+
+def test_wall_clock_timeout_returns_an_incomplete_result():
+    proc = _child(timeout_s=2)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "result False timeout" in out
