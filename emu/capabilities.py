@@ -122,10 +122,13 @@ def probe(marking: str = "auto") -> Capabilities:
         caps.checks.append(_which(tool))
     caps.checks[-5].essential = True  # tc
     caps.checks[-4].essential = True  # nsenter
-    ovs = shutil.which("ovs-vsctl")
-    caps.checks.append(Check("OVS", ovs is not None,
-                             "ovs-vsctl found (not needed: switches are L3 routers)" if ovs
-                             else "not installed (not needed: switches are L3 routers)"))
+    ovs_kernel = os.path.isdir("/sys/module/openvswitch")
+    ovs_tools = shutil.which("ovs-vsctl") is not None
+    caps.checks.append(Check(
+        "OVS", ovs_kernel,
+        ("kernel datapath" if ovs_kernel else "no kernel module" + (", userspace tools only"
+                                                                   if ovs_tools else ""))
+        + " (not needed: switches are L3 routers)"))
     caps.checks.append(_multipath_policy())
     if not is_root:
         caps.marking_detail = "needs root to probe"
@@ -133,15 +136,21 @@ def probe(marking: str = "auto") -> Capabilities:
     _probe_qdiscs(caps.checks)
     from emu.ecn.backend import probe_backends
 
+    def detail(b: dict) -> str:
+        if b["ok"]:
+            return f"works (attach {b['attach_ms']:.1f} ms/port)" if "attach_ms" in b else "works"
+        return b.get("why", "unavailable")
+
     backends = probe_backends()
-    caps.checks.append(Check("clsact + cls_bpf", backends["bpf"]["ok"], backends["bpf"]["detail"]))
-    caps.checks.append(Check("RED marking", backends["red"]["ok"], backends["red"]["detail"]))
+    caps.checks.append(Check("clsact + cls_bpf marker", backends["bpf"]["ok"],
+                             detail(backends["bpf"])))
+    caps.checks.append(Check("RED marking", backends["red"]["ok"], detail(backends["red"])))
     from emu.ecn.backend import choose_backend
     from emu.errors import CapabilityError
 
     try:
         caps.marking_backend = choose_backend(marking, backends)
-        caps.marking_detail = f"ECN marking back end: {caps.marking_backend}"
+        caps.marking_detail = f"{caps.marking_backend} back end"
     except CapabilityError as e:
         caps.marking_detail = str(e)
     return caps

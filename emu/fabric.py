@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import resource
 import socket
 import subprocess
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from emu import netns as ns
 from emu.addressing import AddressPlan, plan_addresses
+from emu.ecn.bpf import raise_fd_limit
 from emu.errors import FabricEmuError, NotRootError
 from emu.ipbatch import run_ip_batches
 from emu.ports import Port
@@ -70,14 +70,6 @@ class Egress:
     dst_mac: str
     src_ip: str
     dst_ip: str
-
-
-def raise_fd_limit() -> None:
-    """A netlink socket (and pyroute2's event loop) per namespace, plus raw sockets
-    per host: big fabrics need more than the usual 1024 descriptors."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def require_root() -> None:

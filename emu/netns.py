@@ -23,6 +23,8 @@ from emu.errors import CapabilityError
 NETNS_DIR = "/run/netns"
 _CLONE_NEWNET = 0x40000000
 _MS_BIND = 4096
+_MS_REC = 16384
+_MS_SHARED = 1 << 20
 _MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -62,13 +64,32 @@ def write_sysctl(key: str, value: str | int) -> None:
         f.write(str(value))
 
 
+def _ensure_shared_netns_dir() -> None:
+    """Make /run/netns a shared mount of itself, as `ip netns add` does.
+
+    If it is a plain directory, the first `ip netns add` (by anyone) bind-mounts
+    it over itself and so hides every namespace mount made before, which could
+    then be neither seen nor removed. Doing the same first avoids that.
+    """
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    flags = _MS_SHARED | _MS_REC
+    if _libc.mount(b"none", NETNS_DIR.encode(), b"none", flags, None) == 0:
+        return
+    if ctypes.get_errno() != errno.EINVAL:  # EINVAL: not a mount point yet
+        return
+    _check(_libc.mount(NETNS_DIR.encode(), NETNS_DIR.encode(), b"none", _MS_BIND | _MS_REC, None),
+           f"bind mount {NETNS_DIR}")
+    _check(_libc.mount(b"none", NETNS_DIR.encode(), b"none", flags, None),
+           f"make {NETNS_DIR} shared")
+
+
 def create_netns(name: str, sysctls: dict[str, str | int] | None = None) -> IPRoute:
     """Create /run/netns/NAME, apply ``sysctls`` inside it and return an IPRoute bound to it.
 
     Raises FileExistsError if the name is taken: we never adopt a namespace we did
     not create.
     """
-    os.makedirs(NETNS_DIR, exist_ok=True)
+    _ensure_shared_netns_dir()
     path = netns_path(name)
     fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0o444)
     os.close(fd)
