@@ -38,7 +38,8 @@ def measure_port_rate(fab: Fabric, node: str, peer: str, duration_s: float = 2.0
         counted_bytes = 0
         while time.monotonic() - start < warmup_s + duration_s:
             try:
-                tx.send(frame)  # the socket buffer limits how far ahead we get
+                for _ in range(8):  # keep the shaper's queue full; the socket buffer
+                    tx.send(frame)  # limits how far ahead we get
             except (BlockingIOError, OSError):
                 time.sleep(0.0002)
             while True:

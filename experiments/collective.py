@@ -22,6 +22,7 @@ from emu.model.alphabeta import predict_collective, predict_workload, roce_wire_
 from emu.scaling import Scale
 from emu.topospec import build_topo
 from experiments.common import (
+    DEFAULT_SCALE,
     PACKET_BYTES,
     SCALE_HELP,
     Measurement,
@@ -42,9 +43,6 @@ from traffic import collectives
 
 NAME = "collective"
 
-# S = 20000 keeps a 400G NIC at 20 Mb/s emulated: 16 ranks send ~10k frames/s in all,
-# which the 2-core engine paces with lag far below a packet time (see emu/fidelity.py);
-# 4 MB ring all-reduce on 16 ranks then takes ~3 s emulated.
 OPTIONS: dict[str, Option] = {
     "topos": Option(["fattree,4", "dragonfly,p=2,a=2,h=1", "railopt,2,gpus=4"],
                     "fabrics (';'-separated NAME,ARG,KEY=VALUE)", quick=["leafspine,2,2,2"],
@@ -55,7 +53,7 @@ OPTIONS: dict[str, Option] = {
     "sizes": Option([256 << 10, 1 << 20, 4 << 20], "buffer sizes (NCCL-tests size)",
                     quick=[256 << 10, 1 << 20], parse=parse_sizes),
     "cc": Option("off", "congestion control: off | nic | paper"),
-    "scale": Option(20000.0, SCALE_HELP, parse=float),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
 }
 
 

@@ -21,6 +21,7 @@ from emu.scaling import Scale
 from emu.topospec import build_topo
 from experiments.collective import CollectiveRun, record, run_collective
 from experiments.common import (
+    DEFAULT_SCALE,
     SCALE_HELP,
     Option,
     Run,
@@ -44,7 +45,7 @@ OPTIONS: dict[str, Option] = {
     "collective": Option("alltoall", "the collective (all-to-all loads every tier)"),
     "sizes": Option([4 << 20], "buffer sizes", quick=[1 << 20], parse=parse_sizes),
     "cc": Option("off", "congestion control: off | nic | paper"),
-    "scale": Option(20000.0, SCALE_HELP, parse=float),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
 }
 
 

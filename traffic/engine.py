@@ -413,7 +413,7 @@ def _reap(procs: list[Any]) -> None:
 # ----------------------------------------------------------------------------- results
 
 _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
-                    "acked_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
+                    "acked_s", "first_tx_s", "last_tx_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
                     "cnps_sent", "cnps_received", "ce_marked", "bytes_received", "completed",
                     "step", "tag"]
 
@@ -468,6 +468,8 @@ def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[nic.
             "start_s": real(start), "end_s": real(end), "fct_s": real(end - start)
             if start >= 0 and end >= 0 else float("nan"),
             "acked_s": real(sd.get("acked_ns", -1)),
+            "first_tx_s": real(sd.get("first_tx_ns", -1)),
+            "last_tx_s": real(sd.get("last_tx_ns", -1)),
             "packets": sd.get("packets", 0), "packets_sent": sd.get("packets_sent", 0),
             "retransmitted": sd.get("retransmitted", 0), "naks": sd.get("naks", 0),
             "timeouts": sd.get("timeouts", 0), "cnps_sent": rd.get("cnps_sent", 0),

@@ -458,6 +458,8 @@ class _WorkerLoop:
             for h in hosts:
                 self._receive(h, now)
             if self.pending and now >= next_deps:
+                # A fresh clock: receiving may have completed a dependency after ``now``.
+                now = mono()
                 self._start_ready(now)
                 next_deps = now + _DEP_CHECK_NS
             wake = now + int(_MAX_SLEEP_S * 1e9)

@@ -8,11 +8,12 @@ A job (a flow, or one message of a DAG) goes through:
     drain end + post_s       -> completion (e.g. propagation of the last byte)
 
 Between events every active job drains at its max-min fair rate
-(`emu.model.maxmin.fill_classes`); rates are recomputed only when the set of
-active jobs changes. Jobs that finish within a relative 1e-9 of each other are
-completed together, so symmetric collective steps cost one recomputation, and
-allocations are cached by the multiset of active job classes (a ring's steps
-repeat the same pattern).
+(`emu.model.maxmin.fill_classes`). Rates are recomputed only when the set of
+active jobs changes, and only in the connected components (jobs coupled by
+shared links) that the change touches: max-min allocations decompose over
+components. Jobs that finish within a relative 1e-9 of each other complete
+together, so symmetric collective steps cost one recomputation, and component
+allocations are cached by their multiset of job classes (steps repeat).
 """
 
 from __future__ import annotations
@@ -121,26 +122,74 @@ def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> Flui
         if waiting[i] == 0:
             make_ready(i, 0.0)
 
+    # Max-min allocations decompose over connected components of the job-link
+    # graph, so a change only needs the components of the links it touches.
+    cls_links = [tuple(np.flatnonzero(coef_all[c] > 0).tolist()) for c in range(len(cls_fracs))]
+    link_jobs: list[set[int]] = [set() for _ in links]
+    rate = np.zeros(n)
     cache: dict[tuple, np.ndarray] = {}
-    active: list[int] = []
+    active: set[int] = set()
+    touched: set[int] = set()          # links whose component must be recomputed
     act = np.empty(0, dtype=np.int64)
     act_rate = np.empty(0)
     dirty = False
     now = 0.0
+
+    def solve(component: list[int]) -> None:
+        comp = np.array(component, dtype=np.int64)
+        classes, counts = np.unique(job_class[comp], return_counts=True)
+        key = (classes.tobytes(), counts.tobytes())
+        cls_rate = cache.get(key)
+        if cls_rate is None:
+            coef = coef_all[classes]
+            cols = coef.any(axis=0)
+            cls_rate, _ = fill_classes(coef[:, cols], counts.astype(float),
+                                       link_cap_all[cols], cap_all[classes])
+            cache[key] = cls_rate
+            res.recomputations += 1
+        rate[comp] = cls_rate[np.searchsorted(classes, job_class[comp])]
+
+    def recompute(seeds: set[int]) -> None:
+        seen_links: set[int] = set()
+        for seed in seeds:
+            if seed in seen_links:
+                continue
+            seen_links.add(seed)
+            stack, component, seen_jobs = [seed], [], set()
+            while stack:
+                for j in link_jobs[stack.pop()]:
+                    if j not in seen_jobs:
+                        seen_jobs.add(j)
+                        component.append(j)
+                        for k in cls_links[job_class[j]]:
+                            if k not in seen_links:
+                                seen_links.add(k)
+                                stack.append(k)
+            if component:
+                solve(component)
+
+    def activate(i: int) -> None:
+        active.add(i)
+        ks = cls_links[job_class[i]]
+        for k in ks:
+            link_jobs[k].add(i)
+        touched.update(ks)
+        if not ks:                     # no link: only its cap limits it
+            rate[i] = cap_all[job_class[i]]
+
+    def deactivate(i: int) -> None:
+        active.discard(i)
+        ks = cls_links[job_class[i]]
+        for k in ks:
+            link_jobs[k].discard(i)
+        touched.update(ks)
+
     while heap or active:
         if dirty:
-            act = np.array(active, dtype=np.int64)
-            classes, counts = np.unique(job_class[act], return_counts=True)
-            key = (classes.tobytes(), counts.tobytes())
-            cls_rate = cache.get(key)
-            if cls_rate is None:
-                coef = coef_all[classes]
-                cols = coef.any(axis=0)
-                cls_rate, _ = fill_classes(coef[:, cols], counts.astype(float),
-                                           link_cap_all[cols], cap_all[classes])
-                cache[key] = cls_rate
-                res.recomputations += 1
-            act_rate = cls_rate[np.searchsorted(classes, job_class[act])]
+            recompute(touched)
+            touched.clear()
+            act = np.fromiter(active, dtype=np.int64, count=len(active))
+            act_rate = rate[act]
             dirty = False
 
         t_drain = math.inf
@@ -157,11 +206,11 @@ def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> Flui
             if t_drain <= t_event:
                 done[np.argmin(remaining[act] / act_rate)] = True
             if done.any():
-                for i in act[done]:
+                for i in act[done].tolist():
                     remaining[i] = 0.0
                     res.drained_s[job_list[i].job_id] = now
-                    push(now + job_list[i].post_s, 1, int(i))
-                active = [int(i) for i in act[~done]]
+                    push(now + job_list[i].post_s, 1, i)
+                    deactivate(i)
                 dirty = True
         else:
             now = t_next
@@ -176,7 +225,7 @@ def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> Flui
                     res.drained_s[job.job_id] = t
                     push(t + job.post_s, 1, i)
                 else:
-                    active.append(i)
+                    activate(i)
                     dirty = True
             else:
                 res.finish_s[job.job_id] = t

@@ -185,10 +185,10 @@ def fill_classes(coef: np.ndarray, mult: np.ndarray, link_cap_bps: np.ndarray,
         saturated = used & (remaining <= REL_TOL * link_cap_bps)
         newly = np.zeros(n_cls, dtype=bool)
         if saturated.any():
-            hit = active & uses[:, saturated].any(axis=1)
             sat_idx = np.flatnonzero(saturated)
-            for i in np.flatnonzero(hit):
-                froze_by[i] = sat_idx[np.argmax(uses[i, sat_idx])]
+            uses_sat = uses[:, sat_idx]
+            hit = active & uses_sat.any(axis=1)
+            froze_by[hit] = sat_idx[np.argmax(uses_sat[hit], axis=1)]
             newly |= hit
         capped = active & (cap_bps - rate <= REL_TOL * np.where(np.isinf(cap_bps), 1.0, cap_bps))
         newly |= capped

@@ -108,10 +108,17 @@ def test_incast_with_marking_generates_cnps_and_bounds_the_queue():
     assert (min_rate < 0.5 * port.rate_bps).all()  # every sender slowed down
     assert row["qdisc_drops"] == 0 and m["retransmitted"].sum() == 0
     q = sampler.frame()["backlog_bytes"]
-    # DCQCN holds the queue within a small multiple of Kmax, far from the buffer
-    # (with CC off the same incast fills the buffer, see the next test).
-    assert q.max() < port.buffer_bytes / 2
+    busy = q[q > 0]
+    # The queue passes Kmin (marking starts) but DCQCN keeps it well below the
+    # buffer, with no drop; with CC off the same incast fills it (next test).
+    # It does overshoot Kmax by several times: with the paper's parameters a
+    # receiver sends at most one CNP per 50 us per QP while a 4:1 incast at 100G
+    # grows the queue by 37.5 KB/us, and rates halve once per CNP.
     assert q.max() > thresholds.kmin_bytes
+    assert q.max() < 0.75 * port.buffer_bytes
+    assert busy.median() < port.buffer_bytes / 2
+    # ... and once the senders have slowed down it drains back below Kmax.
+    assert (busy.iloc[busy.values.argmax():] < thresholds.kmax_bytes).any()
 
 
 def test_incast_without_cc_fills_the_buffer_drops_and_recovers():

@@ -51,7 +51,9 @@ def test_build_reach_all_pairs_and_tear_down_clean(spec):
 def test_shaping_holds_every_tier_and_the_ratios():
     from emu.linktest import measure_port_rate
 
-    with _fabric("fattree,4") as fab:
+    # S = 8000 keeps the 1.6T tier (200 Mb/s here) well within one Python sender's reach
+    # even on a loaded 2-core machine; the accuracy claim is about the shaper.
+    with _fabric("fattree,4", scale=8000) as fab:
         achieved = {}
         for node, peer in (("h1", "e1"), ("e1", "a1"), ("a1", "c1")):
             port = fab.port(node, peer)

@@ -1,0 +1,190 @@
+"""Benchmark: engine send rate (RoCEv2 packets/s per core) against Scapy's sendp,
+and pacing accuracy (achieved vs configured rate per QP), in the same run.
+
+Rig: two namespaces joined by an unshaped veth pair (MTU 9000), presented to the
+engine with the few Fabric methods it uses (hosts, endpoint, egress, ports,
+scale), so the engine's send path is limited by its own CPU, not by a shaper.
+
+* pps: one message, CC off, line rate far above what a core can send; the figure
+  is data packets sent by the sending worker per CPU-second of that worker (its
+  process time, including the kernel's work in its send calls), and per wall
+  second. Scapy ``sendp`` sends the same frames (decoded as Scapy packets, one
+  list, one socket) from the same namespace.
+* pacing: one QP per run at a configured line rate (emulated), CC off; achieved
+  = (packets - 1) frame bits / (last send - first send).
+
+    python -m experiments.bench_engine [--payload 1024] [--packets 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+from emu.netns import create_netns, delete_netns, in_netns, netns_path
+from emu.ports import Port
+from emu.scaling import Scale
+from traffic.engine import EngineConfig, run_workload
+from traffic.messages import Message, Workload
+from traffic.roce import Flow, QpTemplate
+
+NS = {"a": "fetest-eng-bench-a", "b": "fetest-eng-bench-b"}
+IFNAME = {"a": "fetest-va", "b": "fetest-vb"}
+MAC = {"a": "02:00:00:00:e0:01", "b": "02:00:00:00:e0:02"}
+IP = {"a": "10.254.0.1", "b": "10.254.0.2"}
+S = 1000.0
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    name: str
+    netns_path: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class _Egress:
+    ifname: str
+    src_mac: str
+    dst_mac: str
+    src_ip: str
+    dst_ip: str
+
+
+class VethRig:
+    """Two hosts on an unshaped veth pair, with the Fabric API the engine uses."""
+
+    hosts = ["a", "b"]
+
+    def __init__(self) -> None:
+        self.scale = Scale(S, max_emulated_rate_bps=1e15)
+        self.rate_emu_bps = 1e12
+        self._sinks: list[socket.socket] = []
+
+    def __enter__(self) -> VethRig:
+        try:
+            iprs = {h: create_netns(NS[h]) for h in self.hosts}
+            fd = os.open(netns_path(NS["b"]), os.O_RDONLY)
+            try:
+                iprs["a"].link("add", ifname=IFNAME["a"], kind="veth", address=MAC["a"],
+                               mtu=9000, peer={"ifname": IFNAME["b"], "net_ns_fd": fd,
+                                               "address": MAC["b"], "mtu": 9000})
+            finally:
+                os.close(fd)
+            for h, ipr in iprs.items():
+                idx = ipr.link_lookup(ifname=IFNAME[h])[0]
+                ipr.addr("add", index=idx, address=IP[h], prefixlen=24)
+                ipr.link("set", index=idx, state="up")
+                with in_netns(netns_path(NS[h])):  # swallow UDP 4791 without ICMP
+                    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                sink.bind(("0.0.0.0", 4791))
+                self._sinks.append(sink)
+                ipr.close()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s in self._sinks:
+            s.close()
+        for name in NS.values():
+            delete_netns(name)
+
+    def endpoint(self, host: str) -> _Endpoint:
+        return _Endpoint(host, netns_path(NS[host]), IP[host])
+
+    def egress(self, src: str, dst: str) -> _Egress:
+        return _Egress(IFNAME[src], MAC[src], MAC[dst], IP[src], IP[dst])
+
+    def ports(self) -> list[Port]:
+        return [Port(h, IFNAME[h], 0, netns_path(NS[h]), "b" if h == "a" else "a",
+                     self.rate_emu_bps * S, self.rate_emu_bps, 1 << 20, "veth", False)
+                for h in self.hosts]
+
+
+def engine_pps(rig: VethRig, payload: int, packets: int) -> dict:
+    rig.rate_emu_bps = 1e12
+    wl = Workload("bench", [Message(1, "a", "b", payload * packets)], ["a", "b"], 1)
+    r = run_workload(rig, wl, EngineConfig(cc=None, payload_bytes=payload, rto_s=1e-3,
+                                           timeout_s=120, latency_sample_every=64))
+    sender = next(w for w in r.stats["workers"] if "a" in w["hosts"])
+    row = r.messages.iloc[0]
+    busy_s = (row["last_tx_s"] - row["first_tx_s"]) * S
+    return {"completed": r.completed, "sent": sender["data_packets_sent"],
+            "pps_cpu": sender["data_packets_sent"] / sender["cpu_s"],
+            "pps_wall": sender["data_packets_sent"] / busy_s,
+            "retransmitted": int(row["retransmitted"]), "ring_drops":
+            sum(w["ring_drops"] for w in r.stats["workers"])}
+
+
+def scapy_pps(payload: int, packets: int) -> dict:
+    from scapy.layers.l2 import Ether
+    from scapy.sendrecv import sendp
+
+    flow = Flow(MAC["a"], MAC["b"], IP["a"], IP["b"], 0xC001, 1)
+    tmpl = QpTemplate(flow, payload * (packets + 2), mtu_payload_bytes=payload)
+    pkts = [Ether(bytes(tmpl.write(i + 1, i + 1, time.monotonic_ns()))) for i in range(packets)]
+    with in_netns(netns_path(NS["a"])):
+        c0, t0 = time.process_time(), time.perf_counter()
+        sendp(pkts, iface=IFNAME["a"], verbose=False)
+        c1, t1 = time.process_time(), time.perf_counter()
+    return {"pps_cpu": packets / (c1 - c0), "pps_wall": packets / (t1 - t0)}
+
+
+def pacing(rig: VethRig, rate_emu_bps: float, payload: int, packets: int) -> dict:
+    rig.rate_emu_bps = rate_emu_bps
+    wl = Workload("pace", [Message(1, "a", "b", payload * packets)], ["a", "b"], 1)
+    r = run_workload(rig, wl, EngineConfig(cc=None, payload_bytes=payload, timeout_s=120))
+    row = r.messages.iloc[0]
+    frame_bits = (payload + 58) * 8  # MIDDLE frames; the FIRST (+16 B RETH) is not timed
+    span_emu_s = (row["last_tx_s"] - row["first_tx_s"]) * S
+    achieved = (row["packets_sent"] - 1) * frame_bits / span_emu_s
+    return {"configured": rate_emu_bps, "achieved": achieved,
+            "error": achieved / rate_emu_bps - 1, "completed": r.completed,
+            "lag_p50": r.stats["pacing_lag_p50_emu_s"], "lag_p99": r.stats["pacing_lag_p99_emu_s"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--payload", type=int, default=1024)
+    ap.add_argument("--packets", type=int, default=200_000)
+    ap.add_argument("--scapy-packets", type=int, default=3000)
+    ap.add_argument("--rates", default="10e6,100e6,400e6", help="emulated bit/s, comma-separated")
+    ap.add_argument("--pace-packets", type=int, default=2000)
+    args = ap.parse_args()
+    console = Console()
+    with VethRig() as rig:
+        eng = engine_pps(rig, args.payload, args.packets)
+        sc = scapy_pps(args.payload, args.scapy_packets)
+        paces = [pacing(rig, float(r), args.payload, args.pace_packets)
+                 for r in args.rates.split(",")]
+    t = Table(title=f"RoCEv2 send rate, {args.payload}-byte payload, unshaped veth")
+    for col in ("sender", "packets", "pkt/s per CPU-s", "pkt/s wall", "engine / sendp"):
+        t.add_column(col, justify="right")
+    ratio = eng["pps_cpu"] / sc["pps_cpu"]
+    t.add_row("engine", f"{eng['sent']:,}", f"{eng['pps_cpu']:,.0f}", f"{eng['pps_wall']:,.0f}",
+              f"{ratio:,.0f}x (wall {eng['pps_wall'] / sc['pps_wall']:,.0f}x)")
+    t.add_row("scapy sendp", f"{args.scapy_packets:,}", f"{sc['pps_cpu']:,.0f}",
+              f"{sc['pps_wall']:,.0f}", "1x")
+    console.print(t)
+    console.print(f"engine run completed={eng['completed']}, retransmitted={eng['retransmitted']}, "
+                  f"receive-ring drops={eng['ring_drops']}")
+    p = Table(title="Pacing accuracy per QP (emulated rates)")
+    for col in ("configured", "achieved", "error", "lag p50", "lag p99", "completed"):
+        p.add_column(col, justify="right")
+    for x in paces:
+        p.add_row(f"{x['configured'] / 1e6:,.1f} Mb/s", f"{x['achieved'] / 1e6:,.2f} Mb/s",
+                  f"{x['error']:+.2%}", f"{x['lag_p50'] * 1e6:,.0f} us",
+                  f"{x['lag_p99'] * 1e6:,.0f} us", str(x["completed"]))
+    console.print(p)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Benchmark: shaping accuracy per tier (achieved vs configured R/S) and tier ratios.
+
+    python -m experiments.bench_shaping [--topo fattree,4] [--scale 4000] [--duration 3]
+
+One bulk raw-frame flow per tier, measured at the far end of the port (see
+emu/linktest.py); prints achieved and configured rates, the error and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from emu.fabric import Fabric
+from emu.linktest import measure_port_rate
+from emu.scaling import Scale
+from emu.topospec import build_topo
+from emu.units import format_rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--topo", default="fattree,4")
+    ap.add_argument("--scale", type=float, default=4000.0)
+    ap.add_argument("--duration", type=float, default=3.0)
+    args = ap.parse_args()
+    table = Table(title=f"{args.topo}, S = {args.scale:g}")
+    for col in ("tier", "port", "real rate", "configured (emu)", "achieved (emu)", "error",
+                "ratio to slowest tier"):
+        table.add_column(col, justify="right")
+    with Fabric(build_topo(args.topo), Scale(args.scale), marking="off") as fab:
+        first_port_of_tier = {}
+        for port in sorted(fab.ports(), key=lambda p: p.rate_bps):
+            first_port_of_tier.setdefault(port.tier, port)
+        achieved = {tier: measure_port_rate(fab, p.node, p.peer_node, args.duration)
+                    for tier, p in first_port_of_tier.items()}
+    slowest = next(iter(first_port_of_tier))
+    for tier, port in first_port_of_tier.items():
+        table.add_row(tier, port.name, format_rate(port.rate_bps) + "b/s",
+                      format_rate(port.rate_emu_bps) + "b/s", format_rate(achieved[tier]) + "b/s",
+                      f"{100 * (achieved[tier] / port.rate_emu_bps - 1):+.2f}%",
+                      f"{achieved[tier] / achieved[slowest]:.3f} "
+                      f"(ideal {port.rate_bps / first_port_of_tier[slowest].rate_bps:g})")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

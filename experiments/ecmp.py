@@ -1,0 +1,122 @@
+"""ECMP: permutation traffic, per-flow throughput vs the model's expectation for hash
+collisions.
+
+Every host sends one message to a random other host (a derangement); each message
+is one QP with its own UDP source port, so the switches' L4 hash picks its path.
+The kernel's hash is not reproducible from outside, so the model draws it: over
+``samples`` independent uniform draws of every flow's path among its equal-cost
+paths, the fluid max-min model (`emu.model.maxmin.flow_completion_times`) gives
+every flow's completion time, hence throughput = size / time. The measured
+distribution of per-flow throughput is compared with that pooled distribution
+(mean, p10, fraction of flows near line rate) and with its makespan.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from emu.fabric import Fabric
+from emu.model.maxmin import flow_completion_times, make_flow
+from emu.scaling import Scale
+from emu.topospec import build_topo
+from emu.units import parse_size_bytes
+from experiments.common import (
+    DEFAULT_SCALE,
+    PACKET_BYTES,
+    PAYLOAD_BYTES,
+    SCALE_HELP,
+    Option,
+    Run,
+    RunResult,
+    engine_config,
+    fidelity_of,
+    measure,
+    model_graph,
+    parse_list,
+    progress,
+    resolve_options,
+)
+from traffic import collectives
+
+NAME = "ecmp"
+
+#: A flow "at line rate" reaches this fraction of its NIC rate.
+NEAR_LINE_RATE = 0.9
+
+OPTIONS: dict[str, Option] = {
+    # Uniform 400G tiers: a fat-tree with full bisection, where only hash collisions
+    # (two flows on one 400G fabric link) keep a flow below line rate.
+    "topo": Option("fattree,4,fabric_rate=400G,core_rate=400G", "topology",
+                   quick="leafspine,2,2,2"),
+    "size": Option(2 << 20, "bytes per flow", quick=512 << 10,
+                   parse=lambda s: parse_size_bytes(s, "size")),
+    "seeds": Option([1, 2], "permutation seeds (';'-separated)", quick=[1],
+                    parse=parse_list(int)),
+    "samples": Option(300, "random hash draws of the model", parse=int),
+    "cc": Option("off", "congestion control: off | nic | paper"),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+}
+
+
+def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd.DataFrame:
+    """Per-flow throughput (payload bit/s) and makespan over random hash draws."""
+    rng = random.Random(seed)
+    graph = model_graph(fab)
+    wire = PACKET_BYTES / PAYLOAD_BYTES
+    msgs = workload.messages
+    sizes = {m.msg_id: m.size_bytes * wire for m in msgs}
+    paths = {m.msg_id: fab.routes.paths(m.src, m.dst) for m in msgs}
+    rows = []
+    for sample in range(samples):
+        flows = [make_flow(m.msg_id, paths[m.msg_id], mode="hashed",
+                           choice=lambda _fid, ps: rng.randrange(len(ps))) for m in msgs]
+        fct = flow_completion_times(graph, flows, sizes)
+        rows += [{"sample": sample, "msg_id": m.msg_id,
+                  "throughput_bps": 8.0 * m.size_bytes / fct[m.msg_id]} for m in msgs]
+    return pd.DataFrame(rows)
+
+
+def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+    topo = build_topo(opts["topo"])
+    with progress(len(opts["seeds"]), f"{prefix}ecmp") as advance, \
+            Fabric(topo, Scale(opts["scale"]), marking="auto") as fab:
+        run.fabric(opts["topo"], fab)
+        nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
+        for seed in opts["seeds"]:
+            case = f"{prefix}permutation seed={seed}"
+            workload = collectives.build("permutation", list(fab.hosts), opts["size"],
+                                         seed=seed)
+            model = model_throughputs(fab, workload, opts["samples"], seed)
+            m = measure(fab, workload, engine_config(opts["cc"]))
+            measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
+            predicted = model.throughput_bps
+            makespan = model.groupby("sample").throughput_bps.min()
+            run.metric(case, "mean flow throughput", "Gb/s", measured.mean() * 1e-9,
+                       predicted.mean() * 1e-9)
+            run.metric(case, "p10 flow throughput", "Gb/s", measured.quantile(0.1) * 1e-9,
+                       predicted.quantile(0.1) * 1e-9)
+            run.metric(case, "flows near line rate", "fraction",
+                       float((measured >= NEAR_LINE_RATE * nic_bps).mean()),
+                       float((predicted >= NEAR_LINE_RATE * nic_bps).mean()))
+            run.metric(case, "slowest flow throughput", "Gb/s", measured.min() * 1e-9,
+                       float(np.mean(makespan)) * 1e-9)
+            run.frame("flows", pd.DataFrame({"msg_id": m.messages.msg_id,
+                                             "throughput_bps": measured}),
+                      case=case, source="measured")
+            run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
+            run.frame("messages", m.messages, case=case)
+            run.frame("ports", m.ports.reset_index(), case=case)
+            run.fidelity(case, fidelity_of(fab, m, workload, cc=opts["cc"] != "off"))
+            advance(case)
+
+
+def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+    """Run the ECMP permutation experiment into ``out_dir``."""
+    opts = resolve_options(OPTIONS, quick, overrides)
+    rec = Run(NAME, out_dir, opts, quick=quick)
+    execute(rec, opts)
+    return rec.finish()

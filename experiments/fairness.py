@@ -1,0 +1,125 @@
+"""Fairness: DCQCN convergence as flows join and leave one bottleneck.
+
+``flows`` senders (the hosts nearest the receiver) send ``size`` bytes each to one
+receiver; flow k starts ``k * gap`` after the first, so flows join one by one and
+leave as they finish. The set of active flows (measured start/end times) cuts the
+run into intervals; in each, every flow's delivered throughput is counted from
+its packets' arrival times (payload bytes per second, real units), after a settle
+time of ``settle`` of the interval for DCQCN to converge. Beside each interval's
+measured Jain index, aggregate throughput and smallest share: the max-min fair
+allocation of the same active flows on the routed paths (the model of an ideal
+congestion control). The DCQCN rate of every flow over time is in rates.csv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from emu.ecn.curve import Thresholds
+from emu.fabric import Fabric
+from emu.model.maxmin import make_flow, max_min_rates
+from emu.scaling import Scale
+from emu.topospec import build_topo
+from emu.units import parse_size_bytes, parse_time_s
+from experiments.common import (
+    DEFAULT_SCALE,
+    PACKET_BYTES,
+    PAYLOAD_BYTES,
+    SCALE_HELP,
+    Option,
+    Run,
+    RunResult,
+    engine_config,
+    fidelity_of,
+    jain_index,
+    measure,
+    model_graph,
+    progress,
+    resolve_options,
+)
+from experiments.incast import nearest_senders, parse_thresholds
+from traffic import collectives
+from traffic.messages import Workload
+
+NAME = "fairness"
+
+OPTIONS: dict[str, Option] = {
+    "topo": Option("fattree,4", "topology"),
+    "flows": Option(3, "number of flows (senders nearest the receiver)", parse=int),
+    "size": Option(2 << 20, "bytes per flow", quick=1 << 20,
+                   parse=lambda s: parse_size_bytes(s, "size")),
+    "gap": Option(20e-6, "real seconds between flow starts", quick=10e-6,
+                  parse=lambda s: parse_time_s(s, "gap")),
+    "settle": Option(0.3, "fraction of each interval skipped while DCQCN converges",
+                     parse=float),
+    "cc": Option("nic", "congestion control: nic | paper | off"),
+    "thresholds": Option("100K/400K", "Kmin/Kmax (bytes)"),
+    "pmax": Option(0.2, "marking probability at Kmax", parse=float),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+}
+
+
+def staggered(workload: Workload, gap_s: float) -> Workload:
+    """The same messages, message k released ``k * gap_s`` after the first."""
+    msgs = [replace(m, start_s=k * gap_s) for k, m in enumerate(workload.messages)]
+    return Workload("fairness", msgs, workload.ranks, workload.size_bytes, dict(workload.meta))
+
+
+def intervals(messages: pd.DataFrame) -> list[tuple[float, float, list[int]]]:
+    """(start, end, active msg_ids) between consecutive start/end events."""
+    events = sorted(set(messages.start_s) | set(messages.end_s))
+    out = []
+    for a, b in zip(events[:-1], events[1:], strict=True):
+        active = messages[(messages.start_s <= a) & (messages.end_s >= b)].msg_id.tolist()
+        if active and b > a:
+            out.append((a, b, active))
+    return out
+
+
+def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+    t: Thresholds = parse_thresholds(opts["thresholds"], opts["pmax"])
+    with progress(1, f"{prefix}fairness") as advance, \
+            Fabric(build_topo(opts["topo"]), Scale(opts["scale"]), marking="auto",
+                   thresholds=t) as fab:
+        run.fabric(opts["topo"], fab)
+        receiver = fab.hosts[0]
+        senders = nearest_senders(fab, receiver, opts["flows"])
+        workload = staggered(collectives.build("incast", [receiver, *senders], opts["size"]),
+                             opts["gap"])
+        m = measure(fab, workload, engine_config(opts["cc"]))
+        graph = model_graph(fab)
+        paths = {msg.msg_id: fab.routes.paths(msg.src, msg.dst) for msg in workload.messages}
+        rows = []
+        for i, (a, b, active) in enumerate(intervals(m.messages)):
+            lo = a + opts["settle"] * (b - a)
+            pkts = m.latency[(m.latency.t_s >= lo) & (m.latency.t_s < b)]
+            counts = pkts.msg_id.value_counts()
+            measured = [8.0 * PAYLOAD_BYTES * counts.get(f, 0) / (b - lo) for f in active]
+            # Model rates are on the wire; shares are compared as payload goodput.
+            rates = max_min_rates(graph, [make_flow(f, paths[f]) for f in active]).rates_bps
+            model = [rates[f] * PAYLOAD_BYTES / PACKET_BYTES for f in active]
+            case = f"{prefix}interval {i} ({len(active)} flows)"
+            run.metric(case, "Jain index", "", jain_index(measured), jain_index(model))
+            run.metric(case, "aggregate throughput", "Gb/s", sum(measured) * 1e-9,
+                       sum(model) * 1e-9)
+            run.metric(case, "smallest share", "Gb/s", min(measured) * 1e-9, min(model) * 1e-9)
+            rows += [{"interval": i, "t0_s": a, "t1_s": b, "msg_id": f, "active": len(active),
+                      "throughput_bps": x, "model_bps": y}
+                     for f, x, y in zip(active, measured, model, strict=True)]
+            run.fidelity(case, fidelity_of(fab, m, workload, cc=opts["cc"] != "off"))
+        run.frame("intervals", pd.DataFrame(rows))
+        run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
+        run.frame("messages", m.messages)
+        run.frame("ports", m.ports.reset_index())
+        advance("done")
+
+
+def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+    """Run the fairness experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
+    opts = resolve_options(OPTIONS, quick, overrides)
+    rec = Run(NAME, out_dir, opts, quick=quick)
+    execute(rec, opts)
+    return rec.finish()
