@@ -8,8 +8,11 @@ Pure checks over what a run measured; no kernel access. A run is *valid* when
   window reached their rate over that window (else the engine or the kernel could
   not offer the load: the fabric measured the machine, not the network);
 * the engine kept its pacing schedule: the p99 lag of a send behind its due time
-  is below one dilated packet time (else the engine falls whole packets behind
-  and sends them in bursts, which queue in the NIC and distort rate and latency);
+  is at most two dilated packet times. The engine paces against absolute due
+  times and the host port is itself shaped at line rate, so a frame late by up to
+  two packet times leaves together with the next one and the shaper re-spaces
+  them: no rate is lost and the extra NIC queueing is at most one frame. Beyond
+  that the engine falls frames behind and bursts, distorting rate and latency;
 * the engine was not CPU-bound: busy CPU seconds / (wall seconds x workers) stays
   below a ceiling (a saturated worker paces late and reads late);
 * ECN marks and CNPs agree with the configuration: no marks without a marker; a
@@ -95,7 +98,7 @@ class Limits:
     rate_over: float = 0.05       # a port may exceed its configured rate by 5 %
     rate_under: float = 0.10      # a saturated port must reach 90 % of its rate
     cpu_busy: float = 0.90        # of wall x workers
-    lag_packets: float = 1.0      # p99 pacing lag, in dilated packet times
+    lag_packets: float = 2.0      # p99 pacing lag, in dilated packet times
     margin: float = 1.25          # head-room in the suggested scale
 
 

@@ -114,6 +114,8 @@ def engine_pps(rig: VethRig, payload: int, packets: int) -> dict:
     wl = Workload("bench", [Message(1, "a", "b", payload * packets)], ["a", "b"], 1)
     r = run_workload(rig, wl, EngineConfig(cc=None, payload_bytes=payload, rto_s=1e-3,
                                            timeout_s=120, latency_sample_every=64))
+    if r.stats["error"]:
+        raise RuntimeError(f"engine run failed: {r.stats['error']}")
     sender = next(w for w in r.stats["workers"] if "a" in w["hosts"])
     row = r.messages.iloc[0]
     busy_s = (row["last_tx_s"] - row["first_tx_s"]) * S
@@ -154,7 +156,7 @@ def pacing(rig: VethRig, rate_emu_bps: float, payload: int, packets: int) -> dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--payload", type=int, default=1024)
-    ap.add_argument("--packets", type=int, default=200_000)
+    ap.add_argument("--packets", type=int, default=50_000)
     ap.add_argument("--scapy-packets", type=int, default=3000)
     ap.add_argument("--rates", default="10e6,100e6,400e6", help="emulated bit/s, comma-separated")
     ap.add_argument("--pace-packets", type=int, default=2000)

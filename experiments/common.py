@@ -93,14 +93,14 @@ def resolve_options(spec: Mapping[str, Option], quick: bool,
 
 SCALE_HELP = "time-dilation factor S (emulated rate = real rate / S)"
 
-# S = 50000: a 400G NIC runs at 8 Mb/s emulated, one 4 KB frame every 4.2 ms. On this
-# shared 2-core machine the engine's p99 pacing lag is 1-2 ms, so at S = 20000 (a
-# frame every 1.7 ms) the gate's one-packet-time lag limit fails, at 50000 it holds
-# with margin. 1.6T core links then run at 32 Mb/s and NVLink (3.6T) at 72 Mb/s, far
-# inside what a shaped veth holds (emu/scaling.py), and the slowest link (400G,
-# 8 Mb/s) stays far above the shaper's floor. A 4 MiB ring all-reduce over 16 ranks
-# takes ~4 s emulated.
-DEFAULT_SCALE = 50000.0
+# S = 100000: a 400G NIC runs at 4 Mb/s emulated, one 4 KB frame every 8.3 ms. On this
+# shared 2-core machine the engine's p99 pacing lag measured 4-13 ms with 16 hosts on
+# two workers, so at S = 50000 (a frame every 4.2 ms) the gate's two-packet-time lag
+# limit is marginal and at 100000 it holds with margin. 1.6T core links then run at
+# 16 Mb/s and NVLink (3.6T) at 36 Mb/s, far inside what a shaped veth holds, and 400G
+# stays far above the shaper's floor (emu/scaling.py). A 4 MiB ring all-reduce over
+# 16 ranks takes ~8 s emulated, a 3 x 2 MiB incast ~13 s.
+DEFAULT_SCALE = 100000.0
 
 
 # ----------------------------------------------------------------------------- versions

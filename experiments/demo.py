@@ -22,9 +22,9 @@ from experiments.common import (
 
 NAME = "demo"
 
-# S: experiments.common.DEFAULT_SCALE (why 50000 on 2 cores is explained there). The
-# 3 x 2 MiB incast takes ~6 s emulated per case and the 4 MiB ring all-reduce over
-# 16 ranks ~4 s, so the demo fits in about a minute with fabric set-up.
+# S: experiments.common.DEFAULT_SCALE (why 100000 on 2 cores is explained there): the
+# two 3 x 2 MiB incasts take ~13 s emulated each and the ring all-reduces ~10 s, so
+# the demo fits in about a minute with fabric set-up.
 OPTIONS: dict[str, Option] = {
     "topo": Option("fattree,4", "topology of both parts"),
     "senders": Option(3, "incast senders (the hosts nearest the receiver)", parse=int),

@@ -56,7 +56,7 @@ NAME = "incast"
 OPTIONS: dict[str, Option] = {
     "topo": Option("fattree,4", "topology (NAME,ARG,KEY=VALUE)"),
     "senders": Option(3, "number of senders (the hosts nearest the receiver)", parse=int),
-    "size": Option(2 << 20, "bytes per sender", quick=512 << 10,
+    "size": Option(2 << 20, "bytes per sender", quick=1 << 20,
                    parse=lambda s: parse_size_bytes(s, "size")),
     "cc": Option(["off", "dcqcn"], "congestion control modes to run (off;dcqcn)",
                  parse=parse_specs),

@@ -86,7 +86,10 @@ _U64 = struct.Struct(">Q")
 _TS_OFF = 54                            # timestamp right after the BTH (MIDDLE/LAST)
 _TS_OFF_RETH = 70                       # after BTH + RETH (FIRST/ONLY)
 _HDR_BYTES = 14 + 20 + 8 + 12 + 4       # Ethernet, IP, UDP, BTH, ICRC around the payload
-_MAX_CATCHUP_INTERVALS = 2              # a late QP may catch up this many packets, no more
+# A sender that fell behind its schedule (preempted on a busy machine) catches up
+# to keep the average rate exact, but never by more than this (emulated ns) or two
+# frames, whichever is longer: beyond that it restarts the schedule from now.
+_MAX_CATCHUP_NS = 20_000_000
 _RX_BUDGET = 256                        # frames per host per loop turn: the sender must run too
 _SPIN_NS = 30_000                       # below this the loop spins instead of sleeping
 _MAX_SLEEP_S = 0.002                    # bound on one sleep, so stop requests are seen
@@ -584,11 +587,11 @@ class _WorkerLoop:
                 sched = best.next_ns if best.next_ns > nic.next_ns else nic.next_ns
                 lags.append(now - sched)
                 interval = int(bits * scale_ns / rp.rate_bps)
-                base = best.next_ns if now - best.next_ns < _MAX_CATCHUP_INTERVALS * interval \
+                base = best.next_ns if now - best.next_ns < max(2 * interval, _MAX_CATCHUP_NS) \
                     else now
                 best.next_ns = base + interval
                 line = int(bits * nic.ns_per_bit)
-                base = nic.next_ns if now - nic.next_ns < _MAX_CATCHUP_INTERVALS * line else now
+                base = nic.next_ns if now - nic.next_ns < max(2 * line, _MAX_CATCHUP_NS) else now
                 nic.next_ns = base + line
                 rp.on_bytes_sent(bits >> 3, t_real)
                 best.bytes_sent += bits >> 3

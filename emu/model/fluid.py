@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emu.model.maxmin import Link, fill_classes
+from emu.model.maxmin import Link, fill_classes, fill_sparse
 
 _DONE_REL = 1e-9
+#: Components with at most this many job classes are solved in plain Python.
+_SMALL_COMPONENT = 64
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> Flui
     # Max-min allocations decompose over connected components of the job-link
     # graph, so a change only needs the components of the links it touches.
     cls_links = [tuple(np.flatnonzero(coef_all[c] > 0).tolist()) for c in range(len(cls_fracs))]
+    cls_rows = [[(k, float(coef_all[c, k])) for k in ks] for c, ks in enumerate(cls_links)]
+    link_cap_list = link_cap_all.tolist()
     link_jobs: list[set[int]] = [set() for _ in links]
     rate = np.zeros(n)
     cache: dict[tuple, np.ndarray] = {}
@@ -141,10 +145,16 @@ def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> Flui
         key = (classes.tobytes(), counts.tobytes())
         cls_rate = cache.get(key)
         if cls_rate is None:
-            coef = coef_all[classes]
-            cols = coef.any(axis=0)
-            cls_rate, _ = fill_classes(coef[:, cols], counts.astype(float),
-                                       link_cap_all[cols], cap_all[classes])
+            if len(classes) <= _SMALL_COMPONENT:
+                cls_rate = np.array(fill_sparse([cls_rows[c] for c in classes.tolist()],
+                                                counts.tolist(), link_cap_list,
+                                                cap_all[classes].tolist()))
+            else:
+                coef = coef_all[classes]
+                cols = coef.any(axis=0)
+                cls_rate, _ = fill_classes(coef[:, cols], counts.astype(float),
+                                           link_cap_all[cols], cap_all[classes],
+                                           want_bottleneck=False)
             cache[key] = cls_rate
             res.recomputations += 1
         rate[comp] = cls_rate[np.searchsorted(classes, job_class[comp])]

@@ -154,7 +154,8 @@ class MaxMinResult:
 
 
 def fill_classes(coef: np.ndarray, mult: np.ndarray, link_cap_bps: np.ndarray,
-                 cap_bps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 cap_bps: np.ndarray, want_bottleneck: bool = True,
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Progressive filling on flow classes.
 
     ``coef[i, l]``: fraction of one class-i flow's rate on link l; ``mult[i]``:
@@ -162,40 +163,86 @@ def fill_classes(coef: np.ndarray, mult: np.ndarray, link_cap_bps: np.ndarray,
     per-flow rate of each class and the index of the link that froze it (-1 when
     its cap did).
     """
-    n_cls = coef.shape[0]
+    n_cls, n_links = coef.shape
     rate = np.zeros(n_cls)
     froze_by = np.full(n_cls, -1, dtype=np.int64)
-    uses = coef > 0
-    frozen = ~uses.any(axis=1)
+    uses = (coef > 0).astype(float)
+    frozen = uses.sum(axis=1) == 0
     rate[frozen] = cap_bps[frozen]          # no link: only the cap limits it
-    remaining = link_cap_bps.astype(float).copy()
     weighted = coef * mult[:, None]
+    # All unfrozen classes share one rate, the water level; per link we keep the
+    # load coefficient of unfrozen classes and the capacity frozen ones left.
+    active_load = weighted[~frozen].sum(axis=0)
+    active_count = uses[~frozen].sum(axis=0)
+    spare = link_cap_bps.astype(float).copy()
+    cap_left = np.where(frozen, np.inf, cap_bps)
+    link_level = np.empty(n_links)
+    level = 0.0
     while not frozen.all():
-        active = ~frozen
-        load = weighted[active].sum(axis=0)
-        used = load > 0
-        inc = np.inf
-        if used.any():
-            inc = float(np.min(remaining[used] / load[used]))
-        headroom = cap_bps[active] - rate[active]
-        inc = min(inc, float(headroom.min()))
-        inc = max(inc, 0.0)
-        rate[active] += inc
-        remaining[used] -= inc * load[used]
-        saturated = used & (remaining <= REL_TOL * link_cap_bps)
-        newly = np.zeros(n_cls, dtype=bool)
-        if saturated.any():
-            sat_idx = np.flatnonzero(saturated)
-            uses_sat = uses[:, sat_idx]
-            hit = active & uses_sat.any(axis=1)
-            froze_by[hit] = sat_idx[np.argmax(uses_sat[hit], axis=1)]
-            newly |= hit
-        capped = active & (cap_bps - rate <= REL_TOL * np.where(np.isinf(cap_bps), 1.0, cap_bps))
-        newly |= capped
-        if not newly.any():      # cannot happen with positive capacities; guard against loops
+        link_level.fill(np.inf)
+        np.divide(spare, active_load, out=link_level, where=active_count > 0.5)
+        level = max(level, min(float(link_level.min()), float(cap_left.min())))
+        threshold = level * (1.0 + REL_TOL)
+        saturated = link_level <= threshold
+        hit = uses @ saturated.astype(float) > 0
+        newly = np.flatnonzero(~frozen & (hit | (cap_left <= threshold)))
+        if newly.size == 0:      # cannot happen with positive capacities; guard against loops
             raise RuntimeError("progressive filling made no progress")
-        frozen |= newly
+        if want_bottleneck:
+            by_link = newly[hit[newly] & (cap_bps[newly] > threshold)]
+            froze_by[by_link] = np.argmax(uses[by_link] * saturated, axis=1)
+        rate[newly] = np.minimum(level, cap_bps[newly])
+        frozen[newly] = True
+        cap_left[newly] = np.inf
+        w = weighted[newly]
+        active_load -= w.sum(axis=0)
+        active_count -= uses[newly].sum(axis=0)
+        spare = np.maximum(spare - rate[newly] @ w, 0.0)
     return rate, froze_by
+
+
+def fill_sparse(rows: Sequence[Sequence[tuple[int, float]]], mult: Sequence[float],
+                link_cap_bps: Sequence[float], cap_bps: Sequence[float]) -> list[float]:
+    """`fill_classes` in plain Python on sparse rows ``[(link, coef), ...]``.
+
+    Same algorithm; faster than numpy for the small components the fluid engine
+    re-solves at most events (numpy's per-call overhead dominates there).
+    """
+    n_cls = len(rows)
+    rate = [0.0] * n_cls
+    load: dict[int, float] = {}
+    count: dict[int, int] = {}
+    active = []
+    for i, row in enumerate(rows):
+        if not row:
+            rate[i] = cap_bps[i]
+            continue
+        active.append(i)
+        for link, c in row:
+            load[link] = load.get(link, 0.0) + c * mult[i]
+            count[link] = count.get(link, 0) + 1
+    spare = {link: float(link_cap_bps[link]) for link in load}
+    level = 0.0
+    while active:
+        link_level = {link: spare[link] / load[link] for link in load if count[link] > 0}
+        best = min(link_level.values(), default=math.inf)
+        level = max(level, min(best, min(cap_bps[i] for i in active)))
+        threshold = level * (1.0 + REL_TOL)
+        saturated = {link for link, v in link_level.items() if v <= threshold}
+        newly = [i for i in active
+                 if cap_bps[i] <= threshold or any(link in saturated for link, _ in rows[i])]
+        if not newly:
+            raise RuntimeError("progressive filling made no progress")
+        for i in newly:
+            rate[i] = min(level, cap_bps[i])
+            for link, c in rows[i]:
+                w = c * mult[i]
+                load[link] -= w
+                count[link] -= 1
+                spare[link] = max(0.0, spare[link] - w * rate[i])
+        frozen = set(newly)
+        active = [i for i in active if i not in frozen]
+    return rate
 
 
 def max_min_rates(capacities: Mapping[Link, float] | nx.Graph,

@@ -50,8 +50,9 @@ def test_cpu_saturation_invalidates_and_suggests_larger_scale():
     assert rep.suggested_scale == nice_scale(rep.suggested_scale)
 
 
-def test_pacing_lag_beyond_one_packet_time_fails():
-    lag_s = 2 * PKT_400G_S * 20000                # two dilated packet times
+def test_pacing_lag_beyond_two_packet_times_fails():
+    assert evaluate(measures(pacing_lag_p99_s=1.9 * PKT_400G_S * 20000)).valid
+    lag_s = 4 * PKT_400G_S * 20000                # four dilated packet times
     rep = evaluate(measures(pacing_lag_p99_s=lag_s))
     assert not rep.valid
     assert any("pacing lag" in r for r in rep.reasons)

@@ -248,3 +248,14 @@ def test_mapping_paths_accepted():
     g = star(2, delay_s=0.0)
     table = {("h0", "h1"): [("h0", "sw", "h1")], ("h1", "h0"): [("h1", "sw", "h0")]}
     assert bottleneck_rate_bps(g, table, [("h0", "h1"), ("h1", "h0")]) == pytest.approx(400 * G)
+
+
+def test_64_rank_ring_dag_matches_the_closed_form():
+    # 8064 messages; symmetric steps, so the DAG equals 2(n-1)(alpha + (S/n)/B).
+    n = 64
+    g, ranks = star(n), [f"h{i}" for i in range(n)]
+    size = 64 * MIB                      # S/n = 1 MiB -> 20.97152 us at 400G
+    dag = predict_workload(ring_allreduce_workload(ranks, size), g, star_paths,
+                           overhead_s=1e-6)
+    assert dag.completion_s == pytest.approx(2 * 63 * (2e-6 + 20.97152e-6))
+    assert dag.recomputations <= n       # one per ring edge (component), reused every step

@@ -176,3 +176,27 @@ def test_fct_rates_reallocated_across_two_bottlenecks():
                                 {"L": 150e6, "A": 50e6})
     assert fct["A"] == pytest.approx(0.1)
     assert fct["L"] == pytest.approx(0.2)
+
+
+def test_numpy_and_python_fillers_agree():
+    # The fluid engine solves small components in Python and large ones with numpy.
+    import numpy as np
+
+    from emu.model.maxmin import fill_classes, fill_sparse
+
+    rng = np.random.default_rng(7)
+    n_cls, n_links = 80, 30
+    coef = np.where(rng.random((n_cls, n_links)) < 0.15, rng.random((n_cls, n_links)), 0.0)
+    coef[:, 0] += 0.01                         # every class crosses at least one link
+    mult = rng.integers(1, 4, n_cls).astype(float)
+    link_cap = rng.uniform(1, 10, n_links) * G
+    caps = np.where(rng.random(n_cls) < 0.2, 0.05 * G, np.inf)
+    dense, _ = fill_classes(coef, mult, link_cap, caps)
+    rows = [[(k, float(coef[i, k])) for k in np.flatnonzero(coef[i])] for i in range(n_cls)]
+    sparse = fill_sparse(rows, mult.tolist(), link_cap.tolist(), caps.tolist())
+    assert np.allclose(dense, sparse, rtol=1e-9)
+    # feasibility: no link over capacity, and every class is capped or on a full link
+    load = (coef * (mult * dense)[:, None]).sum(axis=0)
+    assert np.all(load <= link_cap * (1 + 1e-9))
+    full = load >= link_cap * (1 - 1e-9)
+    assert np.all((dense >= caps * (1 - 1e-9)) | (coef[:, full] > 0).any(axis=1))

@@ -1,0 +1,146 @@
+"""Every experiment's --quick configuration on real fabrics, checked for physically
+meaningful outcomes (not for the model's accuracy, which the summary reports).
+
+Runs as root (namespaces, tc, BPF); about two minutes on two cores in all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pandas as pd
+import pytest
+
+from experiments import registry
+
+pytestmark = [pytest.mark.root, pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc, BPF)")]
+
+
+def _no_namespaces_left(before: set[str]) -> None:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    ours = {line.split()[0] for line in out.splitlines() if line.startswith("fabemu-")}
+    assert ours <= before, f"namespaces left behind: {sorted(ours - before)[:5]}"
+
+
+@pytest.fixture
+def netns_guard():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    before = {line.split()[0] for line in out.splitlines() if line.startswith("fabemu-")}
+    yield
+    _no_namespaces_left(before)
+
+
+def _check_summary(run_dir) -> dict:
+    """Every summary metric has a measurement, a prediction and (if defined) an error;
+    every case has a fidelity verdict with reasons when invalid."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]
+    for row in summary["metrics"]:
+        assert row["measured"] is not None, row
+        assert row["predicted"] is not None, row
+        assert row["error_rel"] is not None or (row["predicted"] == 0 and row["measured"] != 0), row
+        assert isinstance(row["valid"], bool)
+    for case, rep in summary["cases"].items():
+        assert rep["valid"] or rep["reasons"], case
+        assert rep["suggested_scale"] >= 1
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["scale"] and config["versions"]["kernel"] and config["fabrics"]
+    return summary
+
+
+def _rows(result, metric: str) -> dict[str, dict]:
+    df = result.metrics[result.metrics.metric == metric]
+    return {r.case: r._asdict() for r in df.itertuples()}
+
+
+def test_incast_quick(tmp_path, netns_guard):
+    result = registry.cli_run("incast", tmp_path, quick=True)
+    _check_summary(tmp_path)
+    off = {k: v for k, v in _rows(result, "latency p99").items() if "cc=off" in k}
+    on = {k: v for k, v in _rows(result, "latency p99").items() if "cc=dcqcn" in k}
+    assert off and on
+    (off_p99,), (on_p99,) = off.values(), on.values()
+    peak = _rows(result, "peak queue")
+    off_q = next(v for k, v in peak.items() if "cc=off" in k)
+    on_q = next(v for k, v in peak.items() if "cc=dcqcn" in k)
+    # DCQCN cuts the senders' rates once marks arrive: a lower queue and lower tail latency.
+    assert on_q["measured"] < off_q["measured"]
+    assert on_p99["measured"] < off_p99["measured"]
+    # Lossless incast keeps the receiver port busy: completion ~ N S / C either way.
+    for row in _rows(result, "completion time").values():
+        assert abs(row["error_rel"]) < 0.10, row
+    # The bottleneck queue never exceeds the port buffer and marks only happen with a queue.
+    ports = pd.read_csv(tmp_path / "ports.csv")
+    assert (ports.drops == 0).all()
+    queue = pd.read_csv(tmp_path / "queue.csv")
+    assert queue.backlog_bytes.max() <= ports.buffer_bytes.max()
+    msgs = pd.read_csv(tmp_path / "messages.csv")
+    assert (msgs.cnps_received <= msgs.cnps_sent).all()
+    assert (msgs.cnps_sent <= msgs.ce_marked).all()
+    assert (tmp_path / "queue_over_time.png").exists() and (tmp_path / "latency_cdf.png").exists()
+
+
+def test_collective_quick(tmp_path, netns_guard):
+    registry.cli_run("collective", tmp_path, quick=True)
+    _check_summary(tmp_path)
+    table = pd.read_csv(tmp_path / "collective.csv")
+    assert set(table.collective) == {"allreduce-ring", "alltoall"}
+    # Payload busbw can never exceed the bottleneck link rate.
+    assert (table.busbw_bps <= table.bottleneck_bps * 1.005).all(), table
+    assert (table.time_s > 0).all() and (table.time_model_s > 0).all()
+    # Bandwidth-bound ring all-reduce gets close to the bottleneck.
+    big = table[(table.collective == "allreduce-ring")
+                & (table.size_bytes == table.size_bytes.max())]
+    assert (big.busbw_bps >= 0.8 * big.bottleneck_bps).all(), big
+    assert (tmp_path / "busbw_vs_size.png").exists()
+
+
+def test_ratios_quick(tmp_path, netns_guard):
+    registry.cli_run("ratios", tmp_path, quick=True)
+    _check_summary(tmp_path)
+    tiers = pd.read_csv(tmp_path / "tiers.csv")
+    tiered, uniform = (tiers[tiers.fabric.str.contains(r)] for r in ("800G", "=400G"))
+    # 800G uplinks: the NICs are the bottleneck; 400G uplinks: the bottleneck moves up.
+    assert tiered[tiered.bottleneck_measured].tier.iloc[0] == "host-leaf"
+    assert uniform[uniform.bottleneck_measured].tier.iloc[0] == "leaf-spine"
+    table = pd.read_csv(tmp_path / "collective.csv")
+    busbw = dict(zip(table.fabric, table.busbw_bps, strict=True))
+    assert busbw["leafspine,2,1,2,fabric_rate=800G"] > busbw["leafspine,2,1,2,fabric_rate=400G"]
+
+
+def test_ecmp_quick(tmp_path, netns_guard):
+    registry.cli_run("ecmp", tmp_path, quick=True)
+    _check_summary(tmp_path)
+    flows = pd.read_csv(tmp_path / "flows.csv")
+    # No flow beats its 400G NIC (payload goodput), measured or modelled.
+    assert (flows.throughput_bps <= 400e9 * 1.005).all()
+    assert set(flows.source) == {"measured", "model"}
+
+
+def test_fairness_quick(tmp_path, netns_guard):
+    result = registry.cli_run("fairness", tmp_path, quick=True)
+    _check_summary(tmp_path)
+    jain = _rows(result, "Jain index")
+    n_flows = pd.read_csv(tmp_path / "intervals.csv").groupby("interval").active.first()
+    assert n_flows.max() >= 2            # flows did overlap (joined and left)
+    for row in jain.values():
+        assert 0 < row["measured"] <= 1.0 + 1e-9
+    # The bottleneck is shared, never exceeded.
+    for row in _rows(result, "aggregate throughput").values():
+        assert row["measured"] <= 400 * 1.02
+    assert (tmp_path / "rate_over_time.png").exists()
+
+
+def test_demo_quick_and_report(tmp_path, netns_guard):
+    result = registry.demo(tmp_path, quick=True)
+    summary = _check_summary(tmp_path)
+    assert any("allreduce-ring" in r["case"] for r in summary["metrics"])
+    assert any("incast" in r["case"] for r in summary["metrics"])
+    if not result.valid:  # an invalid run must say why and ask for a larger S
+        assert result.fidelity.reasons
+    (tmp_path / "busbw_vs_size.png").unlink()
+    registry.report(tmp_path)
+    assert (tmp_path / "busbw_vs_size.png").exists()
