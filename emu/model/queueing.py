@@ -62,6 +62,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from emu.ecn import curve
+
 #: Default RoCEv2 packet on the wire (4096 payload + 58 bytes of headers).
 DEFAULT_PACKET_BYTES = 4154
 
@@ -70,14 +72,8 @@ DEFAULT_PACKET_BYTES = 4154
 
 def mark_probability(queue_bytes: float, kmin_bytes: float, kmax_bytes: float,
                      pmax: float) -> float:
-    """DCQCN/RED marking curve on the instantaneous queue (Kmin = Kmax: DCTCP step)."""
-    if queue_bytes <= kmin_bytes:
-        return 0.0
-    if queue_bytes > kmax_bytes:
-        return 1.0
-    if kmax_bytes == kmin_bytes:
-        return 1.0
-    return pmax * (queue_bytes - kmin_bytes) / (kmax_bytes - kmin_bytes)
+    """The switches' marking curve (emu.ecn.curve), with thresholds as plain numbers."""
+    return curve.mark_probability(queue_bytes, curve.Thresholds(kmin_bytes, kmax_bytes, pmax))
 
 
 def queue_for_mark_probability(p: float, kmin_bytes: float, kmax_bytes: float,
