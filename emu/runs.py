@@ -43,7 +43,7 @@ def register_run(run_id: str, description: str) -> None:
     os.makedirs(RUNS_DIR, exist_ok=True)
     with open(_record_path(run_id), "w") as f:
         json.dump({"run_id": run_id, "pid": os.getpid(), "started": time.time(),
-                   "description": description}, f)
+                   "start_ticks": _start_ticks(os.getpid()), "description": description}, f)
 
 
 def unregister_run(run_id: str) -> None:
@@ -51,14 +51,21 @@ def unregister_run(run_id: str) -> None:
         os.unlink(_record_path(run_id))
 
 
-def _pid_alive(pid: int) -> bool:
+def _start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` (clock ticks since boot), None if it is gone or a zombie."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # fields[0] is the state (field 3); starttime is field 22.
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _owner_alive(pid: int, start_ticks: int | None) -> bool:
+    # Comparing start times makes a recycled pid count as dead; a zombie is dead too.
+    now = _start_ticks(pid)
+    return now is not None and (start_ticks is None or now == start_ticks)
 
 
 @dataclass
@@ -81,7 +88,8 @@ def list_runs() -> list[RunInfo]:
                 with open(os.path.join(RUNS_DIR, entry)) as f:
                     rec = json.load(f)
                 pid = int(rec["pid"])
-                runs[rec["run_id"]] = RunInfo(rec["run_id"], pid, _pid_alive(pid),
+                alive = _owner_alive(pid, rec.get("start_ticks"))
+                runs[rec["run_id"]] = RunInfo(rec["run_id"], pid, alive,
                                               rec.get("description", ""), [])
             except (OSError, ValueError, KeyError):
                 continue

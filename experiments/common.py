@@ -439,14 +439,18 @@ def _thresholds_of(fab: Any, port: Any) -> Any:
 def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
                 saturated: Mapping[str, float] | None = None) -> FidelityReport:
     """The gate over one measured traffic run. ``saturated`` maps port names to the
-    real window (s) over which the model says the port sends at its full rate."""
+    real window (s) over which the model says the port sends at its full rate;
+    every host NIC is also checked not to exceed its rate over the whole run."""
     from emu.fidelity import MarkingCounts, PortQueue, PortRate, RunMeasures, evaluate
 
     ports = {p.name: p for p in fab.ports()}
+    windows = {p.name: (m.completion_s, False) for p in fab.ports()
+               if not p.is_switch and m.ports.at[p.name, "tx_bytes"] > 0}
+    windows.update({name: (w, True) for name, w in (saturated or {}).items()})
     rates = []
-    for name, window_s in (saturated or {}).items():
+    for name, (window_s, busy) in windows.items():
         achieved = 8.0 * float(m.ports.at[name, "tx_bytes"]) / window_s if window_s > 0 else 0.0
-        rates.append(PortRate(name, ports[name].rate_bps, achieved, expect_saturated=True))
+        rates.append(PortRate(name, ports[name].rate_bps, achieved, expect_saturated=busy))
     marked = [p for p in fab.ports() if p.marker is not None]
     queues = []
     for p in marked:
