@@ -161,6 +161,67 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
                   f"{int(stats['drops'].sum())} drops, {int(stats['ecn_marked'].sum())} ECN marks")
 
 
+def _experiment_help() -> str:
+    from experiments.registry import describe
+
+    lines = ["Experiments and their options (--set KEY=VALUE; lists use ';'):"]
+    for name, options in describe().items():
+        lines.append(f"  {name}: " + ", ".join(f"{k}={v['default']}" for k, v in options.items()))
+    return "\n".join(lines)
+
+
+def _finish(result) -> None:  # noqa: ANN001 - experiments.common.RunResult
+    console.print(f"results: {result.out_dir}")
+    if not result.valid:
+        console.print("[yellow]the fidelity gate marked this run INVALID (see summary); "
+                      "its measurements do not represent the real fabric[/]")
+        raise typer.Exit(3)
+
+
+@app.command()
+def run(name: Annotated[str, typer.Argument(help="incast | collective | ratios | ecmp | "
+                                            "fairness | demo")] = "",
+        out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
+        quick: Annotated[bool, typer.Option("--quick", help="small, fast configuration")] = False,
+        scale: Annotated[float | None, typer.Option("--scale", "-S", help="override S")] = None,
+        sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE option")] = None,
+        list_options: Annotated[bool, typer.Option("--list", help="list experiments and "
+                                                   "options")] = False) -> None:
+    """Run an experiment; writes config.json, CSVs, summary.json and plots to --out."""
+    from experiments.registry import cli_run, parse_sets
+
+    if list_options or not name:
+        console.print(_experiment_help())
+        if not name and not list_options:
+            raise typer.Exit(2)
+        return
+    if name == "demo":
+        demo(out=out, quick=quick)
+        return
+    _finish(cli_run(name, out, quick, scale, parse_sets(sets)))
+
+
+@app.command()
+def demo(out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
+         quick: Annotated[bool, typer.Option("--quick")] = False) -> None:
+    """The default experiment: incast with and without DCQCN plus a ring all-reduce on a
+    k=4 fat-tree, measured beside the model (about a minute)."""
+    from experiments.registry import demo as run_demo
+
+    _finish(run_demo(out, quick))
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="a finished run directory")]) -> None:
+    """Re-render the tables and plots of a finished run."""
+    from experiments.registry import report as render
+
+    if not (run_dir / "summary.json").is_file():
+        raise FabricEmuError(f"{run_dir} is not a finished run (no summary.json)")
+    for path in render(run_dir):
+        console.print(f"plot: {path}")
+
+
 @app.command()
 def clean(force: Annotated[bool, typer.Option("--force", help="also remove runs whose "
                                               "owner process is still alive")] = False) -> None:

@@ -215,7 +215,7 @@ def test_virtual_queue_agrees_with_the_qdisc_backlog_under_overload(rig):
     df = s.frame()
     busy = df[(df.backlog_bytes > 0) | (df.vq_bytes > 0)]
     diff = (busy.vq_bytes - busy.backlog_bytes).abs()
-    assert len(busy) > 100
+    assert len(busy) > 30  # ~200 at 5 ms when idle; the nice +10 sampler gets fewer when busy
     assert busy.backlog_bytes.max() > 0.9 * BUFFER_BYTES  # it did reach the full buffer
     print(f"\nvq vs qdisc backlog over {len(busy)} samples: median |diff| {diff.median():.0f} B, "
           f"p90 {diff.quantile(0.9):.0f} B, max {diff.max():.0f} B")
