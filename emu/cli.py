@@ -171,7 +171,7 @@ def _experiment_help() -> str:
 
 
 def _finish(result) -> None:  # noqa: ANN001 - experiments.common.RunResult
-    console.print(f"results: {result.out_dir}")
+    console.print(f"results: {result.run_dir}")
     if not result.valid:
         console.print("[yellow]the fidelity gate marked this run INVALID (see summary); "
                       "its measurements do not represent the real fabric[/]")
@@ -248,24 +248,13 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     try:
-        app(standalone_mode=False)
+        app()  # standalone: usage errors are reported by the CLI library itself
     except FabricEmuError as e:
         console.print(f"[red]error:[/] {e}")
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted; everything created was removed[/]")
         sys.exit(130)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except (typer.Abort, EOFError):
-        sys.exit(1)
-    except Exception as e:  # click usage errors
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ class Scale:
         return rate_emu_bps * self.factor
 
     def check_rates(self, rates_real_bps: list[float] | set[float]) -> None:
-        """Raise the clear error for the first rate that cannot be emulated at this S."""
-        for rate in sorted(set(rates_real_bps)):
-            self.rate_emu_bps(rate)
+        """Raise the clear error if any rate cannot be emulated at this S; the fastest
+        and slowest links bound S, so the suggestion covers every link."""
+        self.rate_emu_bps(max(rates_real_bps))
+        self.rate_emu_bps(min(rates_real_bps))
