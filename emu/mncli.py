@@ -15,6 +15,7 @@ from mininet.net import Mininet
 from mininet.node import Node
 
 from emu.fabric import Fabric
+from emu.reachability import ping_all
 
 
 class NamespaceNode(Node):
@@ -34,12 +35,48 @@ class NamespaceNode(Node):
     def IP(self, intf: Any = None) -> str | None:  # noqa: N802 - Mininet's API name
         return self.primary_ip
 
-    def defaultIntf(self) -> None:  # noqa: N802 - interfaces are fabricemu's, not Mininet's
-        return None
+    def defaultIntf(self) -> _PrimaryAddress:  # noqa: N802 - Mininet's API name
+        # The CLI substitutes node names with defaultIntf().updateIP(); the links
+        # themselves are fabricemu's, so only the address is exposed.
+        return _PrimaryAddress(self.primary_ip)
+
+
+class _PrimaryAddress:
+    """What Mininet's CLI asks of a default interface: its address."""
+
+    def __init__(self, ip: str | None) -> None:
+        self.ip = ip
+
+    def updateIP(self) -> str | None:  # noqa: N802 - Mininet's API name
+        return self.ip
+
+    IP = updateIP
+
+
+class FabricNet(Mininet):
+    """Mininet's network object over a fabricemu fabric (it owns no links itself)."""
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+        super().__init__(topo=None, build=False, controller=None)
+
+    def pingAll(self, timeout: Any = None) -> float:  # noqa: N802 - Mininet's API name
+        # Mininet pings only hosts with Mininet-owned interfaces; fabricemu owns the
+        # links, so its own all-pairs ICMP check answers, in Mininet's format.
+        result = ping_all([(h.name, h.netns_path, h.primary_ip) for h in self.hosts])
+        print("*** Ping: testing ping reachability")
+        for src in self.hosts:
+            row = [dst.name if result[(src.name, dst.name)] else "X"
+                   for dst in self.hosts if dst is not src]
+            print(f"{src.name} -> {' '.join(row)}")
+        lost = sum(not ok for ok in result.values())
+        loss = 100.0 * lost / max(len(result), 1)
+        print(f"*** Results: {loss:.0f}% dropped ({len(result) - lost}/{len(result)} received)")
+        return loss
 
 
 def run_mininet_cli(fab: Fabric) -> None:
-    net = Mininet(topo=None, build=False, controller=None)
+    net = FabricNet(fab)
     try:
         for host in fab.hosts:
             net.addHost(host, cls=NamespaceNode, netns_path=fab.netns_path(host),

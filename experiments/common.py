@@ -477,3 +477,13 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
         messages_completed=int(msgs.completed.sum()), error=st.get("error"),
         port_rates=rates, marking=marking)
     return evaluate(measures, max_scale=max_scale(fab))
+
+
+def run_experiment(name: str, options: Mapping[str, Option],
+                   execute: Callable[[Run, dict[str, Any]], None], out_dir: str, quick: bool,
+                   overrides: Mapping[str, Any]) -> RunResult:
+    """What every experiment's ``run()`` does: resolve options, execute, finish the run dir."""
+    opts = resolve_options(options, quick, overrides)
+    rec = Run(name, out_dir, opts, quick=quick)
+    execute(rec, opts)
+    return rec.finish()

@@ -17,7 +17,7 @@ from experiments.common import (
     Run,
     RunResult,
     parse_sizes,
-    resolve_options,
+    run_experiment,
 )
 
 NAME = "demo"
@@ -50,7 +50,4 @@ def execute(run: Run, opts: dict[str, Any]) -> None:
 
 def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
     """Run the demo into ``out_dir``; ``overrides`` are OPTIONS values."""
-    opts = resolve_options(OPTIONS, quick, overrides)
-    rec = Run(NAME, out_dir, opts, quick=quick)
-    execute(rec, opts)
-    return rec.finish()
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)

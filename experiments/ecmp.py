@@ -38,7 +38,7 @@ from experiments.common import (
     model_graph,
     parse_list,
     progress,
-    resolve_options,
+    run_experiment,
 )
 from traffic import collectives
 
@@ -116,7 +116,4 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
 
 def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
     """Run the ECMP permutation experiment into ``out_dir``."""
-    opts = resolve_options(OPTIONS, quick, overrides)
-    rec = Run(NAME, out_dir, opts, quick=quick)
-    execute(rec, opts)
-    return rec.finish()
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)

@@ -38,7 +38,7 @@ from experiments.common import (
     measure,
     model_graph,
     progress,
-    resolve_options,
+    run_experiment,
 )
 from experiments.incast import nearest_senders, parse_thresholds
 from traffic import collectives
@@ -119,7 +119,4 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
 
 def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
     """Run the fairness experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
-    opts = resolve_options(OPTIONS, quick, overrides)
-    rec = Run(NAME, out_dir, opts, quick=quick)
-    execute(rec, opts)
-    return rec.finish()
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)

@@ -42,7 +42,7 @@ from experiments.common import (
     model_graph,
     parse_specs,
     progress,
-    resolve_options,
+    run_experiment,
     size_label,
 )
 from traffic import collectives
@@ -194,7 +194,4 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
 
 def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
     """Run the incast experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
-    opts = resolve_options(OPTIONS, quick, overrides)
-    rec = Run(NAME, out_dir, opts, quick=quick)
-    execute(rec, opts)
-    return rec.finish()
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)

@@ -30,7 +30,7 @@ from experiments.common import (
     parse_sizes,
     parse_specs,
     progress,
-    resolve_options,
+    run_experiment,
 )
 
 NAME = "ratios"
@@ -97,7 +97,4 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
 
 def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
     """Run the tier-ratio comparison into ``out_dir``; ``overrides`` are OPTIONS values."""
-    opts = resolve_options(OPTIONS, quick, overrides)
-    rec = Run(NAME, out_dir, opts, quick=quick)
-    execute(rec, opts)
-    return rec.finish()
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)

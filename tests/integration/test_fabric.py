@@ -173,3 +173,14 @@ def test_cli_bad_input_gives_a_clear_error(args, needle):
     assert res.returncode == 2
     assert needle in res.stdout + res.stderr
     assert "Traceback" not in res.stdout + res.stderr
+
+
+def test_mininet_cli_runs_on_the_fabric():
+    script = "h1 ping -c1 -W2 h4\npingall\nl1 ip route\nexit\n"
+    res = subprocess.run([*EMU, "net", "--topo", "leafspine,2,2,2", "--test", "none", "--cli"],
+                         input=script, capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 received" in res.stdout            # a real ping from inside h1's namespace
+    assert "0% dropped (12/12 received)" in res.stdout
+    assert "nexthop via" in res.stdout           # l1's ECMP route to the other leaf's hosts
