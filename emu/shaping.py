@@ -25,10 +25,11 @@ MTU_BYTES = 9000
 def htb_burst_bytes(rate_emu_bps: float, mtu_bytes: int = MTU_BYTES) -> int:
     """Burst that keeps HTB on rate without letting bursts distort the queue.
 
-    Two MTUs let HTB send back-to-back frames when its timer fires late; 1 ms of
-    tokens covers timer slack on a loaded 2-core machine at high emulated rates.
+    The bucket starts full, so whatever it holds crosses the port faster than line
+    rate once; one MTU (the least HTB accepts) keeps that to a single frame at low
+    emulated rates, and 1 ms of tokens covers timer slack at high ones.
     """
-    return int(max(2 * mtu_bytes, rate_emu_bps / 8 * 1e-3))
+    return int(max(mtu_bytes + 100, rate_emu_bps / 8 * 1e-3))
 
 
 def shape_port(ipr: IPRoute, ifindex: int, rate_emu_bps: float, buffer_bytes: int,

@@ -84,8 +84,9 @@ def test_collective_quick(tmp_path, netns_guard):
     _check_summary(tmp_path)
     table = pd.read_csv(tmp_path / "collective.csv")
     assert set(table.collective) == {"allreduce-ring", "alltoall"}
-    # Payload busbw can never exceed the bottleneck link rate.
-    assert (table.busbw_bps <= table.bottleneck_bps * 1.005).all(), table
+    # Payload busbw cannot exceed the bottleneck rate, but for the one frame each shaper's
+    # initially full token bucket lets through at once (< 1% at these sizes).
+    assert (table.busbw_bps <= table.bottleneck_bps * 1.01).all(), table
     assert (table.time_s > 0).all() and (table.time_model_s > 0).all()
     # Bandwidth-bound ring all-reduce gets close to the bottleneck.
     big = table[(table.collective == "allreduce-ring")
