@@ -6,15 +6,13 @@ tells the truth about this kernel rather than guessing from config files.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from emu.netns import create_netns, delete_netns, netns_path
-from emu.runs import netns_name, new_run_id, register_run, unregister_run
+from emu.runs import NamespaceSet
 
 # qdisc kind -> arguments that make a valid root qdisc of that kind
 _QDISC_ARGS = {
@@ -63,34 +61,25 @@ def _which(tool: str) -> Check:
 
 
 def _probe_qdiscs(checks: list[Check]) -> None:
-    run_id = new_run_id()
-    name = netns_name(run_id, "probe")
-    register_run(run_id, "capability probe")
-    try:
-        ipr = create_netns(name)
+    with NamespaceSet("capability probe") as scratch:
+        ipr = scratch.create("probe")
         try:
             ipr.link("add", ifname="probe0", kind="veth", peer={"ifname": "probe1"})
             veth = Check("veth", True, "veth pairs", essential=True)
         except Exception as e:  # noqa: BLE001 - any failure means no veth
             veth = Check("veth", False, str(e), essential=True)
-        finally:
-            ipr.close()
         checks.append(veth)
         for kind, args in _QDISC_ARGS.items():
             if not veth.ok:
                 checks.append(Check(f"qdisc {kind}", False, "no veth to probe on"))
                 continue
-            cmd = ["nsenter", f"--net={netns_path(name)}", "tc", "qdisc", "replace",
+            cmd = ["nsenter", f"--net={scratch.path('probe')}", "tc", "qdisc", "replace",
                    "dev", "probe0", "root", *args]
             res = subprocess.run(cmd, capture_output=True, text=True, check=False)
             detail = "available" if res.returncode == 0 else (res.stderr.strip().splitlines() or
                                                              ["unavailable"])[-1]
             checks.append(Check(f"qdisc {kind}", res.returncode == 0, detail,
                                 essential=(kind == "htb")))
-    finally:
-        with contextlib.suppress(Exception):
-            delete_netns(name)
-        unregister_run(run_id)
 
 
 def _multipath_policy() -> Check:

@@ -23,11 +23,11 @@ from typing import Any
 from emu import netns as ns
 from emu.addressing import AddressPlan, plan_addresses
 from emu.ecn.bpf import raise_fd_limit
-from emu.errors import FabricEmuError, NotRootError
+from emu.errors import NotRootError
 from emu.ipbatch import run_ip_batches
 from emu.ports import Port
 from emu.routing import Routes, compute_routes
-from emu.runs import netns_name, new_run_id, register_run, unregister_run
+from emu.runs import NamespaceSet
 from emu.scaling import Scale
 from emu.shaping import MTU_BYTES, shape_port
 from topologies.base import FabricTopo
@@ -89,14 +89,14 @@ class Fabric:
         self.marking = "off"
         self.thresholds = thresholds
         self.capabilities = capabilities or {}
-        self.run_id = new_run_id()
+        self.namespaces = NamespaceSet(topo.describe())
+        self.run_id = self.namespaces.run_id
         self.plan: AddressPlan = plan_addresses(topo)
         self.routes: Routes = compute_routes(topo)
         rates = {topo.linkInfo(a, b)["rate_bps"] for a, b in topo.links()}
         self.scale.check_rates(rates)  # clear error (suggesting S) before building anything
         self.hosts: list[str] = topo.host_nodes()
         self.switches: list[str] = topo.switch_nodes()
-        self._iprs: dict[str, Any] = {}
         self._sinks: list[socket.socket] = []
         self._ports: list[Port] = []
         self._procs: list[subprocess.Popen] = []
@@ -116,7 +116,6 @@ class Fabric:
         require_root()
         raise_fd_limit()
         t0 = time.perf_counter()
-        register_run(self.run_id, self.topo.describe())
         try:
             self._choose_marking()
             self._create_namespaces()
@@ -144,25 +143,19 @@ class Fabric:
         for sock in self._sinks:
             sock.close()
         self._sinks.clear()
-        for ipr in self._iprs.values():
-            with contextlib.suppress(Exception):
-                ipr.close()
-        self._iprs.clear()
-        for node in list(self.topo.nodes()):
-            ns.delete_netns(netns_name(self.run_id, node))
-        unregister_run(self.run_id)
+        self.namespaces.close()
         self.started = False
 
     # ------------------------------------------------------------------ queries
     def netns_path(self, node: str) -> str:
-        return ns.netns_path(netns_name(self.run_id, node))
+        return self.namespaces.path(node)
 
     def ipr(self, node: str) -> Any:
         """The netlink socket bound to ``node``'s namespace."""
-        return self._iprs[node]
+        return self.namespaces.iprs[node]
 
     def iprs_by_path(self) -> dict[str, Any]:
-        return {self.netns_path(n): ipr for n, ipr in self._iprs.items()}
+        return {self.netns_path(n): ipr for n, ipr in self.namespaces.iprs.items()}
 
     def endpoint(self, host: str) -> HostEndpoint:
         return HostEndpoint(host, self.netns_path(host), self.plan.host_ip[host])
@@ -220,29 +213,26 @@ class Fabric:
     def _create_namespaces(self) -> None:
         for node in self.topo.nodes():
             sysctls = _HOST_SYSCTLS if self.topo.role(node) == "host" else _SWITCH_SYSCTLS
-            try:
-                self._iprs[node] = ns.create_netns(netns_name(self.run_id, node), sysctls)
-            except FileExistsError as e:  # never adopt a namespace we did not create
-                raise FabricEmuError(f"namespace {e.filename} exists already") from e
+            self.namespaces.create(node, sysctls)
         for host in self.hosts:
-            self._iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)
+            self.namespaces.iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)
 
     def _create_links(self) -> None:
         """Phase 1 creates the veths (each from its first node's namespace, the peer
         straight into the other's); phase 2 addresses them, adds the permanent
         neighbours (no ARP on the links) and the routes."""
-        create: dict[str, list[str]] = {netns_name(self.run_id, n): [] for n in self.topo.nodes()}
+        create: dict[str, list[str]] = {self.namespaces.name(n): [] for n in self.topo.nodes()}
         for a, b in self.topo.links():
             ia, ib = self.plan.iface(a, b), self.plan.iface(b, a)
-            create[netns_name(self.run_id, a)].append(
+            create[self.namespaces.name(a)].append(
                 f"link add {ia.ifname} address {ia.mac} mtu {MTU_BYTES} type veth "
                 f"peer name {ib.ifname} address {ib.mac} mtu {MTU_BYTES} "
-                f"netns {netns_name(self.run_id, b)}")
+                f"netns {self.namespaces.name(b)}")
         run_ip_batches(create)
-        configure = {netns_name(self.run_id, n): self._node_config(n) for n in self.topo.nodes()}
+        configure = {self.namespaces.name(n): self._node_config(n) for n in self.topo.nodes()}
         run_ip_batches(configure)
         for node in self.topo.nodes():
-            for link in self._iprs[node].get_links():
+            for link in self.namespaces.iprs[node].get_links():
                 self._ifindex[(node, link.get_attr("IFLA_IFNAME"))] = link["index"]
 
     def _node_config(self, node: str) -> list[str]:
@@ -292,17 +282,17 @@ class Fabric:
                 if marked and self.marking == "red":
                     from emu.ecn.red import red_qdisc_options
 
-                    shape_port(self._iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
+                    shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
                                leaf_options=red_qdisc_options(policy.for_port(port), rate_emu,
                                                               iface.buffer_bytes))
                 else:
-                    shape_port(self._iprs[node], idx, rate_emu, iface.buffer_bytes)
+                    shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes)
                 if marked and self.marking == "bpf":
                     from emu.ecn.bpf import attach_bpf_marker
 
                     port.marker = attach_bpf_marker(
                         port.netns_path, iface.ifname, rate_emu, iface.buffer_bytes,
-                        policy.for_port(port), ipr=self._iprs[node], ifindex=idx)
+                        policy.for_port(port), ipr=self.namespaces.iprs[node], ifindex=idx)
                 self._ports.append(port)
 
     def _threshold_policy(self) -> Any:

@@ -18,7 +18,10 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from emu.netns import delete_netns, list_netns
+from pyroute2 import IPRoute
+
+from emu.errors import FabricEmuError
+from emu.netns import create_netns, delete_netns, list_netns, netns_path
 
 RUNS_DIR = "/run/fabricemu"
 NETNS_PREFIX = "fabemu-"
@@ -113,3 +116,53 @@ def clean_runs(include_alive: bool = False) -> list[RunInfo]:
         unregister_run(run.run_id)
         cleaned.append(run)
     return cleaned
+
+
+class NamespaceSet:
+    """The namespaces of one run, each with the netlink socket bound to it.
+
+    Every creator of namespaces (fabrics, capability probes, test rigs, benchmarks)
+    goes through this, so each is registered before it exists and named
+    ``fabemu-<run>-<node>``: `emu clean` can then reclaim it after a crash, and
+    nothing else is ever touched. ``close()`` closes the sockets (an open one keeps a
+    namespace alive), removes the namespaces and the record; it is safe to call twice.
+    """
+
+    def __init__(self, description: str) -> None:
+        self.run_id = new_run_id()
+        self.description = description
+        self.iprs: dict[str, IPRoute] = {}
+        self._registered = False
+
+    def name(self, node: str) -> str:
+        return netns_name(self.run_id, node)
+
+    def path(self, node: str) -> str:
+        return netns_path(self.name(node))
+
+    def create(self, node: str, sysctls: dict[str, str | int] | None = None) -> IPRoute:
+        if not self._registered:
+            register_run(self.run_id, self.description)
+            self._registered = True
+        try:
+            self.iprs[node] = create_netns(self.name(node), sysctls)
+        except FileExistsError as e:  # never adopt a namespace we did not create
+            raise FabricEmuError(f"namespace {e.filename} exists already") from e
+        return self.iprs[node]
+
+    def close(self) -> None:
+        for ipr in self.iprs.values():
+            with contextlib.suppress(Exception):
+                ipr.close()
+        for node in self.iprs:
+            delete_netns(self.name(node))
+        if self._registered:
+            unregister_run(self.run_id)
+            self._registered = False
+        self.iprs.clear()
+
+    def __enter__(self) -> NamespaceSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

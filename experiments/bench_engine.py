@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
-from emu.netns import create_netns, delete_netns, in_netns, netns_path
+from emu.netns import in_netns
 from emu.ports import Port
+from emu.runs import NamespaceSet
 from emu.scaling import Scale
 from traffic.engine import EngineConfig, run_workload
 from traffic.messages import Message, Workload
 from traffic.roce import Flow, QpTemplate
 
-NS = {"a": "fetest-eng-bench-a", "b": "fetest-eng-bench-b"}
 IFNAME = {"a": "fetest-va", "b": "fetest-vb"}
 MAC = {"a": "02:00:00:00:e0:01", "b": "02:00:00:00:e0:02"}
 IP = {"a": "10.254.0.1", "b": "10.254.0.2"}
@@ -66,11 +66,12 @@ class VethRig:
         self.scale = Scale(S, max_emulated_rate_bps=1e15)
         self.rate_emu_bps = 1e12
         self._sinks: list[socket.socket] = []
+        self.namespaces = NamespaceSet("engine benchmark")
 
     def __enter__(self) -> VethRig:
         try:
-            iprs = {h: create_netns(NS[h]) for h in self.hosts}
-            fd = os.open(netns_path(NS["b"]), os.O_RDONLY)
+            iprs = {h: self.namespaces.create(h) for h in self.hosts}
+            fd = os.open(self.namespaces.path("b"), os.O_RDONLY)
             try:
                 iprs["a"].link("add", ifname=IFNAME["a"], kind="veth", address=MAC["a"],
                                mtu=9000, peer={"ifname": IFNAME["b"], "net_ns_fd": fd,
@@ -81,11 +82,10 @@ class VethRig:
                 idx = ipr.link_lookup(ifname=IFNAME[h])[0]
                 ipr.addr("add", index=idx, address=IP[h], prefixlen=24)
                 ipr.link("set", index=idx, state="up")
-                with in_netns(netns_path(NS[h])):  # swallow UDP 4791 without ICMP
+                with in_netns(self.namespaces.path(h)):  # swallow UDP 4791 without ICMP
                     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 sink.bind(("0.0.0.0", 4791))
                 self._sinks.append(sink)
-                ipr.close()
         except BaseException:
             self.__exit__()
             raise
@@ -94,17 +94,16 @@ class VethRig:
     def __exit__(self, *exc: object) -> None:
         for s in self._sinks:
             s.close()
-        for name in NS.values():
-            delete_netns(name)
+        self.namespaces.close()
 
     def endpoint(self, host: str) -> _Endpoint:
-        return _Endpoint(host, netns_path(NS[host]), IP[host])
+        return _Endpoint(host, self.namespaces.path(host), IP[host])
 
     def egress(self, src: str, dst: str) -> _Egress:
         return _Egress(IFNAME[src], MAC[src], MAC[dst], IP[src], IP[dst])
 
     def ports(self) -> list[Port]:
-        return [Port(h, IFNAME[h], 0, netns_path(NS[h]), "b" if h == "a" else "a",
+        return [Port(h, IFNAME[h], 0, self.namespaces.path(h), "b" if h == "a" else "a",
                      self.rate_emu_bps * S, self.rate_emu_bps, 1 << 20, "veth", False)
                 for h in self.hosts]
 
@@ -126,14 +125,14 @@ def engine_pps(rig: VethRig, payload: int, packets: int) -> dict:
             sum(w["ring_drops"] for w in r.stats["workers"])}
 
 
-def scapy_pps(payload: int, packets: int) -> dict:
+def scapy_pps(rig: VethRig, payload: int, packets: int) -> dict:
     from scapy.layers.l2 import Ether
     from scapy.sendrecv import sendp
 
     flow = Flow(MAC["a"], MAC["b"], IP["a"], IP["b"], 0xC001, 1)
     tmpl = QpTemplate(flow, payload * (packets + 2), mtu_payload_bytes=payload)
     pkts = [Ether(bytes(tmpl.write(i + 1, i + 1, time.monotonic_ns()))) for i in range(packets)]
-    with in_netns(netns_path(NS["a"])):
+    with in_netns(rig.namespaces.path("a")):
         c0, t0 = time.process_time(), time.perf_counter()
         sendp(pkts, iface=IFNAME["a"], verbose=False)
         c1, t1 = time.process_time(), time.perf_counter()
@@ -164,7 +163,7 @@ def main() -> None:
     console = Console()
     with VethRig() as rig:
         eng = engine_pps(rig, args.payload, args.packets)
-        sc = scapy_pps(args.payload, args.scapy_packets)
+        sc = scapy_pps(rig, args.payload, args.scapy_packets)
         paces = [pacing(rig, float(r), args.payload, args.pace_packets)
                  for r in args.rates.split(",")]
     t = Table(title=f"RoCEv2 send rate, {args.payload}-byte payload, unshaped veth")

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from emu.ecn.bpf import attach_bpf_marker, libbpf  # noqa: E402
 from emu.ecn.curve import Thresholds  # noqa: E402
 from emu.ecn.rig import MarkerRig  # noqa: E402
-from emu.netns import create_netns, delete_netns, netns_path  # noqa: E402
+from emu.runs import NamespaceSet  # noqa: E402
 from emu.shaping import port_qdisc_stats, shape_port  # noqa: E402
 from emu.telemetry import QueueSampler, port_stats  # noqa: E402
 
@@ -56,9 +56,8 @@ def forwarding(rig: MarkerRig, seconds: float) -> float:
 
 
 def attach_time(n_ports: int = 64) -> float:
-    name = f"fetest-bench-{os.getpid()}"
-    ipr = create_netns(name)
-    try:
+    with NamespaceSet("marker attach benchmark") as scratch:
+        ipr = scratch.create("bench")
         idx = []
         for i in range(n_ports):
             ipr.link("add", ifname=f"p{i}", kind="veth", peer=f"q{i}")
@@ -66,19 +65,16 @@ def attach_time(n_ports: int = 64) -> float:
             ipr.link("set", index=j, state="up")
             shape_port(ipr, j, 10e6, 100_000)
             idx.append(j)
-        attach_bpf_marker(netns_path(name), "p0", 10e6, 100_000, Thresholds(1, 2, 1.0),
+        attach_bpf_marker(scratch.path("bench"), "p0", 10e6, 100_000, Thresholds(1, 2, 1.0),
                           ipr=ipr, ifindex=idx[0]).close()  # compile/cache warm-up
         t0 = time.perf_counter()
-        markers = [attach_bpf_marker(netns_path(name), f"p{i}", 10e6, 100_000,
+        markers = [attach_bpf_marker(scratch.path("bench"), f"p{i}", 10e6, 100_000,
                                      Thresholds(10_000, 40_000, 0.2), ipr=ipr, ifindex=j)
                    for i, j in enumerate(idx[1:], start=1)]
         per_port_ms = (time.perf_counter() - t0) / len(markers) * 1e3
         for m in markers:
             m.close()
         return per_port_ms
-    finally:
-        ipr.close()
-        delete_netns(name)
 
 
 def sampler_cost(rig: MarkerRig, n_ports: int, interval_s: float,

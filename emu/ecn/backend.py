@@ -21,21 +21,16 @@ BACKENDS = ("bpf", "red")
 CHOICES = ("auto", "bpf", "red", "off")
 
 
-def _scratch_name() -> str:
-    return f"fe-probe-{os.getpid()}-{time.monotonic_ns() % 10**6}"
-
-
 def _probe_in_scratch_ns() -> dict[str, Any]:
     from emu.ecn.bpf import attach_bpf_marker, compile_marker
     from emu.ecn.curve import Thresholds
     from emu.ecn.red import red_qdisc_options
-    from emu.netns import create_netns, delete_netns, netns_path
+    from emu.runs import NamespaceSet
     from emu.shaping import shape_port
 
     out: dict[str, Any] = {}
-    name = _scratch_name()
-    ipr = create_netns(name)
-    try:
+    with NamespaceSet("marking back-end probe") as scratch:
+        ipr = scratch.create("probe")
         ipr.link("add", ifname="p0", kind="veth", peer="p1")
         idx = ipr.link_lookup(ifname="p0")[0]
         ipr.link("set", index=idx, state="up")
@@ -44,7 +39,7 @@ def _probe_in_scratch_ns() -> dict[str, Any]:
             obj = compile_marker()
             out["clang"] = {"ok": True, "object": str(obj)}
             t0 = time.perf_counter()
-            marker = attach_bpf_marker(netns_path(name), "p0", rate, buf, t, ipr=ipr, ifindex=idx)
+            marker = attach_bpf_marker(scratch.path("probe"), "p0", rate, buf, t, ipr=ipr, ifindex=idx)
             out["bpf"] = {"ok": True, "attach_ms": round((time.perf_counter() - t0) * 1e3, 2)}
             marker.detach(ipr)
         except Exception as e:  # noqa: BLE001 - any failure means "not available", with why
@@ -58,9 +53,6 @@ def _probe_in_scratch_ns() -> dict[str, Any]:
             if "No such file" in why or "(2," in why:
                 why = "the kernel has no sch_red (RED qdisc)"
             out["red"] = {"ok": False, "why": why}
-    finally:
-        ipr.close()
-        delete_netns(name)
     return out
 
 

@@ -22,8 +22,9 @@ import time
 from dataclasses import dataclass, field
 
 from emu.ecn.curve import Thresholds
-from emu.netns import create_netns, delete_netns, in_netns, netns_path
+from emu.netns import in_netns
 from emu.ports import Port
+from emu.runs import NamespaceSet
 from emu.shaping import shape_port
 
 _ETH_P_IP = 0x0800
@@ -62,10 +63,10 @@ class MarkerRig:
 
     def __init__(self, tag: str, rate_emu_bps: float, buffer_bytes: int,
                  thresholds: Thresholds | None, trace: bool = False) -> None:
-        self.names = [f"fetest-{os.getpid()}-{tag}-{r}" for r in ("snd", "sw", "rcv")]
+        # Registered and named like a fabric's, so `emu clean` reclaims a crashed rig.
+        self.namespaces = NamespaceSet(f"marker rig {tag}")
         self.rate_emu_bps = rate_emu_bps
         self.buffer_bytes = buffer_bytes
-        self.iprs = []
         self.marker = None
         self._rx_thread: threading.Thread | None = None
         self._rx_stop = threading.Event()
@@ -77,14 +78,11 @@ class MarkerRig:
             raise
 
     def _build(self, thresholds: Thresholds | None, trace: bool) -> None:
-        ipr_s = create_netns(self.names[0], _SYSCTLS)
-        self.iprs.append(ipr_s)
-        ipr_w = create_netns(self.names[1], {**_SYSCTLS, "net.ipv4.ip_forward": 1})
-        self.iprs.append(ipr_w)
-        ipr_r = create_netns(self.names[2], _SYSCTLS)
-        self.iprs.append(ipr_r)
-        fd_w = os.open(netns_path(self.names[1]), os.O_RDONLY)
-        fd_r = os.open(netns_path(self.names[2]), os.O_RDONLY)
+        ipr_s = self.namespaces.create("snd", _SYSCTLS)
+        ipr_w = self.namespaces.create("sw", {**_SYSCTLS, "net.ipv4.ip_forward": 1})
+        ipr_r = self.namespaces.create("rcv", _SYSCTLS)
+        fd_w = os.open(self.namespaces.path("sw"), os.O_RDONLY)
+        fd_r = os.open(self.namespaces.path("rcv"), os.O_RDONLY)
         try:
             ipr_s.link("add", ifname="s0", kind="veth", peer={"ifname": "w0", "net_ns_fd": fd_w})
             ipr_w.link("add", ifname="w1", kind="veth", peer={"ifname": "r0", "net_ns_fd": fd_r})
@@ -105,13 +103,13 @@ class MarkerRig:
         shape_port(ipr_w, self.w1_index, self.rate_emu_bps, self.buffer_bytes)
         if thresholds is not None:
             from emu.ecn.bpf import attach_bpf_marker
-            self.marker = attach_bpf_marker(netns_path(self.names[1]), "w1", self.rate_emu_bps,
+            self.marker = attach_bpf_marker(self.namespaces.path("sw"), "w1", self.rate_emu_bps,
                                             self.buffer_bytes, thresholds, ipr=ipr_w,
                                             ifindex=self.w1_index, trace=trace)
-        with in_netns(netns_path(self.names[0])):
+        with in_netns(self.namespaces.path("snd")):
             self.tx_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
         self.tx_sock.bind(("s0", 0))
-        with in_netns(netns_path(self.names[2])):
+        with in_netns(self.namespaces.path("rcv")):
             self.rx_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(_ETH_P_IP))
         self.rx_sock.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE
         self.rx_sock.bind(("r0", _ETH_P_IP))
@@ -119,11 +117,11 @@ class MarkerRig:
 
     @property
     def switch_ns(self) -> str:
-        return netns_path(self.names[1])
+        return self.namespaces.path("sw")
 
     @property
     def ipr_switch(self):
-        return self.iprs[1]
+        return self.namespaces.iprs["sw"]
 
     def port(self) -> Port:
         """The marked port as the fabric would describe it (real rate = emulated here)."""
@@ -235,12 +233,7 @@ class MarkerRig:
                 getattr(self, s).close()
         if self.marker is not None:
             self.marker.close()
-        for ipr in self.iprs:
-            with contextlib.suppress(Exception):
-                ipr.close()
-        for n in self.names:
-            with contextlib.suppress(Exception):
-                delete_netns(n)
+        self.namespaces.close()
 
     def __enter__(self) -> MarkerRig:
         return self

@@ -192,3 +192,37 @@ def test_mininet_cli_runs_on_the_fabric(command, needle):
     res = _mininet_cli(command + "\n")
     assert res.returncode == 0, res.stdout + res.stderr
     assert needle in res.stdout + res.stderr
+
+
+def test_scratch_namespaces_of_a_killed_process_are_reclaimed_by_emu_clean():
+    """Rigs, probes and benchmarks create namespaces through NamespaceSet too."""
+    code = ("import time\nfrom emu.runs import NamespaceSet\n"
+            "s = NamespaceSet('scratch test'); s.create('a'); s.create('b')\n"
+            "print(s.run_id, flush=True); time.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    run_id = proc.stdout.readline().strip()
+    assert len(run_namespaces(run_id)) == 2
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _run_emu("clean").returncode == 0
+    assert not run_namespaces(run_id)
+
+
+def test_another_tools_ip_netns_add_does_not_hide_our_namespaces():
+    """`ip netns add` bind-mounts /run/netns over itself if it is not a mount yet, which
+    would hide (and leak) every namespace made before; ours must stay removable."""
+    from emu.netns import netns_path
+    from emu.runs import NamespaceSet
+
+    bystander = f"fetest-bystander2-{os.getpid()}"
+    with NamespaceSet("mount test") as scratch:
+        scratch.create("a")
+        path = scratch.path("a")
+        subprocess.run(["ip", "netns", "add", bystander], check=True)
+        try:
+            assert os.path.ismount(path)
+        finally:
+            subprocess.run(["ip", "netns", "del", bystander], check=False)
+    assert not os.path.exists(path)
+    assert not os.path.exists(netns_path(bystander))
