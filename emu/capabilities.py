@@ -55,9 +55,9 @@ class Capabilities:
         }
 
 
-def _which(tool: str) -> Check:
+def _which(tool: str, essential: bool = False) -> Check:
     path = shutil.which(tool)
-    return Check(tool, path is not None, path or "not found")
+    return Check(tool, path is not None, path or "not found", essential)
 
 
 def _probe_qdiscs(checks: list[Check]) -> None:
@@ -107,10 +107,10 @@ def probe(marking: str = "auto") -> Capabilities:
         caps.checks.append(Check("mininet", True, f"Mininet {mn_net.VERSION}", essential=True))
     except ImportError:
         caps.checks.append(Check("mininet", False, "python3-mininet not importable", essential=True))
-    for tool in ("tc", "nsenter", "iperf3", "clang", "tshark"):
+    for tool in ("tc", "nsenter"):
+        caps.checks.append(_which(tool, essential=True))
+    for tool in ("iperf3", "clang", "tshark"):
         caps.checks.append(_which(tool))
-    caps.checks[-5].essential = True  # tc
-    caps.checks[-4].essential = True  # nsenter
     ovs_kernel = os.path.isdir("/sys/module/openvswitch")
     ovs_tools = shutil.which("ovs-vsctl") is not None
     caps.checks.append(Check(

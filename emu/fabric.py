@@ -177,15 +177,18 @@ class Fabric:
                 return p
         raise KeyError(f"no port {node} -> {peer}")
 
+    def _in_node(self, node: str, argv: list[str]) -> list[str]:
+        return ["nsenter", f"--net={self.netns_path(node)}", *argv]
+
     def exec(self, node: str, argv: list[str], **popen_kw: Any) -> subprocess.Popen:
         """Start ``argv`` inside ``node``'s namespace; killed at stop()."""
-        proc = subprocess.Popen(["nsenter", f"--net={self.netns_path(node)}", *argv], **popen_kw)
+        proc = subprocess.Popen(self._in_node(node, argv), **popen_kw)
         self._procs.append(proc)
         return proc
 
     def run(self, node: str, argv: list[str], timeout_s: float = 30.0) -> subprocess.CompletedProcess:
-        return subprocess.run(["nsenter", f"--net={self.netns_path(node)}", *argv],
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        return subprocess.run(self._in_node(node, argv), capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
 
     def port_stats(self):  # -> pandas.DataFrame
         from emu.telemetry import port_stats

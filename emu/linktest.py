@@ -11,6 +11,8 @@ from __future__ import annotations
 import socket
 import time
 
+from scapy.utils import mac2str
+
 from emu.fabric import Fabric
 from emu.netns import in_netns
 
@@ -31,7 +33,7 @@ def measure_port_rate(fab: Fabric, node: str, peer: str, duration_s: float = 2.0
         rx.bind((rx_if.ifname, 0))
         tx.setblocking(False)
         rx.setblocking(False)
-        frame = (bytes.fromhex(rx_if.mac.replace(":", "")) + bytes.fromhex(tx_if.mac.replace(":", ""))
+        frame = (mac2str(rx_if.mac) + mac2str(tx_if.mac)
                  + ETHERTYPE_TEST.to_bytes(2, "big") + bytes(FRAME_PAYLOAD_BYTES))
         start = time.monotonic()
         first_t = last_t = 0.0

@@ -27,6 +27,7 @@ _MS_REC = 16384
 _MS_SHARED = 1 << 20
 _MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
+_netns_dir_shared = False
 
 
 def _check(ret: int, what: str) -> None:
@@ -71,16 +72,19 @@ def _ensure_shared_netns_dir() -> None:
     it over itself and so hides every namespace mount made before, which could
     then be neither seen nor removed. Doing the same first avoids that.
     """
+    global _netns_dir_shared
+    if _netns_dir_shared:  # once per process: a mount syscall per namespace adds up
+        return
     os.makedirs(NETNS_DIR, exist_ok=True)
     flags = _MS_SHARED | _MS_REC
-    if _libc.mount(b"none", NETNS_DIR.encode(), b"none", flags, None) == 0:
-        return
-    if ctypes.get_errno() != errno.EINVAL:  # EINVAL: not a mount point yet
-        return
-    _check(_libc.mount(NETNS_DIR.encode(), NETNS_DIR.encode(), b"none", _MS_BIND | _MS_REC, None),
-           f"bind mount {NETNS_DIR}")
-    _check(_libc.mount(b"none", NETNS_DIR.encode(), b"none", flags, None),
-           f"make {NETNS_DIR} shared")
+    # EINVAL: not a mount point yet, so bind-mount it over itself first.
+    if (_libc.mount(b"none", NETNS_DIR.encode(), b"none", flags, None) != 0
+            and ctypes.get_errno() == errno.EINVAL):
+        _check(_libc.mount(NETNS_DIR.encode(), NETNS_DIR.encode(), b"none",
+                           _MS_BIND | _MS_REC, None), f"bind mount {NETNS_DIR}")
+        _check(_libc.mount(b"none", NETNS_DIR.encode(), b"none", flags, None),
+               f"make {NETNS_DIR} shared")
+    _netns_dir_shared = True
 
 
 def create_netns(name: str, sysctls: dict[str, str | int] | None = None) -> IPRoute:

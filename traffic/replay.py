@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scapy.utils import mac2str
+
 from emu.fabric import Fabric
 from emu.netns import in_netns
 from traffic.pcap import PcapError, read_roce_pcap
@@ -55,8 +57,7 @@ def replay_pcap(fab: Fabric, path: str | Path) -> ReplayResult:
                     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
                 sock.bind((eg.ifname, 0))
                 socks[(src, eg.ifname)] = sock
-            rewritten = (bytes.fromhex(eg.dst_mac.replace(":", ""))
-                         + bytes.fromhex(eg.src_mac.replace(":", "")) + frame[12:])
+            rewritten = mac2str(eg.dst_mac) + mac2str(eg.src_mac) + frame[12:]
             schedule.append((fab.scale.time_emu_s(t_s - t0), socks[(src, eg.ifname)], rewritten))
             sent[src] = sent.get(src, 0) + 1
         lateness = []

@@ -21,6 +21,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from scapy.utils import mac2str
+
 from emu.ecn.curve import Thresholds
 from emu.netns import in_netns
 from emu.ports import Port
@@ -45,7 +47,7 @@ def ip_checksum(header: bytes) -> int:
 
 def _mac(ipr, ifname: str) -> bytes:
     link = ipr.get_links(ifname=ifname)[0]
-    return bytes.fromhex(link.get_attr("IFLA_ADDRESS").replace(":", ""))
+    return mac2str(link.get_attr("IFLA_ADDRESS"))
 
 
 @dataclass
