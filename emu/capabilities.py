@@ -18,7 +18,6 @@ from emu.runs import NamespaceSet
 _QDISC_ARGS = {
     "htb": ["htb", "default", "10"],
     "tbf": ["tbf", "rate", "1mbit", "burst", "32kbit", "latency", "50ms"],
-    "netem": ["netem", "delay", "1ms"],
     "red": ["red", "limit", "400000", "min", "30000", "max", "90000", "avpkt", "1000",
             "burst", "55", "probability", "0.1", "ecn"],
     "fq_codel": ["fq_codel"],
@@ -80,6 +79,14 @@ def _probe_qdiscs(checks: list[Check]) -> None:
                                                              ["unavailable"])[-1]
             checks.append(Check(f"qdisc {kind}", res.returncode == 0, detail,
                                 essential=(kind == "htb")))
+    # netem is probed as the fabric uses it (a delay line over HTB, via pyroute2), so
+    # "available" means link delay really can be emulated here.
+    from emu.delay import probe_netem
+
+    netem = probe_netem()
+    checks.append(Check("qdisc netem", bool(netem["ok"]),
+                        "link delay line (netem root over HTB) works" if netem["ok"]
+                        else netem.get("why", "unavailable")))
 
 
 def _multipath_policy() -> Check:

@@ -27,6 +27,8 @@ TopoOpt = Annotated[str, typer.Option("--topo", help="topology as NAME,ARG,KEY=V
                                       "(e.g. fattree,4  dragonfly,p=2,a=4,h=2  torus,4,4)")]
 MarkingOpt = Annotated[str, typer.Option("--marking", help="ECN marking back end: "
                                          "auto | bpf | red | off")]
+DelayOpt = Annotated[str, typer.Option("--delay", help="link propagation delay (netem, "
+                                       "dilated by S): auto | on | off")]
 
 
 @app.command()
@@ -44,8 +46,9 @@ def doctor(marking: MarkingOpt = "auto") -> None:
     console.print(table)
     console.print("* essential.  Switch ports: HTB at R/S with a byte FIFO of the real buffer.")
     console.print(f"ECN marking: {caps.marking_detail or 'not probed'}")
-    console.print("Link delay: " + ("netem (dilated by S)" if caps.has("qdisc netem") else
-                                    "not emulated (no sch_netem in this kernel)"))
+    netem = next((c for c in caps.checks if c.name == "qdisc netem"), None)
+    console.print("Link delay: " + ("netem, dilated by S" if caps.has("qdisc netem") else
+                                    f"not emulated ({netem.detail if netem else 'not probed'})"))
     if not caps.essentials_ok or caps.marking_backend is None:
         raise typer.Exit(1)
 
@@ -88,7 +91,7 @@ def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
 def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = 4000.0,
         test: Annotated[str, typer.Option("--test", help="pingall | iperf | none")] = "pingall",
         cli: Annotated[bool, typer.Option("--cli", help="drop into Mininet's CLI")] = False,
-        marking: MarkingOpt = "auto") -> None:
+        marking: MarkingOpt = "auto", delay: DelayOpt = "auto") -> None:
     """Build a fabric, run a test, tear it down; the exit code says pass/fail."""
     from emu.fabric import Fabric
     from emu.netcheck import iperf_check, pingall_check
@@ -97,7 +100,7 @@ def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = 4000.0,
 
     if test not in ("pingall", "iperf", "none"):
         raise FabricEmuError(f"invalid --test {test!r}: choose pingall, iperf or none")
-    fab = Fabric(build_topo(topo), Scale(scale), marking=marking)
+    fab = Fabric(build_topo(topo), Scale(scale), marking=marking, delay=delay)
     ok = True
     with console.status(f"building {fab.topo.describe()} ..."):
         fab.start()
@@ -105,7 +108,9 @@ def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = 4000.0,
         s = fab.summary()
         console.print(f"built {s['topology']}: {s['hosts']} hosts, {s['switches']} switches, "
                       f"{s['links']} links, {s['ports']} shaped ports in {s['build_s']:.2f} s "
-                      f"(S = {scale:g}, marking = {s['marking']}, link delay not emulated)")
+                      f"(S = {scale:g}, marking = {s['marking']}, link delay: {s['delay_detail']})")
+        for note in s["delay_notes"]:
+            console.print(f"[yellow]link delay: {note}[/]")
         if test == "pingall":
             ok = pingall_check(fab, console)
         elif test == "iperf":

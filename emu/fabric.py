@@ -4,8 +4,10 @@ Every node (host or switch) is a named namespace; every link a veth pair created
 directly between the two namespaces (nothing in the machine's own namespace);
 switches are L3 routers with one /31 per link and static (multipath) routes to
 every host's /32; every egress direction is shaped to R/S with a byte FIFO of
-the real buffer; switch ports mark ECN (bpf or red back end). All configuration
-goes through one netlink socket per namespace (pyroute2), no fork per command.
+the real buffer, behind a netem delay line of the dilated link delay where the
+kernel has sch_netem (``emu.delay``); switch ports mark ECN (bpf or red back end).
+All configuration goes through one netlink socket per namespace (pyroute2), no
+fork per command.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from emu import netns as ns
 from emu.addressing import AddressPlan, plan_addresses
+from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecn.bpf import raise_fd_limit
 from emu.errors import NotRootError
 from emu.ipbatch import run_ip_batches
@@ -78,15 +81,24 @@ def require_root() -> None:
 
 
 class Fabric:
-    """A running emulated fabric; use as a context manager (built on enter)."""
+    """A running emulated fabric; use as a context manager (built on enter).
+
+    ``delay``: link propagation delay, dilated by S, with netem: 'auto' (default: where
+    the kernel has sch_netem), True/'on' (CapabilityError where it has not) or
+    False/'off'. ``summary()['delay_emulated']`` says what was built.
+    """
 
     def __init__(self, topo: FabricTopo, scale: Scale | None = None, *,
                  marking: str = "auto", thresholds: Any = None,
-                 capabilities: dict | None = None) -> None:
+                 capabilities: dict | None = None, delay: bool | str = "auto") -> None:
         self.topo = topo
         self.scale = scale or Scale()
         self.marking_requested = marking
         self.marking = "off"
+        self.delay_requested = parse_delay_request(delay)  # a bad value fails before building
+        self.delay_emulated = False
+        self.delay_detail = "not built yet"
+        self.delays = DelayPlan()
         self.thresholds = thresholds
         self.capabilities = capabilities or {}
         self.namespaces = NamespaceSet(topo.describe())
@@ -118,6 +130,7 @@ class Fabric:
         t0 = time.perf_counter()
         try:
             self._choose_marking()
+            self._choose_delay()
             self._create_namespaces()
             self._create_links()
             self._shape_and_mark()
@@ -195,13 +208,19 @@ class Fabric:
 
         return port_stats(self._ports, self.iprs_by_path())
 
+    def link_delay_s(self, a: str, b: str) -> float:
+        """Real one-way delay of link a-b as emulated: the mean of its two directions
+        (a host link's delay sits on the switch side, see ``emu.delay``); 0 without."""
+        return (self.delays.delay_s.get((a, b), 0.0) + self.delays.delay_s.get((b, a), 0.0)) / 2
+
     def summary(self) -> dict:
         return {
             "run_id": self.run_id, "topology": self.topo.describe(),
             "hosts": len(self.hosts), "switches": len(self.switches),
             "links": len(list(self.topo.links())), "ports": len(self._ports),
             "scale": self.scale.factor, "marking": self.marking,
-            "delay_emulated": False, "build_s": self.build_s,
+            "delay_emulated": self.delay_emulated, "delay_detail": self.delay_detail,
+            "delay_notes": list(self.delays.notes), "build_s": self.build_s,
         }
 
     # ------------------------------------------------------------------ build steps
@@ -212,6 +231,18 @@ class Fabric:
         from emu.ecn.backend import choose_backend
 
         self.marking = choose_backend(self.marking_requested)
+
+    def _choose_delay(self) -> None:
+        """Decide delay emulation once per build, then plan every port's delay line
+        (before anything exists: an inexpressible delay fails cleanly)."""
+        self.delay_emulated, self.delay_detail = choose_delay(self.delay_requested)
+        self.delays = DelayPlan()
+        if not self.delay_emulated:
+            return
+        self.delays = plan_delays(self.topo, self.plan, self.scale)
+        self.delay_detail += "; a host link's delay sits on its switch-side port"
+        for note in self.delays.notes:
+            log.warning("link delay: %s", note)
 
     def _create_namespaces(self) -> None:
         for node in self.topo.nodes():
@@ -280,17 +311,25 @@ class Fabric:
                 idx = self._ifindex[(node, iface.ifname)]
                 rate_emu = self.scale.rate_emu_bps(iface.rate_bps)
                 port = Port(node, iface.ifname, idx, self.netns_path(node), iface.peer_node,
-                            iface.rate_bps, rate_emu, iface.buffer_bytes, iface.tier, is_switch)
+                            iface.rate_bps, rate_emu, iface.buffer_bytes, iface.tier, is_switch,
+                            delay_s=self.delays.delay_s.get((node, iface.peer_node), 0.0))
+                delay = self.delays.netem.get((node, iface.peer_node))
                 marked = is_switch and self.marking != "off"
                 if marked and self.marking == "red":
                     from emu.ecn.red import red_qdisc_options
 
+                    # RED stays the leaf under HTB, below the delay line: it averages the
+                    # port's queue, not the bytes in flight.
                     shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
                                leaf_options=red_qdisc_options(policy.for_port(port), rate_emu,
-                                                              iface.buffer_bytes))
+                                                              iface.buffer_bytes), delay=delay)
                 else:
-                    shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes)
+                    shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes,
+                               delay=delay)
                 if marked and self.marking == "bpf":
+                    # On clsact egress, i.e. before the delay line: the marker's virtual
+                    # queue is the real queue at leaf 10: shifted by the port's constant
+                    # delay, so it marks as the port's queue does; nothing to change.
                     from emu.ecn.bpf import attach_bpf_marker
 
                     port.marker = attach_bpf_marker(

@@ -12,6 +12,7 @@ class Port:
 
     Rates: ``rate_bps`` real, ``rate_emu_bps`` = rate_bps / S as shaped.
     ``marker`` is the ECN marker handle (None on host NICs and with marking off).
+    ``delay_s`` is the real one-way delay its netem delay line emulates (0: none).
     """
 
     node: str
@@ -25,6 +26,7 @@ class Port:
     tier: str
     is_switch: bool
     marker: Any = None
+    delay_s: float = 0.0
 
     @property
     def name(self) -> str:

@@ -301,13 +301,14 @@ def delay_emulated(fab: Any) -> bool:
 
 def model_graph(fab: Any) -> Any:
     """The routed graph the model prices, with the link delays the fabric really has:
-    where netem is absent no delay is emulated, so the model must not add one either."""
+    where netem is absent (or delay is off) no delay is emulated, so the model adds none
+    either; where it is, each link's delay as emulated (rounded to netem's resolution)."""
     from emu.routing import topo_graph
 
     graph = topo_graph(fab.topo)
-    if not delay_emulated(fab):
-        for _, _, data in graph.edges(data=True):
-            data["delay_s"] = 0.0
+    emulated = delay_emulated(fab)
+    for a, b, data in graph.edges(data=True):
+        data["delay_s"] = fab.link_delay_s(a, b) if emulated else 0.0
     return graph
 
 
