@@ -15,20 +15,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from emu import netns as ns
 from emu.addressing import AddressPlan, plan_addresses
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecn.bpf import raise_fd_limit
 from emu.errors import NotRootError
 from emu.ipbatch import run_ip_batches
 from emu.ports import Port
+from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.routing import Routes, compute_routes
 from emu.runs import NamespaceSet
 from emu.scaling import Scale
@@ -37,7 +36,6 @@ from topologies.base import FabricTopo
 
 log = logging.getLogger(__name__)
 
-ROCE_UDP_PORT = 4791
 _COMMON_SYSCTLS = {
     # IPv6 would put router solicitations and MLD reports on every link.
     "net.ipv6.conf.all.disable_ipv6": 1,
@@ -109,7 +107,7 @@ class Fabric:
         self.scale.check_rates(rates)  # clear error (suggesting S) before building anything
         self.hosts: list[str] = topo.host_nodes()
         self.switches: list[str] = topo.switch_nodes()
-        self._sinks: list[socket.socket] = []
+        self.roce_sinks = RoceSinks()
         self._ports: list[Port] = []
         self._procs: list[subprocess.Popen] = []
         self._ifindex: dict[tuple[str, str], int] = {}
@@ -134,7 +132,7 @@ class Fabric:
             self._create_namespaces()
             self._create_links()
             self._shape_and_mark()
-            self._open_sinks()
+            self._install_roce_sinks()
         except BaseException:  # also Ctrl-C mid-build: leave nothing behind
             self.stop()
             raise
@@ -153,9 +151,7 @@ class Fabric:
             if port.marker is not None:
                 with contextlib.suppress(Exception):
                     port.marker.close()
-        for sock in self._sinks:
-            sock.close()
-        self._sinks.clear()
+        self.roce_sinks.close()
         self.namespaces.close()
         self.started = False
 
@@ -221,6 +217,7 @@ class Fabric:
             "scale": self.scale.factor, "marking": self.marking,
             "delay_emulated": self.delay_emulated, "delay_detail": self.delay_detail,
             "delay_notes": list(self.delays.notes), "build_s": self.build_s,
+            "roce_sink": self.roce_sinks.kind,
         }
 
     # ------------------------------------------------------------------ build steps
@@ -346,13 +343,8 @@ class Fabric:
             return self.thresholds
         return ThresholdPolicy(default=self.thresholds)
 
-    def _open_sinks(self) -> None:
-        """Bind UDP 4791 in every host so the kernel swallows RoCEv2 silently
-        (the NIC model reads frames from AF_PACKET; without a bound port the
-        kernel would answer every packet with an ICMP port-unreachable)."""
-        for host in self.hosts:
-            with ns.in_netns(self.netns_path(host)):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.bind(("0.0.0.0", ROCE_UDP_PORT))
-            self._sinks.append(sock)
+    def _install_roce_sinks(self) -> None:
+        self.roce_sinks = install_roce_sinks(
+            HostPorts(self.netns_path(h), self.namespaces.iprs[h],
+                      [self._ifindex[(h, i.ifname)] for i in self.plan.interfaces[h]])
+            for h in self.hosts)

@@ -54,6 +54,7 @@ import pandas as pd
 from emu.errors import ParameterError
 from emu.netns import in_netns
 from traffic import nic
+from traffic.burst import Burst
 from traffic.dcqcn import DcqcnParams, get_params
 from traffic.messages import Workload
 from traffic.roce import ECN_CODES, Flow
@@ -79,6 +80,8 @@ class EngineConfig:
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
     ``ring_bytes``: receive ring per host.
+    ``send_path``: 'compiled' (traffic/csrc/roce_burst.c, sendmmsg bursts),
+    'python' (Shape.write + send per frame) or 'auto' (compiled if clang works).
     """
 
     cc: str | DcqcnParams | None = "paper"
@@ -91,6 +94,7 @@ class EngineConfig:
     latency_sample_every: int = 1
     rate_trace_interval_s: float = 5e-6
     ring_bytes: int = 4 << 20
+    send_path: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.cc, str):
@@ -103,6 +107,8 @@ class EngineConfig:
             raise ParameterError("ecn", self.ecn, f"expected one of {sorted(ECN_CODES)}")
         if self.workers is not None and self.workers < 1:
             raise ParameterError("workers", self.workers, "must be >= 1 (or None)")
+        if self.send_path not in ("auto", "compiled", "python"):
+            raise ParameterError("send_path", self.send_path, "expected auto, compiled or python")
         if self.ack_coalesce < 1:
             raise ParameterError("ack_coalesce", self.ack_coalesce, "must be >= 1")
         if self.rto_s is not None and not self.rto_s > 0:
@@ -283,6 +289,7 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
     index = _check_workload(fab, workload)
     plans = _plans(fab, workload, config, index, nic.realtime_offset_ns())
     ring = nic.RingSpec.for_payload(config.payload_bytes, config.ring_bytes)
+    burst = Burst(compiled={"auto": None, "compiled": True, "python": False}[config.send_path])
     ctx = multiprocessing.get_context("fork")
     n_workers = len(plans)
     shared = nic.Shared(
@@ -308,7 +315,7 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
                 mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in plan.nics}
                 proc = ctx.Process(target=nic.worker_main, name=f"fabricemu-engine-{plan.worker}",
                                    args=(plan, shared, writer, mine_rx, mine_tx, ring,
-                                         os.getpid()), daemon=True)
+                                         burst, os.getpid()), daemon=True)
                 proc.start()
                 writer.close()
                 procs.append(proc)
@@ -331,7 +338,9 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
             c.close()
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
-    return _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
+    result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
+    result.stats["send_path"] = burst.detail
+    return result
 
 
 def _start_clock(shared: nic.Shared, procs: list[Any], conns: list[Any],

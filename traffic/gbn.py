@@ -75,7 +75,8 @@ class GbnSender:
 
     ``next_to_send(now_s)`` returns the PSN to transmit now (first checking the
     retransmission timer) or None when the window is full or everything is sent;
-    each call that returns a PSN counts it as sent. Feed ACK/NAK PSNs to
+    each call that returns a PSN counts it as sent. ``take(now_s, n)`` is the same
+    for a run of up to n consecutive packets. Feed ACK/NAK PSNs to
     ``on_ack``/``on_nak``; call ``advance(now_s)`` when idle so a lost tail is
     retransmitted (``deadline_s`` says when that would happen).
     """
@@ -137,20 +138,34 @@ class GbnSender:
     # -- events --------------------------------------------------------------------
     def next_to_send(self, now_s: float) -> int | None:
         """The PSN to transmit now, or None (window full or all sent)."""
+        run = self.take(now_s, 1)
+        return None if run is None else run[0]
+
+    @property
+    def next_index(self) -> int:
+        """Index of the packet ``take`` would send first (after ``advance``)."""
+        return self._nxt
+
+    def take(self, now_s: float, max_count: int) -> tuple[int, int] | None:
+        """Up to ``max_count`` consecutive packets to transmit now: ``(first PSN, count)``.
+
+        None if the window is full or everything is sent; every packet returned
+        counts as sent (a retransmission if it was sent before).
+        """
         if self._timer_start_s is not None and now_s - self._timer_start_s >= self.timeout_s:
             self._go_back_on_timeout(now_s)
         nxt = self._nxt
-        if nxt >= self.total_packets or nxt - self._una >= self.window:
+        n = min(max_count, self.total_packets - nxt, self.window - (nxt - self._una))
+        if n <= 0:
             return None
         if nxt < self._max_sent:
-            self.retransmitted += 1
-        else:
-            self._max_sent = nxt + 1
+            self.retransmitted += min(n, self._max_sent - nxt)
+        self._max_sent = max(self._max_sent, nxt + n)
         if self._timer_start_s is None:
             self._timer_start_s = now_s
-        self._nxt = nxt + 1
-        self.packets_sent += 1
-        return (self.start_psn + nxt) & PSN_MASK
+        self._nxt = nxt + n
+        self.packets_sent += n
+        return (self.start_psn + nxt) & PSN_MASK, n
 
     def on_ack(self, psn: int, now_s: float | None = None) -> bool:
         """Cumulative ACK of everything up to ``psn``; True if it made progress."""

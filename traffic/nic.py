@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traffic import gbn
+from traffic.burst import MAX_BURST, Burst
 from traffic.dcqcn import NotificationPoint, make_reaction_point
 from traffic.roce import (
     ACKNOWLEDGE,
@@ -59,6 +60,7 @@ from traffic.roce import (
 
 # Linux constants (if_packet.h, filter.h, socket.h, prctl.h).
 ETH_P_IP = 0x0800
+ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_RX_RING = 5
 PACKET_STATISTICS = 6
@@ -154,8 +156,12 @@ class RingSpec:
 
 
 def open_rx_ring(ring: RingSpec) -> socket.socket:
-    """A filtered, timestamping TPACKET_V2 socket of the calling thread's namespace."""
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
+    """A filtered, timestamping TPACKET_V2 socket of the calling thread's namespace.
+
+    ETH_P_ALL makes it a tap, served before tc ingress, so the host's RoCE sink
+    (``emu.rocesink``) can drop the frames there once this socket has them.
+    """
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     try:
         attach_roce_filter(sock)
         with contextlib.suppress(OSError):  # kernels before 4.20: the BPF filter suffices
@@ -279,7 +285,7 @@ class _Nic:
         self.ns_per_bit = 1e9 / self.rate_emu_bps
         self.next_ns = 0
         self.qps: list[_SendQp] = []
-        self.backlog: list[bytes] = []  # control frames the qdisc pushed back
+        self.backlog: list[bytes] = []  # frames the qdisc pushed back, sent first
 
 
 class _SendQp:
@@ -372,12 +378,12 @@ def _setup_process(cpu: int | None) -> None:
 
 def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
                 rx_socks: dict[str, socket.socket], tx_socks: dict[tuple[str, str], socket.socket],
-                ring: RingSpec, parent_pid: int) -> None:
+                ring: RingSpec, burst: Burst, parent_pid: int) -> None:
     """Entry point of a forked worker: run the NIC models, send the results on ``conn``."""
     _setup_process(plan.cpu)
     w = plan.worker
     try:
-        loop = _WorkerLoop(plan, shared, rx_socks, tx_socks, ring, parent_pid)
+        loop = _WorkerLoop(plan, shared, rx_socks, tx_socks, ring, burst, parent_pid)
         shared.status[w] = READY
         loop.run()
         conn.send(loop.results(None))
@@ -394,9 +400,10 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
 
 class _WorkerLoop:
     def __init__(self, plan: WorkerPlan, shared: Shared, rx_socks: dict[str, socket.socket],
-                 tx_socks: dict[tuple[str, str], socket.socket], ring: RingSpec,
+                 tx_socks: dict[tuple[str, str], socket.socket], ring: RingSpec, burst: Burst,
                  parent_pid: int):
         self.plan = plan
+        self.burst = burst
         self.shared = shared
         self.parent_pid = parent_pid
         self.scale = plan.scale
@@ -526,7 +533,7 @@ class _WorkerLoop:
     def _service(self, nic: _Nic) -> int:
         """Send every frame of ``nic`` that is due; return when it next has work."""
         mono = time.monotonic_ns
-        send = nic.sock.send
+        burst = self.burst
         if nic.backlog and not self._flush_backlog(nic):
             return mono() + int(nic.ns_per_bit * 8 * 1500)
         qps = nic.qps
@@ -555,53 +562,58 @@ class _WorkerLoop:
             start = best_t if best_t > nic.next_ns else nic.next_ns
             if best is None or start > now:
                 return start if start < timer_t else timer_t
-            # Send from ``best`` while it stays the only candidate and is due.
+            # Send from ``best`` while it stays the only candidate and is due: every
+            # frame whose slot has passed goes in one burst (one sendmmsg).
             g = best.gbn
             rp = best.rp
             last_index = best.n - 1
-            burst = len(qps) == 1
+            alone = len(qps) == 1
             while True:
                 t_real = (now - t0) / scale_ns
-                psn = g.next_to_send(t_real)
-                if psn is None:
+                g.advance(t_real)
+                index = g.next_index  # start PSN 0 and < 2**24 packets: the PSN is the index
+                if 0 < index < last_index:
+                    shape, bits, limit = best.middle, best.mid_bits, last_index - index
+                elif index == 0:
+                    shape, bits, limit = best.first, best.bits[0], 1
+                else:
+                    shape, bits, limit = best.last, best.bits[2], 1
+                interval = int(bits * scale_ns / rp.rate_bps)
+                line = int(bits * nic.ns_per_bit)
+                step = interval if interval > line else line
+                sched = best.next_ns if best.next_ns > nic.next_ns else nic.next_ns
+                lag = now - sched
+                due = 1 + lag // step if alone and step and 0 <= lag < _MAX_CATCHUP_NS else 1
+                run = g.take(t_real, min(due, limit, MAX_BURST))
+                if run is None:
                     best.idle = True
                     break
-                index = psn  # start PSN 0 and < 2**24 packets: the PSN is the index
-                if 0 < index < last_index:
-                    shape, bits = best.middle, best.mid_bits
-                elif index == 0:
-                    shape, bits = best.first, best.bits[0]
+                psn, n = run
+                sent = 0 if nic.backlog else burst.send(nic.sock, shape, psn, n, now)
+                self.packets_sent += sent
+                if sent < n:  # the NIC queue is full: keep the rest, stop after the bookkeeping
+                    self._push_back(nic, [burst.frame(i) for i in range(sent, n)],
+                                    counted=bool(nic.backlog))
+                    alone = False
+                if n == 1 or not step:
+                    lags.append(lag)
                 else:
-                    shape, bits = best.last, best.bits[2]
-                frame = shape.write(psn, now)
-                if nic.backlog:
-                    self._push_back(nic, frame, None)
-                    burst = False
-                else:
-                    try:  # inline of _send_data: this is the hot path
-                        send(frame)
-                        self.packets_sent += 1
-                    except OSError as e:
-                        self._push_back(nic, frame, e)
-                        burst = False  # the NIC queue is full: stop after the bookkeeping
-                sched = best.next_ns if best.next_ns > nic.next_ns else nic.next_ns
-                lags.append(now - sched)
-                interval = int(bits * scale_ns / rp.rate_bps)
+                    lags.extend(range(lag, lag - n * step, -step))
                 base = best.next_ns if now - best.next_ns < max(2 * interval, _MAX_CATCHUP_NS) \
                     else now
-                best.next_ns = base + interval
-                line = int(bits * nic.ns_per_bit)
+                best.next_ns = base + n * interval
                 base = nic.next_ns if now - nic.next_ns < max(2 * line, _MAX_CATCHUP_NS) else now
-                nic.next_ns = base + line
-                rp.on_bytes_sent(bits >> 3, t_real)
-                best.bytes_sent += bits >> 3
+                nic.next_ns = base + n * line
+                sent_bytes = n * (bits >> 3)
+                rp.on_bytes_sent(sent_bytes, t_real)
+                best.bytes_sent += sent_bytes
                 if best.first_tx_ns < 0:
                     best.first_tx_ns = now
                 best.last_tx_ns = now
-                self.data_sent += 1
+                self.data_sent += n
                 if now >= best.next_trace_ns:
                     self._trace(best, now)
-                if not burst:
+                if not alone:
                     break
                 now = mono()
                 if best.next_ns > now or nic.next_ns > now:
@@ -620,7 +632,7 @@ class _WorkerLoop:
                            rp.alpha))
         qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale * 1e9)
 
-    def _send_data(self, nic: _Nic, frame: bytearray) -> bool:
+    def _send_data(self, nic: _Nic, frame: bytes | bytearray) -> bool:
         """Hand a frame to the NIC; False if its queue (the shaped qdisc) pushed back.
 
         A pushed-back frame is kept and sent before anything else (never dropped):
@@ -628,22 +640,23 @@ class _WorkerLoop:
         queue is full.
         """
         if nic.backlog:
-            self._push_back(nic, frame, None)
+            self._push_back(nic, [bytes(frame)], counted=True)
             return False
         try:
             nic.sock.send(frame)
         except OSError as e:
-            self._push_back(nic, frame, e)
+            if not (isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS):
+                raise
+            self._push_back(nic, [bytes(frame)], counted=False)
             return False
         self.packets_sent += 1
         return True
 
-    def _push_back(self, nic: _Nic, frame: bytes | bytearray, error: OSError | None) -> None:
-        if error is not None:
-            if not (isinstance(error, BlockingIOError) or error.errno == errno.ENOBUFS):
-                raise error
+    def _push_back(self, nic: _Nic, frames: list[bytes], counted: bool) -> None:
+        """Queue ``frames`` behind the NIC's backlog; ``counted``: the push-back was already."""
+        if not counted:
             self.push_backs += 1
-        nic.backlog.append(bytes(frame))
+        nic.backlog.extend(frames)
 
     def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray) -> None:
         if self._send_data(nic, frame):

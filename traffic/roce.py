@@ -166,6 +166,19 @@ _pack_be32 = struct.Struct(">I").pack_into
 _pack_be64 = struct.Struct(">Q").pack_into
 
 
+class ShapeLayout(NamedTuple):
+    """A shape's prototype and ICRC state, offsets in bytes from the frame start."""
+
+    frame: bytes
+    ts_off: int
+    window_end: int
+    icrc_off: int
+    prefix_crc: int
+    rest_crc: int
+    ackreq: int
+    advance_tables: tuple[tuple[int, ...], ...]
+
+
 class Shape:
     """One prototype frame plus the precomputed ICRC state; patches its own buffer.
 
@@ -190,6 +203,12 @@ class Shape:
         rest = frame[window_end:self._icrc_off]
         self._t0, self._t1, self._t2, self._t3 = _advance_tables(len(rest))
         self._k = zlib.crc32(rest, 0)
+
+    def layout(self) -> ShapeLayout:
+        """What a compiled hot path needs to patch this shape (see traffic/burst.py)."""
+        return ShapeLayout(bytes(self.buf), self._ts_off, OFF_PSN_WORD + len(self._window),
+                           self._icrc_off, self._prefix_crc, self._k, self.ackreq,
+                           (self._t0, self._t1, self._t2, self._t3))
 
     def _seal(self) -> None:
         c = _crc32(self._window, self._prefix_crc)

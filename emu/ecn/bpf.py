@@ -18,11 +18,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import hashlib
 import os
 import resource
-import shutil
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +28,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from emu.cbuild import compile_c
 from emu.ecn.curve import Thresholds
 from emu.errors import CapabilityError, ParameterError
 from emu.shaping import htb_burst_bytes
@@ -45,6 +43,7 @@ FLAG_TRACE = 1
 TRACE_ENTRIES = 65536
 PIN_ROOT = "/sys/fs/bpf/fabricemu"
 _CLSACT_EGRESS = 0xFFFFFFF3
+_CLSACT_INGRESS = 0xFFFFFFF2
 _BPF_F_LOCK = 4
 _U64_MAX = 2**64 - 1
 
@@ -75,55 +74,9 @@ def marker_source() -> Path:
     return Path(__file__).resolve().parent.parent / "bpf" / "marker.c"
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("FABRICEMU_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fabricemu")
-    return Path(base)
-
-
-def _clang_include_args() -> list[str]:
-    # <asm/types.h> lives in the multiarch directory, which -target bpf does not search.
-    machine = os.uname().machine
-    multiarch = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(machine, "")
-    inc = f"/usr/include/{multiarch}"
-    return ["-I", inc] if multiarch and os.path.isdir(inc) else []
-
-
-_compiled: dict[tuple, Path] = {}
-
-
-def compile_marker(clang: str | None = None, out_dir: Path | None = None) -> Path:
-    """Compile marker.c to an object file, cached by the hash of source + compiler.
-
-    Remembered per process (keyed by the source's mtime) so attaching hundreds of
-    ports does not run ``clang --version`` each time.
-    """
-    src = marker_source()
-    memo_key = (clang, out_dir, src.stat().st_mtime_ns)
-    if memo_key in _compiled and _compiled[memo_key].exists():
-        return _compiled[memo_key]
-    clang = clang or shutil.which("clang")
-    if not clang:
-        raise CapabilityError("the bpf ECN marker needs clang (apt install clang libbpf-dev)")
-    version = subprocess.run([clang, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256(src.read_bytes() + version.encode()).hexdigest()[:16]
-    out_dir = out_dir or _cache_dir()
-    out = out_dir / f"marker-{digest}.o"
-    if out.exists():
-        _compiled[memo_key] = out
-        return out
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    cmd = [clang, "-O2", "-g", "-target", "bpf", *_clang_include_args(),
-           "-c", str(src), "-o", str(tmp)]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise CapabilityError(f"clang could not compile {src}:\n{res.stderr.strip()}")
-    os.replace(tmp, out)  # atomic: concurrent compilers never see a partial file
-    _compiled[memo_key] = out
-    return out
+def compile_marker(out_dir: Path | None = None) -> Path:
+    """Compile marker.c to an object file (cached, see :mod:`emu.cbuild`)."""
+    return compile_c(marker_source(), "bpf", what="the bpf ECN marker", out_dir=out_dir)
 
 
 # --- libbpf through ctypes ------------------------------------------------------------
@@ -217,8 +170,13 @@ def _prog_id(fd: int) -> int:
     return int(info[1])
 
 
-def _load(obj_path: Path, trace: bool) -> _Loaded:
-    """Open and load one marker object; return dup'ed fds and close the object."""
+def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, what: str,
+                small_maps: tuple[str, ...] = ()) -> list[int]:
+    """Open and load a BPF object; return dup'ed fds of ``program`` and ``maps``.
+
+    The object itself is closed again: whoever attaches the program holds it.
+    ``small_maps`` are shrunk to one entry before loading (optional features).
+    """
     lb = libbpf()
     with lb.lock:  # libbpf's log buffer is shared
         lb.log.clear()
@@ -227,22 +185,39 @@ def _load(obj_path: Path, trace: bool) -> _Loaded:
             err = ctypes.get_errno()
             raise CapabilityError(f"libbpf cannot open {obj_path}: {os.strerror(err)}")
         try:
-            if not trace:
-                tmap = lb.lib.bpf_object__find_map_by_name(obj, b"trace")
-                lb.lib.bpf_map__set_max_entries(tmap, 1)
+            for name in small_maps:
+                lb.lib.bpf_map__set_max_entries(
+                    lb.lib.bpf_object__find_map_by_name(obj, name.encode()), 1)
             ret = lb.lib.bpf_object__load(obj)
             if ret != 0:
                 tail = "\n".join(lb.log[-15:])
-                raise CapabilityError(
-                    f"the kernel refused the ECN marker ({os.strerror(-ret)}):\n{tail}")
-            prog = lb.lib.bpf_object__find_program_by_name(obj, PROGRAM_NAME.encode())
-            fds = [lb.lib.bpf_program__fd(prog)] + [
-                lb.lib.bpf_map__fd(lb.lib.bpf_object__find_map_by_name(obj, n))
-                for n in (b"cfg", b"vq", b"stats", b"trace")]
-            dup = [os.dup(fd) for fd in fds]
+                raise CapabilityError(f"the kernel refused {what} ({os.strerror(-ret)}):\n{tail}")
+            fds = [lb.lib.bpf_program__fd(lb.lib.bpf_object__find_program_by_name(
+                obj, program.encode()))] + [
+                lb.lib.bpf_map__fd(lb.lib.bpf_object__find_map_by_name(obj, n.encode()))
+                for n in maps]
+            return [os.dup(fd) for fd in fds]
         finally:
             lb.lib.bpf_object__close(obj)
-    return _Loaded(dup[0], _prog_id(dup[0]), *dup[1:])
+
+
+def _load(obj_path: Path, trace: bool) -> _Loaded:
+    """Load one marker object (its own maps) for one port."""
+    fds = load_object(obj_path, PROGRAM_NAME, ("cfg", "vq", "stats", "trace"),
+                      what="the ECN marker", small_maps=() if trace else ("trace",))
+    return _Loaded(fds[0], _prog_id(fds[0]), *fds[1:])
+
+
+def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingress: bool) -> None:
+    """Attach a direct-action cls_bpf filter on the port's clsact hook (adding clsact)."""
+    try:
+        ipr.tc("add", "clsact", ifindex)
+    except NetlinkError as e:
+        if e.code != errno.EEXIST:
+            raise
+    ipr.tc("add-filter", "bpf", ifindex, ":1", fd=prog_fd, name=name,
+           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, classid=1,
+           direct_action=True, prio=FILTER_PRIO)
 
 
 # --- the per-port handle ---------------------------------------------------------------
@@ -468,13 +443,7 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
                 if not links:
                     raise ParameterError("ifname", ifname, f"no such interface in {netns_path}")
                 marker.ifindex = links[0]
-            try:
-                r.tc("add", "clsact", marker.ifindex)
-            except NetlinkError as e:
-                if e.code != errno.EEXIST:
-                    raise
-            r.tc("add-filter", "bpf", marker.ifindex, ":1", fd=loaded.prog_fd, name=FILTER_NAME,
-                 parent=_CLSACT_EGRESS, classid=1, direct_action=True, prio=FILTER_PRIO)
+            attach_clsact(r, marker.ifindex, loaded.prog_fd, FILTER_NAME, ingress=False)
     except BaseException:
         marker.close()
         raise

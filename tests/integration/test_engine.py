@@ -64,12 +64,36 @@ def _assert_exact(result) -> None:
     assert (m["fct_s"] > 0).all()
 
 
-def test_1mb_write_completes_with_exact_byte_accounting():
+def _snmp(fab: Fabric, host: str) -> dict[str, int]:
+    """The host's /proc/net/snmp as {"Ip.InReceives": n, "Udp.NoPorts": n, ...}."""
+    lines = fab.run(host, ["cat", "/proc/net/snmp"]).stdout.splitlines()
+    out = {}
+    for names, values in zip(lines[::2], lines[1::2]):
+        proto = names.split(":")[0]
+        for k, v in zip(names.split()[1:], values.split()[1:]):
+            out[f"{proto}.{k}"] = int(v)
+    return out
+
+
+@pytest.mark.parametrize("send_path", ["compiled", "python"])
+def test_1mb_write_completes_with_exact_byte_accounting(send_path):
     topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G")
     with Fabric(topo, Scale(5000), marking="off") as fab:
         wl = Workload("write", [Message(7, "h1", "h2", MB)], ["h1", "h2"], MB)
-        result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=60))
+        before = _snmp(fab, "h2")
+        result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=60,
+                                                    send_path=send_path))
+        after = _snmp(fab, "h2")
+        sink = fab.roce_sinks.kind
     _assert_exact(result)
+    assert result.stats["send_path"].startswith("sendmmsg" if send_path == "compiled" else "python")
+    # The receiving host's kernel never answers RoCEv2 with port-unreachable, and with
+    # the BPF sink its IP stack never even sees the frames (a RoCE NIC consumes them).
+    assert after["Udp.NoPorts"] == before["Udp.NoPorts"]
+    if sink == "bpf":
+        assert after["Ip.InReceives"] == before["Ip.InReceives"]
+    else:
+        assert after["Udp.InDatagrams"] - before["Udp.InDatagrams"] >= 256
     row = result.messages.iloc[0]
     assert row["msg_id"] == 7 and row["packets"] == 256
     assert row["packets_sent"] == 256 and row["retransmitted"] == 0 and row["naks"] == 0

@@ -140,7 +140,7 @@ def test_exception_mid_build_leaves_nothing(monkeypatch):
     def boom(self):
         raise RuntimeError("injected failure")
 
-    monkeypatch.setattr(Fabric, "_open_sinks", boom)
+    monkeypatch.setattr(Fabric, "_install_roce_sinks", boom)
     with pytest.raises(RuntimeError, match="injected"):
         fab.start()
     assert not run_namespaces(fab.run_id)

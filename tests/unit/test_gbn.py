@@ -299,3 +299,26 @@ def test_random_channel_exercises_every_recovery_path() -> None:
     assert sum(s.naks for s, _ in runs) > 0
     assert sum(r.duplicates for _, r in runs) > 0
     assert sum(s.stale_acks for s, _ in runs) > 0
+
+
+def test_take_is_a_run_of_next_to_send():
+    """take(n) hands out exactly what n calls of next_to_send would, counters included."""
+    one, run = GbnSender(10, window=6), GbnSender(10, window=6)
+    singles = [one.next_to_send(0.0) for _ in range(8)]
+    assert singles == [0, 1, 2, 3, 4, 5, None, None]  # the window stops at 6
+    assert run.take(0.0, 4) == (0, 4)
+    assert run.take(0.0, 4) == (4, 2)  # capped by the window
+    assert run.take(0.0, 4) is None
+    assert run.packets_sent == one.packets_sent == 6
+    # A NAK at PSN 2: both go back; the re-sent packets count as retransmissions.
+    assert one.on_nak(2, 1e-6) and run.on_nak(2, 1e-6)
+    assert [one.next_to_send(2e-6) for _ in range(6)] == [2, 3, 4, 5, 6, 7]
+    assert run.take(2e-6, 6) == (2, 6)
+    assert run.retransmitted == one.retransmitted == 4
+    assert run.next_index == one.next_index == 8
+
+
+def test_take_stops_at_the_last_packet_and_wraps_psns():
+    g = GbnSender(5, start_psn=PSN_MASK - 1)
+    assert g.take(0.0, 64) == (PSN_MASK - 1, 5)
+    assert g.take(0.0, 64) is None
