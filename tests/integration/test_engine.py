@@ -68,9 +68,9 @@ def _snmp(fab: Fabric, host: str) -> dict[str, int]:
     """The host's /proc/net/snmp as {"Ip.InReceives": n, "Udp.NoPorts": n, ...}."""
     lines = fab.run(host, ["cat", "/proc/net/snmp"]).stdout.splitlines()
     out = {}
-    for names, values in zip(lines[::2], lines[1::2]):
+    for names, values in zip(lines[::2], lines[1::2], strict=True):
         proto = names.split(":")[0]
-        for k, v in zip(names.split()[1:], values.split()[1:]):
+        for k, v in zip(names.split()[1:], values.split()[1:], strict=True):
             out[f"{proto}.{k}"] = int(v)
     return out
 
