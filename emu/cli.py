@@ -49,6 +49,9 @@ def doctor(marking: MarkingOpt = "auto") -> None:
     netem = next((c for c in caps.checks if c.name == "qdisc netem"), None)
     console.print("Link delay: " + ("netem, dilated by S" if caps.has("qdisc netem") else
                                     f"not emulated ({netem.detail if netem else 'not probed'})"))
+    from traffic.burst import Burst
+
+    console.print(f"Engine send path: {Burst().detail}")
     if not caps.essentials_ok or caps.marking_backend is None:
         raise typer.Exit(1)
 
