@@ -2,7 +2,9 @@
 
 Measured per case: completion time, goodput, one-way latency p50/p99/p99.9, the
 receiver port's queue over time and its peak, ECN marks, CNPs, drops and
-retransmissions; each beside `emu.model.queueing.predict_incast_on_graph`.
+retransmissions; each beside `emu.model.incast.predict_incast_on_graph` (DCQCN: the
+fluid transient from the first byte; its steady state, the fixed point, goes into
+the run's notes).
 
 Senders are the N hosts nearest the receiver (fewest routed hops, then name), so
 that on the default topologies the receiver's port is the only one where traffic
@@ -17,14 +19,8 @@ from typing import Any
 
 from emu.ecn.curve import Thresholds
 from emu.fabric import Fabric
-from emu.model.queueing import DcqcnParams as ModelDcqcn
-from emu.model.queueing import (
-    QueueDist,
-    dcqcn_fixed_point,
-    incast_cc_off,
-    mark_probability,
-    predict_incast_on_graph,
-)
+from emu.model.incast import predict_incast_on_graph
+from emu.model.queueing import QueueDist, incast_cc_off, mark_probability
 from emu.scaling import Scale
 from emu.topospec import build_topo
 from emu.units import parse_size_bytes
@@ -46,7 +42,6 @@ from experiments.common import (
     size_label,
 )
 from traffic import collectives
-from traffic.dcqcn import get_params
 
 NAME = "incast"
 
@@ -72,16 +67,6 @@ OPTIONS: dict[str, Option] = {
 def parse_thresholds(text: str, pmax: float) -> Thresholds:
     kmin, kmax = (parse_size_bytes(x, "threshold") for x in text.split("/"))
     return Thresholds(kmin, kmax, pmax)
-
-
-def model_dcqcn(name: str, line_rate_bps: float) -> ModelDcqcn:
-    """The fixed-point model's view of a named DCQCN parameter set at this line rate."""
-    p = get_params(name)
-    if p is None:
-        raise ValueError("cc 'off' has no DCQCN parameters")
-    factor = line_rate_bps / p.line_rate_bps if p.scale_increase_with_line_rate else 1.0
-    return ModelDcqcn(g=p.g, cnp_interval_s=p.cnp_interval_s, rate_ai_bps=p.rate_ai_bps * factor,
-                      byte_counter_bytes=p.byte_counter_bytes, timer_s=p.rate_increase_timer_s)
 
 
 def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:
@@ -115,16 +100,11 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
         dist = incast_cc_off(n, wire_bytes, pred["sender_rate_bps"], port.rate_bps,
                              port.buffer_bytes, packet_bytes=PACKET_BYTES).queue
         pred["cnps"] = None  # receivers send CNPs with CC off too, but no model for them
+        pred["marks"] = packets * mark_fraction(dist, t)
     else:
-        params = model_dcqcn(dcqcn, port.rate_bps)
         pred = predict_incast_on_graph(graph, fab.routes.paths, senders, receiver, wire_bytes,
-                                       cc="dcqcn", dcqcn=params, **common)
-        fp = dcqcn_fixed_point(n, port.rate_bps, t.kmin_bytes, t.kmax_bytes, t.pmax, params,
-                               PACKET_BYTES)
-        dist = fp.queue
-        # One CNP per QP per interval with probability a (>= 1 mark in the interval).
-        pred["cnps"] = n * pred["completion_s"] / params.cnp_interval_s * fp.alpha
-    pred["marks"] = packets * mark_fraction(dist, t)
+                                       cc="dcqcn", dcqcn=dcqcn, **common)
+        pred["marks"] = pred["ecn_marks"]
     pred["drops"] = pred["dropped_bytes"] / PACKET_BYTES
     pred["goodput_bps"] = 8.0 * n * size_bytes / pred["completion_s"]
     pred["port"] = port
@@ -136,6 +116,11 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     """Run one incast on ``fab`` and record it beside the model."""
     pred = predict(fab, senders, receiver, size_bytes, cc, t, dcqcn)
     port = pred["port"]
+    if "q_star_bytes" in pred:
+        run.notes.append(
+            f"{case}: predictions from the DCQCN fluid transient; its steady state (fixed "
+            f"point, Zhu et al. 2016) is q* = {pred['q_star_bytes'] / 1e3:.1f} KB at "
+            f"p* = {pred['p_mark']:.3g}{' (pinned at Kmax)' if pred['marking_saturated'] else ''}")
     workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
     m = measure(fab, workload, engine_config("off" if cc == "off" else dcqcn), watch=[port])
     done = m.messages.end_s.notna().all()

@@ -270,6 +270,11 @@ class ReactionPoint:
         """Earliest time at which a timer (or a deferred reduction) is due."""
         return self._next_due_s
 
+    @property
+    def bytes_to_increase(self) -> int:
+        """Bytes still to send before the byte counter triggers a rate increase."""
+        return self.params.byte_counter_bytes - self._bytes
+
     # -- events ------------------------------------------------------------------
     def on_cnp(self, now_s: float) -> None:
         """A CNP for this QP arrived at ``now_s``."""

@@ -1,8 +1,11 @@
-"""Incast queueing, the DCQCN fixed point and one-way latency percentiles (a model).
+"""Incast queueing primitives: the marking curve, queue distributions and latency
+percentiles, the CC-off incast, the DCQCN fixed point (a model).
 
 Scenario: N senders, each at line rate r, send S bytes each to one receiver
 behind a port of rate C with a drop-tail buffer of ``buffer_bytes``. Real units:
-rates bit/s, sizes bytes, times s.
+rates bit/s, sizes bytes, times s. `emu.model.incast` puts the pieces together;
+DCQCN's trajectory from the first byte (start-up transient included) is the fluid
+model of `emu.model.incast_fluid`, and the fixed point below is where it settles.
 
 CC off (no rate control, no PFC)
     The queue grows at ``N r - C`` while all senders transmit (``t_send = S/r``),
@@ -40,29 +43,27 @@ DCQCN + ECN (marking p(q): 0 below Kmin, linear to Pmax at Kmax, 1 above)
     log p). The queue settles where the marking curve gives p*:
     ``q* = Kmin + (p*/Pmax)(Kmax - Kmin)``; if p* > Pmax the queue is pinned at
     Kmax (``saturated``). Queueing delay = q*/C.
-    Queue distribution (a heuristic, labelled as such): after a synchronized rate
-    cut the aggregate rate drops by ``C alpha*/2`` and the queue drains for about
-    one CNP interval, so the queue oscillates around q* with amplitude
-    ``A = C alpha* tau' / 2`` (bytes), bounded by half the marking band, and is
-    taken as uniform on ``[max(0, q*-A), min(Kmax, q*+A)]`` (a sawtooth: abrupt
-    cuts, linear recovery). The initial line-rate transient before the first
-    CNPs is not modelled. Completion = ``N S / C + alpha`` (port kept busy).
+    This is the steady state only, the mean around which the queue oscillates once
+    alpha has relaxed (over ~1/g of its timer periods). The senders start at line
+    rate, so shorter messages live in the transient, and the queue distribution
+    comes from the fluid model of `emu.model.incast_fluid`, which settles here.
 
 Latency
     one-way latency = base + q / C with base = sum over hops of (propagation +
-    packet serialization, store-and-forward) and q drawn from the queue
-    distribution above (a mixture of uniform segments and point masses).
+    packet serialization, store-and-forward) and q drawn from a packet-weighted
+    queue distribution (a mixture of uniform segments and point masses).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
 
 from emu.ecn import curve
+from traffic import dcqcn
 
 #: Default RoCEv2 packet on the wire (4096 payload + 58 bytes of headers).
 DEFAULT_PACKET_BYTES = 4154
@@ -251,13 +252,23 @@ def incast_cc_off(n_senders: int, size_bytes: float, sender_rate_bps: float,
 
 @dataclass(frozen=True)
 class DcqcnParams:
-    """Reaction-point parameters (defaults: the DCQCN paper, SIGCOMM 2015)."""
+    """The fixed point's view of the reaction point (defaults: the DCQCN paper, SIGCOMM 2015)."""
 
     g: float = 1.0 / 256
     cnp_interval_s: float = 50e-6     # tau': one CNP per flow per interval at most
     rate_ai_bps: float = 40e6         # additive increase R_AI
     byte_counter_bytes: float = 10e6  # B
     timer_s: float = 55e-6            # T
+
+    @classmethod
+    def of(cls, params: dcqcn.DcqcnParams, line_rate_bps: float) -> DcqcnParams:
+        """The fixed point's view of a `traffic.dcqcn` parameter set at this line rate."""
+        factor = line_rate_bps / params.line_rate_bps if params.scale_increase_with_line_rate \
+            else 1.0
+        return cls(g=params.g, cnp_interval_s=params.cnp_interval_s,
+                   rate_ai_bps=params.rate_ai_bps * factor,
+                   byte_counter_bytes=params.byte_counter_bytes,
+                   timer_s=params.rate_increase_timer_s)
 
 
 @dataclass(frozen=True)
@@ -269,8 +280,6 @@ class DcqcnFixedPoint:
     queue_bytes: float       # q*
     queue_delay_s: float     # q* / C
     saturated: bool          # p* > Pmax: queue pinned at Kmax
-    amplitude_bytes: float   # heuristic oscillation amplitude around q*
-    queue: QueueDist
 
 
 def _pow_minus_one(p: float, x: float) -> float:
@@ -311,97 +320,8 @@ def dcqcn_fixed_point(n_flows: int, port_rate_bps: float, kmin_bytes: float,
     a = cnp_prob(p_star)
     rt = rc + r_ai * increase_events(p_star) * tau / a
     q_star = queue_for_mark_probability(p_star, kmin_bytes, kmax_bytes, pmax)
-    saturated = p_star > pmax
-    amp = port_rate_bps * a / 2.0 * tau / 8.0
-    amp = min(amp, 0.5 * (kmax_bytes - kmin_bytes))
-    queue = QueueDist.uniform(max(0.0, q_star - amp), min(float(kmax_bytes), q_star + amp))
     return DcqcnFixedPoint(
         p_mark=p_star, alpha=a, rate_bps=rc * pkt_bits, target_rate_bps=rt * pkt_bits,
-        queue_bytes=q_star, queue_delay_s=8.0 * q_star / port_rate_bps, saturated=saturated,
-        amplitude_bytes=amp, queue=queue,
+        queue_bytes=q_star, queue_delay_s=8.0 * q_star / port_rate_bps,
+        saturated=p_star > pmax,
     )
-
-
-# ---------------------------------------------------------------------- scenario
-
-def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
-                   buffer_bytes: float, sender_rate_bps: float | None = None,
-                   cc: str = "off", kmin_bytes: float | None = None,
-                   kmax_bytes: float | None = None, pmax: float | None = None,
-                   dcqcn: DcqcnParams = DcqcnParams(),
-                   hop_rates_bps: Sequence[float] = (), hop_delays_s: Sequence[float] = (),
-                   packet_bytes: float = DEFAULT_PACKET_BYTES, overhead_s: float = 0.0,
-                   base_rtt_s: float | None = None) -> dict[str, float | bool | str]:
-    """Predicted metrics of an N->1 incast (model, real units).
-
-    ``hop_rates_bps``/``hop_delays_s`` describe one sender's path (base latency);
-    alpha = overhead + base latency; ``base_rtt_s`` defaults to twice the base.
-    ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax).
-    """
-    r = port_rate_bps if sender_rate_bps is None else sender_rate_bps
-    base_s = base_latency_s(hop_rates_bps, hop_delays_s, packet_bytes)
-    alpha_s = overhead_s + base_s
-    rtt_s = 2.0 * base_s if base_rtt_s is None else base_rtt_s
-    out: dict[str, float | bool | str] = {
-        "n_senders": n_senders, "size_bytes": size_bytes, "port_rate_bps": port_rate_bps,
-        "sender_rate_bps": r, "base_latency_s": base_s,
-        "backlog_growth_bps": incast_backlog_growth_bps(n_senders, r, port_rate_bps),
-        "fill_time_s": time_to_fill_s(buffer_bytes, n_senders, r, port_rate_bps),
-    }
-    if cc == "off":
-        res = incast_cc_off(n_senders, size_bytes, r, port_rate_bps, buffer_bytes,
-                            alpha_s=alpha_s, base_rtt_s=rtt_s, packet_bytes=packet_bytes)
-        queue, completion_s = res.queue, res.completion_s
-        out.update(model="incast-cc-off (uniform ramp; GBN estimate on drops)",
-                   drops=res.drops, dropped_bytes=res.dropped_bytes)
-    elif cc == "dcqcn":
-        if kmin_bytes is None or kmax_bytes is None or pmax is None:
-            raise ValueError("cc='dcqcn' needs kmin_bytes, kmax_bytes and pmax")
-        completion_s = incast_completion_time_s(n_senders, size_bytes, port_rate_bps, alpha_s,
-                                                sender_rate_bps=r)
-        if n_senders * r <= port_rate_bps:
-            queue = QueueDist.point(0.0)
-            out.update(p_mark=0.0, q_star_bytes=0.0, per_flow_rate_bps=r, marking_saturated=False)
-        else:
-            fp = dcqcn_fixed_point(n_senders, port_rate_bps, kmin_bytes, kmax_bytes, pmax,
-                                   dcqcn, packet_bytes)
-            queue = fp.queue
-            out.update(p_mark=fp.p_mark, q_star_bytes=fp.queue_bytes, alpha=fp.alpha,
-                       per_flow_rate_bps=fp.rate_bps, target_rate_bps=fp.target_rate_bps,
-                       marking_saturated=fp.saturated,
-                       queue_delay_s=fp.queue_delay_s)
-        out.update(model="incast-dcqcn (fixed point, uniform oscillation; no start transient)",
-                   drops=queue.max_bytes > buffer_bytes, dropped_bytes=0.0)
-    else:
-        raise ValueError(f"cc must be 'off' or 'dcqcn', not {cc!r}")
-    lat = latency_percentiles_s(base_s, queue, port_rate_bps, (0.5, 0.99, 0.999))
-    out.update(
-        completion_s=completion_s,
-        goodput_bps=8.0 * n_senders * size_bytes / completion_s,
-        max_queue_bytes=queue.max_bytes, mean_queue_bytes=queue.mean_bytes,
-        latency_p50_s=lat[0.5], latency_p99_s=lat[0.99], latency_p999_s=lat[0.999],
-    )
-    return out
-
-
-def predict_incast_on_graph(graph: nx.Graph,
-                            paths: Callable[[str, str], Sequence[Sequence[str]]]
-                            | Mapping[tuple[str, str], Sequence[Sequence[str]]],
-                            senders: Sequence[str], receiver: str, size_bytes: float,
-                            **kwargs) -> dict[str, float | bool | str]:
-    """`predict_incast` with C, r, buffer and hops read from the graph.
-
-    The bottleneck is the receiver's last hop (its link rate and ``buffer_bytes``);
-    the sender rate is the first hop of the first sender; the latency path is the
-    first routed path of the first sender. Other keyword arguments pass through.
-    """
-    table = paths
-    route = (lambda s, d: table[(s, d)]) if isinstance(table, Mapping) else table
-    path = tuple(route(senders[0], receiver)[0])
-    rates, delays = path_hops(graph, path)
-    last = graph.edges[path[-2], path[-1]]
-    kwargs.setdefault("buffer_bytes", float(last.get("buffer_bytes", math.inf)))
-    kwargs.setdefault("sender_rate_bps", rates[0])
-    kwargs.setdefault("hop_rates_bps", rates)
-    kwargs.setdefault("hop_delays_s", delays)
-    return predict_incast(len(senders), size_bytes, float(last["rate_bps"]), **kwargs)

@@ -1,4 +1,5 @@
-"""Incast queueing, DCQCN fixed point and latency percentiles on hand-worked examples."""
+"""Incast queueing, DCQCN fixed point, latency percentiles and the incast prediction on
+hand-worked examples."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import math
 import networkx as nx
 import pytest
 
+from emu.model.incast import predict_incast, predict_incast_on_graph
 from emu.model.queueing import (
     DcqcnParams,
     QueueDist,
@@ -17,10 +19,9 @@ from emu.model.queueing import (
     incast_completion_time_s,
     latency_percentiles_s,
     mark_probability,
-    predict_incast,
-    predict_incast_on_graph,
     time_to_fill_s,
 )
+from traffic.dcqcn import PARAMS
 
 G = 1e9
 C = 400 * G
@@ -134,17 +135,32 @@ def test_dcqcn_queue_grows_with_flows_and_saturates_at_kmax():
     assert fp.saturated and fp.queue_bytes == pytest.approx(KMAX)
 
 
+def test_dcqcn_fixed_point_params_of_a_reaction_point_set():
+    paper = PARAMS["paper"]
+    fp = DcqcnParams.of(paper, 400 * G)
+    # the paper's increase steps are per 40G line: R_AI = 40 Mb/s -> 400 Mb/s at 400G
+    assert fp == DcqcnParams(g=1 / 256, cnp_interval_s=50e-6, rate_ai_bps=400e6,
+                             byte_counter_bytes=10 * 2**20, timer_s=55e-6)
+    assert DcqcnParams.of(PARAMS["nic"], 100 * G).rate_ai_bps == 5e6   # absolute on the NIC
+
+
 def test_dcqcn_incast_prediction():
     pred = predict_incast(4, 10e6, C, buffer_bytes=8e6, cc="dcqcn", kmin_bytes=KMIN,
                           kmax_bytes=KMAX, pmax=PMAX, **HOPS)
+    # steady state reported beside the transient
     assert KMIN <= pred["q_star_bytes"] <= KMAX
     assert pred["per_flow_rate_bps"] == pytest.approx(C / 4)
-    assert pred["max_queue_bytes"] <= KMAX
-    assert pred["drops"] is False
-    assert pred["completion_s"] == pytest.approx(4 * 10e6 * 8 / C + BASE_S)
+    # line-rate start: the queue overshoots Kmax before the first CNPs return
+    assert KMAX < pred["max_queue_bytes"] < 8e6
+    assert pred["drops"] is False and pred["dropped_bytes"] == 0.0
+    assert pred["cnps"] >= 4 and pred["ecn_marks"] > 0
+    assert pred["completion_s"] >= 4 * 10e6 * 8 / C + BASE_S
     assert pred["goodput_bps"] == pytest.approx(4 * 10e6 * 8 / pred["completion_s"])
     with pytest.raises(ValueError):
         predict_incast(4, 1e6, C, buffer_bytes=8e6, cc="dcqcn")
+    with pytest.raises(ValueError):
+        predict_incast(4, 1e6, C, buffer_bytes=8e6, cc="dcqcn", kmin_bytes=KMIN,
+                       kmax_bytes=KMAX, pmax=PMAX, dcqcn="off")
 
 
 @pytest.mark.parametrize("kwargs", [
