@@ -257,6 +257,11 @@ class QueueSampler:
         """CPU seconds the sampler thread used per wall-clock second (after stop)."""
         return self.cpu_s / self.wall_s if self.wall_s else 0.0
 
+    @property
+    def start_ns(self) -> int:
+        """CLOCK_MONOTONIC (ns) at start: the origin of ``t_s``."""
+        return self._t0_ns
+
     def frame(self) -> pd.DataFrame:
         """Tidy samples: t_s (since start), port, backlog_bytes (qdisc), vq_bytes (BPF)."""
         return pd.DataFrame(self._rows, columns=["t_s", "port", "backlog_bytes", "vq_bytes"])

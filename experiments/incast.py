@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from emu.ecn.curve import Thresholds
 from emu.fabric import Fabric
 from emu.model.incast import predict_incast_on_graph
@@ -146,6 +148,8 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     run.frame("latency", m.latency, **labels)
     run.frame("rates", m.rates, **labels)
     run.frame("queue", m.queue, **labels)
+    run.frame("queue_model", pd.DataFrame(pred["queue_trace"], columns=["t_s", "queue_bytes"]),
+              port=port.name, **labels)
     run.frame("ports", m.ports.reset_index(), **labels)
     # Without CC and without drops the model keeps the port busy from first to last
     # byte; a port idling then means the machine, not the network, held traffic back.

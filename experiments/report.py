@@ -42,12 +42,18 @@ def _cdf(ax: Any, values: np.ndarray, **kw: Any) -> None:
 def plot_queue(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
     """Queue depth over time at the busiest port of every case."""
     df = pd.read_csv(run_dir / "queue.csv")
+    model_csv = run_dir / "queue_model.csv"
+    model = pd.read_csv(model_csv) if model_csv.exists() else None
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for case, g in df.groupby("case", sort=False):
         port = g.groupby("port")["backlog_bytes"].max().idxmax()
         s = g[g.port == port]
-        ax.plot(s.t_s * _US, s.backlog_bytes / 1e3, label=f"{case} ({port})", lw=1)
-    ax.set_xlabel("time (µs, real)")
+        line, = ax.plot(s.t_s * _US, s.backlog_bytes / 1e3, label=f"{case} ({port})", lw=1)
+        if model is not None:
+            mq = model[model.case == case]
+            ax.plot(mq.t_s * _US, mq.queue_bytes / 1e3, ls="--", lw=1, color=line.get_color(),
+                    label="model" if case == df.case.iloc[0] else None)
+    ax.set_xlabel("time (µs, real; 0 = engine start, model: first bits at the port)")
     ax.set_ylabel("queue (KB)")
     ax.set_title("bottleneck queue over time")
     ax.legend(fontsize=7)

@@ -340,6 +340,9 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
             signal.signal(signal.SIGTERM, old_term)
     result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
     result.stats["send_path"] = burst.detail
+    # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,
+    # emulated ns): other samplers (queues) convert with it to the same time base.
+    result.stats["t0_monotonic_ns"] = int(shared.t0_ns.value)
     return result
 
 
