@@ -58,6 +58,11 @@ def test_cc_off_without_drops_uniform_ramp():
     assert pred["completion_s"] == pytest.approx(80e-6 + BASE_S)
     assert pred["max_queue_bytes"] == pytest.approx(3e6)
     assert pred["drops"] is False
+    # The trajectory behind it: up to 3 MB at 20 us, drained at C by 80 us.
+    (t0, q0), (t1, q1), (t2, q2) = pred["queue_trace"]
+    assert (t0, q0) == (0.0, 0.0)
+    assert (t1, q1) == (pytest.approx(20e-6), pytest.approx(3e6))
+    assert (t2, q2) == (pytest.approx(80e-6), 0.0)
 
 
 def test_cc_off_with_drops_and_go_back_n_estimate():
@@ -75,6 +80,12 @@ def test_cc_off_with_drops_and_go_back_n_estimate():
     pred = predict_incast(2, 10e6, C, buffer_bytes=1e6, **HOPS)
     assert pred["drops"] is True
     assert pred["max_queue_bytes"] == pytest.approx(1e6)
+    # Full from the fill time until the last 1 MB drains at C before completion.
+    trace = pred["queue_trace"]
+    assert trace[1] == (pytest.approx(20e-6), 1e6)
+    assert trace[2][1] == 1e6 and trace[3][1] == 0.0
+    assert trace[3][0] - trace[2][0] == pytest.approx(20e-6)
+    assert trace[3][0] == pytest.approx(pred["completion_s"] - BASE_S)
     assert pred["completion_s"] > incast_completion_time_s(2, 10e6, C)
 
 
