@@ -166,7 +166,8 @@ def main() -> None:
     ap.add_argument("--payload", type=int, default=1024)
     ap.add_argument("--packets", type=int, default=50_000)
     ap.add_argument("--scapy-packets", type=int, default=3000)
-    ap.add_argument("--rates", default="10e6,100e6,400e6", help="emulated bit/s, comma-separated")
+    ap.add_argument("--rates", default="10e6,100e6,400e6,1e9,2e9",
+                    help="emulated bit/s, comma-separated (2e9: the fastest a port is shaped)")
     ap.add_argument("--pace-packets", type=int, default=2000)
     args = ap.parse_args()
     console = Console()
