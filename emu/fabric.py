@@ -17,6 +17,7 @@ import logging
 import os
 import subprocess
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,17 @@ _SWITCH_SYSCTLS = {
     "net.ipv4.conf.default.send_redirects": 0,
 }
 _HOST_SYSCTLS = {**_COMMON_SYSCTLS, "net.ipv4.ip_forward": 0}
+#: Per-namespace ECMP hash seed (Linux >= 6.11). Without it every switch hashes a
+#: flow alike, so its choice at one tier fixes its choice at the next: on a k=4
+#: fat-tree each aggregation switch sent all its traffic up one of its two core
+#: links (polarization). Real fabrics give every switch its own seed.
+_HASH_SEED_SYSCTL = "net.ipv4.fib_multipath_hash_seed"
+
+
+def ecmp_hash_seed(node: str) -> int:
+    """A switch's own ECMP hash seed: nonzero (0 is the kernel's shared default) and
+    the same on every run, so path choices are reproducible."""
+    return zlib.crc32(node.encode()) or 1
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,7 @@ class Fabric:
         self._procs: list[subprocess.Popen] = []
         self._ifindex: dict[tuple[str, str], int] = {}
         self.build_s = 0.0
+        self.ecmp_seeded = False
         self.started = False
 
     # ------------------------------------------------------------------ life cycle
@@ -217,7 +230,7 @@ class Fabric:
             "scale": self.scale.factor, "marking": self.marking,
             "delay_emulated": self.delay_emulated, "delay_detail": self.delay_detail,
             "delay_notes": list(self.delays.notes), "build_s": self.build_s,
-            "roce_sink": self.roce_sinks.kind,
+            "roce_sink": self.roce_sinks.kind, "ecmp_hash_seed_per_switch": self.ecmp_seeded,
         }
 
     # ------------------------------------------------------------------ build steps
@@ -242,8 +255,17 @@ class Fabric:
             log.warning("link delay: %s", note)
 
     def _create_namespaces(self) -> None:
+        self.ecmp_seeded = os.path.exists("/proc/sys/" + _HASH_SEED_SYSCTL.replace(".", "/"))
+        if not self.ecmp_seeded:
+            log.warning("kernel lacks %s: every switch hashes flows alike, so ECMP choices "
+                        "of successive tiers are correlated", _HASH_SEED_SYSCTL)
         for node in self.topo.nodes():
-            sysctls = _HOST_SYSCTLS if self.topo.role(node) == "host" else _SWITCH_SYSCTLS
+            if self.topo.role(node) == "host":
+                sysctls = _HOST_SYSCTLS
+            elif self.ecmp_seeded:
+                sysctls = {**_SWITCH_SYSCTLS, _HASH_SEED_SYSCTL: ecmp_hash_seed(node)}
+            else:
+                sysctls = _SWITCH_SYSCTLS
             self.namespaces.create(node, sysctls)
         for host in self.hosts:
             self.namespaces.iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)

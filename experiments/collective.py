@@ -6,8 +6,13 @@ tree-like all-reduce) and hierarchical all-reduce (ranks grouped by server, or b
 the switch they hang off where a topology has no servers), all-gather,
 reduce-scatter and all-to-all (`traffic.collectives`). The model prices the same
 message DAG (`emu.model.alphabeta.predict_workload`: fluid max-min over the routed
-paths, ECMP spread evenly, RoCEv2 headers on the wire); the bottleneck rate is the
-smallest per-flow max-min rate of the collective's steps (`predict_collective`).
+paths, RoCEv2 headers on the wire, the emulator's forwarding and per-message
+overhead: `experiments.common.EMULATED_FORWARDING`). The engine hashes every
+message onto one of its equal-cost paths (one QP, one UDP source port), so the
+model's prediction is the mean completion time over ``hash_draws`` random per-switch
+hash outcomes (`predict_workload_hashed`), with their p10-p90 busbw and the ideal of
+ECMP spread evenly beside it. The bottleneck rate is the smallest per-flow max-min
+rate of the DAG's steps (`workload_bottleneck_rate_bps`).
 """
 
 from __future__ import annotations
@@ -15,15 +20,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from emu.fabric import Fabric
-from emu.model.alphabeta import predict_collective, predict_workload, roce_wire_factor
+from emu.model.alphabeta import (
+    WorkloadPrediction,
+    predict_workload,
+    predict_workload_hashed,
+    roce_wire_factor,
+    workload_bottleneck_rate_bps,
+)
 from emu.scaling import Scale
 from emu.topospec import build_topo
 from experiments.common import (
     DEFAULT_SCALE,
-    PACKET_BYTES,
+    EMULATED_FORWARDING,
+    EMULATED_OVERHEAD_S,
     SCALE_HELP,
     Measurement,
     Option,
@@ -53,6 +66,7 @@ OPTIONS: dict[str, Option] = {
     "sizes": Option([256 << 10, 1 << 20, 4 << 20], "buffer sizes (NCCL-tests size)",
                     quick=[256 << 10, 1 << 20], parse=parse_sizes),
     "cc": Option("off", "congestion control: off | nic | paper"),
+    "hash_draws": Option(16, "random ECMP hash outcomes the model averages", parse=int),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
 }
 
@@ -66,12 +80,18 @@ class CollectiveRun:
     time_s: float
     algbw_bps: float
     busbw_bps: float
-    time_model_s: float
+    time_model_s: float                  # mean over the hash draws
     algbw_model_bps: float
     busbw_model_bps: float
     bottleneck_bps: float
     bottleneck_tier: str
     factor: float
+    model: list[WorkloadPrediction]      # one per hash draw
+    busbw_model_spread_bps: float        # ECMP spread evenly: the ideal
+
+    def busbw_model_quantile_bps(self, q: float) -> float:
+        times_s = np.array([p.completion_s for p in self.model])
+        return float(np.quantile(8.0 * self.workload.size_bytes / times_s, q)) * self.factor
 
 
 def servers_of(fab: Fabric) -> list[Any]:
@@ -86,27 +106,28 @@ def build_workload(fab: Fabric, name: str, size_bytes: int) -> Any:
     return collectives.build(name, list(fab.hosts), size_bytes, **extra)
 
 
-def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str) -> CollectiveRun:
+def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
+                   hash_draws: int) -> CollectiveRun:
     """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it."""
     workload = build_workload(fab, name, size_bytes)
     graph = model_graph(fab)
-    pred = predict_workload(workload, graph, fab.routes.paths, mode="spread",
-                            packet_bytes=PACKET_BYTES, wire_factor=roce_wire_factor(),
-                            overhead_s=0.0)
-    kind = name.split("-")[0]
-    algorithm = {"allreduce-hd": "hd"}.get(name, "ring")
-    bottleneck = predict_collective(kind, graph, fab.routes.paths, list(fab.hosts), size_bytes,
-                                    algorithm=algorithm, mode="spread") \
-        if name != "allreduce-hier" else None
-    bottleneck_bps = bottleneck.bottleneck_bw_bps if bottleneck else min(
-        p.rate_bps for p in fab.ports() if not p.is_switch)
+    priced = {"forwarding": EMULATED_FORWARDING, "wire_factor": roce_wire_factor(),
+              "overhead_s": EMULATED_OVERHEAD_S}
+    draws = predict_workload_hashed(workload, graph, fab.routes.paths, samples=hash_draws,
+                                    seed=size_bytes, **priced)
+    spread = predict_workload(workload, graph, fab.routes.paths, mode="spread", **priced)
+    bottleneck_bps = workload_bottleneck_rate_bps(workload, graph, fab.routes.paths,
+                                                  mode="spread")
     m = measure(fab, workload, engine_config(cc))
     factor = workload.meta["busbw_factor"]
     time_s = m.completion_s
     algbw = 8.0 * size_bytes / time_s
-    return CollectiveRun(workload, m, time_s, algbw, algbw * factor, pred.completion_s,
-                         pred.algbw_bps, pred.algbw_bps * factor, bottleneck_bps,
-                         bottleneck_tier(fab, m), factor)
+    time_model_s = float(np.mean([p.completion_s for p in draws]))
+    algbw_model = 8.0 * size_bytes / time_model_s
+    return CollectiveRun(workload, m, time_s, algbw, algbw * factor, time_model_s,
+                         algbw_model, algbw_model * factor, bottleneck_bps,
+                         bottleneck_tier(fab, m), factor, draws,
+                         8.0 * size_bytes / spread.completion_s * factor)
 
 
 def bottleneck_tier(fab: Fabric, m: Measurement) -> str:
@@ -127,10 +148,14 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            "busbw_bps": r.busbw_bps, "time_model_s": r.time_model_s,
            "algbw_model_bps": r.algbw_model_bps, "busbw_model_bps": r.busbw_model_bps,
            "busbw_error_rel": (r.busbw_bps - r.busbw_model_bps) / r.busbw_model_bps,
+           "busbw_model_p10_bps": r.busbw_model_quantile_bps(0.1),
+           "busbw_model_p90_bps": r.busbw_model_quantile_bps(0.9),
+           "busbw_model_spread_bps": r.busbw_model_spread_bps, "hash_draws": len(r.model),
            "bottleneck_bps": r.bottleneck_bps, "busbw_factor": r.factor,
            "measured_bottleneck_tier": r.bottleneck_tier, "valid": report.valid}
     run.frame("collective", pd.DataFrame([row]))
     run.frame("messages", r.measurement.messages, case=case)
+    run.frame("ports", r.measurement.ports.reset_index(), case=case)
     return case
 
 
@@ -142,7 +167,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 run.fabric(spec, fab)
                 for name in opts["collectives"]:
                     for size in opts["sizes"]:
-                        r = run_collective(fab, name, size, opts["cc"])
+                        r = run_collective(fab, name, size, opts["cc"], opts["hash_draws"])
                         case = record(run, prefix + spec, name, size, r, fab, opts["cc"])
                         advance(case)
 

@@ -45,7 +45,8 @@ def execute(run: Run, opts: dict[str, Any]) -> None:
         "pmax": incast.OPTIONS["pmax"].default, "scale": opts["scale"]}, prefix="incast ")
     collective.execute(run, {
         "topos": [opts["topo"]], "collectives": ["allreduce-ring"], "sizes": opts["sizes"],
-        "cc": "off", "scale": opts["scale"]})
+        "cc": "off", "hash_draws": collective.OPTIONS["hash_draws"].default,
+        "scale": opts["scale"]})
 
 
 def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:

@@ -2,21 +2,21 @@
 links) and on uniform ones (every link 400G), showing where the bottleneck moves.
 
 For every fabric: busbw measured vs model, and per link tier the utilisation of
-its busiest link, measured (bytes the port sent / (rate x completion time)) and
-predicted (max-min rates of one step's flows over the routed paths, ECMP spread
-evenly). The tier whose busiest link is fullest is the bottleneck: the NIC on a
-tiered fabric, the fabric tier on an oversubscribed uniform one.
+its busiest link, bytes the port sent / (rate x completion time), measured and
+predicted (the model's bytes per link and completion time, averaged over its random
+ECMP hash outcomes, `experiments.collective`). The tier whose busiest link is fullest
+is the bottleneck: the NIC on a tiered fabric, the fabric tier on an oversubscribed
+uniform one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from emu.fabric import Fabric
-from emu.model.alphabeta import collective_steps
-from emu.model.maxmin import make_flow, max_min_rates
 from emu.scaling import Scale
 from emu.topospec import build_topo
 from experiments.collective import CollectiveRun, record, run_collective
@@ -26,7 +26,6 @@ from experiments.common import (
     Option,
     Run,
     RunResult,
-    model_graph,
     parse_sizes,
     parse_specs,
     progress,
@@ -45,22 +44,23 @@ OPTIONS: dict[str, Option] = {
     "collective": Option("alltoall", "the collective (all-to-all loads every tier)"),
     "sizes": Option([4 << 20], "buffer sizes", quick=[1 << 20], parse=parse_sizes),
     "cc": Option("off", "congestion control: off | nic | paper"),
+    "hash_draws": Option(16, "random ECMP hash outcomes the model averages", parse=int),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
 }
 
 
-def model_tier_utilisation(fab: Fabric, collective: str, size_bytes: int) -> dict[str, float]:
-    """Busiest-link utilisation per tier while one step's flows share the fabric."""
-    kind = collective.split("-")[0]
-    schedule = "direct" if kind == "alltoall" else "pairwise"
-    step = collective_steps(kind, list(fab.hosts), size_bytes, schedule=schedule)[0]
-    flows = [make_flow((s, d), fab.routes.paths(s, d)) for s, d in step.pairs]
-    util = max_min_rates(model_graph(fab), flows).link_utilisation
-    tiers: dict[str, float] = {}
-    for (u, v), x in util.items():
-        tier = fab.port(u, v).tier
-        tiers[tier] = max(tiers.get(tier, 0.0), x)
-    return tiers
+def model_tier_utilisation(fab: Fabric, r: CollectiveRun) -> dict[str, float]:
+    """Busiest-link utilisation per tier, as measured: bits a link carries / (rate x
+    completion time), for each hash draw of the model, averaged over the draws."""
+    per_draw = []
+    for pred in r.model:
+        tiers: dict[str, float] = {}
+        for (u, v), bits in pred.link_bits.items():
+            port = fab.port(u, v)
+            x = bits / (port.rate_bps * pred.completion_s)
+            tiers[port.tier] = max(tiers.get(port.tier, 0.0), x)
+        per_draw.append(tiers)
+    return {tier: float(np.mean([d.get(tier, 0.0) for d in per_draw])) for tier in per_draw[0]}
 
 
 def measured_tier_utilisation(r: CollectiveRun) -> dict[str, float]:
@@ -76,10 +76,11 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
             with Fabric(build_topo(spec), Scale(opts["scale"]), marking="auto") as fab:
                 run.fabric(spec, fab)
                 for size in opts["sizes"]:
-                    r = run_collective(fab, opts["collective"], size, opts["cc"])
+                    r = run_collective(fab, opts["collective"], size, opts["cc"],
+                                       opts["hash_draws"])
                     case = record(run, prefix + spec, opts["collective"], size, r, fab,
                                   opts["cc"])
-                    model = model_tier_utilisation(fab, opts["collective"], size)
+                    model = model_tier_utilisation(fab, r)
                     measured = measured_tier_utilisation(r)
                     rows = []
                     for tier in sorted(model, key=lambda t: -model[t]):

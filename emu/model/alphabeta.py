@@ -4,17 +4,21 @@ Model and assumptions (real-fabric units):
 
 * A message of S bytes from a to b costs ``alpha + S / B``:
   alpha = ``overhead_s`` (fixed per-message software/NIC cost, paid before the
-  first byte leaves) + the path latency (sum of the links' ``delay_s``, plus,
-  when ``packet_bytes`` > 0, the store-and-forward serialization of the last
-  packet at every hop except the bottleneck one: a k-packet pipeline through hops
-  of serialization s_h takes ``k*max(s_h) + sum(s_h) - max(s_h)``, and
-  ``k*max(s_h)`` is the bandwidth term). B is the message's max-min fair rate,
-  which changes whenever other messages start or finish (fluid model).
+  first byte leaves) + the path latency: the sum of the links' ``delay_s`` plus
+  what forwarding adds on top of the bandwidth term (``forwarding``):
+  'store-and-forward' (a hop sends a frame only once it holds all of it): the last
+  packet's serialization at every hop except the bottleneck one, since a k-packet
+  pipeline through hops of serialization s_h takes ``k*max(s_h) + sum(s_h) -
+  max(s_h)`` and ``k*max(s_h)`` is the bandwidth term; 'cut-through' (a hop
+  forwards a frame's head as it arrives): nothing, the last packet's tail arrives
+  as it leaves the bottleneck. B is the message's max-min fair rate, which changes
+  whenever other messages start or finish (fluid model).
 * ``wire_factor`` (>= 1) scales bytes on the wire per payload byte (headers);
   1.0 prices payload only, `roce_wire_factor()` adds RoCEv2 headers.
 * ECMP: 'spread' splits each message evenly over its equal-cost paths (the ideal);
   'hashed' puts it on one path chosen by ``choice`` (flow id = msg_id), as the
-  engine does with one QP and UDP source port per message.
+  engine does with one QP and UDP source port per message;
+  `predict_workload_hashed` prices random draws of those choices.
 * Optional ``nic_rate_bps`` caps every message (a QP never exceeds line rate; the
   NIC link already limits the sum).
 * Closed forms assume every step's concurrent flows get the same rate B, the
@@ -25,9 +29,10 @@ Model and assumptions (real-fabric units):
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
@@ -47,6 +52,9 @@ if TYPE_CHECKING:   # typing only: traffic/ sits above emu/ in the layering
 
 #: Per-message software/NIC overhead of a real RDMA NIC (post WQE -> wire, CQE).
 DEFAULT_OVERHEAD_S = 1e-6
+#: How a hop forwards a frame (see the module doc); commodity Ethernet switches
+#: store and forward, low-latency data-centre switches cut through.
+FORWARDING = ("store-and-forward", "cut-through")
 #: RoCEv2 payload per packet (MTU 4096) and L2 header bytes counted by a shaper:
 #: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 (RETH on first packet ignored).
 ROCE_PAYLOAD_BYTES = 4096
@@ -70,28 +78,36 @@ def resolve_paths(paths: PathsLike) -> Callable[[str, str], list[Path]]:
     return lambda s, d: [tuple(p) for p in fn(s, d)]
 
 
-def path_latency_s(graph: nx.Graph, path: Sequence[str], packet_bytes: float = 0.0) -> float:
-    """Propagation of a path plus store-and-forward of the last packet (see module doc)."""
+def check_forwarding(forwarding: str) -> None:
+    if forwarding not in FORWARDING:
+        raise ValueError(f"forwarding must be one of {FORWARDING}, not {forwarding!r}")
+
+
+def path_latency_s(graph: nx.Graph, path: Sequence[str], packet_bytes: float = 0.0,
+                   forwarding: str = "store-and-forward") -> float:
+    """Propagation of a path plus, when storing and forwarding, the last packet's
+    serialization at every hop but the bottleneck (see module doc)."""
+    check_forwarding(forwarding)
     delay_s = 0.0
     ser_s: list[float] = []
     for u, v in zip(path[:-1], path[1:], strict=True):
         data = graph.edges[u, v]
         delay_s += float(data.get("delay_s", 0.0))
         ser_s.append(8.0 * packet_bytes / float(data["rate_bps"]))
-    if ser_s:
+    if ser_s and forwarding == "store-and-forward":
         delay_s += sum(ser_s) - max(ser_s)
     return delay_s
 
 
 def _message_route(graph: nx.Graph, route: Callable[[str, str], list[Path]], flow_id: Hashable,
                    src: str, dst: str, mode: str, choice: Choice | None,
-                   cap_bps: float, packet_bytes: float) -> tuple[dict, float]:
+                   cap_bps: float, packet_bytes: float, forwarding: str) -> tuple[dict, float]:
     """Link fractions and path latency of one message."""
     if src == dst:
         return {}, 0.0
     all_paths = route(src, dst)
     flow = make_flow(flow_id, all_paths, mode=mode, choice=choice, cap_bps=cap_bps)
-    latency_s = max(path_latency_s(graph, p, packet_bytes) for p in flow.paths)
+    latency_s = max(path_latency_s(graph, p, packet_bytes, forwarding) for p in flow.paths)
     return dict(flow.fractions), latency_s
 
 
@@ -106,12 +122,14 @@ class WorkloadPrediction:
     algbw_bps: float | None = None
     busbw_bps: float | None = None
     recomputations: int = 0
+    link_bits: dict[tuple[str, str], float] = field(default_factory=dict)  # carried, wire
 
 
 def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      mode: str = "spread", choice: Choice | None = None,
                      overhead_s: float = DEFAULT_OVERHEAD_S, packet_bytes: float = 0.0,
-                     wire_factor: float = 1.0, nic_rate_bps: float | None = None,
+                     forwarding: str = "store-and-forward", wire_factor: float = 1.0,
+                     nic_rate_bps: float | None = None,
                      collective: str | None = None) -> WorkloadPrediction:
     """Completion time of a Workload's message DAG as a fluid max-min simulation.
 
@@ -120,22 +138,27 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     and completes one path latency after its last byte is sent. algbw/busbw use
     ``collective`` (default: the workload's name, if it names a collective).
     """
+    check_forwarding(forwarding)
     route = resolve_paths(paths)
     cap_bps = math.inf if nic_rate_bps is None else float(nic_rate_bps)
     jobs = []
+    link_bits: dict[tuple[str, str], float] = {}
     route_cache: dict[tuple[str, str], tuple[dict, float]] = {}
     for m in workload.messages:
         if mode == "spread":
             key = (m.src, m.dst)
             if key not in route_cache:
                 route_cache[key] = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
-                                                  choice, cap_bps, packet_bytes)
+                                                  choice, cap_bps, packet_bytes, forwarding)
             fractions, latency_s = route_cache[key]
         else:
             fractions, latency_s = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
-                                                  choice, cap_bps, packet_bytes)
+                                                  choice, cap_bps, packet_bytes, forwarding)
+        size_bits = 8.0 * wire_factor * m.size_bytes
+        for link, frac in fractions.items():
+            link_bits[link] = link_bits.get(link, 0.0) + frac * size_bits
         jobs.append(FluidJob(
-            job_id=m.msg_id, fractions=fractions, size_bits=8.0 * wire_factor * m.size_bytes,
+            job_id=m.msg_id, fractions=fractions, size_bits=size_bits,
             cap_bps=cap_bps, release_s=m.start_s, deps=tuple(m.deps),
             pre_s=overhead_s, post_s=latency_s,
         ))
@@ -145,7 +168,7 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     pred = WorkloadPrediction(
         completion_s=completion_s, finish_s=dict(res.finish_s), ready_s=dict(res.ready_s),
         duration_s={k: res.finish_s[k] - res.ready_s[k] for k in res.finish_s},
-        recomputations=res.recomputations,
+        recomputations=res.recomputations, link_bits=link_bits,
     )
     name = collective or workload.meta.get("collective") or workload.name
     if completion_s > 0:
@@ -155,6 +178,37 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
         except ValueError:
             pred.busbw_bps = None
     return pred
+
+
+def per_hop_hash_choice(rng: random.Random) -> Choice:
+    """A 'hashed' ECMP draw as independently seeded switches make it: at every switch
+    a uniform pick among the next hops of the flow's remaining paths (not a uniform
+    pick among whole paths, which differs where branches have unequal path counts);
+    the source host sends on its first next hop, as the engine does."""
+    def choose(flow_id: Hashable, paths: Sequence[Path]) -> Path:
+        cands = list(paths)
+        depth = 1
+        while len(cands) > 1:
+            hops = sorted({p[depth] for p in cands})
+            pick = hops[0] if depth == 1 else rng.choice(hops)
+            cands = [p for p in cands if p[depth] == pick]
+            depth += 1
+        return tuple(cands[0])
+    return choose
+
+
+def predict_workload_hashed(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
+                            samples: int, seed: int = 0, **kw: Any) -> list[WorkloadPrediction]:
+    """`predict_workload` with every message hashed onto one path, under ``samples``
+    independent draws (`per_hop_hash_choice`): the kernel's hash cannot be reproduced
+    from outside, so the model gives the distribution over hash outcomes. One
+    prediction when no message has a choice of path."""
+    route = resolve_paths(paths)
+    if all(len(route(m.src, m.dst)) <= 1 for m in workload.messages if m.src != m.dst):
+        return [predict_workload(workload, graph, paths, mode="hashed", **kw)]
+    rng = random.Random(seed)
+    return [predict_workload(workload, graph, paths, mode="hashed",
+                             choice=per_hop_hash_choice(rng), **kw) for _ in range(samples)]
 
 
 # ---------------------------------------------------------------- closed forms
@@ -226,9 +280,25 @@ def bottleneck_rate_bps(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple
     return min(max_min_rates(graph, flows).rates_bps.values())
 
 
+def workload_bottleneck_rate_bps(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
+                                 mode: str = "spread", choice: Choice | None = None,
+                                 nic_rate_bps: float | None = None) -> float:
+    """Bottleneck per-flow rate of a compiled collective: the smallest
+    `bottleneck_rate_bps` over its algorithm steps (messages grouped by ``step``, one
+    flow per distinct (src, dst) pair), whatever the algorithm and rank count.
+    All-to-all's steps are its pairwise shifts; sent all at once it can beat them."""
+    steps: dict[int, set[tuple[str, str]]] = {}
+    for m in workload.messages:
+        steps.setdefault(m.step, set()).add((m.src, m.dst))
+    return min((bottleneck_rate_bps(graph, paths, sorted(pairs), mode=mode, choice=choice,
+                                    nic_rate_bps=nic_rate_bps) for pairs in steps.values()),
+               default=math.inf)
+
+
 def step_alpha_s(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, str]], *,
                  overhead_s: float = DEFAULT_OVERHEAD_S, packet_bytes: float = 0.0,
-                 mode: str = "spread", choice: Choice | None = None) -> float:
+                 forwarding: str = "store-and-forward", mode: str = "spread",
+                 choice: Choice | None = None) -> float:
     """Alpha of a synchronous step: overhead + the longest path latency among its flows."""
     route = resolve_paths(paths)
     worst_s = 0.0
@@ -237,7 +307,8 @@ def step_alpha_s(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, s
             continue
         candidates = route(s, d)
         used = candidates if mode == "spread" else [choose_path((s, d), candidates, choice)]
-        worst_s = max(worst_s, max(path_latency_s(graph, p, packet_bytes) for p in used))
+        worst_s = max(worst_s, max(path_latency_s(graph, p, packet_bytes, forwarding)
+                                   for p in used))
     return overhead_s + worst_s
 
 
@@ -302,7 +373,8 @@ def predict_collective(collective: str, graph: nx.Graph, paths: PathsLike, ranks
                        size_bytes: float, *, algorithm: str = "ring", chunks: int = 1,
                        schedule: str = "pairwise", mode: str = "spread",
                        choice: Choice | None = None, overhead_s: float = DEFAULT_OVERHEAD_S,
-                       packet_bytes: float = 0.0, wire_factor: float = 1.0,
+                       packet_bytes: float = 0.0, forwarding: str = "store-and-forward",
+                       wire_factor: float = 1.0,
                        nic_rate_bps: float | None = None) -> CollectivePrediction:
     """Alpha-beta time of a collective, each step priced at its own bottleneck rate
     from the routed paths: ``T = sum_steps (alpha_step + wire * bytes / B_step)``."""
@@ -315,7 +387,8 @@ def predict_collective(collective: str, graph: nx.Graph, paths: PathsLike, ranks
             bw = bottleneck_rate_bps(graph, paths, step.pairs, mode=mode, choice=choice,
                                      nic_rate_bps=nic_rate_bps)
             alpha = step_alpha_s(graph, paths, step.pairs, overhead_s=overhead_s,
-                                 packet_bytes=packet_bytes, mode=mode, choice=choice)
+                                 packet_bytes=packet_bytes, forwarding=forwarding, mode=mode,
+                                 choice=choice)
             cache[step.pairs] = (alpha, bw)
         alpha, bw = cache[step.pairs]
         priced.append((alpha, bw, alpha + wire_factor * _beta_s(step.size_bytes, bw)))

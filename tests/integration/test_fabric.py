@@ -66,7 +66,9 @@ def test_shaping_holds_every_tier_and_the_ratios():
 
 def test_ecmp_spreads_64_udp_flows_over_all_uplinks():
     """64 flows from h1 to a host in another pod, distinct UDP source ports: the edge
-    switch's 2 uplinks and each agg's 2 core uplinks must all carry flows."""
+    switch's 2 uplinks and each agg's 2 core uplinks must all carry flows (each switch
+    hashes with its own seed: with one shared hash an agg would send every flow the
+    edge gave it up the same core link)."""
     from emu.netns import in_netns
     from emu.shaping import port_qdisc_stats
 
@@ -81,7 +83,10 @@ def test_ecmp_spreads_64_udp_flows_over_all_uplinks():
             port = fab.port(node, peer)
             return port_qdisc_stats(fab.ipr(node), port.ifindex)["tx_packets"]
 
+        core_links = [(agg, core) for agg in uplinks for core in fab.routes.next_hops[agg][dst]]
+        assert len(core_links) == 4
         edge_before = {u: tx_packets(edge, u) for u in uplinks}
+        core_before = {link: tx_packets(*link) for link in core_links}
         with in_netns(fab.netns_path(src)):
             socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(64)]
         try:
@@ -97,6 +102,12 @@ def test_ecmp_spreads_64_udp_flows_over_all_uplinks():
         assert sum(flows.values()) == pytest.approx(64)
         # Binomial(64, 1/2): P(fewer than 16 on one side) < 1e-4.
         assert all(n >= 16 for n in flows.values()), flows
+        up = {link: (tx_packets(*link) - core_before[link]) / packets_per_flow
+              for link in core_links}
+        assert sum(up.values()) == pytest.approx(64)
+        # >= 16 flows per agg, split Binomial(n, 1/2): P(a core link gets none) < 1e-4;
+        # a hash shared with the edge sends all of them up one link.
+        assert all(n > 0 for n in up.values()), up
 
 
 def _run_emu(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import networkx as nx
 import pytest
@@ -15,11 +16,14 @@ from emu.model.alphabeta import (
     collective_steps,
     halving_doubling_allreduce_time_s,
     path_latency_s,
+    per_hop_hash_choice,
     predict_collective,
     predict_workload,
+    predict_workload_hashed,
     reduce_scatter_time_s,
     ring_allreduce_time_s,
     roce_wire_factor,
+    workload_bottleneck_rate_bps,
 )
 from emu.model.busbw import algbw_bps, busbw_bps, busbw_factor
 from traffic.messages import Message, Workload
@@ -120,6 +124,23 @@ def test_oversubscribed_uplink_moves_the_bottleneck():
     # with ranks ordered leaf by leaf only one flow per uplink: the NIC (400G) binds
     assert bottleneck_rate_bps(g, paths, [("a0", "a1"), ("a1", "b0"), ("b0", "b1"),
                                           ("b1", "a0")]) == pytest.approx(400 * G)
+    # the DAG's own steps give the same bottleneck
+    assert workload_bottleneck_rate_bps(ring_allreduce_workload(ranks, size), g,
+                                        paths) == pytest.approx(200 * G)
+
+
+def test_workload_bottleneck_of_a_non_power_of_two_dag():
+    # 2 leaves x 3 hosts, one 400G uplink. Step 0 (a fold): a2 -> a0 alone, 400G.
+    # Step 1: a0 <-> a1, 400G each way. Step 2: a0 -> b0 and a1 -> b1 (two messages,
+    # one pair) share the uplink: 200G each.
+    g, paths = two_leaves(3, 1, 400 * G), two_leaf_paths(1)
+    msgs = [Message(0, "a2", "a0", MIB, step=0), Message(1, "a0", "a1", MIB, step=1),
+            Message(2, "a1", "a0", MIB, step=1), Message(3, "a0", "b0", MIB, step=2),
+            Message(4, "a1", "b1", MIB, step=2), Message(5, "a1", "b1", MIB, step=2)]
+    wl = Workload("x", msgs, ["a0", "a1", "a2", "b0", "b1"], MIB)
+    assert workload_bottleneck_rate_bps(wl, g, paths) == pytest.approx(200 * G)
+    assert workload_bottleneck_rate_bps(Workload("x", msgs[:3], wl.ranks, MIB), g,
+                                        paths) == pytest.approx(400 * G)
 
 
 def test_ecmp_spread_vs_hashed_collision_in_a_dag():
@@ -137,6 +158,42 @@ def test_ecmp_spread_vs_hashed_collision_in_a_dag():
     pairs = [("a0", "b0"), ("a1", "b1")]
     assert bottleneck_rate_bps(g, paths, pairs, mode="hashed",
                                choice=lambda fid, p: 0) == pytest.approx(200 * G)
+
+
+def test_per_hop_hash_choice_is_uniform_per_switch_not_per_path():
+    # At s the flow goes to a or b (1/2 each); only b's branch splits again, so the
+    # path via a has probability 1/2, not 1/3. The host sends on its first next hop.
+    paths = [("h", "s", "a", "d"), ("h", "s", "b", "c1", "d"), ("h", "s", "b", "c2", "d"),
+             ("h", "t", "a", "d")]
+    choose = per_hop_hash_choice(random.Random(1))
+    picks = [choose(k, paths) for k in range(4000)]
+    assert all(p[1] == "s" for p in picks)
+    assert sum(p[2] == "a" for p in picks) / 4000 == pytest.approx(0.5, abs=0.03)
+    assert sum(p[3] == "c1" for p in picks) / 4000 == pytest.approx(0.25, abs=0.03)
+
+
+def test_hashed_draws_collide_half_the_time():
+    # 2 spines, 400G uplinks; a0->b0 and a1->b1, 1 MiB each. Each message picks a spine
+    # at l0 (its only choice): same spine w.p. 1/2 -> 2 t, else t: mean 1.5 t.
+    g, paths = two_leaves(2, 2, 400 * G), two_leaf_paths(2)
+    wl = Workload("permutation", [Message(0, "a0", "b0", MIB), Message(1, "a1", "b1", MIB)],
+                  ["a0", "a1", "b0", "b1"], MIB)
+    t_s = MIB * 8 / (400 * G)
+    draws = predict_workload_hashed(wl, g, paths, samples=400, seed=3, overhead_s=0.0)
+    times = [d.completion_s / t_s for d in draws]
+    assert set(round(x, 9) for x in times) == {1.0, 2.0}
+    assert sum(times) / len(times) == pytest.approx(1.5, abs=0.08)
+    # bits per link: the message's wire bits on each hop of its one path
+    for d in draws:
+        assert sum(bits for (u, v), bits in d.link_bits.items() if u == "l0") == \
+            pytest.approx(2 * MIB * 8)
+    # spread: half a message on each spine uplink, never a collision
+    spread = predict_workload(wl, g, paths, overhead_s=0.0)
+    assert spread.link_bits[("l0", "s0")] == pytest.approx(MIB * 8)
+    assert spread.completion_s == pytest.approx(t_s)
+    # one path only: one prediction, no draws
+    star_wl = Workload("sendrecv", [Message(0, "h0", "h1", MIB)], ["h0", "h1"], MIB)
+    assert len(predict_workload_hashed(star_wl, star(2), star_paths, samples=9)) == 1
 
 
 def test_dag_dependencies_and_release_time():
@@ -215,6 +272,36 @@ def test_path_latency_store_and_forward():
     g.add_edge("l1", "h1", rate_bps=400 * G, delay_s=0.5e-6)
     assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000) == pytest.approx(2.12e-6)
     assert path_latency_s(g, ("h0", "l0", "l1", "h1")) == pytest.approx(2e-6)
+    # cut-through forwards the head on arrival: propagation only, whatever the packet
+    assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000,
+                          forwarding="cut-through") == pytest.approx(2e-6)
+    with pytest.raises(ValueError):
+        path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000, forwarding="wormhole")
+
+
+def test_ring_step_bubble_is_store_and_forward_only():
+    # 4 hosts on one 400G switch, zero delay, S = 64 KiB -> 16 KiB = 4 packets of
+    # 4096 B per step, 81.92 ns each: beta = 327.68 ns per step, 6 steps.
+    # Store-and-forward: a step's message arrives whole one packet (the host->switch
+    # hop, the switch->host one being the bottleneck in the bandwidth term) after its
+    # sender's NIC finished: 6 * (327.68 + 81.92) = 2457.6 ns. Cut-through: 6 * 327.68
+    # = 1966.08 ns, busbw = the link rate.
+    g, ranks = star(4, delay_s=0.0), [f"h{i}" for i in range(4)]
+    wl = ring_allreduce_workload(ranks, 64 << 10)
+    saf = predict_workload(wl, g, star_paths, overhead_s=0.0, packet_bytes=4096)
+    assert saf.completion_s == pytest.approx(2457.6e-9)
+    ct = predict_workload(wl, g, star_paths, overhead_s=0.0, packet_bytes=4096,
+                          forwarding="cut-through")
+    assert ct.completion_s == pytest.approx(1966.08e-9)
+    assert ct.busbw_bps == pytest.approx(400 * G)
+    # the closed form prices the same steps the same way
+    for forwarding, expected_s in (("store-and-forward", 2457.6e-9), ("cut-through", 1966.08e-9)):
+        pred = predict_collective("allreduce", g, star_paths, ranks, 64 << 10, overhead_s=0.0,
+                                  packet_bytes=4096, forwarding=forwarding)
+        assert pred.time_s == pytest.approx(expected_s)
+    # a 1 us NIC overhead is paid once per step on top: 6 us more
+    nic = predict_workload(wl, g, star_paths, overhead_s=1e-6, forwarding="cut-through")
+    assert nic.completion_s == pytest.approx(1966.08e-9 + 6e-6)
 
 
 def test_wire_factor_and_nic_cap():
