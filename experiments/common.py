@@ -7,8 +7,9 @@ A run directory holds
   end, capabilities, versions, seed, git commit, the command line);
 * tidy CSVs, one row per measurement, in real-fabric units with S in config.json:
   ``metrics.csv`` (= summary rows), and per experiment some of ``messages.csv``,
-  ``latency.csv``, ``queue.csv``, ``rates.csv``, ``ports.csv``, ``collective.csv``,
-  ``flows.csv``, ``intervals.csv``;
+  ``latency.csv``, ``queue.csv``, ``queue_model.csv`` (the model's queue
+  trajectory), ``rates.csv``, ``ports.csv``, ``collective.csv``, ``flows.csv``,
+  ``intervals.csv``; times on the engine's clock (0 = the engine starts sending);
 * ``summary.json``: every headline metric as ``{case, metric, unit, measured,
   predicted, error_rel, valid}`` and the fidelity verdict of every case;
 * PNG plots re-rendered from the CSVs by :func:`render_report` (``emu report DIR``).
@@ -433,6 +434,9 @@ def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any]
     after = fab.port_stats()
     queue = sampler.frame() if sampler is not None else pd.DataFrame(
         columns=["t_s", "port", "backlog_bytes", "vq_bytes"])
+    if sampler is not None and result.stats.get("t0_monotonic_ns"):
+        # On the engine's time base (t = 0 when it starts sending), like messages.csv.
+        queue["t_s"] += (sampler.start_ns - result.stats["t0_monotonic_ns"]) / 1e9
     queue["t_s"] = queue["t_s"] / scale
     return Measurement(result.messages, result.latency, result.rates, queue,
                        port_deltas(before, after), dict(result.stats), wall_s)
@@ -502,5 +506,15 @@ def run_experiment(name: str, options: Mapping[str, Option],
     """What every experiment's ``run()`` does: resolve options, execute, finish the run dir."""
     opts = resolve_options(options, quick, overrides)
     rec = Run(name, out_dir, opts, quick=quick)
-    execute(rec, opts)
+    try:
+        execute(rec, opts)
+    except BaseException as e:
+        # A long sweep keeps what its finished cases measured: the run directory is
+        # written, marked invalid with the reason, and the error still propagates.
+        if rec.rows or rec.frames:
+            reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
+            rec.fidelity("(run)", FidelityReport(False, [reason], float(opts.get("scale", 1.0))))
+            with contextlib.suppress(Exception):
+                rec.finish(show=False)
+        raise
     return rec.finish()

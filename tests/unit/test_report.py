@@ -22,6 +22,7 @@ from experiments.common import (
     parse_sizes,
     parse_specs,
     resolve_options,
+    run_experiment,
     size_label,
 )
 from experiments.registry import EXPERIMENTS, parse_sets
@@ -130,3 +131,19 @@ def test_run_directory_and_report(tmp_path):
 def test_report_refuses_unfinished_dir(tmp_path):
     with pytest.raises(ParameterError):
         render_report(tmp_path)
+
+
+def test_a_failing_case_keeps_the_finished_ones(tmp_path):
+    def execute(run: Run, opts: dict) -> None:
+        run.metric("first", "busbw", "Gb/s", 390.0, 394.0)
+        run.fidelity("first", FidelityReport(True, [], 1.0))
+        raise RuntimeError("second case broke")
+
+    with pytest.raises(RuntimeError, match="second case broke"):
+        run_experiment("synthetic", {"scale": Option(1e5, "S")}, execute, str(tmp_path),
+                       False, {})
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["valid"] is False
+    assert summary["reasons"] == ["incomplete: stopped by RuntimeError: second case broke"]
+    assert [m["case"] for m in summary["metrics"]] == ["first"]
+    assert (tmp_path / "metrics.csv").exists()
