@@ -23,11 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
+from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
@@ -41,22 +41,6 @@ IFNAME = {"a": "fetest-va", "b": "fetest-vb"}
 MAC = {"a": "02:00:00:00:e0:01", "b": "02:00:00:00:e0:02"}
 IP = {"a": "10.254.0.1", "b": "10.254.0.2"}
 S = 1000.0
-
-
-@dataclass(frozen=True)
-class _Endpoint:
-    name: str
-    netns_path: str
-    ip: str
-
-
-@dataclass(frozen=True)
-class _Egress:
-    ifname: str
-    src_mac: str
-    dst_mac: str
-    src_ip: str
-    dst_ip: str
 
 
 class VethRig:
@@ -97,11 +81,11 @@ class VethRig:
         self.roce_sinks.close()
         self.namespaces.close()
 
-    def endpoint(self, host: str) -> _Endpoint:
-        return _Endpoint(host, self.namespaces.path(host), IP[host])
+    def endpoint(self, host: str) -> HostEndpoint:
+        return HostEndpoint(host, self.namespaces.path(host), IP[host])
 
-    def egress(self, src: str, dst: str) -> _Egress:
-        return _Egress(IFNAME[src], MAC[src], MAC[dst], IP[src], IP[dst])
+    def egress(self, src: str, dst: str) -> Egress:
+        return Egress(IFNAME[src], MAC[src], MAC[dst], IP[src], IP[dst])
 
     def ports(self) -> list[Port]:
         return [Port(h, IFNAME[h], 0, self.namespaces.path(h), "b" if h == "a" else "a",

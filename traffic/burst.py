@@ -37,17 +37,17 @@ def source() -> Path:
 
 
 class Burst:
-    """Patch and send bursts; ``compiled`` says which path is in use.
+    """Patch and send bursts; ``detail`` says which path is in use.
 
     ``send(sock, shape, psn, count, ts_ns)`` returns how many frames the kernel
     took; frames it refused are available from ``frame(i)`` until the next call.
     """
 
-    def __init__(self, compiled: bool | None = None):
-        """``compiled``: True requires the C path, False forces Python, None = C if possible."""
+    def __init__(self, send_path: str = "auto"):
+        """``send_path``: 'compiled' (required), 'python' (forced) or 'auto' (C if possible)."""
         self._lib = None
         self.detail = "python"
-        if compiled is not False:
+        if send_path != "python":
             try:
                 self._lib = ctypes.CDLL(str(compile_c(source(), "shared",
                                                       what="the engine's burst sender")))
@@ -59,12 +59,11 @@ class Burst:
                     ctypes.c_uint32, ctypes.c_uint64]
                 self.detail = "sendmmsg (compiled)"
             except (CapabilityError, OSError) as e:
-                if compiled:
+                if send_path == "compiled":
                     raise CapabilityError(f"compiled burst sender unavailable: {e}") from e
                 self.detail = f"python ({str(e).splitlines()[0]})"
-        self.compiled = self._lib is not None
         self._buf = ctypes.create_string_buffer(MAX_BURST * _MAX_FRAME_BYTES)
-        self._cshapes: dict[int, tuple[_CShape, object, bytes]] = {}
+        self._cshapes: dict[int, tuple[_CShape, object, Shape]] = {}
         self._last: tuple[int, int] | None = None  # (count, frame length)
 
     def _cshape(self, shape: Shape) -> _CShape:

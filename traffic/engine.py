@@ -289,7 +289,7 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
     index = _check_workload(fab, workload)
     plans = _plans(fab, workload, config, index, nic.realtime_offset_ns())
     ring = nic.RingSpec.for_payload(config.payload_bytes, config.ring_bytes)
-    burst = Burst(compiled={"auto": None, "compiled": True, "python": False}[config.send_path])
+    burst = Burst(config.send_path)
     ctx = multiprocessing.get_context("fork")
     n_workers = len(plans)
     shared = nic.Shared(

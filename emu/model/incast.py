@@ -18,7 +18,6 @@ from emu.model.incast_fluid import incast_dcqcn
 from emu.model.queueing import (
     DEFAULT_PACKET_BYTES,
     DcqcnParams,
-    IncastCcOff,
     base_latency_s,
     dcqcn_fixed_point,
     incast_backlog_growth_bps,
@@ -69,8 +68,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
         queue, completion_s = res.queue, res.completion_s
         out.update(model="incast-cc-off (uniform ramp; GBN estimate on drops)",
                    drops=res.drops, dropped_bytes=res.dropped_bytes,
-                   queue_trace=_cc_off_trace(res, size_bytes, r, port_rate_bps, buffer_bytes,
-                                             completion_s - alpha_s))
+                   queue_trace=res.queue_trace)
     elif cc == "dcqcn":
         if kmin_bytes is None or kmax_bytes is None or pmax is None:
             raise ValueError("cc='dcqcn' needs kmin_bytes, kmax_bytes and pmax")
@@ -124,16 +122,3 @@ def predict_incast_on_graph(graph: nx.Graph,
     kwargs.setdefault("hop_delays_s", delays)
     return predict_incast(len(senders), size_bytes, float(last["rate_bps"]), **kwargs)
 
-
-def _cc_off_trace(res: IncastCcOff, size_bytes: float, sender_rate_bps: float,
-                  port_rate_bps: float, buffer_bytes: float, drained_s: float
-                  ) -> tuple[tuple[float, float], ...]:
-    """(t_s, queue_bytes) corners of the CC-off queue, linear between (t = 0: first
-    bits at the port): a ramp while everyone sends, then the drain; with drops the
-    queue sits at the buffer until it can drain by the end."""
-    if not res.drops:
-        t_send = 8.0 * size_bytes / sender_rate_bps
-        return (0.0, 0.0), (t_send, res.peak_queue_bytes), (drained_s, 0.0)
-    drain_s = 8.0 * buffer_bytes / port_rate_bps
-    return ((0.0, 0.0), (res.fill_time_s, buffer_bytes), (drained_s - drain_s, buffer_bytes),
-            (drained_s, 0.0))

@@ -213,6 +213,7 @@ class IncastCcOff:
     goodput_after_fill_bps: float  # GBN estimate while the buffer is full (C if no drops)
     completion_s: float
     queue: QueueDist
+    queue_trace: tuple[tuple[float, float], ...]  # (t_s, queue_bytes) corners, linear between
 
 
 def incast_cc_off(n_senders: int, size_bytes: float, sender_rate_bps: float,
@@ -223,14 +224,18 @@ def incast_cc_off(n_senders: int, size_bytes: float, sender_rate_bps: float,
     n, r, c = n_senders, sender_rate_bps, port_rate_bps
     growth = incast_backlog_growth_bps(n, r, c)
     lossless_s = incast_completion_time_s(n, size_bytes, c, alpha_s, sender_rate_bps=r)
+    # Trajectory (t = 0: first bits at the port): a ramp while everyone sends, then
+    # the drain; with drops the queue sits at the buffer until it can drain by the end.
     if growth == 0:
-        return IncastCcOff(0.0, math.inf, 0.0, False, 0.0, c, lossless_s, QueueDist.point(0.0))
+        return IncastCcOff(0.0, math.inf, 0.0, False, 0.0, c, lossless_s, QueueDist.point(0.0),
+                           ((0.0, 0.0), (lossless_s - alpha_s, 0.0)))
     t_send_s = 8.0 * size_bytes / r
     peak_bytes = growth * t_send_s / 8.0
     if peak_bytes <= buffer_bytes:
         return IncastCcOff(growth, math.inf if peak_bytes < buffer_bytes else t_send_s,
                            peak_bytes, False, 0.0, c, lossless_s,
-                           QueueDist.uniform(0.0, peak_bytes))
+                           QueueDist.uniform(0.0, peak_bytes),
+                           ((0.0, 0.0), (t_send_s, peak_bytes), (lossless_s - alpha_s, 0.0)))
     t_fill_s = 8.0 * buffer_bytes / growth
     dropped_bytes = growth * (t_send_s - t_fill_s) / 8.0
     p_drop = 1.0 - c / (n * r)
@@ -244,8 +249,12 @@ def incast_cc_off(n_senders: int, size_bytes: float, sender_rate_bps: float,
     full_weight = buffer_bytes + rest_bytes * c / goodput_bps   # bytes carried at a full queue
     queue = QueueDist(((in_order_bytes, 0.0, float(buffer_bytes)),
                        (full_weight, float(buffer_bytes), float(buffer_bytes))))
+    drained_s = completion_s - alpha_s
     return IncastCcOff(growth, t_fill_s, float(buffer_bytes), True, dropped_bytes,
-                       goodput_bps, completion_s, queue)
+                       goodput_bps, completion_s, queue,
+                       ((0.0, 0.0), (t_fill_s, float(buffer_bytes)),
+                        (drained_s - 8.0 * buffer_bytes / c, float(buffer_bytes)),
+                        (drained_s, 0.0)))
 
 
 # -------------------------------------------------------------------------- DCQCN

@@ -14,9 +14,9 @@ FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0x
 
 
 def _paths() -> list[Burst]:
-    paths = [Burst(compiled=False)]
+    paths = [Burst("python")]
     try:
-        paths.append(Burst(compiled=True))
+        paths.append(Burst("compiled"))
     except CapabilityError as e:  # no clang: the Python path is all there is
         pytest.skip(f"compiled burst path unavailable: {e}")
     return paths
@@ -51,7 +51,7 @@ def test_psns_wrap_at_24_bits_and_frames_decode_as_roce():
 
 def test_bad_burst_sizes_and_indexes_are_refused():
     shape = QpTemplate(FLOW, 4096, mtu_payload_bytes=4096).shapes[0x0A]
-    burst = Burst(compiled=False)
+    burst = Burst("python")
     with pytest.raises(ValueError, match="expected 1"):
         burst.send(None, shape, 0, MAX_BURST + 1, 0)
     with pytest.raises(ValueError, match="expected 1"):
