@@ -164,9 +164,7 @@ def test_incast_without_cc_fills_the_buffer_drops_and_recovers():
 def test_ring_allreduce_on_a_k4_fattree_completes():
     with Fabric(FatTree(4), Scale(20000), marking="off") as fab:
         wl = collectives.build("allreduce-ring", list(fab.hosts), 16 * 16384)
-        t0 = time.perf_counter()
         result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=120))
-        wall_s = time.perf_counter() - t0
     _assert_exact(result)
     m = result.messages
     assert len(m) == 2 * 15 * 16
@@ -174,7 +172,6 @@ def test_ring_allreduce_on_a_k4_fattree_completes():
     end = dict(zip(m["msg_id"], m["end_s"], strict=True))
     for msg, start in zip(wl.messages, m["start_s"], strict=True):
         assert all(end[d] <= start for d in msg.deps)
-    assert wall_s < 60
 
 
 _CHILD = textwrap.dedent("""

@@ -94,7 +94,12 @@ def test_ecmp_spreads_64_udp_flows_over_all_uplinks():
                 s.bind((fab.plan.host_ip[src], 20000 + i))
                 for _ in range(packets_per_flow):
                     s.sendto(b"x" * 64, (fab.plan.host_ip[dst], 4791))
-            time.sleep(0.5)
+            # Until every packet has left the core links (no fixed sleep: a busy machine
+            # is only slower, never wrong).
+            deadline = time.monotonic() + 20
+            while (sum(tx_packets(*link) - core_before[link] for link in core_links)
+                   < 64 * packets_per_flow and time.monotonic() < deadline):
+                time.sleep(0.05)
         finally:
             for s in socks:
                 s.close()

@@ -205,34 +205,61 @@ def test_ports_do_not_share_marking_state(rig):
 
 def test_virtual_queue_agrees_with_the_qdisc_backlog_under_overload(rig):
     """Overload at 1.5x the port rate fills the buffer; then the queue drains at the port
-    rate. Real backlog and virtual queue are read back to back in this thread every
-    5 ms, from the full buffer down to empty (a background sampler thread would be
-    preempted between the two reads by the sender's busy loop and measure its own skew)."""
-    import pandas as pd
+    rate with no new arrivals, so the virtual queue is a known function of time. Each
+    backlog read (raw netlink, tens of µs) is bracketed by monotonic timestamps t0 < t1;
+    the real backlog must lie between the virtual queue at t1 and at t0, within one frame
+    each way (the qdisc holds whole frames, the virtual queue drains continuously).
 
+    Nothing here depends on the machine's speed: a read slower than ``SLOW_READ_NS``
+    (the thread was preempted) brackets nothing and is dropped, and a sample taken
+    after the kernel's shaper itself fell behind its rate (its own byte counter says
+    so: softirq starved by other load) compares the marker with a late shaper, not
+    with the queue it models, and is counted apart."""
     from emu.ecn.curve import Thresholds
-    from emu.shaping import port_qdisc_stats
+    from emu.telemetry import QdiscReader
+    SLOW_READ_NS = 300_000   # 300 µs: the queue drains 600 B meanwhile, still < 1 frame
     rig.wait_idle()
     rig.marker.set_thresholds(Thresholds(1_000_000, 2_000_000, 0.1))  # no marking needed here
     frames, _, _ = _frames(rig, 3000)
-    rig.send(frames, rate_pps=1.5 * RATE_EMU_BPS / 8 / FRAME_BYTES)
-    rows = []
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        backlog = port_qdisc_stats(rig.ipr_switch, rig.w1_index)["backlog_bytes"]
-        rows.append((backlog, rig.marker.vq_bytes()))
-        if backlog == 0:
-            break
-        time.sleep(0.005)
-    df = pd.DataFrame(rows, columns=["backlog_bytes", "vq_bytes"])
-    busy = df[df.backlog_bytes > 0]
-    diff = (busy.vq_bytes - busy.backlog_bytes).abs()
-    assert busy.backlog_bytes.max() > 0.9 * BUFFER_BYTES  # overload did fill the buffer
-    assert len(busy) >= 20                                # 400 KB at 2 KB/ms: ~40 samples
-    print(f"\nvq vs qdisc backlog over {len(busy)} samples: median |diff| {diff.median():.0f} B, "
-          f"p90 {diff.quantile(0.9):.0f} B, max {diff.max():.0f} B")
-    assert diff.median() <= 2 * FRAME_BYTES
-    assert diff.quantile(0.9) <= 5 * FRAME_BYTES
+    reader = QdiscReader(rig.switch_ns)
+    reads = []   # (t0_ns, t1_ns, backlog_bytes, tx_bytes)
+    try:
+        rig.send(frames, rate_pps=1.5 * RATE_EMU_BPS / 8 / FRAME_BYTES)
+        slow = 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            t0 = time.monotonic_ns()
+            leaf = reader.leaf_stats()[rig.w1_index]
+            t1 = time.monotonic_ns()
+            if leaf["backlog_bytes"] == 0:
+                break
+            if t1 - t0 > SLOW_READ_NS:
+                slow += 1
+            else:
+                reads.append((t0, t1, leaf["backlog_bytes"], leaf["tx_bytes"]))
+            time.sleep(0.003)
+    finally:
+        reader.close()
+    assert reads, "no backlog sample was read"
+    assert max(r[2] for r in reads) > 0.9 * BUFFER_BYTES  # overload did fill the buffer
+    first_t, first_tx = reads[0][1], reads[0][3]
+    rate_Bps = RATE_EMU_BPS / 8
+    comparable, starved = [], 0
+    for t0, t1, backlog, tx in reads:
+        shaper_lag = rate_Bps * (t0 - first_t) / 1e9 - (tx - first_tx)
+        if shaper_lag > 2 * FRAME_BYTES:
+            starved += 1
+        else:
+            comparable.append((backlog, rig.marker.vq_bytes(t1), rig.marker.vq_bytes(t0)))
+    if len(comparable) < 20 and starved:
+        pytest.skip(f"the kernel shaper fell behind its rate in {starved} of {len(reads)} "
+                    "samples (machine overloaded); nothing to compare")
+    assert len(comparable) >= 20, (len(comparable), slow)   # 400 KB at 2 KB/ms: ~60 samples
+    outside = [(b, lo, hi) for b, lo, hi in comparable
+               if not lo - FRAME_BYTES <= b <= hi + FRAME_BYTES]
+    print(f"\nbacklog vs virtual queue: {len(comparable)} bracketed samples ({slow} slow reads, "
+          f"{starved} with a lagging shaper), {len(outside)} outside [vq(t1), vq(t0)] +/- 1 frame")
+    assert not outside, outside[:5]
 
 
 def test_red_backend_marks_ect_packets():
