@@ -1,9 +1,11 @@
 """The `bpf` ECN back end: compile, load and attach emu/bpf/marker.c; read and write its maps.
 
 * Compile: ``clang -O2 -g -target bpf`` on first use into a cache keyed by the hash
-  of the source and the compiler (never a committed binary).
-* Load: libbpf (``libbpf.so.1``) through ctypes, one bpf_object per port, so the
-  maps of a port are its own (isolated between ports and between fabrics).
+  of the source and the compiler (never a committed binary); the object is checked
+  (owner, mode, recorded sha256) before it is loaded, see :mod:`emu.cbuild`.
+* Load: libbpf (``libbpf.so.1``, by absolute path from the linker cache) through
+  ctypes, one bpf_object per port, so the maps of a port are its own (isolated
+  between ports and between fabrics).
 * Attach: pyroute2 netlink, clsact egress, cls_bpf direct-action, through an
   IPRoute bound to the port's namespace (no fork of ``tc``).
 * Clean-up: nothing is pinned. After attaching we keep only the map fds we read
@@ -28,7 +30,7 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from emu.cbuild import compile_c
+from emu.cbuild import compile_c, system_library
 from emu.ecn.curve import Thresholds
 from emu.errors import CapabilityError, ParameterError
 from emu.shaping import htb_burst_bytes
@@ -84,15 +86,24 @@ def compile_marker(out_dir: Path | None = None) -> Path:
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 
+def _load_libbpf() -> ctypes.CDLL:
+    """libbpf.so.1 by absolute path from the linker cache (root-owned, see
+    :func:`emu.cbuild.system_library`), never through a search path."""
+    errors = []
+    for path in system_library("libbpf.so.1"):
+        try:
+            return ctypes.CDLL(str(path), use_errno=True)
+        except OSError as e:  # e.g. another architecture's copy
+            errors.append(str(e))
+    why = "; ".join(errors) or "not in the dynamic linker's cache"
+    raise CapabilityError(f"the bpf ECN marker needs libbpf.so.1 (apt install libbpf1): {why}")
+
+
 class _Libbpf:
     """The handful of libbpf calls we use, with libbpf's log captured for error messages."""
 
     def __init__(self) -> None:
-        try:
-            lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
-        except OSError as e:
-            raise CapabilityError(f"the bpf ECN marker needs libbpf.so.1 (apt install libbpf1): {e}") from e
-        self.lib = lib
+        self.lib = lib = _load_libbpf()
         vp, cp, i, u32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32
         for name, res, args in (
             ("bpf_object__open_file", vp, [cp, vp]),
