@@ -11,7 +11,7 @@ from mininet.util import splitArgs
 import topologies
 from emu.errors import ParameterError
 from emu.units import format_rate
-from topologies.base import FabricTopo
+from topologies.base import FabricTopo, TopoSize
 
 
 def registry() -> dict[str, type[FabricTopo]]:
@@ -43,9 +43,11 @@ def usage(name: str, cls: type[FabricTopo]) -> str:
     return ",".join(words)
 
 
-def build_topo(spec: str) -> FabricTopo:
-    """Build the topology named by ``spec``, e.g. ``"fattree,4"`` or
-    ``"leafspine,4,2,8,oversub=2"``; ParameterError on a bad name or arguments."""
+def parse_spec(spec: str) -> tuple[type[FabricTopo], list, dict]:
+    """``"fattree,4"`` -> (class, args, kwargs), checked against the class's build()
+    signature; ParameterError on a bad name or arguments. Builds nothing."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ParameterError("topology", spec, "empty; give NAME,ARG,KEY=VALUE, e.g. fattree,4")
     name, args, kwargs = splitArgs(spec.strip())
     known = registry()
     if name not in known:
@@ -57,4 +59,19 @@ def build_topo(spec: str) -> FabricTopo:
         inspect.signature(cls.build).bind(None, *args, **kwargs)
     except TypeError as exc:
         raise ParameterError("topology", spec, f"{exc}; usage: {usage(name, cls)}") from None
+    return cls, args, kwargs
+
+
+def topo_size(spec: str) -> TopoSize:
+    """Hosts, switches and links of ``spec``, computed from its parameters alone and
+    checked against the caps (topologies.base.MAX_HOSTS, ...)."""
+    cls, args, kwargs = parse_spec(spec)
+    return cls.checked_size(*args, **kwargs)
+
+
+def build_topo(spec: str) -> FabricTopo:
+    """Build the topology named by ``spec``, e.g. ``"fattree,4"`` or
+    ``"leafspine,4,2,8,oversub=2"``; ParameterError on a bad name or arguments, or
+    a size above the caps (checked before the graph is built)."""
+    cls, args, kwargs = parse_spec(spec)
     return cls(*args, **kwargs)

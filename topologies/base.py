@@ -28,6 +28,9 @@ into its own globals, so topology files must not define names that mn uses
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+
 from mininet.topo import Topo
 
 from emu.errors import ParameterError
@@ -44,6 +47,34 @@ NVLINK_DELAY_S = 0.3e-6
 Rate = str | float | int
 #: Per-port buffer per 400G of port rate; a shallow-buffer ASIC gives a port a few MB.
 BUFFER_BYTES_PER_400G = 8 * 1024 * 1024
+
+
+#: Largest topology accepted, checked from the parameters before any graph is built.
+#: `emu topo show` routes the graph (bisection, diameter): a torus of 1024 switches
+#: takes about 7 s on one core, and a fabric is one network namespace per node.
+MAX_HOSTS = 2048
+MAX_SWITCHES = 1024
+MAX_LINKS = 8192
+
+
+@dataclass(frozen=True)
+class TopoSize:
+    """Node and link counts of a topology, as its parameters determine them."""
+
+    hosts: int
+    switches: int
+    links: int
+
+
+def check_size(family: str, size: TopoSize) -> TopoSize:
+    """ParameterError naming the first count above its cap (MAX_HOSTS, ...)."""
+    for what, count, cap in (("hosts", size.hosts, MAX_HOSTS),
+                             ("switches", size.switches, MAX_SWITCHES),
+                             ("links", size.links, MAX_LINKS)):
+        if count > cap:
+            raise ParameterError(what, count, f"a {family} of that size is too large; at most "
+                                              f"{cap} {what} are supported")
+    return size
 
 
 def default_buffer_bytes(rate_bps: float) -> int:
@@ -114,7 +145,35 @@ class FabricTopo(Topo):
 
     def __init__(self, *args, **params):
         self._dpid = 0
+        # Counted from the parameters first: a huge graph is refused before it is built.
+        own = {k: v for k, v in params.items() if k not in ("hopts", "sopts", "lopts")}
+        type(self).checked_size(*args, **own)
         super().__init__(*args, **params)
+
+    @classmethod
+    def checked_size(cls, *args, **params) -> TopoSize:
+        """:meth:`size` of build()'s arguments (given as build() takes them),
+        checked against the caps; builds nothing."""
+        signature = inspect.signature(cls.build)
+        bound = signature.bind(None, *args, **params)  # TypeError as build() would raise
+        positional: list = []
+        named: dict = {}
+        for name, value in list(bound.arguments.items())[1:]:  # drop self
+            kind = signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                positional.extend(value)
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            else:
+                named[name] = value
+        return check_size(cls.family, cls.size(*positional, **named))
+
+    @classmethod
+    def size(cls, *args, **params) -> TopoSize:
+        """Hosts, switches and links that build() would create, computed in constant
+        time from build()'s parameters (all passed by name but build()'s ``*args``);
+        raises build()'s ParameterErrors for the parameters that set the counts."""
+        raise NotImplementedError(f"{cls.__name__} does not compute its size")
 
     def add_host(self, name: str, **info) -> str:
         return self.addHost(name, role="host", tier=0, **info)

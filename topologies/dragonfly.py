@@ -34,6 +34,7 @@ from topologies.base import (  # noqa: E402
     NIC_RATE_BPS,
     FabricTopo,
     Rate,
+    TopoSize,
     require_int,
     require_rate,
 )
@@ -79,9 +80,8 @@ class Dragonfly(FabricTopo):
     # A global link outweighs any all-local detour, so least-cost = minimal routing.
     link_costs = {"global": 1000}
 
-    def build(self, p: int = 1, a: int = 2, h: int = 1, g: int | None = None,
-              host_rate: Rate = NIC_RATE_BPS, local_rate: Rate = LEAF_SPINE_RATE_BPS,
-              global_rate: Rate = LEAF_SPINE_RATE_BPS) -> None:
+    @staticmethod
+    def _counts(p: object, a: object, h: object, g: object) -> tuple[int, int, int, int]:
         p = require_int("p", p)
         a = require_int("a", a)
         h = require_int("h", h)
@@ -92,6 +92,24 @@ class Dragonfly(FabricTopo):
         if g < h + 1:
             raise ParameterError("g", g, f"must be >= h+1 = {h + 1} so that a router's h "
                                          "global links can reach h different groups")
+        return p, a, h, g
+
+    @classmethod
+    def size(cls, p: int = 1, a: int = 2, h: int = 1, g: int | None = None,
+             **_rates: object) -> TopoSize:
+        p, a, h, g = cls._counts(p, a, h, g)
+        # Global ports a group uses, as global_links() hands them out: a*h split over
+        # the g-1 offsets, the remainder pairwise (one more for g/2 if g is even).
+        per_offset, extra = divmod(a * h, g - 1)
+        used = per_offset * (g - 1) + 2 * (extra // 2) + (extra % 2 if g % 2 == 0 else 0)
+        routers = g * a
+        return TopoSize(hosts=routers * p, switches=routers,
+                        links=routers * p + g * (a * (a - 1) // 2) + g * used // 2)
+
+    def build(self, p: int = 1, a: int = 2, h: int = 1, g: int | None = None,
+              host_rate: Rate = NIC_RATE_BPS, local_rate: Rate = LEAF_SPINE_RATE_BPS,
+              global_rate: Rate = LEAF_SPINE_RATE_BPS) -> None:
+        p, a, h, g = self._counts(p, a, h, g)
         host_bps = require_rate("host_rate", host_rate)
         local_bps = require_rate("local_rate", local_rate)
         global_bps = require_rate("global_rate", global_rate)

@@ -25,6 +25,7 @@ from topologies.base import (  # noqa: E402
     SPINE_CORE_RATE_BPS,
     FabricTopo,
     Rate,
+    TopoSize,
     require_int,
     require_positive,
     require_rate,
@@ -42,12 +43,22 @@ class FatTree(FabricTopo):
 
     family = "fattree"
 
-    def build(self, k: int = 4, host_rate: Rate = NIC_RATE_BPS,
-              fabric_rate: Rate = LEAF_SPINE_RATE_BPS,
-              core_rate: Rate = SPINE_CORE_RATE_BPS) -> None:
+    @staticmethod
+    def _k(k: object) -> int:
         k = require_int("k", k, minimum=2)
         if k % 2:
             raise ParameterError("k", k, "must be even")
+        return k
+
+    @classmethod
+    def size(cls, k: int = 4, **_rates: object) -> TopoSize:
+        k = cls._k(k)
+        return TopoSize(hosts=k**3 // 4, switches=k * k + k * k // 4, links=3 * k**3 // 4)
+
+    def build(self, k: int = 4, host_rate: Rate = NIC_RATE_BPS,
+              fabric_rate: Rate = LEAF_SPINE_RATE_BPS,
+              core_rate: Rate = SPINE_CORE_RATE_BPS) -> None:
+        k = self._k(k)
         host_bps = require_rate("host_rate", host_rate)
         fabric_bps = require_rate("fabric_rate", fabric_rate)
         core_bps = require_rate("core_rate", core_rate)
@@ -88,6 +99,14 @@ class LeafSpine(FabricTopo):
     """
 
     family = "leafspine"
+
+    @classmethod
+    def size(cls, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4,
+             **_rates: object) -> TopoSize:
+        leaves = require_int("leaves", leaves)
+        spines = require_int("spines", spines)
+        hosts = leaves * require_int("hosts_per_leaf", hosts_per_leaf)
+        return TopoSize(hosts=hosts, switches=leaves + spines, links=hosts + leaves * spines)
 
     def build(self, leaves: int = 4, spines: int = 2, hosts_per_leaf: int = 4,
               oversub: float | None = None, host_rate: Rate = NIC_RATE_BPS,

@@ -25,6 +25,7 @@ from topologies.base import (  # noqa: E402
     NVLINK_RATE_BPS,
     FabricTopo,
     Rate,
+    TopoSize,
     require_bool,
     require_int,
     require_rate,
@@ -44,6 +45,25 @@ class RailOptimized(FabricTopo):
 
     family = "railopt"
 
+    @staticmethod
+    def _spines(servers: int, spines: object, host_rate: Rate, fabric_rate: Rate) -> int:
+        if spines is not None:
+            return require_int("spines", spines)
+        return math.ceil(servers * require_rate("host_rate", host_rate)
+                         / require_rate("fabric_rate", fabric_rate))
+
+    @classmethod
+    def size(cls, servers: int = 2, gpus: int = 8, spines: int | None = None,
+             nvlink: bool = True, host_rate: Rate = NIC_RATE_BPS,
+             fabric_rate: Rate = LEAF_SPINE_RATE_BPS, **_rates: object) -> TopoSize:
+        servers = require_int("servers", servers)
+        gpus = require_int("gpus", gpus)
+        nvlink = require_bool("nvlink", nvlink)
+        spines = cls._spines(servers, spines, host_rate, fabric_rate)
+        hosts = servers * gpus
+        return TopoSize(hosts=hosts, switches=spines + gpus + (servers if nvlink else 0),
+                        links=hosts * (2 if nvlink else 1) + gpus * spines)
+
     def build(self, servers: int = 2, gpus: int = 8, spines: int | None = None,
               nvlink: bool = True, host_rate: Rate = NIC_RATE_BPS,
               fabric_rate: Rate = LEAF_SPINE_RATE_BPS,
@@ -54,8 +74,7 @@ class RailOptimized(FabricTopo):
         host_bps = require_rate("host_rate", host_rate)
         fabric_bps = require_rate("fabric_rate", fabric_rate)
         nvlink_bps = require_rate("nvlink_rate", nvlink_rate)
-        spines = (math.ceil(servers * host_bps / fabric_bps) if spines is None
-                  else require_int("spines", spines))
+        spines = self._spines(servers, spines, host_bps, fabric_bps)
         self._params = {"servers": servers, "gpus": gpus, "spines": spines, "nvlink": nvlink,
                         "host_rate": host_bps, "fabric_rate": fabric_bps,
                         "nvlink_rate": nvlink_bps}

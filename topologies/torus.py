@@ -7,6 +7,7 @@ in coordinate order. ``mn --topo torus,4,4`` replaces Mininet's own 'torus'.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import sys
 
@@ -23,6 +24,7 @@ from topologies.base import (  # noqa: E402
     NIC_RATE_BPS,
     FabricTopo,
     Rate,
+    TopoSize,
     require_int,
     require_rate,
 )
@@ -42,11 +44,24 @@ class Torus(FabricTopo):
     family = "torus"
     routing = "dor"
 
-    def build(self, *dims: int, hosts_per_node: int = 1, host_rate: Rate = NIC_RATE_BPS,
-              link_rate: Rate = LEAF_SPINE_RATE_BPS) -> None:
+    @staticmethod
+    def _dims(dims: tuple) -> tuple[int, ...]:
         if len(dims) not in (2, 3):
             raise ParameterError("dims", dims, "a torus has 2 or 3 dimensions, e.g. torus,4,4")
-        dims = tuple(require_int(f"dims[{i}]", size, minimum=2) for i, size in enumerate(dims))
+        return tuple(require_int(f"dims[{i}]", size, minimum=2) for i, size in enumerate(dims))
+
+    @classmethod
+    def size(cls, *dims: int, hosts_per_node: int = 1, **_rates: object) -> TopoSize:
+        dims = cls._dims(dims)
+        switches = math.prod(dims)
+        hosts = switches * require_int("hosts_per_node", hosts_per_node)
+        # A size-2 axis has one link per pair of nodes, a longer one a ring.
+        ring_links = sum(switches // 2 if size == 2 else switches for size in dims)
+        return TopoSize(hosts=hosts, switches=switches, links=hosts + ring_links)
+
+    def build(self, *dims: int, hosts_per_node: int = 1, host_rate: Rate = NIC_RATE_BPS,
+              link_rate: Rate = LEAF_SPINE_RATE_BPS) -> None:
+        dims = self._dims(dims)
         hosts_per_node = require_int("hosts_per_node", hosts_per_node)
         host_bps = require_rate("host_rate", host_rate)
         link_bps = require_rate("link_rate", link_rate)
