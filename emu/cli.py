@@ -31,6 +31,19 @@ DelayOpt = Annotated[str, typer.Option("--delay", help="link propagation delay (
                                        "dilated by S): auto | on | off")]
 
 
+#: Commands that build fabrics to measure or use them: one at a time per machine.
+_SESSION_COMMANDS = ("run", "demo", "net", "replay")
+
+
+@app.callback()
+def _declare_session(ctx: typer.Context) -> None:
+    # No docstring: the app's help stays the one given to typer.Typer above.
+    if ctx.invoked_subcommand in _SESSION_COMMANDS:
+        from emu.runs import declare_session
+
+        declare_session(" ".join(["emu", *sys.argv[1:]])[:120])
+
+
 @app.command()
 def doctor(marking: MarkingOpt = "auto") -> None:
     """Probe this kernel and machine; exit non-zero if an essential is missing."""

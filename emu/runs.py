@@ -6,16 +6,30 @@ removes the namespaces (and with them veths, qdiscs and BPF programs) and the
 processes inside them of every run whose owner is dead, and nothing that does not
 carry our prefix. /run is a tmpfs, so records never outlive a reboot, and neither
 do namespaces.
+
+Registration and clean-up take one lock (``/run/fabricemu/.lock``): a run records
+itself before it creates a namespace, so clean, which reads the records and lists
+the namespaces under the lock, never sees a live run's namespace without its record.
+
+An experiment run or ``emu net`` declares itself a *session* (``declare_session``);
+its first registration then refuses to start while another live session exists,
+because two runs pin their workers to the same cores and skew each other's
+measurements (FABRICEMU_ALLOW_CONCURRENT=1 downgrades that to a warning). Test rigs,
+probes and benchmarks are not sessions and neither count nor are refused.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
 import json
+import logging
 import os
 import re
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
@@ -23,9 +37,26 @@ from pyroute2 import IPRoute
 from emu.errors import FabricEmuError
 from emu.netns import create_netns, delete_netns, list_netns, netns_path
 
+log = logging.getLogger(__name__)
+
 RUNS_DIR = "/run/fabricemu"
 NETNS_PREFIX = "fabemu-"
+ALLOW_CONCURRENT_ENV = "FABRICEMU_ALLOW_CONCURRENT"
 _RUN_RE = re.compile(r"^fabemu-([0-9a-f]{8})-")
+_LOCK_NAME = ".lock"
+
+
+class ConcurrentRunError(FabricEmuError):
+    """Another experiment run or `emu net` is live on this machine."""
+
+
+@dataclass
+class _Session:
+    description: str | None = None  # set: this process is an experiment run or `emu net`
+    run_id: str | None = None       # its record, once claimed
+
+
+_session = _Session()
 
 
 def new_run_id() -> str:
@@ -40,13 +71,70 @@ def _record_path(run_id: str) -> str:
     return os.path.join(RUNS_DIR, f"{run_id}.json")
 
 
+@contextlib.contextmanager
+def registry_lock() -> Iterator[None]:
+    """Exclusive lock over the records (registration against `emu clean`)."""
+    os.makedirs(RUNS_DIR, exist_ok=True)
+    fd = os.open(os.path.join(RUNS_DIR, _LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _write_record(run_id: str, description: str, kind: str) -> None:
+    # Atomic (temporary file, then rename): a reader never sees half a record.
+    path = _record_path(run_id)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"run_id": run_id, "pid": os.getpid(), "started": time.time(),
+                   "start_ticks": _start_ticks(os.getpid()), "description": description,
+                   "kind": kind}, f)
+    os.replace(tmp, path)
+
+
+def declare_session(description: str) -> None:
+    """Mark this process as an experiment run or `emu net` (see the module notes);
+    nothing is checked or written until it first registers namespaces."""
+    _session.description = description
+
+
+def _claim_session() -> None:
+    """Under the registry lock: refuse (or warn) if another session is live, else
+    record this one until the process exits."""
+    if _session.description is None or _session.run_id is not None:
+        return
+    others = [r for r in list_runs()
+              if r.kind == "session" and r.alive and r.pid != os.getpid()]
+    if others:
+        other = others[0]
+        when = time.strftime("%H:%M:%S", time.localtime(other.started)) if other.started else "?"
+        what = (f"another fabricemu run is live (pid {other.pid}: {other.description}, started "
+                f"{when}); two runs share the CPUs and skew each other's measurements")
+        if os.environ.get(ALLOW_CONCURRENT_ENV) != "1":
+            raise ConcurrentRunError(f"{what}. Wait for it to end, or set "
+                                     f"{ALLOW_CONCURRENT_ENV}=1 to run anyway")
+        log.warning("%s (%s=1: running anyway)", what, ALLOW_CONCURRENT_ENV)
+    run_id = new_run_id()
+    _write_record(run_id, _session.description, "session")
+    _session.run_id = run_id
+    atexit.register(_end_session)
+
+
+def _end_session() -> None:
+    if _session.run_id is not None:
+        unregister_run(_session.run_id)
+        _session.run_id = None
+
+
 def register_run(run_id: str, description: str) -> None:
     """Write the ownership record *before* creating anything, so a crash mid-build
     still leaves a record that `emu clean` can act on."""
-    os.makedirs(RUNS_DIR, exist_ok=True)
-    with open(_record_path(run_id), "w") as f:
-        json.dump({"run_id": run_id, "pid": os.getpid(), "started": time.time(),
-                   "start_ticks": _start_ticks(os.getpid()), "description": description}, f)
+    with registry_lock():
+        _claim_session()
+        _write_record(run_id, description, "fabric")
 
 
 def unregister_run(run_id: str) -> None:
@@ -78,6 +166,8 @@ class RunInfo:
     alive: bool
     description: str
     namespaces: list[str]
+    kind: str = "fabric"  # "session": an experiment run or `emu net` (no namespaces of its own)
+    started: float | None = None
 
 
 def list_runs() -> list[RunInfo]:
@@ -93,8 +183,9 @@ def list_runs() -> list[RunInfo]:
                 pid = int(rec["pid"])
                 alive = _owner_alive(pid, rec.get("start_ticks"))
                 runs[rec["run_id"]] = RunInfo(rec["run_id"], pid, alive,
-                                              rec.get("description", ""), [])
-            except (OSError, ValueError, KeyError):
+                                              rec.get("description", ""), [],
+                                              rec.get("kind", "fabric"), rec.get("started"))
+            except (OSError, ValueError, KeyError, TypeError):
                 continue
     for ns in list_netns(NETNS_PREFIX):
         m = _RUN_RE.match(ns)
@@ -105,16 +196,25 @@ def list_runs() -> list[RunInfo]:
     return list(runs.values())
 
 
+def stale_runs() -> list[RunInfo]:
+    """Runs whose owner is gone (killed, crashed): what `emu clean` would remove."""
+    return [r for r in list_runs() if not r.alive]
+
+
 def clean_runs(include_alive: bool = False) -> list[RunInfo]:
-    """Remove every dead run's namespaces and record (live ones too if asked)."""
+    """Remove every dead run's namespaces and record (live ones too if asked).
+
+    Holds the registry lock throughout, so a run cannot register between the
+    reading of the records and the listing of the namespaces and look dead."""
     cleaned = []
-    for run in list_runs():
-        if run.alive and not include_alive:
-            continue
-        for ns in run.namespaces:
-            delete_netns(ns)
-        unregister_run(run.run_id)
-        cleaned.append(run)
+    with registry_lock():
+        for run in list_runs():
+            if run.alive and not include_alive:
+                continue
+            for ns in run.namespaces:
+                delete_netns(ns)
+            unregister_run(run.run_id)
+            cleaned.append(run)
     return cleaned
 
 
