@@ -99,6 +99,19 @@ def _multipath_policy() -> Check:
                      essential=True)
 
 
+def _ecmp_hash_seed() -> Check:
+    from emu.fabric import _HASH_SEED_SYSCTL as HASH_SEED_SYSCTL  # the sysctl's one home
+
+    if os.path.exists("/proc/sys/" + HASH_SEED_SYSCTL.replace(".", "/")):
+        return Check("ECMP hash seed per switch", True,
+                     f"{HASH_SEED_SYSCTL}: every switch hashes flows with its own seed")
+    return Check("ECMP hash seed per switch", False,
+                 f"kernel {platform.release()} lacks {HASH_SEED_SYSCTL} (Linux >= 6.11): every "
+                 "switch hashes a flow alike, so its uplink at one tier fixes the next "
+                 "(polarization); multi-tier ECMP results are skewed and each run records "
+                 "ecmp_hash_seed_per_switch=false")
+
+
 def probe(marking: str = "auto") -> Capabilities:
     """Run every check; needs root for the namespace and qdisc probes."""
     caps = Capabilities()
@@ -126,6 +139,7 @@ def probe(marking: str = "auto") -> Capabilities:
                                                                    if ovs_tools else ""))
         + " (not needed: switches are L3 routers)"))
     caps.checks.append(_multipath_policy())
+    caps.checks.append(_ecmp_hash_seed())
     if not is_root:
         caps.marking_detail = "needs root to probe"
         return caps

@@ -65,8 +65,42 @@ def doctor(marking: MarkingOpt = "auto") -> None:
     from traffic.burst import Burst
 
     console.print(f"Engine send path: {Burst().detail}")
+    console.print(_default_scale_note())
+    _print_registry()
     if not caps.essentials_ok or caps.marking_backend is None:
         raise typer.Exit(1)
+
+
+def _default_scale_note() -> str:
+    """The experiments' default S, where it is defined, and what it buys."""
+    from experiments.common import DEFAULT_SCALE, packet_time_s
+    from topologies.base import NIC_RATE_BPS
+
+    frame_emu_ms = packet_time_s(NIC_RATE_BPS) * DEFAULT_SCALE * 1e3
+    return (f"Default S (experiments, demo): {DEFAULT_SCALE:g}, so a "
+            f"{format_rate(NIC_RATE_BPS)}b/s NIC runs at "
+            f"{format_rate(NIC_RATE_BPS / DEFAULT_SCALE)}b/s and sends a full frame every "
+            f"{frame_emu_ms:.1f} ms: per-frame host overhead (scheduling, pacing lag) stays "
+            "small beside it. The fidelity gate marks a run invalid and suggests a larger S "
+            "where this machine is too slow for it.")
+
+
+def _print_registry() -> None:
+    """Live runs, and stale ones left by a killed process, from the run registry."""
+    from emu.runs import list_runs
+
+    runs = list_runs()
+    for r in (r for r in runs if r.alive):
+        console.print(f"Live run {r.run_id}: pid {r.pid}, {r.description}")
+    stale = [r for r in runs if not r.alive]
+    if not stale:
+        console.print("Stale runs: none")
+        return
+    console.print(f"[yellow]Stale runs (their process is gone): {len(stale)}[/]")
+    for r in stale:
+        console.print(f"  {r.run_id}: {r.description}, {len(r.namespaces)} namespaces"
+                      + (f", was pid {r.pid}" if r.pid else ""))
+    console.print("  remove them (and nothing else) with: emu clean")
 
 
 @topo_app.command("show")

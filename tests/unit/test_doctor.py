@@ -1,0 +1,58 @@
+"""`emu doctor`'s notes: ECMP hash seeds, the default S with its reason, stale runs."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from emu import capabilities, cli
+from emu.runs import RunInfo
+
+
+@pytest.fixture
+def out(monkeypatch) -> io.StringIO:
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=buf, width=300, color_system=None))
+    return buf
+
+
+def test_ecmp_hash_seed_check_says_what_is_lost_without_it(monkeypatch):
+    real_exists = capabilities.os.path.exists
+    monkeypatch.setattr(capabilities.os.path, "exists",
+                        lambda p: False if "fib_multipath_hash_seed" in p else real_exists(p))
+    check = capabilities._ecmp_hash_seed()
+    assert not check.ok and not check.essential
+    assert "6.11" in check.detail and "polarization" in check.detail
+    assert "ecmp_hash_seed_per_switch=false" in check.detail
+    monkeypatch.setattr(capabilities.os.path, "exists", lambda p: True)
+    assert capabilities._ecmp_hash_seed().ok
+
+
+def test_default_scale_is_read_from_the_experiments():
+    from experiments.common import DEFAULT_SCALE
+
+    note = cli._default_scale_note()
+    assert f"Default S (experiments, demo): {DEFAULT_SCALE:g}," in note
+    assert "larger S" in note
+
+
+def test_stale_runs_are_listed_with_the_command_to_clean_them(monkeypatch, out):
+    runs = [RunInfo("deadbeef", 4242, False, "fattree,4", ["fabemu-deadbeef-h1"] * 3),
+            RunInfo("5e551011", 4243, False, "emu run incast", [], kind="session"),
+            RunInfo("a1a1a1a1", 77, True, "emu net --topo torus,4,4", [], kind="session")]
+    monkeypatch.setattr("emu.runs.list_runs", lambda: runs)
+    cli._print_registry()
+    text = out.getvalue()
+    assert "Live run a1a1a1a1: pid 77" in text
+    assert "Stale runs (their process is gone): 2" in text
+    assert "deadbeef: fattree,4, 3 namespaces, was pid 4242" in text
+    assert "5e551011: emu run incast, 0 namespaces" in text
+    assert "emu clean" in text
+
+
+def test_no_stale_runs_is_said_too(monkeypatch, out):
+    monkeypatch.setattr("emu.runs.list_runs", lambda: [])
+    cli._print_registry()
+    assert "Stale runs: none" in out.getvalue()
