@@ -1,4 +1,4 @@
-"""Link propagation delay: a netem delay line in front of each port's shaper (DESIGN §2, §4).
+"""Link propagation delay: a netem delay line in front of each port's shaper (docs/design.md).
 
 With delay on, a port's egress is
 

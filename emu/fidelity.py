@@ -1,4 +1,4 @@
-"""Fidelity gate: is an emulated run a faithful picture of the real fabric? (DESIGN §7)
+"""Fidelity gate: is an emulated run a faithful picture of the real fabric? (docs/design.md)
 
 Pure checks over what a run measured; no kernel access. A run is *valid* when
 

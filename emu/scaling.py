@@ -1,6 +1,6 @@
 """Time dilation: the one place where real-fabric quantities become emulated ones.
 
-The emulated fabric runs S times slower than the real one (DESIGN §2):
+The emulated fabric runs S times slower than the real one (docs/design.md):
 
     rate_emu = rate_real / S,   time_emu = time_real * S,   bytes unchanged.
 

@@ -3,9 +3,9 @@
 # environment made from the *system* Python with system site packages, so that
 # apt's Mininet (python3-mininet + mnexec) is importable. Safe to run again.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT_DIR=$(pwd)
-source scripts/venv-path.sh
+ROOT_DIR="$(dirname -- "$(dirname -- "$(readlink -f -- "${BASH_SOURCE[0]}")")")"
+cd "$ROOT_DIR"
+source "$ROOT_DIR/scripts/venv-path.sh"
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then

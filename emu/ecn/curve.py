@@ -7,7 +7,7 @@ On the instantaneous egress queue q (bytes in front of the arriving packet):
     q >  Kmax          -> always mark
 
 Kmin = Kmax is DCTCP step marking (mark iff q > K). Thresholds are real bytes,
-which time dilation leaves unchanged (DESIGN §2).
+which time dilation leaves unchanged (docs/design.md).
 """
 
 from __future__ import annotations
