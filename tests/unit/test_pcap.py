@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import shutil
 import struct
 import subprocess
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import pytest
 from scapy.layers.inet import IP, TCP
@@ -15,10 +18,13 @@ from scapy.utils import rdpcap, wrpcap
 from emu.errors import FabricEmuError, ParameterError
 from traffic import collectives
 from traffic.pcap import (
+    DEFAULT_MAX_PCAP_BYTES,
     ETH_OVERHEAD_BYTES,
     PcapError,
     collective_pcap,
+    collective_shape,
     host_addresses,
+    iter_pcap,
     read_roce_pcap,
     workload_to_frames,
     write_pcap,
@@ -159,3 +165,134 @@ def test_tshark_decodes_roce(ring):
         # at the right place (icrc_ok, checked against Scapy, says it is valid).
         assert int(icrc, 16) == int.from_bytes(frame[-4:], "big")
         assert bool(dmalen) == (p.opcode in (0x06, 0x0A))
+
+
+SHAPE_CASES = [(1, None), (100_003, None), (1 << 20, None), (1 << 20, 64 << 10), (100_003, 7_777)]
+
+
+@pytest.mark.parametrize("name", collectives.NAMES)
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 12, 17])
+def test_collective_shape_is_the_dag_built(name, n):
+    kw = {"gpus_per_server": 4 if n % 4 == 0 else 1} if name == "allreduce-hier" else {}
+    for size, chunk in SHAPE_CASES:
+        workload = collectives.build(name, [f"h{i}" for i in range(1, n + 1)], size,
+                                     chunk_bytes=chunk, **kw)
+        shape = collective_shape(name, n, size, chunk_bytes=chunk, **kw)
+        assert shape.message_sizes == dict(Counter(m.size_bytes for m in workload.messages))
+        units = workload.meta["padded_size_bytes"] // workload.meta["unit_bytes"]
+        assert shape.table_cells == n * units
+
+
+@pytest.mark.parametrize("name, n, size, mtu", [
+    ("allreduce-hd", 6, 100_003, 4096), ("alltoall", 5, 1 << 20, 1024), ("incast", 3, 7, 4096),
+    ("broadcast", 4, 8192, 4096)])
+def test_predicted_pcap_size_is_exact(tmp_path, name, n, size, mtu):
+    path = tmp_path / "c.pcap"
+    summary = collective_pcap(name, n, size, path, mtu_payload_bytes=mtu)
+    shape = collective_shape(name, n, size)
+    assert path.stat().st_size == shape.pcap_bytes(mtu)
+    assert summary.n_frames == shape.n_frames(mtu) and summary.n_messages == shape.n_messages
+
+
+def test_frames_come_in_time_order(ring):
+    path, summary, _ = ring
+    times = [t for t, _ in read_roce_pcap(path)]
+    assert times == sorted(times) and abs(summary.duration_s - times[-1]) < 1e-9
+
+
+@pytest.mark.parametrize("name, ranks, size, match", [
+    ("allreduce-ring", 100_000, 1 << 20, "19,999,800,000 messages"),
+    ("alltoall", 4, 1 << 30, "above the 1GiB limit"),
+    ("allreduce-ring", 64, 64 << 20, "above the 1GiB limit"),
+    ("allreduce-hd", 100_000, 1024, "messages, above"),
+    ("allreduce-hd", 600, 1024, "rank x unit table of 307,200 entries"),
+    ("incast", 2, 10**30, "an RDMA WRITE can carry"),
+])
+def test_oversized_collectives_are_refused_before_building(tmp_path, monkeypatch, name, ranks,
+                                                           size, match):
+    def no_build(*args, **kwargs):
+        raise AssertionError("the DAG was built")
+
+    monkeypatch.setattr(collectives, "build", no_build)
+    path = tmp_path / "big.pcap"
+    with pytest.raises(PcapError, match=match):
+        collective_pcap(name, ranks, size, path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_caps_can_be_raised(tmp_path):
+    path = tmp_path / "a.pcap"
+    with pytest.raises(PcapError, match="above the 10KiB limit"):
+        collective_pcap("alltoall", 3, 30_000, path, max_bytes=10 * 1024)
+    with pytest.raises(PcapError, match="6 messages, above the limit of 5"):
+        collective_pcap("alltoall", 3, 30_000, path, max_messages=5)
+    assert collective_pcap("alltoall", 3, 30_000, path, max_bytes=1 << 20).n_messages == 6
+
+
+def test_writer_streams_under_a_cap_and_leaves_nothing(tmp_path):
+    path = tmp_path / "endless.pcap"
+    endless = ((i * 1e-6, bytes(60)) for i in itertools.count())
+    with pytest.raises(PcapError, match="would exceed 1MiB after 13796 frames"):
+        write_pcap(path, endless, max_bytes=1 << 20)  # an endless source: streamed, not held
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_write_keeps_the_previous_file(tmp_path):
+    path = tmp_path / "keep.pcap"
+    assert write_pcap(path, [(0.0, bytes(60))]) == 1
+    before = path.read_bytes()
+
+    def failing():
+        yield 0.0, bytes(60)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_pcap(path, failing())
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["keep.pcap"]
+
+
+def test_writer_refuses_outputs_that_are_not_regular_files(tmp_path):
+    for target in (Path("/dev/null"), tmp_path):
+        with pytest.raises(PcapError, match="not a regular file"):
+            write_pcap(target, [])
+    with pytest.raises(PcapError, match="does not exist"):
+        collective_pcap("incast", 2, 100, tmp_path / "no" / "x.pcap")
+
+
+def test_reader_refuses_what_is_not_a_regular_file(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes: a blocking open would hang here
+    (tmp_path / "zero.pcap").symlink_to("/dev/zero")
+    for path, kind in ((Path("/dev/zero"), "a character device"), (fifo, "a FIFO"),
+                       (tmp_path, "a directory"), (tmp_path / "zero.pcap", "a character device")):
+        with pytest.raises(PcapError, match=f"is {kind}; a pcap must be a regular file"):
+            read_roce_pcap(path)
+
+
+def test_reader_refuses_files_over_the_cap(ring, tmp_path):
+    sparse = tmp_path / "sparse.pcap"
+    with open(sparse, "wb") as f:
+        f.truncate(DEFAULT_MAX_PCAP_BYTES + 1)  # no blocks on disk
+    with pytest.raises(PcapError, match="above the 1GiB limit"):
+        read_roce_pcap(sparse)
+    path, _, _ = ring
+    with pytest.raises(PcapError, match="above the 1KiB limit"):
+        read_roce_pcap(path, max_bytes=1024)
+
+
+def test_reader_streams_records(ring, tmp_path):
+    path, _, _ = ring
+    data = path.read_bytes()
+    cut = tmp_path / "cut.pcap"
+    cut.write_bytes(data[:len(data) - 10])
+    frames = iter_pcap(cut)
+    assert len(list(itertools.islice(frames, 3))) == 3  # read before the bad end is reached
+    with pytest.raises(PcapError, match="truncated"):
+        list(frames)
+
+
+def test_bad_timestamps_are_refused(tmp_path):
+    path = tmp_path / "ts.pcap"
+    path.write_bytes(_pcap_header() + struct.pack("<IIII", 0, 1_000_000, 60, 60) + bytes(60))
+    with pytest.raises(PcapError, match="sub-second timestamp of 1000000"):
+        read_roce_pcap(path)
