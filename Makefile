@@ -1,5 +1,6 @@
 # Conveniences over scripts/run (the README's commands); each installs what is missing.
-VENV ?= .venv
+# The venv scripts/run uses (FABRICEMU_VENV, the Vagrant VM's /etc/fabricemu/venv, or .venv).
+VENV ?= $(shell bash -c 'source scripts/venv-path.sh && echo "$$VENV"')
 
 .PHONY: demo test unit lint bench clean
 
