@@ -36,7 +36,10 @@ from emu.ecn.curve import Thresholds
 from emu.errors import ParameterError
 
 TC_RED_ECN = 1
+TC_RED_HARDDROP = 2
+TC_RED_ADAPTATIVE = 4
 TC_RED_NODROP = 8
+TC_RED_SUPPORTED_FLAGS = TC_RED_ECN | TC_RED_HARDDROP | TC_RED_ADAPTATIVE | TC_RED_NODROP
 #: psched clock: 1 tick = 64 ns (PSCHED_SHIFT = 6) on every kernel since 2.6.30.
 PSCHED_TICKS_PER_S = 1e9 / 64
 DEFAULT_AVPKT_BYTES = 1500
@@ -120,18 +123,35 @@ def red_qdisc_options(thresholds: Thresholds, rate_emu_bps: float, buffer_bytes:
 
 # --- the pyroute2 plugin -------------------------------------------------------------
 
+def red_flag_encoding(nodrop: bool) -> tuple[int, dict[str, int] | None]:
+    """(tc_red_qopt.flags, TCA_RED_FLAGS or None): where the flags go.
+
+    Since Linux 5.7 the kernel takes the flags from the legacy ``qopt.flags`` byte *or*
+    from the TCA_RED_FLAGS bitfield, and refuses a message that sets both with EINVAL
+    ("flags should be passed either through qopt, or through a dedicated attribute").
+    ``nodrop`` exists only in the bitfield, so then every flag goes there (as iproute2's
+    ``tc ... red ecn nodrop`` sends it), with a selector naming all of them so that
+    harddrop and adaptive are cleared, not inherited. Plain ECN stays in the legacy byte,
+    which every kernel understands.
+    """
+    if not nodrop:
+        return TC_RED_ECN, None
+    return 0, {"bits": TC_RED_ECN | TC_RED_NODROP, "selector": TC_RED_SUPPORTED_FLAGS}
+
+
 def _get_parameters(kwarg: dict) -> dict:
+    qopt_flags, flags_attr = red_flag_encoding(bool(kwarg.get("nodrop")))
     attrs = [
         ["TCA_RED_PARMS", {
             "limit": kwarg["limit"], "qth_min": kwarg["qth_min"], "qth_max": kwarg["qth_max"],
             "Wlog": kwarg["Wlog"], "Plog": kwarg["Plog"], "Scell_log": kwarg["Scell_log"],
-            "flags": TC_RED_ECN,
+            "flags": qopt_flags,
         }],
         ["TCA_RED_STAB", bytes(kwarg["idle_table"])],
         ["TCA_RED_MAX_P", kwarg["max_P"]],
     ]
-    if kwarg.get("nodrop"):
-        attrs.append(["TCA_RED_FLAGS", {"bits": TC_RED_NODROP, "selector": TC_RED_NODROP}])
+    if flags_attr is not None:
+        attrs.append(["TCA_RED_FLAGS", flags_attr])
     return {"attrs": attrs}
 
 

@@ -139,7 +139,13 @@ def test_red_cuts_kmax_at_the_buffer_keeping_the_slope():
 def test_red_netlink_message_round_trips():
     from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
-    from emu.ecn.red import RED_PLUGIN, TC_RED_ECN, TC_RED_NODROP, red_qdisc_options
+    from emu.ecn.red import (
+        RED_PLUGIN,
+        TC_RED_ECN,
+        TC_RED_NODROP,
+        TC_RED_SUPPORTED_FLAGS,
+        red_qdisc_options,
+    )
     o = red_qdisc_options(Thresholds(20_000, 60_000, 0.5), 8e6, 100_000)
     msg = tcmsg()
     msg["attrs"] = [["TCA_KIND", "red"], ["TCA_OPTIONS", RED_PLUGIN.get_parameters(o)]]
@@ -149,11 +155,12 @@ def test_red_netlink_message_round_trips():
     opts = back.get_attr("TCA_OPTIONS")
     parms = opts.get_attr("TCA_RED_PARMS")
     assert (parms["limit"], parms["qth_min"], parms["qth_max"]) == (100_000, 20_000, 60_000)
-    assert parms["flags"] == TC_RED_ECN and parms["Wlog"] == o["Wlog"]
+    # nodrop: every flag in TCA_RED_FLAGS, none in the legacy byte (both -> EINVAL)
+    assert parms["flags"] == 0 and parms["Wlog"] == o["Wlog"]
     assert opts.get_attr("TCA_RED_MAX_P") == o["max_P"]
     assert len(opts.get_attr("TCA_RED_STAB")) == 256
     flags = opts.get_attr("TCA_RED_FLAGS")
-    assert (flags["bits"], flags["selector"]) == (TC_RED_NODROP, TC_RED_NODROP)
+    assert (flags["bits"], flags["selector"]) == (TC_RED_ECN | TC_RED_NODROP, TC_RED_SUPPORTED_FLAGS)
 
 
 # --- back-end selection -----------------------------------------------------------------
