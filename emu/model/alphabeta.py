@@ -32,7 +32,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import networkx as nx
 
@@ -47,8 +47,65 @@ from emu.model.maxmin import (
     max_min_rates,
 )
 
-if TYPE_CHECKING:   # typing only: traffic/ sits above emu/ in the layering
-    from traffic.messages import Workload
+
+class Message(Protocol):
+    """What the model reads of one message (any object with these attributes, e.g. a
+    compiled `traffic.messages.Message` or a `PlainMessage`)."""
+
+    @property
+    def msg_id(self) -> Hashable: ...
+    @property
+    def src(self) -> str: ...
+    @property
+    def dst(self) -> str: ...
+    @property
+    def size_bytes(self) -> float: ...
+    @property
+    def deps(self) -> Sequence[Hashable]: ...
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def step(self) -> int: ...
+
+
+class Workload(Protocol):
+    """What the model reads of a message DAG (e.g. `traffic.messages.Workload` or a
+    `PlainWorkload`): its messages, ranks, nominal size, name and meta."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def messages(self) -> Sequence[Message]: ...
+    @property
+    def ranks(self) -> Sequence[str]: ...
+    @property
+    def size_bytes(self) -> float: ...
+    @property
+    def meta(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class PlainMessage:
+    """A message as plain data, for callers that build DAGs without the engine."""
+
+    msg_id: Hashable
+    src: str
+    dst: str
+    size_bytes: float
+    deps: tuple[Hashable, ...] = ()
+    start_s: float = 0.0
+    step: int = 0
+
+
+@dataclass(frozen=True)
+class PlainWorkload:
+    """A message DAG as plain data (``meta['collective']`` names it for busbw)."""
+
+    name: str
+    messages: tuple[PlainMessage, ...]
+    ranks: tuple[str, ...] = ()
+    size_bytes: float = 0.0
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 #: Per-message software/NIC overhead of a real RDMA NIC (post WQE -> wire, CQE).
 DEFAULT_OVERHEAD_S = 1e-6

@@ -3,8 +3,9 @@ and `emu.model.incast_fluid` put together, with C, r, buffer and hops read off a
 
 CC off: the closed form of `queueing.incast_cc_off`. DCQCN: the fluid transient of
 `incast_fluid.incast_dcqcn` for completion, queue, latency, marks and CNPs, and the
-fixed point of `queueing.dcqcn_fixed_point` as the steady state long messages
-settle in (``q_star_bytes``, ``p_mark``, ...; none when the port keeps up).
+fixed point of `dcqcn.dcqcn_fixed_point` as the steady state long messages settle in
+(``q_star_bytes``, ``p_mark``, ...; none when the port keeps up). DCQCN is the model's
+own (`emu.model.dcqcn`), from the publications; nothing of the engine runs here.
 """
 
 from __future__ import annotations
@@ -14,20 +15,17 @@ from collections.abc import Callable, Mapping, Sequence
 
 import networkx as nx
 
+from emu.model.dcqcn import DcqcnParams, dcqcn_fixed_point, dcqcn_params
 from emu.model.incast_fluid import incast_dcqcn
 from emu.model.queueing import (
     DEFAULT_PACKET_BYTES,
-    DcqcnParams,
     base_latency_s,
-    dcqcn_fixed_point,
     incast_backlog_growth_bps,
     incast_cc_off,
     latency_percentiles_s,
     path_hops,
     time_to_fill_s,
 )
-from traffic.dcqcn import DcqcnParams as RpParams
-from traffic.dcqcn import get_params
 
 #: A CNP on the wire (Ethernet, IPv4, UDP, BTH, 16 B pad, ICRC; an ACK is 62 B): what
 #: returns to the sender, so the way back costs little serialization.
@@ -38,7 +36,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    buffer_bytes: float, sender_rate_bps: float | None = None,
                    cc: str = "off", kmin_bytes: float | None = None,
                    kmax_bytes: float | None = None, pmax: float | None = None,
-                   dcqcn: str | RpParams = "paper",
+                   dcqcn: str | DcqcnParams = "paper",
                    hop_rates_bps: Sequence[float] = (), hop_delays_s: Sequence[float] = (),
                    packet_bytes: float = DEFAULT_PACKET_BYTES, overhead_s: float = 0.0,
                    base_rtt_s: float | None = None) -> dict[str, float | bool | str]:
@@ -48,8 +46,8 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     alpha = overhead + base latency; ``base_rtt_s`` (the feedback loop of CNPs and
     NAKs without queueing) defaults to the base plus the same hops back for a
     control frame.
-    ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a
-    `traffic.dcqcn` parameter set or is one).
+    ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
+    set of `emu.model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`).
     """
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps
     base_s = base_latency_s(hop_rates_bps, hop_delays_s, packet_bytes)
@@ -72,9 +70,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     elif cc == "dcqcn":
         if kmin_bytes is None or kmax_bytes is None or pmax is None:
             raise ValueError("cc='dcqcn' needs kmin_bytes, kmax_bytes and pmax")
-        params = get_params(dcqcn) if isinstance(dcqcn, str) else dcqcn
-        if params is None:
-            raise ValueError("cc='dcqcn' needs a DCQCN parameter set, not 'off'")
+        params = dcqcn_params(dcqcn)
         fluid = incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
                              kmax_bytes, pmax, params, base_rtt_s=rtt_s, alpha_s=alpha_s,
                              packet_bytes=packet_bytes)
@@ -84,7 +80,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    ecn_marks=fluid.marks, cnps=fluid.cnps, queue_trace=fluid.queue_trace)
         if n_senders * r > port_rate_bps:
             fp = dcqcn_fixed_point(n_senders, port_rate_bps, kmin_bytes, kmax_bytes, pmax,
-                                   DcqcnParams.of(params, r), packet_bytes)
+                                   params, packet_bytes, line_rate_bps=r)
             out.update(p_mark=fp.p_mark, q_star_bytes=fp.queue_bytes, alpha=fp.alpha,
                        per_flow_rate_bps=fp.rate_bps, target_rate_bps=fp.target_rate_bps,
                        marking_saturated=fp.saturated, queue_delay_s=fp.queue_delay_s)

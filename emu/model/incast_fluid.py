@@ -1,56 +1,94 @@
-"""DCQCN incast as a deterministic fluid, start-up transient included (a model).
+"""DCQCN senders into one bottleneck as a fluid from the first byte (a model).
 
-Scenario (as in `emu.model.queueing`): N senders at line rate r send S bytes each
-through one bottleneck port of rate C with a drop-tail buffer; the port marks at
-enqueue with the switches' curve p(q) (Kmin, Kmax, Pmax). Real units: bit/s,
-bytes, s.
+Scenario: N senders (each with its size, line rate and start time) send through one
+port of rate C with a drop-tail buffer; the port marks at enqueue with the curve p(q)
+(Kmin, Kmax, Pmax). Real units: bit/s, bytes, s. DCQCN is `emu.model.dcqcn` (written
+from the publications; nothing of the engine runs here).
 
-The N flows are identical (size, start, path, share of the marks), so one
-reaction point -- `traffic.dcqcn.ReactionPoint`, the object the engine runs --
-stands for every sender, with its timers and byte counter in real time: the
-model is the synchronized mean trajectory (real flows spread around it because
-marking is random).
+Clock: the bottleneck's. A sender's bytes reach the queue as it sends them (its
+start time is when its first byte reaches the queue), and feedback closes the loop: a
+packet enqueued at s leaves at D(s) = s + q(s)/C and a CNP it triggers changes the
+sender's rate at the queue at D(s) + base RTT (downstream, return and upstream base
+delays together).
 
-Clock: the bottleneck's. The senders' first bits reach the queue at t = 0 and a
-rate change reaches it one upstream delay after the sender makes it; the reaction
-point runs on that shifted clock (its timers are relative, so nothing changes).
+Integration: a fixed step h (`DcqcnIncastFluid.step_s`, by default a fraction of the
+fastest time scale: the CNP interval, the timers, the base RTT and the time to cross
+the marking band). Per step: the queue q' = sum of rates - C (held at 0, or at the
+buffer while the excess is dropped), p at the step's middle, the marks of every flow
+(p x its packets), then the senders react. Two reactions:
 
-Queue and marks. Between events every rate is constant, so the queue is linear,
-q' = N R_C - C (held at 0, or at the buffer while the excess is dropped), p(q(t))
-is linear inside one segment of the curve, and marks integrate in closed form.
-A step ends at the next reaction-point timer, byte-counter increase, CNP taking
-effect, end of sending, or q reaching 0, Kmin, Kmax or the buffer.
+* 'events' (default): every sender is a `dcqcn.ReactionPoint` (cuts, timers, byte
+  counter as discrete events). The notification point of a flow counts the flow's
+  *expected* marks once it is open again (``cnp_interval_s`` after its last CNP) and
+  sends a CNP when the count reaches 1: for a constant p the wait for a mark is
+  geometric with mean 1/(p R), so the long-run CNP rate is the real one, and above
+  Kmax (p = 1) the CNP follows the next packet, as real.
+* 'mean-field': every sender follows the CoNEXT'16 delay-differential equations
+  (`dcqcn.MeanFieldSender`) with the marking probability and its own rate one
+  feedback delay ago: D(s) + base RTT = now, or a constant ``feedback_delay_s`` (the
+  paper's tau*). It settles at `dcqcn.dcqcn_fixed_point`.
 
-Feedback. A packet enqueued at t leaves the queue at D(t) = t + q(t)/C; a CNP it
-triggers takes effect at D + base RTT (upstream + downstream + return base delay).
-D never decreases (q falls at most at C), so marks reach the receiver in enqueue
-order, and a step is never longer than max(q, Kmin)/C + base RTT, the shortest
-loop, so a CNP caused inside a step takes effect after it.
-Notification point, per QP: after a CNP it ignores marks for ``cnp_interval_s``,
-then counts the flow's *expected* marks (sum of p over its packets) and sends the
-next CNP when that count reaches 1. Why 1 and not, e.g., the median of the first
-mark: for a constant p the real wait for a mark is geometric with mean 1/(p R),
-so the deterministic period tau' + 1/(p R) is the real mean period and the
-long-run CNP rate is right; above Kmax (p = 1) it is the next packet, as real.
-
-Outputs: completion = last byte drained + alpha; the packet-weighted queue at
-enqueue (uniform within a step, binned into a `QueueDist`); peak queue; expected
-marks (packets accepted, which the marker alone marks); CNPs sent; bytes dropped
-at a full buffer. Dropped bytes are not resent here (go-back-N is not modelled),
-so with drops the completion is a lower bound.
+Outputs: completion (last byte drained), the packet-weighted queue at enqueue (uniform
+within a step, binned into a `QueueDist`), peak queue, expected marks, CNPs, bytes
+dropped at a full buffer (not resent: go-back-N is not modelled, so with drops the
+completion is a lower bound), the queue and every sender's rate over time.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emu.model.queueing import DEFAULT_PACKET_BYTES, QueueDist, mark_probability
-from traffic.dcqcn import DcqcnParams, ReactionPoint
+from emu.model.dcqcn import DcqcnParams, MeanFieldSender, ReactionPoint, dcqcn_params
+from emu.model.queueing import (
+    DEFAULT_PACKET_BYTES,
+    QueueDist,
+    latency_percentiles_s,
+    mark_probability,
+)
 
 #: Bins of the packet-weighted queue distribution over [0, peak].
 QUEUE_BINS = 256
+REACTIONS = ("events", "mean-field")
+
+
+@dataclass(frozen=True)
+class Port:
+    """The bottleneck: rate, drop-tail buffer and marking curve."""
+
+    rate_bps: float
+    buffer_bytes: float
+    kmin_bytes: float
+    kmax_bytes: float
+    pmax: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate_bps < math.inf:
+            raise ValueError(f"port rate must be positive and finite, not {self.rate_bps!r}")
+        if not 0 <= self.kmin_bytes <= self.kmax_bytes:
+            raise ValueError("need 0 <= Kmin <= Kmax")
+        if not 0 < self.pmax <= 1:
+            raise ValueError(f"Pmax must be in (0, 1], not {self.pmax!r}")
+        if not self.buffer_bytes > 0:
+            raise ValueError(f"buffer must be positive, not {self.buffer_bytes!r}")
+
+
+@dataclass(frozen=True)
+class Sender:
+    """One flow: bytes to send (inf for a long-lived flow), NIC line rate, start time."""
+
+    size_bytes: float
+    line_rate_bps: float
+    start_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.size_bytes > 0 or not 0 < self.line_rate_bps < math.inf \
+                or not 0 <= self.start_s < math.inf:
+            raise ValueError(f"a sender needs a positive size and line rate and a start "
+                             f">= 0, not {self}")
 
 
 @dataclass(frozen=True)
@@ -60,11 +98,23 @@ class IncastDcqcn:
     completion_s: float            # last byte drained + alpha
     peak_queue_bytes: float
     marks: float                   # expected ECN marks at the port, all flows (packets)
-    cnps: int                      # CNPs sent, all flows
+    cnps: int                      # CNPs sent, all flows ('events')
     dropped_bytes: float           # arrivals at a full buffer (not resent here)
     queue: QueueDist               # packet-weighted queue at enqueue
     queue_trace: tuple[tuple[float, float], ...]   # (t_s, queue_bytes), linear between
-    rate_trace: tuple[tuple[float, float], ...]    # (t_s, R_C per flow) at every change
+    rate_traces: tuple[tuple[tuple[float, float], ...], ...]   # per sender: (t_s, R_C)
+    finish_s: tuple[float, ...]    # per sender: its last byte reaches the queue (inf: not yet)
+    port_rate_bps: float
+
+    @property
+    def rate_trace(self) -> tuple[tuple[float, float], ...]:
+        """The first sender's (t_s, R_C) at every change."""
+        return self.rate_traces[0]
+
+    def latency_percentiles_s(self, base_s: float,
+                              quantiles: Sequence[float] = (0.5, 0.99, 0.999)) -> dict[float, float]:
+        """One-way latency quantiles: base + the packet-weighted queue quantile / C."""
+        return latency_percentiles_s(base_s, self.queue, self.port_rate_bps, quantiles)
 
 
 class _QueueHistogram:
@@ -87,149 +137,219 @@ class _QueueHistogram:
 
     def dist(self) -> QueueDist:
         peak = max((hi for _, _, hi in self.segments), default=0.0)
-        width = peak / QUEUE_BINS
-        bins = [0.0] * QUEUE_BINS
-        for w, lo, hi in self.segments:
-            if hi == lo:
-                bins[min(int(lo / width), QUEUE_BINS - 1)] += w
-                continue
-            density = w / (hi - lo)
-            for b in range(int(lo / width), min(int(hi / width), QUEUE_BINS - 1) + 1):
-                overlap = min(hi, (b + 1) * width) - max(lo, b * width)
-                if overlap > 0:
-                    bins[b] += density * overlap
-        parts = [(w, b * width, (b + 1) * width) for b, w in enumerate(bins) if w > 0]
+        parts: list[tuple[float, float, float]] = []
+        if peak > 0:
+            width = peak / QUEUE_BINS
+            bins = [0.0] * QUEUE_BINS
+            for w, lo, hi in self.segments:
+                if hi == lo:
+                    bins[min(int(lo / width), QUEUE_BINS - 1)] += w
+                    continue
+                density = w / (hi - lo)
+                for b in range(int(lo / width), min(int(hi / width), QUEUE_BINS - 1) + 1):
+                    overlap = min(hi, (b + 1) * width) - max(lo, b * width)
+                    if overlap > 0:
+                        bins[b] += density * overlap
+            parts = [(w, b * width, (b + 1) * width) for b, w in enumerate(bins) if w > 0]
         parts += [(w, q, q) for q, w in self.points.items() if w > 0]
-        return QueueDist(tuple(parts))
+        return QueueDist(tuple(parts) or ((1.0, 0.0, 0.0),))
+
+
+class DcqcnIncastFluid:
+    """Fixed-step integration of DCQCN senders into one port (see the module doc)."""
+
+    def __init__(self, port: Port, senders: Sequence[Sender], params: str | DcqcnParams, *,
+                 base_rtt_s: float = 0.0, packet_bytes: float = DEFAULT_PACKET_BYTES,
+                 reaction: str = "events", step_s: float | None = None,
+                 feedback_delay_s: float | None = None):
+        if not senders:
+            raise ValueError("an incast needs at least one sender")
+        if reaction not in REACTIONS:
+            raise ValueError(f"reaction must be one of {REACTIONS}, not {reaction!r}")
+        if not 0 <= base_rtt_s < math.inf or not packet_bytes > 0:
+            raise ValueError("base RTT must be >= 0 and the packet size positive")
+        self.port = port
+        self.senders = tuple(senders)
+        self.params = dcqcn_params(params)
+        self.base_rtt_s = float(base_rtt_s)
+        self.packet_bytes = float(packet_bytes)
+        self.reaction = reaction
+        self.feedback_delay_s = feedback_delay_s
+        self.step_s = self.default_step_s() if step_s is None else float(step_s)
+        if not self.step_s > 0:
+            raise ValueError(f"step must be positive, not {self.step_s!r}")
+
+    def default_step_s(self) -> float:
+        """A tenth of the CNP interval and timers, a quarter of the feedback loop, a
+        fiftieth of the time the senders' excess takes to cross the marking band."""
+        prm, port = self.params, self.port
+        pkt_s = 8.0 * self.packet_bytes / port.rate_bps
+        loop_s = max(self.base_rtt_s if self.feedback_delay_s is None else self.feedback_delay_s,
+                     pkt_s)
+        band_bytes = max(port.kmax_bytes - port.kmin_bytes, self.packet_bytes)
+        fill_s = 8.0 * band_bytes / sum(s.line_rate_bps for s in self.senders)
+        return min(prm.cnp_interval_s / 10, prm.alpha_timer_s / 10, prm.rate_timer_s / 10,
+                   loop_s / 4, fill_s / 50)
+
+    def run(self, until_s: float = math.inf) -> IncastDcqcn:
+        """Integrate until every byte has drained (or ``until_s``)."""
+        port, h, pkt = self.port, self.step_s, self.packet_bytes
+        if any(math.isinf(s.size_bytes) for s in self.senders) and math.isinf(until_s):
+            raise ValueError("long-lived senders need a finite until_s")
+        c_Bps = port.rate_bps / 8.0
+        n = len(self.senders)
+        events = self.reaction == "events"
+        rps = [ReactionPoint(self.params.at_line_rate(s.line_rate_bps), s.line_rate_bps,
+                             s.start_s) for s in self.senders] if events else []
+        mfs = [MeanFieldSender(self.params.at_line_rate(s.line_rate_bps), s.line_rate_bps, pkt)
+               for s in self.senders] if not events else []
+        rate = [s.line_rate_bps for s in self.senders]
+        remaining = [float(s.size_bytes) for s in self.senders]
+        finish = [math.inf] * n
+        pending: list[deque[float]] = [deque() for _ in range(n)]   # CNPs take effect at
+        np_open = [-math.inf] * n
+        np_count = [0.0] * n
+        hist_d: list[float] = []          # mean-field: departure times D(s) of steps
+        hist_p: list[float] = []
+        hist_rate: list[list[float]] = []
+        hist = _QueueHistogram(float(port.buffer_bytes))
+        queue_trace = [(0.0, 0.0)]
+        rate_traces = [[(0.0, r)] for r in rate]
+        t = q = marks = dropped = peak = 0.0
+        clear_s = 0.0      # when the queue last emptied
+        cnps = 0
+        while True:
+            if all(r <= 0 for r in remaining):
+                if q > 0:   # the port drains the rest at C
+                    t += q / c_Bps
+                    queue_trace.append((t, 0.0))
+                else:       # the last byte left as it arrived, or as the queue emptied
+                    t = max(clear_s, max(finish))
+                break
+            if t >= until_s:
+                break
+            sent = [min(rate[i] * h / 8.0, remaining[i]) if t >= s.start_s else 0.0
+                    for i, s in enumerate(self.senders)]
+            in_bytes = sum(sent)
+            q1 = q + in_bytes - c_Bps * h
+            drop = 0.0
+            if q1 > port.buffer_bytes:
+                drop, q1 = q1 - port.buffer_bytes, float(port.buffer_bytes)
+            if q1 <= 0:
+                q1 = 0.0
+                clear_s = t if q <= 0 else t + q / (c_Bps - in_bytes / h)
+            accepted = 1.0 - drop / in_bytes if in_bytes > 0 else 1.0
+            dropped += drop
+            q_mid = 0.5 * (q + q1)
+            p_mid = mark_probability(q_mid, port.kmin_bytes, port.kmax_bytes, port.pmax)
+            depart_s = t + h / 2 + q_mid / c_Bps
+            hist.add(in_bytes * accepted, q, q1)
+            for i in range(n):
+                if sent[i] <= 0:
+                    continue
+                flow_marks = p_mid * sent[i] * accepted / pkt
+                marks += flow_marks
+                if events and flow_marks > 0:
+                    cnp_s = self._notify(i, t, q / c_Bps, t + h + q1 / c_Bps, flow_marks,
+                                         np_open, np_count)
+                    if cnp_s is not None:
+                        pending[i].append(cnp_s + self.base_rtt_s)
+                        cnps += 1
+                remaining[i] -= sent[i]
+                if remaining[i] <= 1e-9 * pkt:
+                    remaining[i] = 0.0
+                    finish[i] = t + 8.0 * sent[i] / rate[i]
+            t += h
+            q = q1
+            peak = max(peak, q)
+            queue_trace.append((t, q))
+            if events:
+                self._react_events(t, rps, pending, sent)
+                new = [rp.rate_bps for rp in rps]
+            else:
+                hist_d.append(depart_s)
+                hist_p.append(p_mid)
+                hist_rate.append(list(rate))
+                self._react_mean_field(t, mfs, hist_d, hist_p, hist_rate, remaining)
+                new = [mf.rate_bps for mf in mfs]
+            for i in range(n):
+                if new[i] != rate[i] and remaining[i] > 0:
+                    rate[i] = new[i]
+                    rate_traces[i].append((t, rate[i]))
+        return IncastDcqcn(
+            completion_s=t, peak_queue_bytes=peak, marks=marks, cnps=cnps,
+            dropped_bytes=dropped, queue=hist.dist(), queue_trace=tuple(queue_trace),
+            rate_traces=tuple(tuple(tr) for tr in rate_traces), finish_s=tuple(finish),
+            port_rate_bps=port.rate_bps)
+
+    def _notify(self, i: int, t: float, d0_s: float, d1_s: float, flow_marks: float,
+                np_open: list[float], np_count: list[float]) -> float | None:
+        """Flow i's notification point over one step whose packets reach it from
+        ``t + d0_s`` to ``d1_s`` (D is linear in the step): counts the flow's expected
+        marks while it is open; returns when the count reaches 1 (a CNP), if it does."""
+        d0_s += t
+        if d1_s < np_open[i] or d1_s <= d0_s:
+            return None
+        start = max(0.0, (np_open[i] - d0_s) / (d1_s - d0_s))   # open part of the step
+        if np_count[i] + flow_marks * (1.0 - start) < 1.0:
+            np_count[i] += flow_marks * (1.0 - start)
+            return None
+        frac = start + (1.0 - np_count[i]) / flow_marks
+        cnp_s = d0_s + frac * (d1_s - d0_s)
+        np_open[i], np_count[i] = cnp_s + self.params.cnp_interval_s, 0.0
+        return cnp_s
+
+    def _react_events(self, t: float, rps: list[ReactionPoint], pending: list[deque[float]],
+                      sent: list[float]) -> None:
+        """Apply the step that ended at ``t``: CNPs at their times, the step's bytes
+        counted before or after each CNP as they were sent (the byte counter restarts
+        with a cut), then the timers due."""
+        h = self.step_s
+        for i, rp in enumerate(rps):
+            counted = 0.0
+            while pending[i] and pending[i][0] <= t:
+                cnp_s = pending[i].popleft()
+                before = sent[i] * min(1.0, max(0.0, (cnp_s - (t - h)) / h))
+                if before > counted:
+                    rp.advance(cnp_s)
+                    rp.on_bytes(before - counted)
+                    counted = before
+                rp.on_cnp(cnp_s)
+            rp.advance(t)
+            if sent[i] > counted:
+                rp.on_bytes(sent[i] - counted)
+
+    def _react_mean_field(self, t: float, mfs: list[MeanFieldSender], hist_d: list[float],
+                          hist_p: list[float], hist_rate: list[list[float]],
+                          remaining: list[float]) -> None:
+        if self.feedback_delay_s is None:   # the packets whose feedback arrives now
+            k = bisect_right(hist_d, t - self.base_rtt_s) - 1
+        else:                               # the step one constant delay ago
+            k = len(hist_d) - 1 - round(self.feedback_delay_s / self.step_s)
+        for i, mf in enumerate(mfs):
+            if remaining[i] <= 0 or t < self.senders[i].start_s:
+                continue
+            p_d, r_d = (hist_p[k], hist_rate[k][i]) if k >= 0 else (0.0, mf.line_rate_bps)
+            mf.step(self.step_s, p_d, r_d)
 
 
 def incast_dcqcn(n_senders: int, size_bytes: float, sender_rate_bps: float,
                  port_rate_bps: float, buffer_bytes: float, kmin_bytes: float,
-                 kmax_bytes: float, pmax: float, params: DcqcnParams, *,
+                 kmax_bytes: float, pmax: float, params: str | DcqcnParams = "paper", *,
                  base_rtt_s: float = 0.0, alpha_s: float = 0.0,
-                 packet_bytes: float = DEFAULT_PACKET_BYTES) -> IncastDcqcn:
-    """Integrate the DCQCN incast from the first byte to the last (see the module doc)."""
+                 packet_bytes: float = DEFAULT_PACKET_BYTES, reaction: str = "events",
+                 step_s: float | None = None) -> IncastDcqcn:
+    """N identical senders of ``size_bytes`` at ``sender_rate_bps``, all from t = 0;
+    completion includes ``alpha_s`` (see the module doc)."""
     if n_senders < 1 or not size_bytes > 0:
         raise ValueError("an incast needs at least one sender and a positive size")
-    c_Bps = port_rate_bps / 8.0
-    rp = ReactionPoint(params, sender_rate_bps)
-    tau_s = params.cnp_interval_s
-    band_bytes = kmax_bytes - kmin_bytes
-    thresholds = sorted({0.0, float(kmin_bytes), float(kmax_bytes), float(buffer_bytes)})
-    thresholds = [x for x in thresholds if x <= buffer_bytes]
-    min_loop_s = 8.0 * packet_bytes / port_rate_bps   # floor when Kmin and the RTT are 0
-
-    t, q, rem_bytes, carry_bytes = 0.0, 0.0, float(size_bytes), 0.0
-    np_open_s, np_marks = -math.inf, 0.0      # notification point of one QP
-    pending: deque[float] = deque()           # times CNPs take effect at the queue
-    marks, cnps, dropped, peak = 0.0, 0, 0.0, 0.0
-    hist = _QueueHistogram(float(buffer_bytes))
-    queue_trace = [(0.0, 0.0)]
-    rate_trace = [(0.0, rp.rate_bps)]
-    while rem_bytes > 0 or q > 0:
-        rate_Bps = rp.rate_bps / 8.0 if rem_bytes > 0 else 0.0
-        in_Bps = n_senders * rate_Bps
-        full = q >= buffer_bytes and in_Bps >= c_Bps
-        slope = 0.0 if full or (q <= 0 and in_Bps <= c_Bps) else in_Bps - c_Bps
-        # -- step length: the next event
-        h = math.inf
-        if rate_Bps > 0:
-            h = min(rem_bytes / rate_Bps, (rp.bytes_to_increase - carry_bytes) / rate_Bps,
-                    rp.next_event_s - t,
-                    max(max(q, kmin_bytes) / c_Bps + base_rtt_s, min_loop_s))
-            if pending:
-                h = min(h, pending[0] - t)
-        if slope > 0:
-            h = min(h, (next(x for x in thresholds if x > q) - q) / slope)
-        elif slope < 0:
-            h = min(h, (q - next(x for x in reversed(thresholds) if x < q)) / -slope)
-        h = max(h, 0.0)
-        # -- integrate the step: queue, marking probability (linear), marks, CNPs
-        q1 = q + slope * h
-        if slope == 0:
-            p0 = p1 = mark_probability(q, kmin_bytes, kmax_bytes, pmax)
-        else:
-            mid = q + 0.5 * slope * h
-            if mid <= kmin_bytes:
-                p0 = p1 = 0.0
-            elif mid > kmax_bytes:
-                p0 = p1 = 1.0
-            else:
-                p0 = pmax * (q - kmin_bytes) / band_bytes
-                p1 = pmax * (q1 - kmin_bytes) / band_bytes
-        accepted = c_Bps / in_Bps if full else 1.0
-        flow_pps = rate_Bps * accepted / packet_bytes        # one flow's packets into the queue
-        marks += n_senders * flow_pps * 0.5 * (p0 + p1) * h
-        if full:
-            dropped += (in_Bps - c_Bps) * h
-        hist.add(in_Bps * accepted * h, q, q1)
-        if flow_pps > 0 and p0 + p1 > 0:
-            np_open_s, np_marks, fired = _notify(t, h, q, slope, c_Bps, p0, p1, flow_pps,
-                                                 np_open_s, np_marks, tau_s)
-            pending.extend(d + base_rtt_s for d in fired)
-            cnps += n_senders * len(fired)
-        # -- advance the clock and the reaction point
-        sent = rate_Bps * h
-        rem_bytes = rem_bytes - sent if rem_bytes - sent > 1e-6 * packet_bytes else 0.0
-        carry_bytes += sent
-        whole = math.floor(carry_bytes + 1e-6)
-        carry_bytes -= whole
-        rate0 = rp.rate_bps
-        # The step's bytes count before the timers due at its end (none fell inside it).
-        rp.on_bytes_sent(whole, t)
-        t += h
-        q = min(max(q1, 0.0), float(buffer_bytes))
-        # A step that ends on a threshold lands on it exactly, so it is not crossed twice.
-        q = next((x for x in thresholds if abs(q - x) <= 1e-9 * max(x, 1.0)), q)
-        if rem_bytes > 0:   # once all is sent, the rate no longer matters
-            rp.advance(t)
-            while pending and pending[0] <= t:
-                pending.popleft()
-                rp.on_cnp(t)
-            if rp.rate_bps != rate0:
-                rate_trace.append((t, rp.rate_bps))
-        peak = max(peak, q)
-        queue_trace.append((t, q))
+    model = DcqcnIncastFluid(
+        Port(port_rate_bps, buffer_bytes, kmin_bytes, kmax_bytes, pmax),
+        [Sender(size_bytes, sender_rate_bps)] * n_senders, params, base_rtt_s=base_rtt_s,
+        packet_bytes=packet_bytes, reaction=reaction, step_s=step_s)
+    res = model.run()
     return IncastDcqcn(
-        completion_s=t + alpha_s, peak_queue_bytes=peak, marks=marks, cnps=cnps,
-        dropped_bytes=dropped, queue=hist.dist(), queue_trace=tuple(queue_trace),
-        rate_trace=tuple(rate_trace))
-
-
-def _notify(t0: float, h: float, q0: float, slope: float, c_Bps: float, p0: float,
-            p1: float, pps: float, open_s: float, count: float,
-            interval_s: float) -> tuple[float, float, list[float]]:
-    """One QP's notification point over one step; returns (open_s, count, CNP send times).
-
-    A packet enqueued at s in [t0, t0 + h] leaves the queue at D(s) = s + q(s)/C,
-    linear in s, and reaches the receiver a constant delay later (folded into the
-    base RTT, so D serves as the receiver's clock); the mark density pps * p(s) is
-    linear too. ``open_s`` is when the NP takes marks again, ``count`` the expected
-    marks since then.
-    """
-    speed = 1.0 + slope / c_Bps                  # dD/ds >= 0
-    d0 = t0 + q0 / c_Bps
-    dp = (p1 - p0) / h if h > 0 else 0.0
-    end = t0 + h
-    fired: list[float] = []
-    while True:
-        if open_s > d0:
-            if speed <= 0:
-                break
-            start = t0 + (open_s - d0) / speed
-            if start >= end:
-                break
-        else:
-            start = t0
-        pa = p0 + dp * (start - t0)
-        span = end - start
-        need = (1.0 - count) / pps                # in units of "p x seconds"
-        if pa * span + 0.5 * dp * span * span < need:
-            count += pps * (pa * span + 0.5 * dp * span * span)
-            break
-        # pa x + dp x^2 / 2 = need, the root in [0, span] (stable form)
-        x = 2.0 * need / (pa + math.sqrt(max(pa * pa + 2.0 * dp * need, 0.0)))
-        d = d0 + speed * (start + x - t0)
-        fired.append(d)
-        open_s, count = d + interval_s, 0.0
-    return open_s, count, fired
+        completion_s=res.completion_s + alpha_s, peak_queue_bytes=res.peak_queue_bytes,
+        marks=res.marks, cnps=res.cnps, dropped_bytes=res.dropped_bytes, queue=res.queue,
+        queue_trace=res.queue_trace, rate_traces=res.rate_traces, finish_s=res.finish_s,
+        port_rate_bps=res.port_rate_bps)

@@ -1,11 +1,9 @@
 """Incast queueing primitives: the marking curve, queue distributions and latency
-percentiles, the CC-off incast, the DCQCN fixed point (a model).
+percentiles, the CC-off incast (a model).
 
 Scenario: N senders, each at line rate r, send S bytes each to one receiver
 behind a port of rate C with a drop-tail buffer of ``buffer_bytes``. Real units:
-rates bit/s, sizes bytes, times s. `emu.model.incast` puts the pieces together;
-DCQCN's trajectory from the first byte (start-up transient included) is the fluid
-model of `emu.model.incast_fluid`, and the fixed point below is where it settles.
+rates bit/s, sizes bytes, times s. `emu.model.incast` puts the pieces together.
 
 CC off (no rate control, no PFC)
     The queue grows at ``N r - C`` while all senders transmit (``t_send = S/r``),
@@ -26,27 +24,10 @@ CC off (no rate control, no PFC)
     in-flight window and no timeout in this estimate; a windowed NIC does better.
     Packets accepted while the buffer is full see a full queue.
 
-DCQCN + ECN (marking p(q): 0 below Kmin, linear to Pmax at Kmax, 1 above)
-    Fixed point of the fluid model of Zhu et al., "ECN or Delay: Lessons Learnt
-    from Analysis of DCQCN and TIMELY", CoNEXT 2016. With R_C the current rate and
-    R_T the target rate (packets/s), tau' the CNP interval, B the byte counter (in
-    packets), T the increase timer and R_AI the additive increase:
-        a = 1 - (1-p)^(tau' R_C)        probability of >= 1 CNP per interval
-        E = R_C p / ((1-p)^-B - 1) + R_C p / ((1-p)^-(T R_C) - 1)
-                                        rate of increase events (byte counter, timer)
-        d alpha/dt = 0  ->  alpha = a
-        d R_T/dt = 0    ->  (R_T - R_C) a / tau'        = R_AI E
-        d R_C/dt = 0    ->  R_C alpha a / (2 tau')      = (R_T - R_C) E / 2
-    Eliminating R_T - R_C and alpha:   R_C a^3 = R_AI tau'^2 E^2,  with R_C = C/N
-    (the port is fully used and the flows share it equally). The left side grows
-    and the right side falls with p, so p* is unique (found by bisection on
-    log p). The queue settles where the marking curve gives p*:
-    ``q* = Kmin + (p*/Pmax)(Kmax - Kmin)``; if p* > Pmax the queue is pinned at
-    Kmax (``saturated``). Queueing delay = q*/C.
-    This is the steady state only, the mean around which the queue oscillates once
-    alpha has relaxed (over ~1/g of its timer periods). The senders start at line
-    rate, so shorter messages live in the transient, and the queue distribution
-    comes from the fluid model of `emu.model.incast_fluid`, which settles here.
+DCQCN + ECN
+    The marking curve p(q) (0 below Kmin, linear to Pmax at Kmax, 1 above) is here;
+    DCQCN's fixed point and reaction point are `emu.model.dcqcn`, its transient the
+    fluid model of `emu.model.incast_fluid`.
 
 Latency
     one-way latency = base + q / C with base = sum over hops of (propagation +
@@ -62,9 +43,6 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from emu.ecn import curve
-from traffic import dcqcn
-
 #: Default RoCEv2 packet on the wire (4096 payload + 58 bytes of headers).
 DEFAULT_PACKET_BYTES = 4154
 
@@ -73,8 +51,13 @@ DEFAULT_PACKET_BYTES = 4154
 
 def mark_probability(queue_bytes: float, kmin_bytes: float, kmax_bytes: float,
                      pmax: float) -> float:
-    """The switches' marking curve (emu.ecn.curve), with thresholds as plain numbers."""
-    return curve.mark_probability(queue_bytes, curve.Thresholds(kmin_bytes, kmax_bytes, pmax))
+    """The DCQCN/WRED marking curve on the instantaneous queue: 0 up to Kmin, rising
+    linearly to Pmax at Kmax, 1 above (Kmin = Kmax: step marking above K)."""
+    if queue_bytes <= kmin_bytes:
+        return 0.0
+    if queue_bytes > kmax_bytes:
+        return 1.0
+    return pmax * (queue_bytes - kmin_bytes) / (kmax_bytes - kmin_bytes)
 
 
 def queue_for_mark_probability(p: float, kmin_bytes: float, kmax_bytes: float,
@@ -255,82 +238,3 @@ def incast_cc_off(n_senders: int, size_bytes: float, sender_rate_bps: float,
                        ((0.0, 0.0), (t_fill_s, float(buffer_bytes)),
                         (drained_s - 8.0 * buffer_bytes / c, float(buffer_bytes)),
                         (drained_s, 0.0)))
-
-
-# -------------------------------------------------------------------------- DCQCN
-
-@dataclass(frozen=True)
-class DcqcnParams:
-    """The fixed point's view of the reaction point (defaults: the DCQCN paper, SIGCOMM 2015)."""
-
-    g: float = 1.0 / 256
-    cnp_interval_s: float = 50e-6     # tau': one CNP per flow per interval at most
-    rate_ai_bps: float = 40e6         # additive increase R_AI
-    byte_counter_bytes: float = 10e6  # B
-    timer_s: float = 55e-6            # T
-
-    @classmethod
-    def of(cls, params: dcqcn.DcqcnParams, line_rate_bps: float) -> DcqcnParams:
-        """The fixed point's view of a `traffic.dcqcn` parameter set at this line rate."""
-        factor = line_rate_bps / params.line_rate_bps if params.scale_increase_with_line_rate \
-            else 1.0
-        return cls(g=params.g, cnp_interval_s=params.cnp_interval_s,
-                   rate_ai_bps=params.rate_ai_bps * factor,
-                   byte_counter_bytes=params.byte_counter_bytes,
-                   timer_s=params.rate_increase_timer_s)
-
-
-@dataclass(frozen=True)
-class DcqcnFixedPoint:
-    p_mark: float
-    alpha: float
-    rate_bps: float          # per-flow current rate R_C = C / N
-    target_rate_bps: float   # R_T
-    queue_bytes: float       # q*
-    queue_delay_s: float     # q* / C
-    saturated: bool          # p* > Pmax: queue pinned at Kmax
-
-
-def _pow_minus_one(p: float, x: float) -> float:
-    """(1-p)^(-x) - 1, accurate for small p."""
-    return math.expm1(-x * math.log1p(-p))
-
-
-def dcqcn_fixed_point(n_flows: int, port_rate_bps: float, kmin_bytes: float,
-                      kmax_bytes: float, pmax: float, params: DcqcnParams = DcqcnParams(),
-                      packet_bytes: float = DEFAULT_PACKET_BYTES) -> DcqcnFixedPoint:
-    """Fixed point of N DCQCN flows sharing a port of rate C (Zhu et al. 2016)."""
-    if n_flows < 1:
-        raise ValueError(f"n_flows must be >= 1, not {n_flows}")
-    pkt_bits = 8.0 * packet_bytes
-    rc = port_rate_bps / n_flows / pkt_bits                # packets/s
-    r_ai = params.rate_ai_bps / pkt_bits
-    tau = params.cnp_interval_s
-    b_pkts = params.byte_counter_bytes / packet_bytes
-    t_pkts = params.timer_s * rc
-
-    def cnp_prob(p: float) -> float:
-        return -math.expm1(tau * rc * math.log1p(-p))
-
-    def increase_events(p: float) -> float:
-        return rc * p / _pow_minus_one(p, b_pkts) + rc * p / _pow_minus_one(p, t_pkts)
-
-    def balance(p: float) -> float:   # > 0 once decreases outweigh increases
-        return rc * cnp_prob(p) ** 3 - r_ai * tau ** 2 * increase_events(p) ** 2
-
-    lo, hi = math.log(1e-15), math.log(1.0 - 1e-12)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if balance(math.exp(mid)) > 0:
-            hi = mid
-        else:
-            lo = mid
-    p_star = math.exp(hi)
-    a = cnp_prob(p_star)
-    rt = rc + r_ai * increase_events(p_star) * tau / a
-    q_star = queue_for_mark_probability(p_star, kmin_bytes, kmax_bytes, pmax)
-    return DcqcnFixedPoint(
-        p_mark=p_star, alpha=a, rate_bps=rc * pkt_bits, target_rate_bps=rt * pkt_bits,
-        queue_bytes=q_star, queue_delay_s=8.0 * q_star / port_rate_bps,
-        saturated=p_star > pmax,
-    )

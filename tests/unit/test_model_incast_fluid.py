@@ -1,4 +1,5 @@
-"""The fluid DCQCN incast: hand-worked transients, the CC-off limit, the fixed point."""
+"""The fluid DCQCN incast (the model's own reaction point): hand-worked transients for
+both parameter sets, the CC-off limit, the fixed point of long messages."""
 
 from __future__ import annotations
 
@@ -6,19 +7,19 @@ import math
 
 import pytest
 
-from emu.model.incast_fluid import incast_dcqcn
-from emu.model.queueing import DcqcnParams, dcqcn_fixed_point, incast_cc_off
-from traffic.dcqcn import PARAMS
+from emu.model.dcqcn import dcqcn_fixed_point
+from emu.model.incast_fluid import DcqcnIncastFluid, Port, Sender, incast_dcqcn
+from emu.model.queueing import incast_cc_off
 
 G = 1e9
 C = 400 * G
 PKT = 4000
 US = 1e-6
-PAPER = PARAMS["paper"]
+STEP = 10e-9      # fixed step of the hand-checked runs: timings agree to a step or two
 
 
-def rate_at(res, t_s: float) -> float:
-    return [r for t, r in res.rate_trace if t <= t_s][-1]
+def rate_at(res, t_s: float, sender: int = 0) -> float:
+    return [r for t, r in res.rate_traces[sender] if t <= t_s][-1]
 
 
 def time_average_queue(res, t0_s: float, t1_s: float) -> float:
@@ -32,84 +33,128 @@ def time_average_queue(res, t0_s: float, t1_s: float) -> float:
     return acc / (t1_s - t0_s)
 
 
+def two_senders(kmin: float, kmax: float, pmax: float, params: str, until_s: float):
+    model = DcqcnIncastFluid(Port(C, 8e6, kmin, kmax, pmax), [Sender(10e6, C)] * 2, params,
+                             base_rtt_s=1 * US, packet_bytes=PKT, step_s=STEP)
+    return model.run(until_s=until_s)
+
+
 def test_step_marking_first_and_second_cnp_by_hand():
-    # 2 senders at C into C: the queue grows at C = 50 GB/s and passes K = 100 KB at 2 us.
-    # Above K every packet is marked: a flow's first expected mark is one packet later
-    # (4000 B at 400G = 80 ns), enqueued at 2.08 us behind 104 KB, so it reaches the
-    # receiver at 2.08 + 2.08 = 4.16 us and the CNP acts 1 us (base RTT) later, at 5.16 us:
-    # alpha = 1 halves the rate to 200G. The queue (258 KB) then stays flat (2 x 200G = C).
-    # The NP takes marks again at 4.16 + 50 = 54.16 us, i.e. from packets enqueued at
-    # 49 us (5.16 us of queue); one packet later at 200G (160 ns) -> enqueued 49.16 us,
-    # received 54.32 us, acting at 55.32 us: 100G. The rate timer (55 us after the cut,
-    # 60.16 us) comes later, and alpha is still 1 (its timer too).
-    res = incast_dcqcn(2, 10e6, C, C, 8e6, 100e3, 100e3, 1.0, PAPER, base_rtt_s=1 * US,
-                       packet_bytes=PKT)
+    # 2 senders at C into C (paper set): the queue grows at C = 50 GB/s and passes
+    # K = 100 KB at 2 us. Above K every packet is marked: a flow's first expected mark
+    # is one packet later (4000 B at 400G = 80 ns), enqueued at 2.08 us behind 104 KB,
+    # so it reaches the receiver at 2.08 + 2.08 = 4.16 us and the CNP acts 1 us (base
+    # RTT) later, at 5.16 us: alpha = 1 halves the rate to 200G. The queue (258 KB)
+    # then stays flat (2 x 200G = C). The NP takes marks again at 4.16 + 50 = 54.16 us,
+    # i.e. from packets enqueued at 49 us (5.16 us of queue); one packet later at 200G
+    # (160 ns) -> enqueued 49.16 us, received 54.32 us, acting at 55.32 us: 100G. The
+    # rate timer (55 us after the 1st cut, 60.16 us) comes later and alpha is still 1.
+    # The 2nd cut restarted the rate timer: fast recovery to (200 + 100)/2 at 110.32 us.
+    res = two_senders(100e3, 100e3, 1.0, "paper", until_s=115 * US)
     (t1, r1), (t2, r2) = res.rate_trace[1:3]
-    assert t1 == pytest.approx(5.16 * US) and r1 == pytest.approx(200 * G)
-    assert t2 == pytest.approx(55.32 * US) and r2 == pytest.approx(100 * G)
-    flat = [q for t, q in res.queue_trace if 5.16 * US <= t <= 55.32 * US]
-    assert flat and all(q == pytest.approx(258e3) for q in flat)
-    # The second CNP restarted the rate timer: fast recovery halfway to R_T = 200G at
-    # 110.32 us. The queue drained meanwhile (2 x 100G < C) and recovery only nears
-    # 200G again as the 10 MB run out, so there is no third CNP.
-    assert rate_at(res, 110.3 * US) == pytest.approx(100 * G)
-    assert rate_at(res, 110.33 * US) == pytest.approx(150 * G)
+    assert t1 == pytest.approx(5.16 * US, abs=2 * STEP) and r1 == pytest.approx(200 * G)
+    assert t2 == pytest.approx(55.32 * US, abs=2 * STEP) and r2 == pytest.approx(100 * G)
+    flat = [q for t, q in res.queue_trace if 5.2 * US <= t <= 55.3 * US]
+    assert flat and all(q == pytest.approx(258e3, rel=2e-3) for q in flat)
+    assert rate_at(res, 110.28 * US) == pytest.approx(100 * G)
+    assert rate_at(res, 110.36 * US) == pytest.approx(150 * G)
+    assert res.rate_traces[1] == res.rate_traces[0]   # symmetric senders
     assert res.cnps == 4
-    assert res.dropped_bytes == 0.0 and res.peak_queue_bytes < 8e6
 
 
-def test_first_cnp_inside_the_marking_band_by_hand():
-    # Same ramp, Kmin 100 KB, Kmax 400 KB, Pmax 0.2: from 2 us, p = 0.2 x 50e9 (t - 2us)
-    # / 300e3, a flow sends 12.5e6 packets/s, so its expected marks are
-    # 12.5e6 x (1e5 / 3) x x^2 / 2 -> 1 at x = sqrt(4.8e-12) = 2.191 us after 2 us.
-    # That packet waits q/C = its enqueue time (the queue is 50 GB/s x t): CNP at
-    # 2 t* + 1 us.
+def band_first_cnp_s() -> float:
+    # Kmin 100 KB, Kmax 400 KB, Pmax 0.2: from 2 us, p = 0.2 x 50e9 (t - 2us) / 300e3; a
+    # flow sends 12.5e6 packets/s, so its expected marks are 12.5e6 x (1e5 / 3) x x^2 / 2
+    # -> 1 at x = sqrt(4.8e-12) = 2.191 us after 2 us. That packet waits q/C = its
+    # enqueue time (the queue is 50 GB/s x t): the CNP acts at 2 t* + 1 us.
     t_star = 2 * US + math.sqrt(4.8e-12)
-    res = incast_dcqcn(2, 10e6, C, C, 8e6, 100e3, 400e3, 0.2, PAPER, base_rtt_s=1 * US,
-                       packet_bytes=PKT)
+    return 2 * t_star + 1 * US
+
+
+def test_paper_first_cnp_inside_the_marking_band_by_hand():
+    res = two_senders(100e3, 400e3, 0.2, "paper", until_s=12 * US)
     t1, r1 = res.rate_trace[1]
-    assert t1 == pytest.approx(2 * t_star + 1 * US, rel=1e-9)
+    assert t1 == pytest.approx(band_first_cnp_s(), abs=2 * STEP)
     assert r1 == pytest.approx(200 * G)
+
+
+def test_nic_first_cut_and_byte_counter_recovery_by_hand():
+    # Same first CNP (the NP is the same), at 9.38 us. The NIC's alpha started at
+    # 1023/1024 and decayed every 1 us: 9 times. The cut: 400G x (1 - alpha/2). Then
+    # the byte counter (32767 B at the new rate, 1.3 us) brings fast recovery (F = 1):
+    # R_C = (R_T + R_C)/2 with R_T = 400G.
+    t_cut = band_first_cnp_s()
+    res = two_senders(100e3, 400e3, 0.2, "nic", until_s=12 * US)
+    alpha = 1023 / 1024 * (255 / 256) ** math.floor(t_cut / US)
+    cut_bps = C * (1 - alpha / 2)
+    (t1, r1), (t2, r2) = res.rate_trace[1:3]
+    assert t1 == pytest.approx(t_cut, abs=2 * STEP) and r1 == pytest.approx(cut_bps)
+    assert t2 == pytest.approx(t_cut + 32767 * 8 / cut_bps, abs=2 * STEP)
+    assert r2 == pytest.approx((C + cut_bps) / 2)
 
 
 @pytest.mark.parametrize("size_bytes, buffer_bytes", [(1e6, 8e6), (10e6, 1e6)])
 def test_marking_above_the_buffer_is_the_cc_off_incast(size_bytes, buffer_bytes):
     # No packet is ever marked, so DCQCN never acts: the CC-off incast, exactly.
     n, above = 4, 2 * buffer_bytes
-    res = incast_dcqcn(n, size_bytes, C, C, buffer_bytes, above, above, 1.0, PAPER,
-                       base_rtt_s=2 * US, alpha_s=1 * US, packet_bytes=PKT)
+    res = incast_dcqcn(n, size_bytes, C, C, buffer_bytes, above, above, 1.0, "paper",
+                       base_rtt_s=2 * US, alpha_s=1 * US, packet_bytes=PKT, step_s=50e-9)
     off = incast_cc_off(n, size_bytes, C, C, buffer_bytes, alpha_s=1 * US, base_rtt_s=2 * US,
                         packet_bytes=PKT)
     assert res.marks == 0.0 and res.cnps == 0
     assert res.rate_trace == ((0.0, C),)
     assert res.peak_queue_bytes == pytest.approx(off.peak_queue_bytes)
-    assert res.dropped_bytes == pytest.approx(off.dropped_bytes)   # first-pass overflow
+    assert res.dropped_bytes == pytest.approx(off.dropped_bytes, rel=1e-9)
     if not off.drops:   # with drops, go-back-N recovery is the CC-off model's alone
         assert res.completion_s == pytest.approx(off.completion_s)
         for q in (0.01, 0.5, 0.99, 0.999):
-            assert res.queue.quantile(q) == pytest.approx(off.queue.quantile(q), rel=1e-6)
+            assert res.queue.quantile(q) == pytest.approx(off.queue.quantile(q), rel=1e-2)
 
 
 def test_port_keeping_up_has_no_queue():
-    res = incast_dcqcn(2, 1e6, 100 * G, C, 8e6, 100e3, 400e3, 0.2, PAPER, alpha_s=1 * US)
+    res = incast_dcqcn(2, 1e6, 100 * G, C, 8e6, 100e3, 400e3, 0.2, "paper", alpha_s=1 * US)
     assert res.peak_queue_bytes == 0.0 and res.marks == 0.0 and res.cnps == 0
     assert res.completion_s == pytest.approx(8e6 / (100 * G) + 1 * US)
     assert res.queue.quantile(0.999) == 0.0
+    assert res.finish_s == pytest.approx((8e6 / (100 * G),) * 2)
+
+
+def test_staggered_senders_and_latency_percentiles():
+    # the second sender joins at 20 us: alone, the first one (400G into 400G) builds no
+    # queue; the queue starts with the second
+    model = DcqcnIncastFluid(Port(C, 8e6, 100e3, 400e3, 0.2),
+                             [Sender(2e6, C), Sender(2e6, C, start_s=20 * US)], "paper",
+                             base_rtt_s=1 * US, packet_bytes=PKT)
+    res = model.run()
+    assert all(q == 0.0 for t, q in res.queue_trace if t <= 20 * US)
+    assert res.peak_queue_bytes > 100e3
+    lat = res.latency_percentiles_s(1 * US)
+    assert 1 * US <= lat[0.5] <= lat[0.99] <= lat[0.999] <= 1 * US + 8 * res.peak_queue_bytes / C
 
 
 @pytest.mark.parametrize("n", [2, 4])
-def test_long_messages_settle_at_the_fixed_point(n):
-    # At the paper's own line rate (40G) and parameters, 64 MiB per sender lasts
-    # 27 ms x N/2, several alpha relaxation times (256 x 55 us = 14 ms). Over the
-    # last quarter (before the final drain) the queue averages the fixed point's q*
-    # and the senders share the port at C/N.
+def test_long_messages_settle_near_the_fixed_point(n):
+    # At the paper's own line rate (40G) and parameters, long-lived senders: over
+    # 40-60 ms (alpha relaxes in 256 x 55 us = 14 ms) the queue averages the fluid
+    # model's q* and the senders share the port at C/N. The event-driven reaction
+    # point is not the mean field, so this holds to 10 %, not exactly.
     line, kmin, kmax, pmax = 40 * G, 40e3, 160e3, 0.2
-    res = incast_dcqcn(n, 64 * 2**20, line, line, 8e6, kmin, kmax, pmax, PAPER,
-                       base_rtt_s=2 * US)
-    fp = dcqcn_fixed_point(n, line, kmin, kmax, pmax, DcqcnParams.of(PAPER, line))
-    t_end = n * 64 * 2**20 * 8 / line
+    model = DcqcnIncastFluid(Port(line, 8e6, kmin, kmax, pmax), [Sender(math.inf, line)] * n,
+                             "paper", base_rtt_s=2 * US, step_s=0.5 * US)
+    res = model.run(until_s=60e-3)
+    fp = dcqcn_fixed_point(n, line, kmin, kmax, pmax, "paper")
     assert not fp.saturated
-    q_avg = time_average_queue(res, 0.75 * t_end, 0.95 * t_end)
-    assert q_avg == pytest.approx(fp.queue_bytes, rel=0.1)
-    # the port stays busy in steady state: the late queue never empties
-    assert min(q for t, q in res.queue_trace if 0.75 * t_end <= t <= 0.95 * t_end) > 0
+    assert time_average_queue(res, 40e-3, 60e-3) == pytest.approx(fp.queue_bytes, rel=0.1)
+    assert min(q for t, q in res.queue_trace if 40e-3 <= t <= 60e-3) > 0   # port kept busy
+
+
+def test_bad_input():
+    with pytest.raises(ValueError):
+        incast_dcqcn(0, 1e6, C, C, 8e6, 100e3, 400e3, 0.2)
+    with pytest.raises(ValueError):
+        Port(C, 8e6, 400e3, 100e3, 0.2)
+    with pytest.raises(ValueError):
+        DcqcnIncastFluid(Port(C, 8e6, 1e5, 4e5, 0.2), [Sender(1e6, C)], "paper",
+                         reaction="fancy")
+    with pytest.raises(ValueError):
+        DcqcnIncastFluid(Port(C, 8e6, 1e5, 4e5, 0.2), [Sender(math.inf, C)], "paper").run()

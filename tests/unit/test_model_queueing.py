@@ -10,10 +10,8 @@ import pytest
 
 from emu.model.incast import predict_incast, predict_incast_on_graph
 from emu.model.queueing import (
-    DcqcnParams,
     QueueDist,
     base_latency_s,
-    dcqcn_fixed_point,
     incast_backlog_growth_bps,
     incast_cc_off,
     incast_completion_time_s,
@@ -21,7 +19,6 @@ from emu.model.queueing import (
     mark_probability,
     time_to_fill_s,
 )
-from traffic.dcqcn import PARAMS
 
 G = 1e9
 C = 400 * G
@@ -104,55 +101,6 @@ def test_marking_curve():
     # DCTCP step: Kmin = Kmax
     assert mark_probability(10e3, 20e3, 20e3, 1.0) == 0.0
     assert mark_probability(30e3, 20e3, 20e3, 1.0) == 1.0
-
-
-def _zhu_derivatives(p: float, alpha: float, rt: float, rc: float, prm: DcqcnParams,
-                     pkt_bytes: float) -> tuple[float, float, float]:
-    """Right-hand sides of the Zhu et al. (CoNEXT 2016) DCQCN fluid model, packets/s."""
-    tau, r_ai = prm.cnp_interval_s, prm.rate_ai_bps / (8 * pkt_bytes)
-    b, t = prm.byte_counter_bytes / pkt_bytes, prm.timer_s
-    cnp = 1 - (1 - p) ** (tau * rc)
-    inc_b = rc * p / ((1 - p) ** (-b) - 1)
-    inc_t = rc * p / ((1 - p) ** (-t * rc) - 1)
-    d_alpha = prm.g / tau * (cnp - alpha)
-    d_rt = -(rt - rc) / tau * cnp + r_ai * (inc_b + inc_t)
-    d_rc = -rc * alpha / (2 * tau) * cnp + (rt - rc) / 2 * (inc_b + inc_t)
-    return d_alpha, d_rt, d_rc
-
-
-@pytest.mark.parametrize("n", [2, 4, 8, 16])
-def test_dcqcn_fixed_point_is_stationary_and_inside_the_band(n):
-    prm, pkt = DcqcnParams(), 4096
-    fp = dcqcn_fixed_point(n, C, KMIN, KMAX, PMAX, prm, pkt)
-    assert KMIN <= fp.queue_bytes <= KMAX
-    assert not fp.saturated
-    assert fp.rate_bps == pytest.approx(C / n)
-    assert fp.queue_delay_s == pytest.approx(fp.queue_bytes * 8 / C)
-    # the marking curve at q* gives back p*
-    assert mark_probability(fp.queue_bytes, KMIN, KMAX, PMAX) == pytest.approx(fp.p_mark)
-    rc, rt = fp.rate_bps / (8 * pkt), fp.target_rate_bps / (8 * pkt)
-    d_alpha, d_rt, d_rc = _zhu_derivatives(fp.p_mark, fp.alpha, rt, rc, prm, pkt)
-    # each derivative vanishes relative to the size of its own terms
-    assert abs(d_alpha) < 1e-6 * prm.g / prm.cnp_interval_s
-    assert abs(d_rc) < 1e-6 * rc * fp.alpha / prm.cnp_interval_s
-    assert abs(d_rt) < 1e-6 * (rt - rc) / prm.cnp_interval_s
-
-
-def test_dcqcn_queue_grows_with_flows_and_saturates_at_kmax():
-    qs = [dcqcn_fixed_point(n, C, KMIN, KMAX, PMAX).queue_bytes for n in (2, 4, 8, 16)]
-    assert qs == sorted(qs) and qs[0] < qs[-1]
-    # a tiny Pmax cannot supply the needed marking: the queue is pinned at Kmax
-    fp = dcqcn_fixed_point(64, C, KMIN, KMAX, 1e-4)
-    assert fp.saturated and fp.queue_bytes == pytest.approx(KMAX)
-
-
-def test_dcqcn_fixed_point_params_of_a_reaction_point_set():
-    paper = PARAMS["paper"]
-    fp = DcqcnParams.of(paper, 400 * G)
-    # the paper's increase steps are per 40G line: R_AI = 40 Mb/s -> 400 Mb/s at 400G
-    assert fp == DcqcnParams(g=1 / 256, cnp_interval_s=50e-6, rate_ai_bps=400e6,
-                             byte_counter_bytes=10 * 2**20, timer_s=55e-6)
-    assert DcqcnParams.of(PARAMS["nic"], 100 * G).rate_ai_bps == 5e6   # absolute on the NIC
 
 
 def test_dcqcn_incast_prediction():
