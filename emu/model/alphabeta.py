@@ -4,17 +4,21 @@ Model and assumptions (real-fabric units):
 
 * A message of S bytes from a to b costs ``alpha + S / B``:
   alpha = ``overhead_s`` (fixed per-message software/NIC cost, paid before the
-  first byte leaves) + the path latency: the sum of the links' ``delay_s`` plus
+  first byte leaves) + the path latency: the links' ``delay_s`` (propagation) and
+  the switches' ``switch_latency_s`` (pipeline; a node attribute, 0 if absent) plus
   what forwarding adds on top of the bandwidth term (``forwarding``):
   'store-and-forward' (a hop sends a frame only once it holds all of it): the last
   packet's serialization at every hop except the bottleneck one, since a k-packet
   pipeline through hops of serialization s_h takes ``k*max(s_h) + sum(s_h) -
   max(s_h)`` and ``k*max(s_h)`` is the bandwidth term; 'cut-through' (a hop
   forwards a frame's head as it arrives): nothing, the last packet's tail arrives
-  as it leaves the bottleneck. B is the message's max-min fair rate, which changes
-  whenever other messages start or finish (fluid model).
+  as it leaves the bottleneck. The last packet is a full frame (``packet_bytes``) or
+  the whole message if it is smaller. B is the message's max-min fair rate, which
+  changes whenever other messages start or finish (fluid model).
+* The defaults describe a real RoCEv2 fabric: store-and-forward switches, full
+  4154-byte frames, RoCEv2 headers on the wire and ~1 us NIC overhead per message.
 * ``wire_factor`` (>= 1) scales bytes on the wire per payload byte (headers);
-  1.0 prices payload only, `roce_wire_factor()` adds RoCEv2 headers.
+  the default `roce_wire_factor()` adds RoCEv2 headers, 1.0 prices payload only.
 * ECMP: 'spread' splits each message evenly over its equal-cost paths (the ideal);
   'hashed' puts it on one path chosen by ``choice`` (flow id = msg_id), as the
   engine does with one QP and UDP source port per message;
@@ -116,6 +120,8 @@ FORWARDING = ("store-and-forward", "cut-through")
 #: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 (RETH on first packet ignored).
 ROCE_PAYLOAD_BYTES = 4096
 ROCE_HEADER_BYTES = 58
+#: A full RoCEv2 frame on the wire: the last packet a store-and-forward hop holds.
+DEFAULT_PACKET_BYTES = ROCE_PAYLOAD_BYTES + ROCE_HEADER_BYTES
 
 PathsLike = Callable[[str, str], Sequence[Sequence[str]]] | Mapping[tuple[str, str], Sequence[Sequence[str]]]
 
@@ -140,12 +146,13 @@ def check_forwarding(forwarding: str) -> None:
         raise ValueError(f"forwarding must be one of {FORWARDING}, not {forwarding!r}")
 
 
-def path_latency_s(graph: nx.Graph, path: Sequence[str], packet_bytes: float = 0.0,
+def path_latency_s(graph: nx.Graph, path: Sequence[str],
+                   packet_bytes: float = DEFAULT_PACKET_BYTES,
                    forwarding: str = "store-and-forward") -> float:
-    """Propagation of a path plus, when storing and forwarding, the last packet's
-    serialization at every hop but the bottleneck (see module doc)."""
+    """Propagation and switch latency of a path plus, when storing and forwarding, the
+    last packet's serialization at every hop but the bottleneck (see module doc)."""
     check_forwarding(forwarding)
-    delay_s = 0.0
+    delay_s = sum(float(graph.nodes[n].get("switch_latency_s", 0.0)) for n in path[1:-1])
     ser_s: list[float] = []
     for u, v in zip(path[:-1], path[1:], strict=True):
         data = graph.edges[u, v]
@@ -159,7 +166,7 @@ def path_latency_s(graph: nx.Graph, path: Sequence[str], packet_bytes: float = 0
 def _message_route(graph: nx.Graph, route: Callable[[str, str], list[Path]], flow_id: Hashable,
                    src: str, dst: str, mode: str, choice: Choice | None,
                    cap_bps: float, packet_bytes: float, forwarding: str) -> tuple[dict, float]:
-    """Link fractions and path latency of one message."""
+    """Link fractions and path latency of one message (last packet of ``packet_bytes``)."""
     if src == dst:
         return {}, 0.0
     all_paths = route(src, dst)
@@ -184,8 +191,9 @@ class WorkloadPrediction:
 
 def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      mode: str = "spread", choice: Choice | None = None,
-                     overhead_s: float = DEFAULT_OVERHEAD_S, packet_bytes: float = 0.0,
-                     forwarding: str = "store-and-forward", wire_factor: float = 1.0,
+                     overhead_s: float = DEFAULT_OVERHEAD_S,
+                     packet_bytes: float = DEFAULT_PACKET_BYTES,
+                     forwarding: str = "store-and-forward", wire_factor: float | None = None,
                      nic_rate_bps: float | None = None,
                      collective: str | None = None) -> WorkloadPrediction:
     """Completion time of a Workload's message DAG as a fluid max-min simulation.
@@ -196,22 +204,24 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     ``collective`` (default: the workload's name, if it names a collective).
     """
     check_forwarding(forwarding)
+    wire = roce_wire_factor() if wire_factor is None else wire_factor
     route = resolve_paths(paths)
     cap_bps = math.inf if nic_rate_bps is None else float(nic_rate_bps)
     jobs = []
     link_bits: dict[tuple[str, str], float] = {}
-    route_cache: dict[tuple[str, str], tuple[dict, float]] = {}
+    route_cache: dict[tuple[str, str, float], tuple[dict, float]] = {}
     for m in workload.messages:
+        size_bits = 8.0 * wire * m.size_bytes
+        last_bytes = min(packet_bytes, size_bits / 8.0)
         if mode == "spread":
-            key = (m.src, m.dst)
+            key = (m.src, m.dst, last_bytes)
             if key not in route_cache:
                 route_cache[key] = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
-                                                  choice, cap_bps, packet_bytes, forwarding)
+                                                  choice, cap_bps, last_bytes, forwarding)
             fractions, latency_s = route_cache[key]
         else:
             fractions, latency_s = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
-                                                  choice, cap_bps, packet_bytes, forwarding)
-        size_bits = 8.0 * wire_factor * m.size_bytes
+                                                  choice, cap_bps, last_bytes, forwarding)
         for link, frac in fractions.items():
             link_bits[link] = link_bits.get(link, 0.0) + frac * size_bits
         jobs.append(FluidJob(
@@ -353,7 +363,8 @@ def workload_bottleneck_rate_bps(workload: Workload, graph: nx.Graph, paths: Pat
 
 
 def step_alpha_s(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, str]], *,
-                 overhead_s: float = DEFAULT_OVERHEAD_S, packet_bytes: float = 0.0,
+                 overhead_s: float = DEFAULT_OVERHEAD_S,
+                 packet_bytes: float = DEFAULT_PACKET_BYTES,
                  forwarding: str = "store-and-forward", mode: str = "spread",
                  choice: Choice | None = None) -> float:
     """Alpha of a synchronous step: overhead + the longest path latency among its flows."""
@@ -430,25 +441,28 @@ def predict_collective(collective: str, graph: nx.Graph, paths: PathsLike, ranks
                        size_bytes: float, *, algorithm: str = "ring", chunks: int = 1,
                        schedule: str = "pairwise", mode: str = "spread",
                        choice: Choice | None = None, overhead_s: float = DEFAULT_OVERHEAD_S,
-                       packet_bytes: float = 0.0, forwarding: str = "store-and-forward",
-                       wire_factor: float = 1.0,
+                       packet_bytes: float = DEFAULT_PACKET_BYTES,
+                       forwarding: str = "store-and-forward", wire_factor: float | None = None,
                        nic_rate_bps: float | None = None) -> CollectivePrediction:
     """Alpha-beta time of a collective, each step priced at its own bottleneck rate
     from the routed paths: ``T = sum_steps (alpha_step + wire * bytes / B_step)``."""
+    wire = roce_wire_factor() if wire_factor is None else wire_factor
     steps = collective_steps(collective, ranks, size_bytes, algorithm=algorithm,
                              chunks=chunks, schedule=schedule)
     priced: list[tuple[float, float, float]] = []
     cache: dict[tuple, tuple[float, float]] = {}
     for step in steps:
-        if step.pairs not in cache:
+        last_bytes = min(packet_bytes, wire * step.size_bytes)
+        key = (step.pairs, last_bytes)
+        if key not in cache:
             bw = bottleneck_rate_bps(graph, paths, step.pairs, mode=mode, choice=choice,
                                      nic_rate_bps=nic_rate_bps)
             alpha = step_alpha_s(graph, paths, step.pairs, overhead_s=overhead_s,
-                                 packet_bytes=packet_bytes, forwarding=forwarding, mode=mode,
+                                 packet_bytes=last_bytes, forwarding=forwarding, mode=mode,
                                  choice=choice)
-            cache[step.pairs] = (alpha, bw)
-        alpha, bw = cache[step.pairs]
-        priced.append((alpha, bw, alpha + wire_factor * _beta_s(step.size_bytes, bw)))
+            cache[key] = (alpha, bw)
+        alpha, bw = cache[key]
+        priced.append((alpha, bw, alpha + wire * _beta_s(step.size_bytes, bw)))
     time_s = sum(t for _, _, t in priced)
     bw_min = min((bw for _, bw, _ in priced), default=math.inf)
     algbw = 8.0 * size_bytes / time_s if time_s > 0 else math.inf

@@ -31,7 +31,7 @@ DCQCN + ECN
 
 Latency
     one-way latency = base + q / C with base = sum over hops of (propagation +
-    packet serialization, store-and-forward) and q drawn from a packet-weighted
+    switch latency + packet serialization, store-and-forward) and q drawn from a packet-weighted
     queue distribution (a mixture of uniform segments and point masses).
 """
 
@@ -143,12 +143,14 @@ def base_latency_s(hop_rates_bps: Sequence[float], hop_delays_s: Sequence[float]
 
 
 def path_hops(graph: nx.Graph, path: Sequence[str]) -> tuple[list[float], list[float]]:
-    """(rate_bps, delay_s) of every hop of a path."""
+    """(rate_bps, delay_s) of every hop of a path; a hop's delay is the link's
+    ``delay_s`` (propagation) plus the ``switch_latency_s`` of the switch it leaves."""
     rates, delays = [], []
-    for u, v in zip(path[:-1], path[1:], strict=True):
+    for i, (u, v) in enumerate(zip(path[:-1], path[1:], strict=True)):
         data = graph.edges[u, v]
         rates.append(float(data["rate_bps"]))
-        delays.append(float(data.get("delay_s", 0.0)))
+        switch_s = float(graph.nodes[u].get("switch_latency_s", 0.0)) if i else 0.0
+        delays.append(float(data.get("delay_s", 0.0)) + switch_s)
     return rates, delays
 
 

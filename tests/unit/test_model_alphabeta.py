@@ -9,6 +9,8 @@ import networkx as nx
 import pytest
 
 from emu.model.alphabeta import (
+    PlainMessage,
+    PlainWorkload,
     allgather_time_s,
     alltoall_time_s,
     bottleneck_rate_bps,
@@ -26,10 +28,14 @@ from emu.model.alphabeta import (
     workload_bottleneck_rate_bps,
 )
 from emu.model.busbw import algbw_bps, busbw_bps, busbw_factor
-from traffic.messages import Message, Workload
 
 G = 1e9
 MIB = 1 << 20
+# The model takes plain data (anything Workload-shaped); no engine import needed.
+Message, Workload = PlainMessage, PlainWorkload
+#: Payload only and no store-and-forward bubble, as most hand computations below
+#: assume; the model's defaults are the real fabric's (test_real_fabric_defaults).
+IDEAL = dict(packet_bytes=0.0, wire_factor=1.0)
 
 
 def star(n_hosts: int, rate_bps: float = 400 * G, delay_s: float = 0.5e-6) -> nx.Graph:
@@ -89,22 +95,22 @@ def test_ring_allreduce_on_one_switch_by_hand():
     expected_s = 137.82912e-6
     assert ring_allreduce_time_s(4, 4 * MIB, 400 * G, 2e-6) == pytest.approx(expected_s)
     g, ranks = star(4), [f"h{i}" for i in range(4)]
-    pred = predict_collective("allreduce", g, star_paths, ranks, 4 * MIB, overhead_s=1e-6)
+    pred = predict_collective("allreduce", g, star_paths, ranks, 4 * MIB, overhead_s=1e-6, **IDEAL)
     assert pred.time_s == pytest.approx(expected_s)
     assert pred.bottleneck_bw_bps == pytest.approx(400 * G)
     # the DAG fluid model of the same ring gives the same time (symmetric steps)
     dag = predict_workload(ring_allreduce_workload(ranks, 4 * MIB), g, star_paths,
-                           overhead_s=1e-6)
+                           overhead_s=1e-6, **IDEAL)
     assert dag.completion_s == pytest.approx(expected_s)
 
 
 def test_ring_allreduce_busbw_equals_link_rate_without_alpha():
     # busbw = 2(n-1)/n * S / (2(n-1) (S/n)/B) = B
     g, ranks = star(4, delay_s=0.0), [f"h{i}" for i in range(4)]
-    pred = predict_collective("all-reduce", g, star_paths, ranks, 64 * MIB, overhead_s=0.0)
+    pred = predict_collective("all-reduce", g, star_paths, ranks, 64 * MIB, overhead_s=0.0, **IDEAL)
     assert pred.busbw_bps == pytest.approx(400 * G)
     dag = predict_workload(ring_allreduce_workload(ranks, 64 * MIB), g, star_paths,
-                           overhead_s=0.0)
+                           overhead_s=0.0, **IDEAL)
     assert dag.busbw_bps == pytest.approx(400 * G)
     assert dag.algbw_bps == pytest.approx(400 * G * 4 / 6)
 
@@ -116,10 +122,10 @@ def test_oversubscribed_uplink_moves_the_bottleneck():
     ranks = ["a0", "b0", "a1", "b1"]
     size = 8 * MIB
     expected_s = 2 * 3 * (size / 4 * 8) / (200 * G)
-    pred = predict_collective("allreduce", g, paths, ranks, size, overhead_s=0.0)
+    pred = predict_collective("allreduce", g, paths, ranks, size, overhead_s=0.0, **IDEAL)
     assert pred.bottleneck_bw_bps == pytest.approx(200 * G)
     assert pred.time_s == pytest.approx(expected_s)
-    dag = predict_workload(ring_allreduce_workload(ranks, size), g, paths, overhead_s=0.0)
+    dag = predict_workload(ring_allreduce_workload(ranks, size), g, paths, overhead_s=0.0, **IDEAL)
     assert dag.completion_s == pytest.approx(expected_s)
     # with ranks ordered leaf by leaf only one flow per uplink: the NIC (400G) binds
     assert bottleneck_rate_bps(g, paths, [("a0", "a1"), ("a1", "b0"), ("b0", "b1"),
@@ -149,11 +155,11 @@ def test_ecmp_spread_vs_hashed_collision_in_a_dag():
     msgs = [Message(0, "a0", "b0", MIB), Message(1, "a1", "b1", MIB)]
     wl = Workload("permutation", msgs, ["a0", "a1", "b0", "b1"], MIB)
     one_mib_at_400g_s = MIB * 8 / (400 * G)
-    spread = predict_workload(wl, g, paths, overhead_s=0.0)
+    spread = predict_workload(wl, g, paths, overhead_s=0.0, **IDEAL)
     assert spread.completion_s == pytest.approx(one_mib_at_400g_s)
-    collide = predict_workload(wl, g, paths, mode="hashed", choice={0: 0, 1: 0}, overhead_s=0.0)
+    collide = predict_workload(wl, g, paths, mode="hashed", choice={0: 0, 1: 0}, overhead_s=0.0, **IDEAL)
     assert collide.completion_s == pytest.approx(2 * one_mib_at_400g_s)
-    apart = predict_workload(wl, g, paths, mode="hashed", choice={0: 0, 1: 1}, overhead_s=0.0)
+    apart = predict_workload(wl, g, paths, mode="hashed", choice={0: 0, 1: 1}, overhead_s=0.0, **IDEAL)
     assert apart.completion_s == pytest.approx(one_mib_at_400g_s)
     pairs = [("a0", "b0"), ("a1", "b1")]
     assert bottleneck_rate_bps(g, paths, pairs, mode="hashed",
@@ -179,7 +185,7 @@ def test_hashed_draws_collide_half_the_time():
     wl = Workload("permutation", [Message(0, "a0", "b0", MIB), Message(1, "a1", "b1", MIB)],
                   ["a0", "a1", "b0", "b1"], MIB)
     t_s = MIB * 8 / (400 * G)
-    draws = predict_workload_hashed(wl, g, paths, samples=400, seed=3, overhead_s=0.0)
+    draws = predict_workload_hashed(wl, g, paths, samples=400, seed=3, overhead_s=0.0, **IDEAL)
     times = [d.completion_s / t_s for d in draws]
     assert set(round(x, 9) for x in times) == {1.0, 2.0}
     assert sum(times) / len(times) == pytest.approx(1.5, abs=0.08)
@@ -188,12 +194,12 @@ def test_hashed_draws_collide_half_the_time():
         assert sum(bits for (u, v), bits in d.link_bits.items() if u == "l0") == \
             pytest.approx(2 * MIB * 8)
     # spread: half a message on each spine uplink, never a collision
-    spread = predict_workload(wl, g, paths, overhead_s=0.0)
+    spread = predict_workload(wl, g, paths, overhead_s=0.0, **IDEAL)
     assert spread.link_bits[("l0", "s0")] == pytest.approx(MIB * 8)
     assert spread.completion_s == pytest.approx(t_s)
     # one path only: one prediction, no draws
     star_wl = Workload("sendrecv", [Message(0, "h0", "h1", MIB)], ["h0", "h1"], MIB)
-    assert len(predict_workload_hashed(star_wl, star(2), star_paths, samples=9)) == 1
+    assert len(predict_workload_hashed(star_wl, star(2), star_paths, samples=9, **IDEAL)) == 1
 
 
 def test_dag_dependencies_and_release_time():
@@ -204,7 +210,7 @@ def test_dag_dependencies_and_release_time():
     msgs = [Message(0, "h0", "h1", MIB), Message(1, "h1", "h2", MIB, deps=(0,)),
             Message(2, "h2", "h0", MIB, start_s=100e-6)]
     pred = predict_workload(Workload("chain", msgs, ["h0", "h1", "h2"], MIB), g, star_paths,
-                            overhead_s=1e-6)
+                            overhead_s=1e-6, **IDEAL)
     assert pred.finish_s[0] == pytest.approx(alpha_s + beta_s)
     assert pred.finish_s[1] == pytest.approx(2 * (alpha_s + beta_s))
     assert pred.ready_s[2] == pytest.approx(100e-6)
@@ -215,7 +221,7 @@ def test_dag_dependencies_and_release_time():
 def test_dag_cycle_is_rejected():
     msgs = [Message(0, "h0", "h1", 10, deps=(1,)), Message(1, "h1", "h0", 10, deps=(0,))]
     with pytest.raises(ValueError):
-        predict_workload(Workload("x", msgs, ["h0", "h1"], 10), star(2), star_paths)
+        predict_workload(Workload("x", msgs, ["h0", "h1"], 10), star(2), star_paths, **IDEAL)
 
 
 def test_direct_alltoall_shares_each_nic_three_ways():
@@ -226,15 +232,15 @@ def test_direct_alltoall_shares_each_nic_three_ways():
     expected_s = (size / 4 * 8) / (400 * G / 3)
     assert alltoall_time_s(4, size, 400 * G / 3, schedule="direct") == pytest.approx(expected_s)
     pred = predict_collective("alltoall", g, star_paths, ranks, size, schedule="direct",
-                              overhead_s=0.0)
+                              overhead_s=0.0, **IDEAL)
     assert pred.time_s == pytest.approx(expected_s)
     msgs = [Message(k, a, b, size // 4) for k, (a, b) in
             enumerate((a, b) for a in ranks for b in ranks if a != b)]
     dag = predict_workload(Workload("alltoall", msgs, ranks, size), g, star_paths,
-                           overhead_s=0.0)
+                           overhead_s=0.0, **IDEAL)
     assert dag.completion_s == pytest.approx(expected_s)
     # pairwise: 3 permutation steps at full NIC rate: same bytes, same time here
-    pw = predict_collective("alltoall", g, star_paths, ranks, size, overhead_s=0.0)
+    pw = predict_collective("alltoall", g, star_paths, ranks, size, overhead_s=0.0, **IDEAL)
     assert pw.time_s == pytest.approx(3 * (size / 4 * 8) / (400 * G))
 
 
@@ -258,7 +264,7 @@ def test_halving_doubling_on_one_switch():
     steps = collective_steps("allreduce", ranks, 8 * MIB, algorithm="hd")
     assert [s.size_bytes for s in steps] == [4 * MIB, 2 * MIB, MIB, MIB, 2 * MIB, 4 * MIB]
     pred = predict_collective("allreduce", g, star_paths, ranks, 8 * MIB, algorithm="hd",
-                              overhead_s=1e-6)
+                              overhead_s=1e-6, **IDEAL)
     assert pred.time_s == pytest.approx(
         halving_doubling_allreduce_time_s(8, 8 * MIB, 400 * G, 1e-6))
 
@@ -271,12 +277,18 @@ def test_path_latency_store_and_forward():
     g.add_edge("l0", "l1", rate_bps=800 * G, delay_s=1e-6)
     g.add_edge("l1", "h1", rate_bps=400 * G, delay_s=0.5e-6)
     assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000) == pytest.approx(2.12e-6)
-    assert path_latency_s(g, ("h0", "l0", "l1", "h1")) == pytest.approx(2e-6)
+    assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 0) == pytest.approx(2e-6)
+    # default: a full 4154-B RoCEv2 frame, 83.08 ns at 400G and 41.54 ns at 800G
+    assert path_latency_s(g, ("h0", "l0", "l1", "h1")) == pytest.approx(2e-6 + 124.62e-9)
     # cut-through forwards the head on arrival: propagation only, whatever the packet
     assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000,
                           forwarding="cut-through") == pytest.approx(2e-6)
     with pytest.raises(ValueError):
         path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000, forwarding="wormhole")
+    # switch pipeline latency: a node attribute of every switch crossed (hosts have none)
+    g.nodes["l0"]["switch_latency_s"] = 0.6e-6
+    g.nodes["l1"]["switch_latency_s"] = 0.8e-6
+    assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000) == pytest.approx(3.52e-6)
 
 
 def test_ring_step_bubble_is_store_and_forward_only():
@@ -288,19 +300,19 @@ def test_ring_step_bubble_is_store_and_forward_only():
     # = 1966.08 ns, busbw = the link rate.
     g, ranks = star(4, delay_s=0.0), [f"h{i}" for i in range(4)]
     wl = ring_allreduce_workload(ranks, 64 << 10)
-    saf = predict_workload(wl, g, star_paths, overhead_s=0.0, packet_bytes=4096)
+    saf = predict_workload(wl, g, star_paths, overhead_s=0.0, packet_bytes=4096, wire_factor=1.0)
     assert saf.completion_s == pytest.approx(2457.6e-9)
     ct = predict_workload(wl, g, star_paths, overhead_s=0.0, packet_bytes=4096,
-                          forwarding="cut-through")
+                          forwarding="cut-through", wire_factor=1.0)
     assert ct.completion_s == pytest.approx(1966.08e-9)
     assert ct.busbw_bps == pytest.approx(400 * G)
     # the closed form prices the same steps the same way
     for forwarding, expected_s in (("store-and-forward", 2457.6e-9), ("cut-through", 1966.08e-9)):
         pred = predict_collective("allreduce", g, star_paths, ranks, 64 << 10, overhead_s=0.0,
-                                  packet_bytes=4096, forwarding=forwarding)
+                                  packet_bytes=4096, forwarding=forwarding, wire_factor=1.0)
         assert pred.time_s == pytest.approx(expected_s)
     # a 1 us NIC overhead is paid once per step on top: 6 us more
-    nic = predict_workload(wl, g, star_paths, overhead_s=1e-6, forwarding="cut-through")
+    nic = predict_workload(wl, g, star_paths, overhead_s=1e-6, forwarding="cut-through", **IDEAL)
     assert nic.completion_s == pytest.approx(1966.08e-9 + 6e-6)
 
 
@@ -308,10 +320,10 @@ def test_wire_factor_and_nic_cap():
     assert roce_wire_factor() == pytest.approx(4154 / 4096)
     g = star(2, delay_s=0.0)
     wl = Workload("sendrecv", [Message(0, "h0", "h1", MIB)], ["h0", "h1"], MIB)
-    plain = predict_workload(wl, g, star_paths, overhead_s=0.0)
-    capped = predict_workload(wl, g, star_paths, overhead_s=0.0, nic_rate_bps=100 * G)
+    plain = predict_workload(wl, g, star_paths, overhead_s=0.0, **IDEAL)
+    capped = predict_workload(wl, g, star_paths, overhead_s=0.0, nic_rate_bps=100 * G, **IDEAL)
     assert capped.completion_s == pytest.approx(4 * plain.completion_s)
-    wired = predict_workload(wl, g, star_paths, overhead_s=0.0, wire_factor=1.5)
+    wired = predict_workload(wl, g, star_paths, overhead_s=0.0, wire_factor=1.5, packet_bytes=0.0)
     assert wired.completion_s == pytest.approx(1.5 * plain.completion_s)
     assert plain.busbw_bps == pytest.approx(400 * G)
 
@@ -343,6 +355,27 @@ def test_64_rank_ring_dag_matches_the_closed_form():
     g, ranks = star(n), [f"h{i}" for i in range(n)]
     size = 64 * MIB                      # S/n = 1 MiB -> 20.97152 us at 400G
     dag = predict_workload(ring_allreduce_workload(ranks, size), g, star_paths,
-                           overhead_s=1e-6)
+                           overhead_s=1e-6, **IDEAL)
     assert dag.completion_s == pytest.approx(2 * 63 * (2e-6 + 20.97152e-6))
     assert dag.recomputations <= n       # one per ring edge (component), reused every step
+
+
+def test_real_fabric_defaults():
+    # The natural call prices a real RoCEv2 fabric: 1 us NIC overhead per message,
+    # store-and-forward of full 4154-B frames, headers on the wire. Ring all-reduce,
+    # 4 hosts on one 400G switch, 0.5 us per link and a 0.6 us switch, S = 4 MiB:
+    # a step sends 1 MiB of payload = 1 MiB x 4154/4096 on the wire = 21.26647 us;
+    # alpha = 1 us + 2 x 0.5 us + 0.6 us + one frame at 400G (83.08 ns) = 2.68308 us.
+    g, ranks = star(4), [f"h{i}" for i in range(4)]
+    g.nodes["sw"]["switch_latency_s"] = 0.6e-6
+    step_s = MIB * 8 * 4154 / 4096 / (400 * G) + 2.68308e-6
+    pred = predict_collective("allreduce", g, star_paths, ranks, 4 * MIB)
+    assert pred.time_s == pytest.approx(6 * step_s)
+    dag = predict_workload(ring_allreduce_workload(ranks, 4 * MIB), g, star_paths)
+    assert dag.completion_s == pytest.approx(6 * step_s)
+    # a message smaller than a frame is stored and forwarded whole: 8 B -> 8.11 B on
+    # the wire, 0.162 ps per hop; the latency regime is the fixed delays
+    tiny = predict_workload(Workload("sendrecv", [Message(0, "h0", "h1", 8)], ["h0", "h1"], 8),
+                            g, star_paths)
+    wire_s = 8 * 8 * 4154 / 4096 / (400 * G)
+    assert tiny.completion_s == pytest.approx(1e-6 + 1e-6 + 0.6e-6 + 2 * wire_s)

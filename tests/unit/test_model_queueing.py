@@ -154,3 +154,8 @@ def test_prediction_from_graph():
     assert pred["backlog_growth_bps"] == pytest.approx(3 * C)
     assert pred["max_queue_bytes"] == pytest.approx(3e6)
     assert pred["latency_p50_s"] == pytest.approx(BASE_S + 30e-6)
+    # a switch's pipeline latency adds to the base latency of every path through it
+    g.nodes["sw"]["switch_latency_s"] = 0.6e-6
+    pred = predict_incast_on_graph(g, lambda s, d: [(s, "sw", d)], ["h0", "h1", "h2", "h3"],
+                                   "h4", 1e6, packet_bytes=4000)
+    assert pred["base_latency_s"] == pytest.approx(BASE_S + 0.6e-6)
