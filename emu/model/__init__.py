@@ -1,12 +1,20 @@
-"""Analytical model of the fabric: pure functions, real-fabric units.
+"""Analytical model of the real fabric: pure functions, real-fabric units.
+
+It shares no code with the engine (`traffic/`) or the fabric (`emu.ecn`, ...): the
+inputs are plain data (graphs, paths, sizes, times, parameters).
 
 * `maxmin`     -- max-min fair rates over routed paths (progressive filling) and
                   fluid flow completion times;
 * `fluid`      -- the event-driven fluid engine shared by `maxmin` and `alphabeta`;
-* `alphabeta`  -- message-DAG completion times and closed forms of collectives;
+* `alphabeta`  -- message-DAG completion times and closed forms of collectives, with
+                  the real fabric's fixed delays by default;
+* `fairshare`  -- max-min fair shares over time from configured flows and starts;
 * `busbw`      -- NCCL-tests algbw / busbw conventions;
 * `queueing`   -- marking curve, queue distributions, latency percentiles, the
-                  CC-off incast, the DCQCN fixed point (steady state);
-* `incast_fluid` -- the DCQCN incast as a fluid from the first byte (transient);
+                  CC-off incast;
+* `dcqcn`      -- DCQCN from the publications: parameter sets, reaction point, the
+                  fluid (mean-field) equations and their fixed point;
+* `incast_fluid` -- DCQCN senders into one port as a fluid from the first byte
+                  (transient);
 * `incast`     -- incast predictions from those, with C, r and hops from a graph.
 """
