@@ -11,6 +11,7 @@ class ParameterError(FabricEmuError, ValueError):
     def __init__(self, name: str, value: object, why: str):
         self.name = name
         self.value = value
+        self.why = why
         super().__init__(f"invalid {name}={value!r}: {why}")
 
 

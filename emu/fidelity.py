@@ -239,7 +239,10 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
 
 
 def combine(reports: Sequence[FidelityReport]) -> FidelityReport:
-    """One verdict for a run made of several traffic cases (valid iff all are)."""
+    """One verdict for a run made of several traffic cases (valid iff all are, and
+    there is at least one: a run that measured nothing is not valid)."""
+    if not reports:
+        return FidelityReport(False, ["nothing was measured: no traffic case ran"], 1.0)
     reasons = [r for rep in reports for r in rep.reasons]
     suggested = max((rep.suggested_scale for rep in reports), default=1.0)
     return FidelityReport(all(rep.valid for rep in reports), reasons, suggested,

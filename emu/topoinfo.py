@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from emu.errors import FabricEmuError, ParameterError
 from emu.routing import bisection_bandwidth_bps, diameter_hops, topo_graph
 from emu.scaling import Scale
-from topologies.base import FabricTopo
+from topologies.base import FabricTopo, TopoSize
 
 
 def describe_topology(topo: FabricTopo, scale: Scale) -> dict:
@@ -34,8 +35,33 @@ def describe_topology(topo: FabricTopo, scale: Scale) -> dict:
     }
 
 
+#: Largest topology drawn: beyond this the labels overlap and the figure gets huge.
+MAX_DRAW_NODES = 512
+
+
+def check_drawing(size: TopoSize, path: Path) -> None:
+    """Refuse, before anything is built, a drawing that cannot be made: too many
+    nodes, an image format matplotlib does not write, a directory that is missing."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    nodes = size.hosts + size.switches
+    if nodes > MAX_DRAW_NODES:
+        raise ParameterError("--png", str(path), f"the topology has {nodes} nodes; drawings "
+                                                 f"are limited to {MAX_DRAW_NODES}")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise ParameterError("--png", str(path), "the file name must end in one of "
+                                                 + ", ".join(f".{f}" for f in sorted(formats)))
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not parent.is_dir():
+        raise ParameterError("--png", str(path), "is a directory" if path.is_dir()
+                             else f"the directory {parent} does not exist")
+
+
 def draw_topology(topo: FabricTopo, path: Path) -> None:
-    """Layered drawing: hosts at the bottom, each switch tier a row above."""
+    """Layered drawing: hosts at the bottom, each switch tier a row above;
+    FabricEmuError (one line) if the file cannot be written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -54,5 +80,9 @@ def draw_topology(topo: FabricTopo, path: Path) -> None:
     ax.set_title(f"{topo.describe()}  (edge width ~ link rate)")
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=150)
+    except OSError as e:
+        raise FabricEmuError(f"cannot write the drawing {path}: {e.strerror or e}") from None
+    finally:
+        plt.close(fig)

@@ -66,7 +66,11 @@ def topo_size(spec: str) -> TopoSize:
     """Hosts, switches and links of ``spec``, computed from its parameters alone and
     checked against the caps (topologies.base.MAX_HOSTS, ...)."""
     cls, args, kwargs = parse_spec(spec)
-    return cls.checked_size(*args, **kwargs)
+    size = cls.checked_size(*args, **kwargs)
+    if size is None:  # a topology without size(): count its graph (checked as it is built)
+        topo = cls(*args, **kwargs)
+        size = TopoSize(len(topo.host_nodes()), len(topo.switch_nodes()), len(topo.links()))
+    return size
 
 
 def build_topo(spec: str) -> FabricTopo:

@@ -6,6 +6,7 @@ the code; these helpers only translate human strings ("400G", "1MiB", "50us").
 
 from __future__ import annotations
 
+import math
 import re
 
 from emu.errors import ParameterError
@@ -20,8 +21,15 @@ _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 
+def _refuse_bool(value: object, name: str) -> None:
+    # bool is an int subclass: True would silently read as 1 bit/s, 1 byte or 1 s.
+    if isinstance(value, bool):
+        raise ParameterError(name, value, "expected a number, not a flag")
+
+
 def parse_rate_bps(text: str | float | int, name: str = "rate") -> float:
     """'400G', '1.6T', '100Mbit', '25e9' -> bits per second (> 0)."""
+    _refuse_bool(text, name)
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -29,13 +37,14 @@ def parse_rate_bps(text: str | float | int, name: str = "rate") -> float:
         if not m:
             raise ParameterError(name, text, "expected a rate such as 400G, 1.6T or 100Mbit")
         value = float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
-    if not value > 0:
-        raise ParameterError(name, text, "a rate must be positive")
+    if not (value > 0 and math.isfinite(value)):
+        raise ParameterError(name, text, "a rate must be positive and finite")
     return value
 
 
 def parse_size_bytes(text: str | float | int, name: str = "size") -> int:
     """'1MiB', '64KB', '4096' -> bytes (>= 0, integer)."""
+    _refuse_bool(text, name)
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -43,13 +52,14 @@ def parse_size_bytes(text: str | float | int, name: str = "size") -> int:
         if not m or m.group(2).lower() not in _SIZE_UNITS:
             raise ParameterError(name, text, "expected a size such as 4096, 64KB or 1MiB")
         value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
-    if value < 0 or value != value:
-        raise ParameterError(name, text, "a size must be non-negative")
+    if not (value >= 0 and math.isfinite(value)):
+        raise ParameterError(name, text, "a size must be non-negative and finite")
     return int(round(value))
 
 
 def parse_time_s(text: str | float | int, name: str = "time") -> float:
     """'50us', '1.5ms', '2s', 0.001 -> seconds (>= 0)."""
+    _refuse_bool(text, name)
     if isinstance(text, (int, float)):
         value = float(text)
     else:
@@ -57,8 +67,8 @@ def parse_time_s(text: str | float | int, name: str = "time") -> float:
         if not m:
             raise ParameterError(name, text, "expected a duration such as 50us, 1.5ms or 2s")
         value = float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
-    if value < 0 or value != value:
-        raise ParameterError(name, text, "a duration must be non-negative")
+    if not (value >= 0 and math.isfinite(value)):
+        raise ParameterError(name, text, "a duration must be non-negative and finite")
     return value
 
 

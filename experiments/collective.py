@@ -18,19 +18,11 @@ rate of the DAG's steps (`workload_bottleneck_rate_bps`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from emu.fabric import Fabric
-from emu.model.alphabeta import (
-    WorkloadPrediction,
-    predict_workload,
-    predict_workload_hashed,
-    roce_wire_factor,
-    workload_bottleneck_rate_bps,
-)
 from emu.scaling import Scale
 from emu.topospec import build_topo
 from experiments.common import (
@@ -42,10 +34,16 @@ from experiments.common import (
     Option,
     Run,
     RunResult,
+    check_topology,
     engine_config,
     fidelity_of,
     measure,
     model_graph,
+    parse_cc,
+    parse_collective,
+    parse_int,
+    parse_list,
+    parse_scale,
     parse_sizes,
     parse_specs,
     progress,
@@ -54,7 +52,15 @@ from experiments.common import (
 )
 from traffic import collectives
 
+if TYPE_CHECKING:  # the fabric and the model load when a run starts, not to parse options
+    from emu.fabric import Fabric
+    from emu.model.alphabeta import WorkloadPrediction
+
 NAME = "collective"
+
+#: The model prices the whole DAG once per hash draw; beyond this it would run longer
+#: than the measurement it is compared with.
+MAX_HASH_DRAWS = 1000
 
 OPTIONS: dict[str, Option] = {
     "topos": Option(["fattree,4", "dragonfly,p=2,a=2,h=1", "railopt,2,gpus=4"],
@@ -62,13 +68,21 @@ OPTIONS: dict[str, Option] = {
                     parse=parse_specs),
     "collectives": Option(["allreduce-ring", "allreduce-hd", "allreduce-hier", "allgather",
                            "alltoall"], "collectives (traffic.collectives.NAMES)",
-                          quick=["allreduce-ring", "alltoall"], parse=parse_specs),
+                          quick=["allreduce-ring", "alltoall"],
+                          parse=parse_list(parse_collective)),
     "sizes": Option([256 << 10, 1 << 20, 4 << 20], "buffer sizes (NCCL-tests size)",
                     quick=[256 << 10, 1 << 20], parse=parse_sizes),
-    "cc": Option("off", "congestion control: off | nic | paper"),
-    "hash_draws": Option(16, "random ECMP hash outcomes the model averages", parse=int),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
+                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }
+
+
+def check(opts: dict[str, Any]) -> None:
+    """Every fabric has ranks to run on and is shaped accurately at S."""
+    for spec in opts["topos"]:
+        check_topology(spec, opts["scale"], option="topos")
 
 
 @dataclass
@@ -109,6 +123,13 @@ def build_workload(fab: Fabric, name: str, size_bytes: int) -> Any:
 def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                    hash_draws: int) -> CollectiveRun:
     """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it."""
+    from emu.model.alphabeta import (
+        predict_workload,
+        predict_workload_hashed,
+        roce_wire_factor,
+        workload_bottleneck_rate_bps,
+    )
+
     workload = build_workload(fab, name, size_bytes)
     graph = model_graph(fab)
     priced = {"forwarding": EMULATED_FORWARDING, "wire_factor": roce_wire_factor(),
@@ -136,10 +157,14 @@ def bottleneck_tier(fab: Fabric, m: Measurement) -> str:
     return str(ports.sort_values("load").iloc[-1].tier)
 
 
+def case_name(fabric: str, name: str, size_bytes: int) -> str:
+    return f"{fabric} {name} {size_label(size_bytes)}"
+
+
 def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            fab: Fabric, cc: str) -> str:
     """Summary metric, table row and fidelity of one collective run; returns the case."""
-    case = f"{fabric} {name} {size_label(size_bytes)}"
+    case = case_name(fabric, name, size_bytes)
     run.metric(case, "busbw", "Gb/s", r.busbw_bps * 1e-9, r.busbw_model_bps * 1e-9)
     report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
     run.fidelity(case, report)
@@ -160,18 +185,33 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+    """Every collective on every fabric, each case committed as it ends (a resumed
+    run skips the cases it has, and fabrics with none left)."""
+    from emu.fabric import Fabric
+
     total = len(opts["topos"]) * len(opts["collectives"]) * len(opts["sizes"])
     with progress(total, f"{prefix}collective") as advance:
         for spec in opts["topos"]:
+            cases = {(name, size): case_name(prefix + spec, name, size)
+                     for name in opts["collectives"] for size in opts["sizes"]}
+            for case in cases.values():
+                if run.finished(case):
+                    advance(case)
+            if all(run.finished(case) for case in cases.values()):
+                continue
             with Fabric(build_topo(spec), Scale(opts["scale"]), marking="auto") as fab:
                 run.fabric(spec, fab)
-                for name in opts["collectives"]:
-                    for size in opts["sizes"]:
-                        r = run_collective(fab, name, size, opts["cc"], opts["hash_draws"])
-                        case = record(run, prefix + spec, name, size, r, fab, opts["cc"])
-                        advance(case)
+                for (name, size), case in cases.items():
+                    if run.finished(case):
+                        continue
+                    r = run_collective(fab, name, size, opts["cc"], opts["hash_draws"])
+                    record(run, prefix + spec, name, size, r, fab, opts["cc"])
+                    run.commit(case)
+                    advance(case)
 
 
-def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
+        resume: bool = False, **overrides: Any) -> RunResult:
     """Run the collective sweep into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
+                          force=force, resume=resume)

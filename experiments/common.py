@@ -12,18 +12,30 @@ A run directory holds
   ``intervals.csv``; times on the engine's clock (0 = the engine starts sending);
 * ``summary.json``: every headline metric as ``{case, metric, unit, measured,
   predicted, error_rel, valid}`` and the fidelity verdict of every case;
-* PNG plots re-rendered from the CSVs by :func:`render_report` (``emu report DIR``).
+* PNG plots re-rendered from the CSVs by :func:`render_report` (``emu report DIR``);
+* ``cases/NNN/``: one record per finished case, written as the case ends (what
+  ``--resume`` reloads). summary.json and config.json say ``status`` running,
+  stopped or finished; every file is replaced atomically (temporary file, rename).
+
+Options are parsed and checked (:func:`resolve_options`) before any fabric is built
+or any directory created; a refused option leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
 import platform
+import re
+import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +46,7 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from emu.errors import ParameterError
+from emu.errors import FabricEmuError, ParameterError
 from emu.fidelity import FidelityReport, combine
 from emu.units import parse_rate_bps, parse_size_bytes
 
@@ -65,47 +77,233 @@ EMULATED_OVERHEAD_S = 0.0
 
 # ----------------------------------------------------------------------------- options
 
+#: Largest message an experiment sends: at S = 1e5 a 400G NIC sends 64 MiB in over two
+#: minutes of wall time, so a sweep of larger messages would run for hours.
+MAX_MESSAGE_BYTES = 64 << 20
+
+#: An option's parser: reads a ``--set`` string or an already typed value (defaults,
+#: the Python API, a resumed run's config.json) and returns the canonical value, or
+#: raises ParameterError. Parsers are idempotent on their own output.
+Parser = Callable[[Any], Any]
+
+
+def parse_text(value: Any) -> str:
+    """A non-empty string, stripped."""
+    if not isinstance(value, str) or not value.strip():
+        raise ParameterError("value", value, "must not be empty")
+    return value.strip()
+
+
+def parse_int(minimum: int = 1, maximum: int | None = None) -> Parser:
+    """Integer in [minimum, maximum]; '1.5', 'abc' and flags are refused."""
+    def parse(value: Any) -> int:
+        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+            number = int(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            raise ParameterError("value", value, "must be an integer")
+        if number < minimum or (maximum is not None and number > maximum):
+            bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+            raise ParameterError("value", value, f"must be {bound}")
+        return number
+    return parse
+
+
+def parse_float(minimum: float, maximum: float, *, open_low: bool = False,
+                open_high: bool = False) -> Parser:
+    """Finite real number in the interval (closed unless an end is marked open)."""
+    def parse(value: Any) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ParameterError("value", value, "must be a number") from None
+        low_ok = number > minimum if open_low else number >= minimum
+        high_ok = number < maximum if open_high else number <= maximum
+        if not (math.isfinite(number) and low_ok and high_ok):
+            interval = (f"{'(' if open_low else '['}{minimum:g}, "
+                        f"{maximum:g}{')' if open_high else ']'}")
+            raise ParameterError("value", value, f"must be a finite number in {interval}")
+        return number
+    return parse
+
+
+def parse_choice(*choices: str) -> Parser:
+    """One of ``choices``, case-insensitive, returned in lower case."""
+    def parse(value: Any) -> str:
+        word = value.strip().lower() if isinstance(value, str) else None
+        if word not in choices:
+            raise ParameterError("value", value, f"choose one of {' | '.join(choices)}")
+        return word
+    return parse
+
+
+def parse_list(item: Parser) -> Parser:
+    """``a;b;c`` (or a list) -> [item(a), ...], non-empty and without repeats (';'
+    because topology specs contain commas). An empty sweep would measure nothing."""
+    def parse(value: Any) -> list:
+        if isinstance(value, str):
+            parts: list = [x.strip() for x in value.split(";")]
+            if any(not x for x in parts) and value.strip():
+                raise ParameterError("value", value, "an empty item between ';'")
+            parts = [x for x in parts if x]
+        elif isinstance(value, (list, tuple)):
+            parts = list(value)
+        else:
+            raise ParameterError("value", value, "expected a ';'-separated list")
+        if not parts:
+            raise ParameterError("value", value, "an empty list: give at least one item")
+        items = [item(x) for x in parts]
+        repeated = sorted({str(x) for x in items if items.count(x) > 1})
+        if repeated:
+            raise ParameterError("value", value, f"listed twice: {', '.join(repeated)}")
+        return items
+    return parse
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    words = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False}
+    if not isinstance(value, str) or value.strip().lower() not in words:
+        raise ParameterError("flag", value, "must be true or false")
+    return words[value.strip().lower()]
+
+
+def parse_size(value: Any) -> int:
+    """A message size: 1 byte to MAX_MESSAGE_BYTES."""
+    size = parse_size_bytes(value, "size")
+    if not 1 <= size <= MAX_MESSAGE_BYTES:
+        raise ParameterError("size", value, f"must be 1 B to {MAX_MESSAGE_BYTES >> 20} MiB")
+    return size
+
+
+def parse_topo(value: Any) -> str:
+    """A topology spec, checked (name, arguments, size caps) without building it."""
+    from emu.topospec import topo_size
+
+    spec = parse_text(value)
+    topo_size(spec)
+    return spec
+
+
+def parse_thresholds(value: Any) -> str:
+    """``KMIN/KMAX`` in bytes, e.g. ``100K/400K``; kept as text (Pmax is its own option)."""
+    from emu.ecn.curve import Thresholds
+
+    text = parse_text(value)
+    Thresholds.from_text(text)
+    return text
+
+
+def parse_scale(value: Any) -> float:
+    """The time-dilation factor S, as emu.scaling.Scale accepts it."""
+    from emu.scaling import Scale
+
+    return Scale(parse_float(1.0, 1e9, open_high=True)(value)).factor
+
+
+def parse_collective(value: Any) -> str:
+    from traffic.collectives import NAMES
+
+    return parse_choice(*NAMES)(value)
+
+
+#: Congestion control of collective, ECMP and fairness runs: a traffic.dcqcn.PARAMS name.
+parse_cc = parse_choice("off", "nic", "paper")
+#: DCQCN parameter set of the runs with DCQCN on.
+parse_dcqcn = parse_choice("paper", "nic")
+parse_sizes = parse_list(parse_size)
+parse_specs = parse_list(parse_topo)
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ";".join(_format(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)  # round-trips exactly
+    return str(value)
+
+
 @dataclass(frozen=True)
 class Option:
-    """One experiment option: default, ``--quick`` value and the parser of ``--set``."""
+    """One experiment option: default, ``--quick`` value and the parser of ``--set``
+    (which also validates defaults and typed values)."""
 
     default: Any
     help: str
     quick: Any = None            # None: same as default
-    parse: Callable[[str], Any] = str
+    parse: Parser = parse_text
 
     def value(self, quick: bool) -> Any:
         return self.quick if quick and self.quick is not None else self.default
 
-
-def parse_list(item: Callable[[str], Any]) -> Callable[[str], list]:
-    """``a;b;c`` -> [item(a), ...] (';' because topology specs contain commas)."""
-    return lambda text: [item(x.strip()) for x in text.split(";") if x.strip()]
-
-
-def parse_bool(text: str) -> bool:
-    words = {"1": True, "true": True, "yes": True, "on": True,
-             "0": False, "false": False, "no": False, "off": False}
-    if text.strip().lower() not in words:
-        raise ParameterError("flag", text, "must be true or false")
-    return words[text.strip().lower()]
+    def format(self, value: Any) -> str:
+        """``--set`` text that parse() reads back to ``value``."""
+        return _format(value)
 
 
-parse_sizes = parse_list(lambda s: parse_size_bytes(s, "size"))
-parse_specs = parse_list(str)
-
-
-def resolve_options(spec: Mapping[str, Option], quick: bool,
-                    overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Defaults (or quick values), then overrides; strings are parsed by the option."""
+def resolve_options(spec: Mapping[str, Option], quick: bool, overrides: Mapping[str, Any],
+                    check: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Defaults (or quick values), then overrides, every value through its option's
+    parser, then ``check`` across options: all before anything is built."""
     unknown = set(overrides) - set(spec)
     if unknown:
         raise ParameterError("option", ", ".join(sorted(unknown)),
                              f"known options: {', '.join(sorted(spec))}")
-    opts = {name: o.value(quick) for name, o in spec.items()}
-    for name, value in overrides.items():
-        opts[name] = spec[name].parse(value) if isinstance(value, str) else value
+    opts = {}
+    for name, option in spec.items():
+        raw = overrides[name] if name in overrides else option.value(quick)
+        try:
+            opts[name] = option.parse(raw)
+        except ParameterError as e:
+            if e.value is raw or e.value == raw:
+                why = e.why
+            else:  # about a list item, or a quantity derived from the value
+                why = f"{'' if e.name == 'value' else e.name + '='}{e.value!r}: {e.why}"
+            raise ParameterError(name, raw, why) from None
+        except (TypeError, ValueError) as e:
+            raise ParameterError(name, raw, str(e)) from None
+    if check is not None:
+        check(opts)
     return opts
+
+
+def check_topology(spec: str, scale: float, min_hosts: int = 2, option: str = "topo") -> int:
+    """The hosts of ``spec`` (its graph is built: pure data, within the size caps), at
+    least ``min_hosts``, and every link rate shaped accurately at ``scale``."""
+    from emu.scaling import Scale
+    from emu.topospec import build_topo
+
+    topo = build_topo(spec)
+    hosts = len(topo.host_nodes())
+    if hosts < min_hosts:
+        raise ParameterError(option, spec, f"has {hosts} host(s); this experiment needs "
+                                           f"at least {min_hosts}")
+    topo.fabric_links()  # parallel links are refused here, not by the builder
+    rates = {info["rate_bps"] for _, _, info in topo.links(withInfo=True)}
+    for rate_bps in sorted(rates):
+        Scale(scale).rate_emu_bps(rate_bps)
+    return hosts
+
+
+def check_senders(spec: str, scale: float, senders: int, option: str) -> None:
+    """``senders`` hosts besides the receiver exist on ``spec``."""
+    hosts = check_topology(spec, scale)
+    if senders > hosts - 1:
+        raise ParameterError(option, senders, f"{spec} has {hosts} hosts, so at most "
+                                              f"{hosts - 1} besides the receiver")
+
+
+def check_thresholds(texts: Sequence[str], pmax: float) -> None:
+    """Every Kmin/Kmax with the run's Pmax makes a valid marking curve."""
+    from emu.ecn.curve import Thresholds
+
+    for text in texts:
+        Thresholds.from_text(text, pmax)
 
 
 SCALE_HELP = "time-dilation factor S (emulated rate = real rate / S)"
@@ -208,30 +406,36 @@ class RunResult:
 
 
 class Run:
-    """Collects one experiment's measurements and writes its run directory."""
+    """Collects one experiment's measurements and writes its run directory.
+
+    Every finished case is committed (:meth:`commit`) to ``cases/NNN/`` at once and
+    the run's CSVs, summary.json (marked incomplete) and config.json are rewritten,
+    each atomically: a SIGKILL or an OOM loses only the case then running, and
+    ``--resume`` reloads the committed cases and runs the rest.
+    """
 
     def __init__(self, experiment: str, out_dir: str | Path, options: Mapping[str, Any], *,
-                 quick: bool, seed: int = 0) -> None:
+                 quick: bool, seed: int = 0, spec: Mapping[str, Option] | None = None) -> None:
         self.experiment = experiment
         self.dir = Path(out_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.options = dict(options)
+        self.spec = spec
         self.quick = quick
         self.seed = seed
         self.started = time.time()
-        self.rows: list[dict] = []
-        self.frames: dict[str, list[pd.DataFrame]] = {}
-        self.cases: dict[str, FidelityReport] = {}
-        self.fabrics: dict[str, dict] = {}
-        self.notes: list[str] = []
+        self.units: list[_Unit] = []
+        self.pending = _Unit("")
+        self._environment: dict[str, Any] | None = None
 
     # -- collecting ------------------------------------------------------------------
     def metric(self, case: str, metric: str, unit: str, measured: float | None,
                predicted: float | None) -> None:
         """One headline metric beside its prediction (validity is the case's verdict)."""
-        self.rows.append({"case": case, "metric": metric, "unit": unit,
-                          "measured": _json_safe(measured), "predicted": _json_safe(predicted),
-                          "error_rel": error_rel(measured, predicted)})
+        self.pending.rows.append({"case": case, "metric": metric, "unit": unit,
+                                  "measured": _json_safe(measured),
+                                  "predicted": _json_safe(predicted),
+                                  "error_rel": error_rel(measured, predicted)})
 
     def frame(self, name: str, df: pd.DataFrame, **labels: Any) -> None:
         """Append rows to ``name.csv`` with constant label columns in front."""
@@ -240,58 +444,284 @@ class Run:
         df = df.copy()
         for i, (k, v) in enumerate(labels.items()):
             df.insert(i, k, v)
-        self.frames.setdefault(name, []).append(df)
+        self.pending.frames.setdefault(name, []).append(df)
 
     def fidelity(self, case: str, report: FidelityReport) -> None:
-        self.cases[case] = report
+        self.pending.cases[case] = report
 
     def fabric(self, name: str, fab: Any) -> None:
         """Record a fabric's summary (topology, S, marking back end, build time)."""
-        self.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None}
+        self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None}
+
+    def note(self, text: str) -> None:
+        self.pending.notes.append(text)
+
+    @property
+    def rows(self) -> list[dict]:
+        return [r for u in (*self.units, self.pending) for r in u.rows]
+
+    @property
+    def cases(self) -> dict[str, FidelityReport]:
+        return {c: r for u in (*self.units, self.pending) for c, r in u.cases.items()}
+
+    # -- committing ------------------------------------------------------------------
+    def finished(self, key: str) -> bool:
+        """Whether case ``key`` is already committed (a resumed run skips it)."""
+        return any(u.key == key for u in self.units)
+
+    def commit(self, key: str) -> None:
+        """Case ``key`` ended: write what it recorded now (see the class docstring)."""
+        unit, self.pending = self.pending, _Unit("")
+        unit.key = key
+        with deferred_interrupts():
+            unit.save(self.dir / CASES_DIR, len(self.units))
+            self.units.append(unit)
+            self._write(status="running")
+
+    def resume(self) -> int:
+        """Load the cases a previous run into this directory committed; their count."""
+        self.units = _Unit.load_all(self.dir / CASES_DIR)
+        return len(self.units)
 
     # -- writing ---------------------------------------------------------------------
-    def finish(self, show: bool = True) -> RunResult:
-        verdict = combine(list(self.cases.values()))
-        valid_of = {c: r.valid for c, r in self.cases.items()}
-        for row in self.rows:
-            row["valid"] = valid_of.get(row["case"], verdict.valid)
-        metrics = pd.DataFrame(self.rows, columns=["case", "metric", "unit", "measured",
-                                                   "predicted", "error_rel", "valid"])
-        metrics.to_csv(self.dir / "metrics.csv", index=False)
-        for name, parts in self.frames.items():
-            pd.concat(parts, ignore_index=True).to_csv(self.dir / f"{name}.csv", index=False)
+    def environment(self) -> dict[str, Any]:
+        """Capabilities, versions and commit: probed once per run."""
+        if self._environment is None:
+            self._environment = {"capabilities": capabilities(), "versions": versions(),
+                                 "git_commit": git_commit()}
+        return self._environment
+
+    def _write(self, status: str, stopped: str | None = None) -> RunResult:
+        """metrics.csv, the frame CSVs, config.json and summary.json, each atomically."""
+        units = self.units
+        cases = {c: r for u in units for c, r in u.cases.items()}
+        reports = list(cases.values())
+        if status != "finished":
+            reason = stopped or (f"incomplete: {len(units)} case(s) finished so far; the run "
+                                 "is still going or was killed")
+            reports.append(FidelityReport(False, [reason], float(self.options.get("scale", 1.0))))
+        verdict = combine(reports)
+        rows = [dict(r) for u in units for r in u.rows]
+        for row in rows:
+            row["valid"] = cases[row["case"]].valid if row["case"] in cases else verdict.valid
+        metrics = pd.DataFrame(rows, columns=["case", "metric", "unit", "measured",
+                                              "predicted", "error_rel", "valid"])
+        write_csv_atomic(self.dir / "metrics.csv", metrics)
+        names = dict.fromkeys(name for u in units for name in u.frames)
+        for name in names:
+            parts = [df for u in units for df in u.frames.get(name, [])]
+            write_csv_atomic(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
+        fabrics = {k: v for u in units for k, v in u.fabrics.items()}
         config = {
-            "experiment": self.experiment, "quick": self.quick, "options": self.options,
-            "scale": self.options.get("scale"), "seed": self.seed,
-            "fabrics": self.fabrics, "capabilities": capabilities(), "versions": versions(),
-            "git_commit": git_commit(), "started": time.strftime(
-                "%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
-            "duration_s": time.time() - self.started, "notes": self.notes,
-            "rerun": rerun_command(self.experiment, self.options, self.dir),
+            "experiment": self.experiment, "quick": self.quick, "status": status,
+            "options": self.options, "scale": self.options.get("scale"), "seed": self.seed,
+            "fabrics": fabrics, **self.environment(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            "duration_s": time.time() - self.started,
+            "notes": [n for u in units for n in u.notes],
+            "rerun": rerun_command(self.experiment, self.options, self.dir, self.spec,
+                                   self.quick),
             "invocation": {"executable": sys.executable, "argv": " ".join(sys.argv),
                            "cwd": os.getcwd()},
         }
-        (self.dir / "config.json").write_text(json.dumps(config, indent=2, default=str))
+        write_text_atomic(self.dir / "config.json", json.dumps(config, indent=2, default=str))
         summary = {
-            "experiment": self.experiment, "valid": verdict.valid,
+            "experiment": self.experiment, "valid": verdict.valid, "status": status,
             "suggested_scale": verdict.suggested_scale, "reasons": verdict.reasons,
-            "cases": {c: r.as_dict() for c, r in self.cases.items()},
-            "metrics": [{k: _json_safe(v) for k, v in r.items()} for r in self.rows],
+            "cases": {c: r.as_dict() for c, r in cases.items()},
+            "metrics": [{k: _json_safe(v) for k, v in r.items()} for r in rows],
         }
-        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        write_text_atomic(self.dir / "summary.json",
+                          json.dumps(summary, indent=2, default=str))
+        return RunResult(self.dir, metrics, verdict, cases)
+
+    def start(self) -> None:
+        """config.json before the first case: what is running and how to rerun it."""
+        with deferred_interrupts():
+            self._write(status="running")
+
+    def finish(self, show: bool = True, stopped: str | None = None) -> RunResult:
+        """Write the run directory and render it. ``stopped`` (the reason) marks a run
+        that did not finish: the case then running is dropped, the run is invalid."""
+        with deferred_interrupts():
+            if stopped is None and not self.pending.empty():
+                unit, self.pending = self.pending, _Unit("(rest)")
+                unit.save(self.dir / CASES_DIR, len(self.units))
+                self.units.append(unit)
+            result = self._write("stopped" if stopped else "finished", stopped)
         from experiments.report import render_report
 
         render_report(self.dir, show=show)
-        return RunResult(self.dir, metrics, verdict, dict(self.cases))
+        return result
+
+    def discard(self, created: bool) -> None:
+        """Remove what this run wrote when it finished no case (and the directory
+        itself if the run created it): a failed start leaves nothing behind."""
+        for name in ("config.json", "summary.json", "metrics.csv"):
+            (self.dir / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (self.dir / CASES_DIR).rmdir()
+        if created:
+            with contextlib.suppress(OSError):
+                self.dir.rmdir()
 
 
-def rerun_command(experiment: str, options: Mapping[str, Any], out: Path) -> str:
-    """`emu run` line that reproduces the options (lists joined by ';')."""
-    def fmt(v: Any) -> str:
-        return ";".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+#: Subdirectory of a run directory with one record per committed case.
+CASES_DIR = "cases"
 
-    sets = " ".join(f"--set '{k}={fmt(v)}'" for k, v in options.items() if k != "scale")
-    return f"emu run {experiment} --scale {options.get('scale')} {sets} --out {out}"
+
+@dataclass
+class _Unit:
+    """What one finished case (or cases measured together) recorded."""
+
+    key: str
+    rows: list[dict] = field(default_factory=list)
+    frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict)
+    cases: dict[str, FidelityReport] = field(default_factory=dict)
+    fabrics: dict[str, dict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.rows or self.frames or self.cases or self.notes)
+
+    def save(self, root: Path, index: int) -> None:
+        """``root/NNN/`` (unit.json and one CSV per frame), renamed into place whole."""
+        root.mkdir(exist_ok=True)
+        final = root / f"{index:03d}"
+        tmp = root / f".{index:03d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name, parts in self.frames.items():
+            pd.concat(parts, ignore_index=True).to_csv(tmp / f"{name}.csv", index=False)
+        record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
+                  "cases": {c: r.as_dict() for c, r in self.cases.items()},
+                  "fabrics": self.fabrics, "notes": self.notes}
+        (tmp / "unit.json").write_text(json.dumps(record, indent=1, default=str))
+        os.replace(tmp, final)
+
+    @classmethod
+    def load_all(cls, root: Path) -> list[_Unit]:
+        units = []
+        if not root.is_dir():
+            return units
+        for path in sorted(p for p in root.iterdir() if re.fullmatch(r"[0-9]{3}", p.name)):
+            try:
+                record = json.loads((path / "unit.json").read_text())
+                frames = {name: [pd.read_csv(path / f"{name}.csv")]
+                          for name in record["frames"]}
+                units.append(cls(record["key"], list(record["rows"]), frames,
+                                 {c: FidelityReport.from_dict(r)
+                                  for c, r in record["cases"].items()},
+                                 dict(record["fabrics"]), list(record["notes"])))
+            except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as e:
+                raise FabricEmuError(f"cannot resume: {path} is damaged ({e}); use --force "
+                                     "to start over") from None
+            if len(units) != int(path.name) + 1:
+                raise FabricEmuError(f"cannot resume: {root} misses case records before "
+                                     f"{path.name}; use --force to start over")
+        return units
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename: readers see the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then deliver them: a
+    second Ctrl-C while results are written cannot leave them half written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught:
+            os.kill(os.getpid(), caught[0])
+
+
+def rerun_command(experiment: str, options: Mapping[str, Any], out: Path,
+                  spec: Mapping[str, Option] | None = None, quick: bool = False) -> str:
+    """The `emu run` line that reproduces the run: every option, as its parser reads it."""
+    def fmt(name: str, value: Any) -> str:
+        return spec[name].format(value) if spec and name in spec else _format(value)
+
+    words = ["emu", "run", experiment] + (["--quick"] if quick else [])
+    if "scale" in options:
+        words += ["--scale", fmt("scale", options["scale"])]
+    for name, value in options.items():
+        if name != "scale":
+            words += ["--set", f"{name}={fmt(name, value)}"]
+    return shlex.join([*words, "--out", str(out)])
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() or (path / CASES_DIR).is_dir()
+
+
+#: What a run writes into its directory; --force removes these and nothing else.
+_RUN_OUTPUTS = ("*.csv", "*.png", "config.json", "summary.json", ".*.tmp")
+
+
+def prepare_out_dir(name: str, out: str | Path | None, *, force: bool,
+                    resume: bool) -> tuple[Path, bool]:
+    """The run directory and whether this run created it.
+
+    No ``out``: ``runs/NAME-YYYYmmdd-HHMMSS`` made with an exclusive mkdir, with
+    ``-2``, ``-3``, ... if another run took the name. A given ``out`` that exists
+    and is not empty is refused unless ``force`` (its run outputs are removed first)
+    or ``resume`` (kept: the caller reloads the finished cases)."""
+    if force and resume:
+        raise ParameterError("--force/--resume", "both", "give one of them")
+    if out is None:
+        base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        for n in itertools.count(1):
+            path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+            try:
+                path.mkdir(parents=True)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise FabricEmuError(f"cannot create the run directory {path}: "
+                                     f"{e.strerror}") from None
+            return path, True
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ParameterError("--out", str(path), "exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        if not (force or resume):
+            raise ParameterError("--out", str(path), "is not empty; add --force to start "
+                                 "over or --resume to keep its finished cases")
+        if not _is_run_dir(path):
+            raise ParameterError("--out", str(path), "is not empty and is not a run "
+                                 "directory (no config.json); refusing to write into it")
+        if force:
+            for pattern in _RUN_OUTPUTS:
+                for old in path.glob(pattern):
+                    old.unlink()
+            shutil.rmtree(path / CASES_DIR, ignore_errors=True)
+        return path, False
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FabricEmuError(f"cannot create the run directory {path}: {e.strerror}") from None
+    return path, created
 
 
 @contextlib.contextmanager
@@ -501,20 +931,57 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
 
 
 def run_experiment(name: str, options: Mapping[str, Option],
-                   execute: Callable[[Run, dict[str, Any]], None], out_dir: str, quick: bool,
-                   overrides: Mapping[str, Any]) -> RunResult:
-    """What every experiment's ``run()`` does: resolve options, execute, finish the run dir."""
-    opts = resolve_options(options, quick, overrides)
-    rec = Run(name, out_dir, opts, quick=quick)
+                   execute: Callable[[Run, dict[str, Any]], None], out_dir: str | Path | None,
+                   quick: bool, overrides: Mapping[str, Any], *,
+                   check: Callable[[dict[str, Any]], None] | None = None,
+                   force: bool = False, resume: bool = False) -> RunResult:
+    """What every experiment's ``run()`` does: parse and check every option, prepare
+    the run directory (nothing is created if an option is refused), execute, finish."""
+    opts = resolve_options(options, quick, overrides, check)
+    if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
+        opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
+    path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
+    rec = Run(name, path, opts, quick=quick, spec=options)
     try:
+        if resume:
+            rec.resume()
+        rec.start()
         execute(rec, opts)
     except BaseException as e:
         # A long sweep keeps what its finished cases measured: the run directory is
         # written, marked invalid with the reason, and the error still propagates.
-        if rec.rows or rec.frames:
+        if rec.units:
             reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
-            rec.fidelity("(run)", FidelityReport(False, [reason], float(opts.get("scale", 1.0))))
             with contextlib.suppress(Exception):
-                rec.finish(show=False)
+                rec.finish(show=False, stopped=reason)
+            console.print(f"[yellow]{len(rec.units)} finished case(s) kept in {path}; "
+                          f"add --resume --out {path} to run the rest[/]")
+        else:
+            rec.discard(created)
         raise
     return rec.finish()
+
+
+def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
+                     opts: dict[str, Any], overrides: Mapping[str, Any],
+                     check: Callable[[dict[str, Any]], None] | None
+                     ) -> tuple[dict[str, Any], bool]:
+    """The options of the run being resumed; options given now must agree with them."""
+    try:
+        config = json.loads((out / "config.json").read_text())
+        experiment, stored, quick = config["experiment"], config["options"], config["quick"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FabricEmuError(f"cannot resume {out}: unreadable config.json ({e}); use "
+                             "--force to start over") from None
+    if experiment != name:
+        raise ParameterError("--resume", str(out), f"holds a {experiment!r} run, not {name!r}")
+    try:
+        resumed = resolve_options(options, bool(quick), stored, check)
+    except ParameterError as e:
+        raise FabricEmuError(f"cannot resume {out}: its options no longer parse ({e})") from None
+    for key in overrides:
+        if opts[key] != resumed[key]:
+            raise ParameterError(key, overrides[key], f"the run being resumed has {key}="
+                                 f"{options[key].format(resumed[key])}; drop the option or "
+                                 "use --force to start over")
+    return resumed, bool(quick)

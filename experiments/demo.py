@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from emu.units import parse_size_bytes
 from experiments import collective, incast
 from experiments.common import (
     DEFAULT_SCALE,
@@ -16,7 +15,15 @@ from experiments.common import (
     Option,
     Run,
     RunResult,
+    check_senders,
+    check_thresholds,
+    parse_dcqcn,
+    parse_int,
+    parse_scale,
+    parse_size,
     parse_sizes,
+    parse_thresholds,
+    parse_topo,
     run_experiment,
 )
 
@@ -26,16 +33,24 @@ NAME = "demo"
 # two 3 x 2 MiB incasts take ~13 s emulated each and the ring all-reduces ~10 s, so
 # the demo fits in about a minute with fabric set-up.
 OPTIONS: dict[str, Option] = {
-    "topo": Option("fattree,4", "topology of both parts"),
-    "senders": Option(3, "incast senders (the hosts nearest the receiver)", parse=int),
+    "topo": Option("fattree,4", "topology of both parts", parse=parse_topo),
+    "senders": Option(3, "incast senders (the hosts nearest the receiver)",
+                      parse=parse_int(1)),
     "incast_size": Option(2 << 20, "bytes per incast sender", quick=1 << 20,
-                          parse=lambda s: parse_size_bytes(s, "incast_size")),
-    "thresholds": Option("100K/400K", "Kmin/Kmax (bytes) of the DCQCN run"),
-    "dcqcn": Option("paper", "DCQCN parameter set: paper | nic"),
+                          parse=parse_size),
+    "thresholds": Option("100K/400K", "Kmin/Kmax (bytes) of the DCQCN run",
+                         parse=parse_thresholds),
+    "dcqcn": Option("paper", "DCQCN parameter set: paper | nic", parse=parse_dcqcn),
     "sizes": Option([1 << 20, 4 << 20], "ring all-reduce sizes", quick=[1 << 20],
                     parse=parse_sizes),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }
+
+
+def check(opts: dict[str, Any]) -> None:
+    """Options that depend on each other, checked before anything is built."""
+    check_senders(opts["topo"], opts["scale"], opts["senders"], "senders")
+    check_thresholds([opts["thresholds"]], incast.OPTIONS["pmax"].default)
 
 
 def execute(run: Run, opts: dict[str, Any]) -> None:
@@ -49,6 +64,8 @@ def execute(run: Run, opts: dict[str, Any]) -> None:
         "scale": opts["scale"]})
 
 
-def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
+        resume: bool = False, **overrides: Any) -> RunResult:
     """Run the demo into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
+                          force=force, resume=resume)

@@ -14,16 +14,13 @@ distribution of per-flow throughput is compared with that pooled distribution
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from emu.fabric import Fabric
-from emu.model.maxmin import flow_completion_times, make_flow
 from emu.scaling import Scale
 from emu.topospec import build_topo
-from emu.units import parse_size_bytes
 from experiments.common import (
     DEFAULT_SCALE,
     PACKET_BYTES,
@@ -32,38 +29,55 @@ from experiments.common import (
     Option,
     Run,
     RunResult,
+    check_topology,
     engine_config,
     fidelity_of,
     measure,
     model_graph,
+    parse_cc,
+    parse_int,
     parse_list,
+    parse_scale,
+    parse_size,
+    parse_topo,
     progress,
     run_experiment,
 )
 from traffic import collectives
 
+if TYPE_CHECKING:  # the fabric loads when a run starts, not to parse options
+    from emu.fabric import Fabric
+
 NAME = "ecmp"
 
 #: A flow "at line rate" reaches this fraction of its NIC rate.
 NEAR_LINE_RATE = 0.9
+#: Each hash draw is one max-min solve over every flow: 10000 take minutes already.
+MAX_SAMPLES = 10000
 
 OPTIONS: dict[str, Option] = {
     # Uniform 400G tiers: a fat-tree with full bisection, where only hash collisions
     # (two flows on one 400G fabric link) keep a flow below line rate.
     "topo": Option("fattree,4,fabric_rate=400G,core_rate=400G", "topology",
-                   quick="leafspine,2,2,2"),
-    "size": Option(2 << 20, "bytes per flow", quick=512 << 10,
-                   parse=lambda s: parse_size_bytes(s, "size")),
+                   quick="leafspine,2,2,2", parse=parse_topo),
+    "size": Option(2 << 20, "bytes per flow", quick=512 << 10, parse=parse_size),
     "seeds": Option([1, 2], "permutation seeds (';'-separated)", quick=[1],
-                    parse=parse_list(int)),
-    "samples": Option(300, "random hash draws of the model", parse=int),
-    "cc": Option("off", "congestion control: off | nic | paper"),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+                    parse=parse_list(parse_int(0, 2**32 - 1))),
+    "samples": Option(300, "random hash draws of the model", parse=parse_int(1, MAX_SAMPLES)),
+    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }
+
+
+def check(opts: dict[str, Any]) -> None:
+    """A permutation needs two hosts; every link shaped accurately at S."""
+    check_topology(opts["topo"], opts["scale"])
 
 
 def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd.DataFrame:
     """Per-flow throughput (payload bit/s) and makespan over random hash draws."""
+    from emu.model.maxmin import flow_completion_times, make_flow
+
     rng = random.Random(seed)
     graph = model_graph(fab)
     wire = PACKET_BYTES / PAYLOAD_BYTES
@@ -81,39 +95,50 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    topo = build_topo(opts["topo"])
-    with progress(len(opts["seeds"]), f"{prefix}ecmp") as advance, \
-            Fabric(topo, Scale(opts["scale"]), marking="auto") as fab:
-        run.fabric(opts["topo"], fab)
-        nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
-        for seed in opts["seeds"]:
-            case = f"{prefix}permutation seed={seed}"
-            workload = collectives.build("permutation", list(fab.hosts), opts["size"],
-                                         seed=seed)
-            model = model_throughputs(fab, workload, opts["samples"], seed)
-            m = measure(fab, workload, engine_config(opts["cc"]))
-            measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
-            predicted = model.throughput_bps
-            makespan = model.groupby("sample").throughput_bps.min()
-            run.metric(case, "mean flow throughput", "Gb/s", measured.mean() * 1e-9,
-                       predicted.mean() * 1e-9)
-            run.metric(case, "p10 flow throughput", "Gb/s", measured.quantile(0.1) * 1e-9,
-                       predicted.quantile(0.1) * 1e-9)
-            run.metric(case, "flows near line rate", "fraction",
-                       float((measured >= NEAR_LINE_RATE * nic_bps).mean()),
-                       float((predicted >= NEAR_LINE_RATE * nic_bps).mean()))
-            run.metric(case, "slowest flow throughput", "Gb/s", measured.min() * 1e-9,
-                       float(np.mean(makespan)) * 1e-9)
-            run.frame("flows", pd.DataFrame({"msg_id": m.messages.msg_id,
-                                             "throughput_bps": measured}),
-                      case=case, source="measured")
-            run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
-            run.frame("messages", m.messages, case=case)
-            run.frame("ports", m.ports.reset_index(), case=case)
-            run.fidelity(case, fidelity_of(fab, m, workload, cc=opts["cc"] != "off"))
-            advance(case)
+    from emu.fabric import Fabric
+
+    cases = {seed: f"{prefix}permutation seed={seed}" for seed in opts["seeds"]}
+    with progress(len(cases), f"{prefix}ecmp") as advance:
+        for case in cases.values():
+            if run.finished(case):
+                advance(case)
+        if all(run.finished(case) for case in cases.values()):
+            return
+        with Fabric(build_topo(opts["topo"]), Scale(opts["scale"]), marking="auto") as fab:
+            run.fabric(opts["topo"], fab)
+            nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
+            for seed, case in cases.items():
+                if run.finished(case):
+                    continue
+                workload = collectives.build("permutation", list(fab.hosts), opts["size"],
+                                             seed=seed)
+                model = model_throughputs(fab, workload, opts["samples"], seed)
+                m = measure(fab, workload, engine_config(opts["cc"]))
+                measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
+                predicted = model.throughput_bps
+                makespan = model.groupby("sample").throughput_bps.min()
+                run.metric(case, "mean flow throughput", "Gb/s", measured.mean() * 1e-9,
+                           predicted.mean() * 1e-9)
+                run.metric(case, "p10 flow throughput", "Gb/s", measured.quantile(0.1) * 1e-9,
+                           predicted.quantile(0.1) * 1e-9)
+                run.metric(case, "flows near line rate", "fraction",
+                           float((measured >= NEAR_LINE_RATE * nic_bps).mean()),
+                           float((predicted >= NEAR_LINE_RATE * nic_bps).mean()))
+                run.metric(case, "slowest flow throughput", "Gb/s", measured.min() * 1e-9,
+                           float(np.mean(makespan)) * 1e-9)
+                run.frame("flows", pd.DataFrame({"msg_id": m.messages.msg_id,
+                                                 "throughput_bps": measured}),
+                          case=case, source="measured")
+                run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
+                run.frame("messages", m.messages, case=case)
+                run.frame("ports", m.ports.reset_index(), case=case)
+                run.fidelity(case, fidelity_of(fab, m, workload, cc=opts["cc"] != "off"))
+                run.commit(case)
+                advance(case)
 
 
-def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
+        resume: bool = False, **overrides: Any) -> RunResult:
     """Run the ECMP permutation experiment into ``out_dir``."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
+                          force=force, resume=resume)

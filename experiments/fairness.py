@@ -19,11 +19,10 @@ from typing import Any
 import pandas as pd
 
 from emu.ecn.curve import Thresholds
-from emu.fabric import Fabric
-from emu.model.maxmin import make_flow, max_min_rates
+from emu.errors import ParameterError
 from emu.scaling import Scale
 from emu.topospec import build_topo
-from emu.units import parse_size_bytes, parse_time_s
+from emu.units import parse_time_s
 from experiments.common import (
     DEFAULT_SCALE,
     PACKET_BYTES,
@@ -32,34 +31,57 @@ from experiments.common import (
     Option,
     Run,
     RunResult,
+    check_senders,
+    check_thresholds,
     engine_config,
     fidelity_of,
     jain_index,
     measure,
     model_graph,
+    parse_cc,
+    parse_float,
+    parse_int,
+    parse_scale,
+    parse_size,
+    parse_thresholds,
+    parse_topo,
     progress,
     run_experiment,
 )
-from experiments.incast import nearest_senders, parse_thresholds
+from experiments.incast import nearest_senders
 from traffic import collectives
 from traffic.messages import Workload
 
 NAME = "fairness"
 
+#: Largest gap between flow starts (real): dilated by S = 1e5 it is 100 s per flow.
+MAX_GAP_S = 1e-3
+
+
+def parse_gap(value: Any) -> float:
+    gap_s = parse_time_s(value, "gap")
+    if gap_s > MAX_GAP_S:
+        raise ParameterError("gap", value, f"must be at most {MAX_GAP_S * 1e3:g} ms (real)")
+    return gap_s
+
 OPTIONS: dict[str, Option] = {
-    "topo": Option("fattree,4", "topology"),
-    "flows": Option(3, "number of flows (senders nearest the receiver)", parse=int),
-    "size": Option(2 << 20, "bytes per flow", quick=1 << 20,
-                   parse=lambda s: parse_size_bytes(s, "size")),
-    "gap": Option(20e-6, "real seconds between flow starts", quick=10e-6,
-                  parse=lambda s: parse_time_s(s, "gap")),
+    "topo": Option("fattree,4", "topology", parse=parse_topo),
+    "flows": Option(3, "number of flows (senders nearest the receiver)", parse=parse_int(1)),
+    "size": Option(2 << 20, "bytes per flow", quick=1 << 20, parse=parse_size),
+    "gap": Option(20e-6, "real seconds between flow starts", quick=10e-6, parse=parse_gap),
     "settle": Option(0.3, "fraction of each interval skipped while DCQCN converges",
-                     parse=float),
-    "cc": Option("nic", "congestion control: nic | paper | off"),
-    "thresholds": Option("100K/400K", "Kmin/Kmax (bytes)"),
-    "pmax": Option(0.2, "marking probability at Kmax", parse=float),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+                     parse=parse_float(0, 1, open_high=True)),
+    "cc": Option("nic", "congestion control: nic | paper | off", parse=parse_cc),
+    "thresholds": Option("100K/400K", "Kmin/Kmax (bytes)", parse=parse_thresholds),
+    "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }
+
+
+def check(opts: dict[str, Any]) -> None:
+    """Options that depend on each other, checked before anything is built."""
+    check_senders(opts["topo"], opts["scale"], opts["flows"], "flows")
+    check_thresholds([opts["thresholds"]], opts["pmax"])
 
 
 def staggered(workload: Workload, gap_s: float) -> Workload:
@@ -80,7 +102,13 @@ def intervals(messages: pd.DataFrame) -> list[tuple[float, float, list[int]]]:
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    t: Thresholds = parse_thresholds(opts["thresholds"], opts["pmax"])
+    from emu.fabric import Fabric
+    from emu.model.maxmin import make_flow, max_min_rates
+
+    key = f"{prefix}fairness"
+    if run.finished(key):  # one measurement: a resumed run has it or runs it all
+        return
+    t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
     with progress(1, f"{prefix}fairness") as advance, \
             Fabric(build_topo(opts["topo"]), Scale(opts["scale"]), marking="auto",
                    thresholds=t) as fab:
@@ -114,9 +142,12 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
         run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
         run.frame("messages", m.messages)
         run.frame("ports", m.ports.reset_index())
+        run.commit(key)
         advance("done")
 
 
-def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
+        resume: bool = False, **overrides: Any) -> RunResult:
     """Run the fairness experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
+                          force=force, resume=resume)

@@ -15,17 +15,14 @@ queue the model does not have.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from emu.ecn.curve import Thresholds
-from emu.fabric import Fabric
-from emu.model.incast import predict_incast_on_graph
-from emu.model.queueing import QueueDist, incast_cc_off, mark_probability
+from emu.errors import ParameterError
 from emu.scaling import Scale
 from emu.topospec import build_topo
-from emu.units import parse_size_bytes
 from experiments.common import (
     DEFAULT_SCALE,
     PACKET_BYTES,
@@ -34,16 +31,30 @@ from experiments.common import (
     Option,
     Run,
     RunResult,
+    check_senders,
+    check_thresholds,
     engine_config,
     fidelity_of,
     measure,
     model_graph,
-    parse_specs,
+    parse_choice,
+    parse_dcqcn,
+    parse_float,
+    parse_int,
+    parse_list,
+    parse_scale,
+    parse_size,
+    parse_thresholds,
+    parse_topo,
     progress,
     run_experiment,
     size_label,
 )
 from traffic import collectives
+
+if TYPE_CHECKING:  # the fabric and the models load when a run starts, not to parse options
+    from emu.fabric import Fabric
+    from emu.model.queueing import QueueDist
 
 NAME = "incast"
 
@@ -51,36 +62,43 @@ NAME = "incast"
 # inside the 8 MiB port buffer, so the lossless model applies; DCQCN with the
 # paper's parameters (the NIC set's 300 us recovery timer stalls a short incast).
 OPTIONS: dict[str, Option] = {
-    "topo": Option("fattree,4", "topology (NAME,ARG,KEY=VALUE)"),
-    "senders": Option(3, "number of senders (the hosts nearest the receiver)", parse=int),
-    "size": Option(2 << 20, "bytes per sender", quick=1 << 20,
-                   parse=lambda s: parse_size_bytes(s, "size")),
+    "topo": Option("fattree,4", "topology (NAME,ARG,KEY=VALUE)", parse=parse_topo),
+    "senders": Option(3, "number of senders (the hosts nearest the receiver)",
+                      parse=parse_int(1)),
+    "size": Option(2 << 20, "bytes per sender", quick=1 << 20, parse=parse_size),
     "cc": Option(["off", "dcqcn"], "congestion control modes to run (off;dcqcn)",
-                 parse=parse_specs),
-    "dcqcn": Option("paper", "DCQCN parameter set: paper | nic"),
+                 parse=parse_list(parse_choice("off", "dcqcn"))),
+    "dcqcn": Option("paper", "DCQCN parameter set: paper | nic", parse=parse_dcqcn),
     "thresholds": Option(["100K/400K", "400K/1.6M"], "Kmin/Kmax sweep (bytes) for the "
                          "DCQCN runs; CC off runs with the first", quick=["100K/400K"],
-                         parse=parse_specs),
-    "pmax": Option(0.2, "marking probability at Kmax", parse=float),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+                         parse=parse_list(parse_thresholds)),
+    "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }
 
 
-def parse_thresholds(text: str, pmax: float) -> Thresholds:
-    kmin, kmax = (parse_size_bytes(x, "threshold") for x in text.split("/"))
-    return Thresholds(kmin, kmax, pmax)
+def check(opts: dict[str, Any]) -> None:
+    """Options that depend on each other, checked before anything is built."""
+    check_senders(opts["topo"], opts["scale"], opts["senders"], "senders")
+    check_thresholds(opts["thresholds"], opts["pmax"])
+
+
+def case_name(prefix: str, cc: str, t: Thresholds) -> str:
+    return f"{prefix}cc={cc} K={size_label(t.kmin_bytes)}/{size_label(t.kmax_bytes)}"
 
 
 def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:
     """Expected fraction of packets marked: E[p(q)] over the packet-weighted queue."""
+    from emu.model.queueing import mark_probability
+
     qs = (dist.quantile((i + 0.5) / points) for i in range(points))
     return sum(mark_probability(q, t.kmin_bytes, t.kmax_bytes, t.pmax) for q in qs) / points
 
 
 def nearest_senders(fab: Fabric, receiver: str, n: int) -> list[str]:
     others = [h for h in fab.hosts if h != receiver]
-    if n > len(others):
-        raise ValueError(f"{n} senders asked, the fabric has {len(others)} other hosts")
+    if not 1 <= n <= len(others):
+        raise ParameterError("senders", n, f"the fabric has {len(others)} other hosts")
     dist = fab.routes.distances_to(receiver)
     return sorted(others, key=lambda h: (dist[h], fab.hosts.index(h)))[:n]
 
@@ -88,6 +106,9 @@ def nearest_senders(fab: Fabric, receiver: str, n: int) -> list[str]:
 def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc: str,
             t: Thresholds, dcqcn: str) -> dict[str, Any]:
     """Model metrics for one case, plus expected marks and CNPs."""
+    from emu.model.incast import predict_incast_on_graph
+    from emu.model.queueing import incast_cc_off
+
     graph = model_graph(fab)
     last_hop = fab.routes.paths(senders[0], receiver)[0][-2]
     port = fab.port(last_hop, receiver)
@@ -119,7 +140,7 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     pred = predict(fab, senders, receiver, size_bytes, cc, t, dcqcn)
     port = pred["port"]
     if "q_star_bytes" in pred:
-        run.notes.append(
+        run.note(
             f"{case}: predictions from the DCQCN fluid transient; its steady state (fixed "
             f"point, Zhu et al. 2016) is q* = {pred['q_star_bytes'] / 1e3:.1f} KB at "
             f"p* = {pred['p_mark']:.3g}{' (pinned at Kmax)' if pred['marking_saturated'] else ''}")
@@ -159,28 +180,36 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    """Every case of the incast experiment, recorded into ``run``."""
+    """Every case of the incast experiment, recorded into ``run`` (each committed as
+    it ends; cases a resumed run already has are skipped, fabrics with none left too)."""
+    from emu.fabric import Fabric
+
     topo = build_topo(opts["topo"])
-    sweep = [parse_thresholds(x, opts["pmax"]) for x in opts["thresholds"]]
+    sweep = [Thresholds.from_text(x, opts["pmax"]) for x in opts["thresholds"]]
     plan = [(t, cc) for i, t in enumerate(sweep) for cc in opts["cc"]
             if cc != "off" or i == 0]
     with progress(len(plan), f"{prefix}incast") as advance:
         for t in sweep:
-            cases = [cc for tt, cc in plan if tt is t]
-            if not cases:
+            cases = [(cc, case_name(prefix, cc, t)) for tt, cc in plan if tt is t]
+            for _, case in cases:
+                if run.finished(case):
+                    advance(case)
+            todo = [(cc, case) for cc, case in cases if not run.finished(case)]
+            if not todo:
                 continue
             with Fabric(topo, Scale(opts["scale"]), marking="auto", thresholds=t) as fab:
                 run.fabric(f"{prefix}incast K={t.kmin_bytes}/{t.kmax_bytes}", fab)
                 receiver = fab.hosts[0]
                 senders = nearest_senders(fab, receiver, opts["senders"])
-                for cc in cases:
-                    case = (f"{prefix}cc={cc} K={size_label(t.kmin_bytes)}/"
-                            f"{size_label(t.kmax_bytes)}")
+                for cc, case in todo:
                     run_case(run, fab, case, senders, receiver, opts["size"], cc, t,
                              opts["dcqcn"])
+                    run.commit(case)
                     advance(case)
 
 
-def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
+        resume: bool = False, **overrides: Any) -> RunResult:
     """Run the incast experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
+                          force=force, resume=resume)

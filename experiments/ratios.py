@@ -11,26 +11,33 @@ uniform one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from emu.fabric import Fabric
 from emu.scaling import Scale
 from emu.topospec import build_topo
-from experiments.collective import CollectiveRun, record, run_collective
+from experiments.collective import MAX_HASH_DRAWS, CollectiveRun, case_name, record, run_collective
+from experiments.collective import check as collective_check
 from experiments.common import (
     DEFAULT_SCALE,
     SCALE_HELP,
     Option,
     Run,
     RunResult,
+    parse_cc,
+    parse_collective,
+    parse_int,
+    parse_scale,
     parse_sizes,
     parse_specs,
     progress,
     run_experiment,
 )
+
+if TYPE_CHECKING:  # the fabric loads when a run starts, not to parse options
+    from emu.fabric import Fabric
 
 NAME = "ratios"
 
@@ -41,11 +48,13 @@ OPTIONS: dict[str, Option] = {
         "fabrics to compare (';'-separated); tiered and uniform variants",
         quick=["leafspine,2,1,2,fabric_rate=800G", "leafspine,2,1,2,fabric_rate=400G"],
         parse=parse_specs),
-    "collective": Option("alltoall", "the collective (all-to-all loads every tier)"),
+    "collective": Option("alltoall", "the collective (all-to-all loads every tier)",
+                         parse=parse_collective),
     "sizes": Option([4 << 20], "buffer sizes", quick=[1 << 20], parse=parse_sizes),
-    "cc": Option("off", "congestion control: off | nic | paper"),
-    "hash_draws": Option(16, "random ECMP hash outcomes the model averages", parse=int),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=float),
+    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
+                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }
 
 
@@ -70,16 +79,26 @@ def measured_tier_utilisation(r: CollectiveRun) -> dict[str, float]:
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+    from emu.fabric import Fabric
+
     total = len(opts["topos"]) * len(opts["sizes"])
     with progress(total, f"{prefix}ratios") as advance:
         for spec in opts["topos"]:
+            cases = {size: case_name(prefix + spec, opts["collective"], size)
+                     for size in opts["sizes"]}
+            for case in cases.values():
+                if run.finished(case):
+                    advance(case)
+            if all(run.finished(case) for case in cases.values()):
+                continue
             with Fabric(build_topo(spec), Scale(opts["scale"]), marking="auto") as fab:
                 run.fabric(spec, fab)
-                for size in opts["sizes"]:
+                for size, case in cases.items():
+                    if run.finished(case):
+                        continue
                     r = run_collective(fab, opts["collective"], size, opts["cc"],
                                        opts["hash_draws"])
-                    case = record(run, prefix + spec, opts["collective"], size, r, fab,
-                                  opts["cc"])
+                    record(run, prefix + spec, opts["collective"], size, r, fab, opts["cc"])
                     model = model_tier_utilisation(fab, r)
                     measured = measured_tier_utilisation(r)
                     rows = []
@@ -93,9 +112,12 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                     frame["bottleneck_measured"] = frame.tier == max(measured, key=measured.get)
                     frame["bottleneck_model"] = frame.tier == max(model, key=model.get)
                     run.frame("tiers", frame)
+                    run.commit(case)
                     advance(case)
 
 
-def run(out_dir: str, quick: bool = False, **overrides: Any) -> RunResult:
+def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
+        resume: bool = False, **overrides: Any) -> RunResult:
     """Run the tier-ratio comparison into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides)
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides,
+                          check=collective_check, force=force, resume=resume)

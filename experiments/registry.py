@@ -3,17 +3,17 @@
 ```python
 EXPERIMENTS["incast"].OPTIONS            # name -> Option(default, help, quick, parse)
 cli_run("incast", out="runs/x", quick=True, scale=50000, overrides={"senders": "4"})
-demo("runs/demo")                        # `emu demo`
+demo("runs/demo", scale=200000)          # `emu demo` = `emu run demo`
 report("runs/x")                         # `emu report DIR`
 ```
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from emu.errors import ParameterError
 from experiments import collective, ecmp, fairness, incast, ratios
@@ -26,35 +26,42 @@ EXPERIMENTS: dict[str, ModuleType] = {
 }
 
 
-def default_out(name: str) -> Path:
-    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
 def parse_sets(items: list[str] | None) -> dict[str, str]:
-    """``["key=value", ...]`` (repeated ``--set``) -> dict; values parsed later per option."""
-    out = {}
+    """``["key=value", ...]`` (repeated ``--set``) -> dict; values parsed later per option.
+    A key given twice is refused: which value would win is not obvious."""
+    out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ParameterError("--set", item, "expected KEY=VALUE")
+        if key.strip() in out:
+            raise ParameterError("--set", item, f"{key.strip()} is given twice")
         out[key.strip()] = value.strip()
     return out
 
 
 def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
-            scale: float | None = None, overrides: Mapping[str, str] | None = None) -> RunResult:
-    """``emu run NAME [--quick] [--scale S] [--out DIR] [--set key=value ...]``."""
+            scale: float | str | None = None, overrides: Mapping[str, Any] | None = None, *,
+            force: bool = False, resume: bool = False) -> RunResult:
+    """``emu run NAME [--quick] [--scale S] [--out DIR] [--set key=value ...]
+    [--force | --resume]``; every option is parsed and checked before anything is
+    built or created. No ``out``: a new ``runs/NAME-<time>`` directory."""
     if name not in EXPERIMENTS:
         raise ParameterError("experiment", name, f"known: {', '.join(EXPERIMENTS)}")
-    opts: dict[str, object] = dict(overrides or {})
+    opts: dict[str, Any] = dict(overrides or {})
     if scale is not None:
-        opts["scale"] = float(scale)
-    return EXPERIMENTS[name].run(str(out or default_out(name)), quick=quick, **opts)
+        if "scale" in opts:
+            raise ParameterError("--scale", scale, "S is also given as --set scale=; give it once")
+        opts["scale"] = scale
+    return EXPERIMENTS[name].run(None if out is None else str(out), quick=quick, force=force,
+                                 resume=resume, **opts)
 
 
-def demo(out: str | Path | None = None, quick: bool = False) -> RunResult:
-    """``emu demo``: the default experiment on a k=4 fat-tree."""
-    return demo_module.run(str(out or default_out("demo")), quick=quick)
+def demo(out: str | Path | None = None, quick: bool = False, scale: float | str | None = None,
+         overrides: Mapping[str, Any] | None = None, *, force: bool = False,
+         resume: bool = False) -> RunResult:
+    """``emu demo``: the default experiment on a k=4 fat-tree; ``emu run demo`` alike."""
+    return cli_run("demo", out, quick, scale, overrides, force=force, resume=resume)
 
 
 def report(run_dir: str | Path) -> list[Path]:

@@ -18,6 +18,7 @@ matplotlib.use("Agg")  # no display on a test runner or in a VM
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from emu.errors import ParameterError  # noqa: E402
@@ -39,11 +40,10 @@ def _cdf(ax: Any, values: np.ndarray, **kw: Any) -> None:
     ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), **kw)
 
 
-def plot_queue(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
+def plot_queue(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """Queue depth over time at the busiest port of every case."""
-    df = pd.read_csv(run_dir / "queue.csv")
     model_csv = run_dir / "queue_model.csv"
-    model = pd.read_csv(model_csv) if model_csv.exists() else None
+    model = read_csv(model_csv, *CSV_COLUMNS["queue_model.csv"]) if model_csv.exists() else None
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for case, g in df.groupby("case", sort=False):
         port = g.groupby("port")["backlog_bytes"].max().idxmax()
@@ -60,9 +60,8 @@ def plot_queue(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
     return _save(fig, run_dir / "queue_over_time.png")
 
 
-def plot_latency(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
+def plot_latency(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """One-way latency CDF per case; the model's p50/p99/p99.9 as markers."""
-    df = pd.read_csv(run_dir / "latency.csv")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (case, g) in enumerate(df.groupby("case", sort=False)):
         color = f"C{i % 10}"
@@ -79,9 +78,8 @@ def plot_latency(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
     return _save(fig, run_dir / "latency_cdf.png")
 
 
-def plot_rates(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
+def plot_rates(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """DCQCN current rate of every flow over time, one panel per case."""
-    df = pd.read_csv(run_dir / "rates.csv")
     cases = list(dict.fromkeys(df.case))
     fig, axes = plt.subplots(len(cases), 1, figsize=(8, 2.6 * len(cases)), squeeze=False)
     for ax, case in zip(axes[:, 0], cases, strict=True):
@@ -96,9 +94,8 @@ def plot_rates(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
     return _save(fig, run_dir / "rate_over_time.png")
 
 
-def plot_busbw(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
+def plot_busbw(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """busbw vs size per fabric: measured points, model lines, bottleneck rate."""
-    df = pd.read_csv(run_dir / "collective.csv")
     fabrics = list(dict.fromkeys(df.fabric))
     fig, axes = plt.subplots(1, len(fabrics), figsize=(5.5 * len(fabrics), 4.2), squeeze=False)
     for ax, fabric in zip(axes[0], fabrics, strict=True):
@@ -118,9 +115,8 @@ def plot_busbw(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
     return _save(fig, run_dir / "busbw_vs_size.png")
 
 
-def plot_flows(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
+def plot_flows(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """Per-flow throughput CDF: measured vs the model's hash-collision expectation."""
-    df = pd.read_csv(run_dir / "flows.csv")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, ((case, source), g) in enumerate(df.groupby(["case", "source"], sort=False)):
         _cdf(ax, g.throughput_bps.to_numpy() * _GBPS, label=f"{case} {source}",
@@ -132,9 +128,8 @@ def plot_flows(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
     return _save(fig, run_dir / "flow_throughput_cdf.png")
 
 
-def plot_tiers(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
+def plot_tiers(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """Utilisation of the busiest link of every tier, measured vs model, per fabric."""
-    df = pd.read_csv(run_dir / "tiers.csv")
     fabrics = list(dict.fromkeys(df.fabric))
     fig, axes = plt.subplots(1, len(fabrics), figsize=(5.5 * len(fabrics), 4), squeeze=False)
     for ax, fabric in zip(axes[0], fabrics, strict=True):
@@ -150,20 +145,69 @@ def plot_tiers(run_dir: Path, metrics: pd.DataFrame) -> Path | None:
     return _save(fig, run_dir / "tier_utilisation.png")
 
 
-PLOTS: dict[str, Callable[[Path, pd.DataFrame], Path | None]] = {
+PLOTS: dict[str, Callable[[Path, pd.DataFrame, pd.DataFrame], Path | None]] = {
     "queue.csv": plot_queue, "latency.csv": plot_latency, "rates.csv": plot_rates,
     "collective.csv": plot_busbw, "flows.csv": plot_flows, "tiers.csv": plot_tiers,
 }
 
+#: Columns each CSV must have to be plotted: (all, of which numeric).
+CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "metrics.csv": (("case", "metric", "predicted"), ("predicted",)),
+    "queue.csv": (("case", "port", "t_s", "backlog_bytes"), ("t_s", "backlog_bytes")),
+    "queue_model.csv": (("case", "t_s", "queue_bytes"), ("t_s", "queue_bytes")),
+    "latency.csv": (("case", "one_way_s"), ("one_way_s",)),
+    "rates.csv": (("case", "msg_id", "t_s", "rate_bps"), ("t_s", "rate_bps")),
+    "collective.csv": (("fabric", "collective", "size_bytes", "busbw_bps", "busbw_model_bps",
+                        "bottleneck_bps"),
+                       ("size_bytes", "busbw_bps", "busbw_model_bps", "bottleneck_bps")),
+    "flows.csv": (("case", "source", "throughput_bps"), ("throughput_bps",)),
+    "tiers.csv": (("fabric", "tier", "utilisation_measured", "utilisation_model"),
+                  ("utilisation_measured", "utilisation_model")),
+}
+
+
+def _bad_run(run_dir: Path, why: str) -> ParameterError:
+    return ParameterError("run_dir", str(run_dir), why)
+
+
+def read_csv(path: Path, columns: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame:
+    """A CSV of a run directory with the columns a plot needs (numeric where it must);
+    ParameterError naming the file otherwise."""
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame(columns=list(columns))
+    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as e:
+        raise _bad_run(path.parent, f"{path.name} is not a readable CSV "
+                                    f"({' '.join(str(e).split())})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise _bad_run(path.parent, f"{path.name} lacks the column(s) {', '.join(missing)}")
+    for col in numeric:
+        try:
+            df[col] = pd.to_numeric(df[col])
+        except (TypeError, ValueError):
+            raise _bad_run(path.parent, f"{path.name} has non-numeric {col} values") from None
+    return df
+
 
 def render_plots(run_dir: Path) -> list[Path]:
-    metrics = pd.read_csv(run_dir / "metrics.csv")
+    metrics = read_csv(run_dir / "metrics.csv", *CSV_COLUMNS["metrics.csv"])
     made = []
     for csv, plot in PLOTS.items():
-        if (run_dir / csv).exists() and (run_dir / csv).stat().st_size > 0:
-            path = plot(run_dir, metrics)
-            if path is not None:
-                made.append(path)
+        if not (run_dir / csv).exists():
+            continue
+        df = read_csv(run_dir / csv, *CSV_COLUMNS[csv])
+        if df.empty:
+            continue
+        try:
+            path = plot(run_dir, df, metrics)
+        except (TypeError, ValueError, KeyError, IndexError) as e:
+            plt.close("all")
+            raise _bad_run(run_dir, f"cannot plot {csv}: {type(e).__name__}: "
+                                    f"{' '.join(str(e).split())}") from None
+        if path is not None:
+            made.append(path)
     return made
 
 
@@ -178,7 +222,7 @@ def _fmt(x: Any) -> str:
 
 
 def _err(err: float | None) -> str:
-    if err is None:
+    if not isinstance(err, (int, float)) or isinstance(err, bool) or not math.isfinite(err):
         return "n/a"
     color = "green" if abs(err) <= 0.05 else "yellow" if abs(err) <= 0.15 else "red"
     return f"[{color}]{err:+.1%}[/]"
@@ -191,33 +235,69 @@ def summary_table(summary: Mapping[str, Any], title: str) -> Table:
                       ("valid", "center")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in summary["metrics"]:
-        table.add_row(r["case"], r["metric"], r["unit"], _fmt(r["measured"]),
+        table.add_row(escape(str(r["case"])), escape(str(r["metric"])), escape(str(r["unit"])),
+                      _fmt(r["measured"]),
                       _fmt(r["predicted"]), _err(r.get("error_rel")),
                       "[green]yes[/]" if r.get("valid") else "[red]no[/]")
     return table
 
 
+def load_json(run_dir: Path, name: str, required: Mapping[str, type]) -> dict:
+    """``run_dir/name`` as a dict with ``required`` keys of the given types."""
+    path = run_dir / name
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _bad_run(run_dir, f"no {name}: not a finished run") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise _bad_run(run_dir, f"{name} is unreadable or truncated "
+                                f"({' '.join(str(e).split())})") from None
+    if not isinstance(data, dict):
+        raise _bad_run(run_dir, f"{name} does not hold a JSON object")
+    for key, kind in required.items():
+        if not isinstance(data.get(key), kind):
+            raise _bad_run(run_dir, f"{name} lacks {key!r} (or it has the wrong type)")
+    return data
+
+
+def _check_summary(run_dir: Path, summary: dict) -> None:
+    for row in summary["metrics"]:
+        if not (isinstance(row, dict) and all(k in row for k in
+                                              ("case", "metric", "unit", "measured",
+                                               "predicted"))):
+            raise _bad_run(run_dir, "summary.json has a malformed metric row")
+    for rep in summary["cases"].values():
+        if not (isinstance(rep, dict) and isinstance(rep.get("reasons"), list)):
+            raise _bad_run(run_dir, "summary.json has a malformed case verdict")
+
+
 def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
-    """Re-render a finished run: plots from its CSVs and the summary table."""
+    """Re-render a finished run: plots from its CSVs and the summary table.
+    ParameterError (one line) for anything that is not a readable run directory."""
     run_dir = Path(run_dir)
-    if not (run_dir / "summary.json").exists():
-        raise ParameterError("run_dir", str(run_dir), "no summary.json: not a finished run")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    config = json.loads((run_dir / "config.json").read_text())
+    if not run_dir.is_dir():
+        raise _bad_run(run_dir, "does not exist" if not run_dir.exists()
+                       else "is not a directory")
+    summary = load_json(run_dir, "summary.json",
+                        {"experiment": str, "valid": bool, "cases": dict, "metrics": list})
+    _check_summary(run_dir, summary)
+    config = load_json(run_dir, "config.json", {})
     made = render_plots(run_dir)
     if not show:
         return made
-    console.print(summary_table(summary, f"{summary['experiment']}: measured vs model "
+    console.print(summary_table(summary, f"{escape(summary['experiment'])}: measured vs model "
                                          f"(real-fabric units, S = {config.get('scale')})"))
     for case, rep in summary["cases"].items():
-        if rep["valid"]:
-            console.print(f"[green]fidelity ok[/]  {case}")
+        if rep.get("valid"):
+            console.print(f"[green]fidelity ok[/]  {escape(str(case))}")
         else:
-            console.print(f"[red]fidelity FAILED[/]  {case}: " + "; ".join(rep["reasons"]))
-    verdict = "[green]VALID[/]" if summary["valid"] else \
-        f"[red]INVALID[/] (suggested S = {summary['suggested_scale']:g})"
-    console.print(f"run {verdict}; results in {run_dir}/ (summary.json, config.json, "
+            console.print(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
+                          + escape("; ".join(map(str, rep["reasons"]))))
+    suggested = summary.get("suggested_scale")
+    verdict = "[green]VALID[/]" if summary["valid"] else "[red]INVALID[/]" + (
+        f" (suggested S = {suggested:g})" if isinstance(suggested, (int, float)) else "")
+    console.print(f"run {verdict}; results in {escape(str(run_dir))}/ (summary.json, config.json, "
                   f"{len(list(run_dir.glob('*.csv')))} CSVs)")
     for p in made:
-        console.print(f"  plot: {p}")
+        console.print(f"  plot: {escape(str(p))}")
     return made

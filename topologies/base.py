@@ -147,13 +147,16 @@ class FabricTopo(Topo):
         self._dpid = 0
         # Counted from the parameters first: a huge graph is refused before it is built.
         own = {k: v for k, v in params.items() if k not in ("hopts", "sopts", "lopts")}
-        type(self).checked_size(*args, **own)
+        known = type(self).checked_size(*args, **own)
         super().__init__(*args, **params)
+        if known is None:  # a class without size(): checked once built
+            check_size(self.family, TopoSize(len(self.host_nodes()), len(self.switch_nodes()),
+                                             len(self.links())))
 
     @classmethod
-    def checked_size(cls, *args, **params) -> TopoSize:
+    def checked_size(cls, *args, **params) -> TopoSize | None:
         """:meth:`size` of build()'s arguments (given as build() takes them),
-        checked against the caps; builds nothing."""
+        checked against the caps; builds nothing. None if the class has no size()."""
         signature = inspect.signature(cls.build)
         bound = signature.bind(None, *args, **params)  # TypeError as build() would raise
         positional: list = []
@@ -166,14 +169,17 @@ class FabricTopo(Topo):
                 named.update(value)
             else:
                 named[name] = value
-        return check_size(cls.family, cls.size(*positional, **named))
+        size = cls.size(*positional, **named)
+        return None if size is None else check_size(cls.family, size)
 
     @classmethod
-    def size(cls, *args, **params) -> TopoSize:
+    def size(cls, *args, **params) -> TopoSize | None:
         """Hosts, switches and links that build() would create, computed in constant
         time from build()'s parameters (all passed by name but build()'s ``*args``);
-        raises build()'s ParameterErrors for the parameters that set the counts."""
-        raise NotImplementedError(f"{cls.__name__} does not compute its size")
+        raises build()'s ParameterErrors for the parameters that set the counts.
+        Every registered topology defines it; None (here) defers the check until
+        the graph is built."""
+        return None
 
     def add_host(self, name: str, **info) -> str:
         return self.addHost(name, role="host", tier=0, **info)

@@ -85,6 +85,20 @@ class Thresholds:
             return cls(*value)
         raise ParameterError("thresholds", value, "expected (kmin_bytes, kmax_bytes, pmax)")
 
+    @classmethod
+    def from_text(cls, text: str, pmax: float = REF_PMAX, name: str = "thresholds") -> Thresholds:
+        """``"100K/400K"`` (Kmin/Kmax, sizes as emu.units reads them) -> Thresholds."""
+        from emu.units import parse_size_bytes
+
+        parts = text.split("/") if isinstance(text, str) else []
+        if len(parts) != 2 or not all(p.strip() for p in parts):
+            raise ParameterError(name, text, "expected KMIN/KMAX in bytes, e.g. 100K/400K")
+        kmin, kmax = (parse_size_bytes(p, name) for p in parts)
+        try:
+            return cls(kmin, kmax, pmax)
+        except ParameterError as e:
+            raise ParameterError(name, text, e.why) from None
+
     def as_dict(self) -> dict[str, float]:
         return {"kmin_bytes": self.kmin_bytes, "kmax_bytes": self.kmax_bytes, "pmax": self.pmax}
 

@@ -19,6 +19,7 @@ from experiments.common import (
     Run,
     error_rel,
     jain_index,
+    parse_scale,
     parse_sizes,
     parse_specs,
     resolve_options,
@@ -137,13 +138,28 @@ def test_a_failing_case_keeps_the_finished_ones(tmp_path):
     def execute(run: Run, opts: dict) -> None:
         run.metric("first", "busbw", "Gb/s", 390.0, 394.0)
         run.fidelity("first", FidelityReport(True, [], 1.0))
+        run.commit("first")
+        run.metric("second", "busbw", "Gb/s", 1.0, 394.0)  # the running case: dropped
         raise RuntimeError("second case broke")
 
+    out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="second case broke"):
-        run_experiment("synthetic", {"scale": Option(1e5, "S")}, execute, str(tmp_path),
-                       False, {})
-    summary = json.loads((tmp_path / "summary.json").read_text())
+        run_experiment("synthetic", {"scale": Option(1e5, "S", parse=parse_scale)}, execute,
+                       str(out), False, {})
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["valid"] is False
+    assert summary["status"] == "stopped"
     assert summary["reasons"] == ["incomplete: stopped by RuntimeError: second case broke"]
     assert [m["case"] for m in summary["metrics"]] == ["first"]
-    assert (tmp_path / "metrics.csv").exists()
+    assert (out / "metrics.csv").exists()
+
+
+def test_a_run_that_fails_before_any_case_leaves_nothing(tmp_path):
+    def execute(run: Run, opts: dict) -> None:
+        raise RuntimeError("fabric build failed")
+
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError):
+        run_experiment("synthetic", {"scale": Option(1e5, "S", parse=parse_scale)}, execute,
+                       str(out), False, {})
+    assert not out.exists()

@@ -40,7 +40,23 @@ def test_size_from_parameters_matches_the_built_graph(spec):
 
 def test_every_registered_topology_computes_its_size():
     for name, cls in registry().items():
-        assert cls.size is not FabricTopo.size, name
+        assert cls.size.__func__ is not FabricTopo.size.__func__, name
+
+
+def test_a_topology_without_size_is_checked_once_built():
+    class Star(FabricTopo):
+        family = "star"
+
+        def build(self, n: int = 2) -> None:
+            hub = self.add_switch("s1", "leaf", 1)
+            for i in range(n):
+                self.add_link(self.add_host(f"h{i + 1}"), hub, rate_bps=1e9, delay_s=0.0,
+                              tier="host-leaf")
+
+    assert len(Star(3).host_nodes()) == 3
+    with pytest.raises(ParameterError) as err:
+        Star(MAX_HOSTS + 1)
+    assert err.value.name == "hosts"
 
 
 @pytest.mark.parametrize("spec, name", [

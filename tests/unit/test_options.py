@@ -1,0 +1,203 @@
+"""Experiment options: every value parsed and checked up front (before any fabric or
+run directory exists), empty sweeps refused, and the rerun line of config.json
+reproducing the run's options exactly."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from typer.testing import CliRunner
+
+from emu.errors import ParameterError
+from emu.fidelity import FidelityReport, combine
+from experiments import common
+from experiments import demo as demo_module
+from experiments.common import Run, parse_int, parse_list, resolve_options
+from experiments.registry import EXPERIMENTS, cli_run, parse_sets
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch, tmp_path):
+    """Every experiment's execute() fails the test if reached; the cwd is empty."""
+    def execute(run, opts, prefix=""):
+        raise AssertionError("execute() reached: an invalid option got through")
+
+    for module in EXPERIMENTS.values():
+        monkeypatch.setattr(module, "execute", execute)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+BAD = [
+    ("incast", {"thresholds": "100KB"}, "thresholds"),
+    ("incast", {"thresholds": "1/2/3"}, "thresholds"),
+    ("incast", {"thresholds": "400K/100K"}, "thresholds"),
+    ("incast", {"thresholds": "100K/400K;"}, "thresholds"),
+    ("incast", {"senders": "abc"}, "senders"),
+    ("incast", {"senders": "1.5"}, "senders"),
+    ("incast", {"senders": "-1"}, "senders"),
+    ("incast", {"senders": "0"}, "senders"),
+    ("incast", {"senders": "16"}, "senders"),        # fattree,4: 15 besides the receiver
+    ("incast", {"senders": "4", "topo": "leafspine,2,2,2"}, "senders"),
+    ("incast", {"senders": True}, "senders"),
+    ("incast", {"cc": "bogus"}, "cc"),
+    ("incast", {"cc": "off;off"}, "cc"),
+    ("incast", {"dcqcn": "bogus"}, "dcqcn"),
+    ("incast", {"pmax": "0"}, "pmax"),
+    ("incast", {"pmax": "nan"}, "pmax"),
+    ("incast", {"size": "0"}, "size"),
+    ("incast", {"size": "1e400"}, "size"),
+    ("incast", {"topo": "fattree,10000"}, "topo"),
+    ("incast", {"topo": "torus,1000,1000"}, "topo"),
+    ("incast", {"topo": "nosuch,4"}, "topo"),
+    ("incast", {"topo": "leafspine,1,1,1"}, "topo"),  # one host: no sender
+    ("incast", {"scale": "0"}, "scale"),
+    ("incast", {"scale": "-3"}, "scale"),
+    ("incast", {"scale": "nan"}, "scale"),
+    ("incast", {"scale": "inf"}, "scale"),
+    ("incast", {"scale": "10"}, "scale"),            # 400G would exceed what a veth holds
+    ("incast", {"bogus": "1"}, "option"),
+    ("collective", {"cc": "bogus"}, "cc"),
+    ("collective", {"collectives": "bogus"}, "collectives"),
+    ("collective", {"sizes": "1GiB"}, "sizes"),
+    ("collective", {"sizes": "1MiB;abc"}, "sizes"),
+    ("collective", {"topos": "fattree,4;fattree,64"}, "topos"),
+    ("collective", {"hash_draws": "0"}, "hash_draws"),
+    ("ratios", {"collective": "bogus"}, "collective"),
+    ("ecmp", {"samples": "1e9"}, "samples"),
+    ("ecmp", {"seeds": "x"}, "seeds"),
+    ("fairness", {"flows": "16"}, "flows"),
+    ("fairness", {"gap": "1s"}, "gap"),
+    ("fairness", {"settle": "1"}, "settle"),
+    ("fairness", {"cc": "dcqcn"}, "cc"),
+    ("demo", {"senders": "abc"}, "senders"),
+    ("demo", {"dcqcn": "bogus"}, "dcqcn"),
+    ("demo", {"incast_size": "-1"}, "incast_size"),
+]
+
+EMPTY = [("incast", "cc"), ("incast", "thresholds"), ("collective", "sizes"),
+         ("collective", "topos"), ("collective", "collectives"), ("ratios", "topos"),
+         ("ecmp", "seeds"), ("demo", "sizes"), ("demo", "topo"), ("incast", "topo"),
+         ("fairness", "thresholds")]
+
+
+@pytest.mark.parametrize("name, overrides, option", BAD)
+def test_bad_options_are_refused_before_anything_is_created(name, overrides, option,
+                                                            nothing_runs):
+    with pytest.raises(ParameterError) as err:
+        cli_run(name, None, quick=True, overrides=overrides)
+    assert err.value.name == option
+    assert "\n" not in str(err.value)
+    assert list(nothing_runs.iterdir()) == []        # not even runs/
+
+
+@pytest.mark.parametrize("name, option", EMPTY)
+@pytest.mark.parametrize("value", ["", " ", ";"])
+def test_empty_sweeps_are_refused(name, option, value, nothing_runs):
+    with pytest.raises(ParameterError) as err:
+        cli_run(name, None, overrides={option: value})
+    assert err.value.name == option
+
+
+@pytest.mark.parametrize("value, expected", [("OFF", ["off"]), ("Off;DCQCN", ["off", "dcqcn"]),
+                                             (" dcqcn ", ["dcqcn"])])
+def test_cc_is_case_insensitive(value, expected):
+    from experiments import incast
+
+    assert resolve_options(incast.OPTIONS, True, {"cc": value})["cc"] == expected
+
+
+def test_every_default_and_quick_configuration_parses_and_checks():
+    for name, module in EXPERIMENTS.items():
+        for quick in (False, True):
+            opts = resolve_options(module.OPTIONS, quick, {}, getattr(module, "check", None))
+            assert opts["scale"] >= 1, name
+
+
+def test_scale_given_twice_is_refused(nothing_runs):
+    with pytest.raises(ParameterError):
+        cli_run("incast", None, scale="1e5", overrides={"scale": "2e5"})
+
+
+def test_parse_sets():
+    assert parse_sets(["a=1", "topo=fattree,4,k=v"]) == {"a": "1", "topo": "fattree,4,k=v"}
+    for bad in (["novalue"], ["=1"], ["a=1", "a=2"]):
+        with pytest.raises(ParameterError):
+            parse_sets(bad)
+
+
+def test_int_and_list_parsers():
+    assert parse_int(1, 5)(" 3 ") == 3
+    for bad in ("1.5", "abc", "", "0", "6", True, 2.0, None):
+        with pytest.raises(ParameterError):
+            parse_int(1, 5)(bad)
+    assert parse_list(parse_int(0))("1;2") == [1, 2]
+    assert parse_list(parse_int(0))([1, 2]) == [1, 2]    # typed values pass through
+    for bad in ("", ";", "1;;2", "1;1", [], 5):
+        with pytest.raises(ParameterError):
+            parse_list(parse_int(0))(bad)
+
+
+def test_a_run_that_measured_nothing_is_not_valid():
+    assert not combine([]).valid
+    assert combine([]).reasons
+    assert combine([FidelityReport(True, [], 1.0)]).valid
+
+
+# -- the rerun line -----------------------------------------------------------------
+
+def _record_options(monkeypatch) -> list[dict]:
+    """demo.execute replaced by one that records its options and one trivial case."""
+    seen: list[dict] = []
+
+    def execute(run: Run, opts: dict) -> None:
+        seen.append(dict(opts))
+        run.metric("case", "m", "u", 1.0, 1.0)
+        run.fidelity("case", FidelityReport(True, [], opts["scale"]))
+        run.commit("case")
+
+    monkeypatch.setattr(demo_module, "execute", execute)
+    monkeypatch.setattr(common, "capabilities", lambda: {})
+    return seen
+
+
+@pytest.mark.parametrize("command", [
+    ["demo", "--scale", "200000", "--set", "senders=2", "--set", "sizes=1MiB;256KiB"],
+    ["run", "demo", "--quick", "-S", "150000", "--set", "thresholds=50K/200K",
+     "--set", "topo=leafspine,2,2,4", "--set", "dcqcn=NIC"],
+    ["demo", "--quick"],
+])
+def test_rerun_line_reproduces_the_options(command, tmp_path, monkeypatch):
+    from emu.cli import app
+
+    seen = _record_options(monkeypatch)
+    runner = CliRunner()
+    first = runner.invoke(app, [*command, "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    argv = shlex.split(config["rerun"])
+    assert argv[:3] == ["emu", "run", "demo"]
+    assert argv[-2:] == ["--out", str(tmp_path / "a")]
+    again = runner.invoke(app, [*argv[1:-2], "--out", str(tmp_path / "b")])
+    assert again.exit_code == 0, again.output
+    assert len(seen) == 2 and seen[0] == seen[1]
+    rerun = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert rerun["options"] == config["options"] and rerun["quick"] == config["quick"]
+    if "--scale" in command or "-S" in command:
+        given = command[command.index("--scale" if "--scale" in command else "-S") + 1]
+        assert seen[0]["scale"] == float(given)
+    if "senders=2" in command:
+        assert seen[0]["senders"] == 2 and seen[0]["sizes"] == [1 << 20, 256 << 10]
+
+
+def test_demo_refuses_unknown_options(tmp_path, monkeypatch):
+    from emu.cli import app
+
+    _record_options(monkeypatch)
+    result = CliRunner().invoke(app, ["demo", "--bogus", "--out", str(tmp_path / "a")])
+    assert result.exit_code == 2
+    result = CliRunner().invoke(app, ["demo", "--set", "bogus=1", "--out", str(tmp_path / "a")])
+    assert isinstance(result.exception, ParameterError)
+    assert not (tmp_path / "a").exists()
