@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
+import traceback
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from emu.errors import FabricEmuError
@@ -111,9 +114,12 @@ def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
               ) -> None:
     """Sizes, per-tier rates (real and emulated), bisection bandwidth, diameter."""
     from emu.scaling import Scale
-    from emu.topoinfo import describe_topology, draw_topology
-    from emu.topospec import build_topo
+    from emu.topoinfo import check_drawing, describe_topology, draw_topology
+    from emu.topospec import build_topo, topo_size
 
+    size = topo_size(spec)  # the caps, from the parameters alone
+    if png is not None:
+        check_drawing(size, png)
     topo = build_topo(spec)
     info = describe_topology(topo, Scale(scale))
     if png is not None:
@@ -122,7 +128,7 @@ def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
     if as_json:
         print(json.dumps(info, indent=2))
         return
-    console.print(f"[bold]{info['topology']}[/]  hosts={info['hosts']} "
+    console.print(f"[bold]{escape(info['topology'])}[/]  hosts={info['hosts']} "
                   f"switches={info['switches']} links={info['links']} "
                   f"diameter={info['diameter_hops']} hops  "
                   f"bisection={format_rate(info['bisection_bps'])}b/s")
@@ -134,7 +140,7 @@ def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
                       format_rate(tier["rate_emu_bps"]) + "b/s", f"{tier['buffer_bytes']:,} B")
     console.print(table)
     if png is not None:
-        console.print(f"drawing: {png}")
+        console.print(f"drawing: {escape(str(png))}")
 
 
 @app.command()
@@ -226,7 +232,7 @@ def _experiment_help() -> str:
 
 
 def _finish(result) -> None:  # noqa: ANN001 - experiments.common.RunResult
-    console.print(f"results: {result.run_dir}")
+    console.print(f"results: {escape(str(result.run_dir))}")
     if not result.valid:
         console.print("[yellow]the fidelity gate marked this run INVALID (see summary); "
                       "its measurements do not represent the real fabric[/]")
@@ -236,10 +242,8 @@ def _finish(result) -> None:  # noqa: ANN001 - experiments.common.RunResult
 @app.command()
 def run(name: Annotated[str, typer.Argument(help="incast | collective | ratios | ecmp | "
                                             "fairness | demo")] = "",
-        out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
-        quick: Annotated[bool, typer.Option("--quick", help="small, fast configuration")] = False,
-        scale: Annotated[float | None, typer.Option("--scale", "-S", help="override S")] = None,
-        sets: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE option")] = None,
+        out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
+        sets: SetOpt = None, force: ForceOpt = False, resume: ResumeOpt = False,
         list_options: Annotated[bool, typer.Option("--list", help="list experiments and "
                                                    "options")] = False) -> None:
     """Run an experiment; writes config.json, CSVs, summary.json and plots to --out."""
@@ -250,20 +254,30 @@ def run(name: Annotated[str, typer.Argument(help="incast | collective | ratios |
         if not name and not list_options:
             raise typer.Exit(2)
         return
-    if name == "demo":
-        demo(out=out, quick=quick)
-        return
-    _finish(cli_run(name, out, quick, scale, parse_sets(sets)))
+    _finish(cli_run(name, out, quick, scale, parse_sets(sets), force=force, resume=resume))
 
 
 @app.command()
-def demo(out: Annotated[Path | None, typer.Option("--out", help="run directory")] = None,
-         quick: Annotated[bool, typer.Option("--quick")] = False) -> None:
+def demo(out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
+         sets: SetOpt = None, force: ForceOpt = False, resume: ResumeOpt = False) -> None:
     """The default experiment: incast with and without DCQCN plus a ring all-reduce on a
-    k=4 fat-tree, measured beside the model (about a minute)."""
+    k=4 fat-tree, measured beside the model (about a minute). Same as `emu run demo`."""
     from experiments.registry import demo as run_demo
+    from experiments.registry import parse_sets
 
-    _finish(run_demo(out, quick))
+    _finish(run_demo(out, quick, scale, parse_sets(sets), force=force, resume=resume))
+
+
+OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: a new "
+                                             "runs/NAME-<time>)")]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="small, fast configuration")]
+RunScaleOpt = Annotated[str | None, typer.Option("--scale", "-S", help="override S")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE option "
+                                                  "(see emu run --list)")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="start over in a non-empty --out "
+                                        "(removes the run files there)")]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cases of the "
+                                         "run in --out and run the rest")]
 
 
 @app.command()
@@ -271,10 +285,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a finished run director
     """Re-render the tables and plots of a finished run."""
     from experiments.registry import report as render
 
-    if not (run_dir / "summary.json").is_file():
-        raise FabricEmuError(f"{run_dir} is not a finished run (no summary.json)")
     for path in render(run_dir):
-        console.print(f"plot: {path}")
+        console.print(f"plot: {escape(str(path))}")
 
 
 @app.command()
@@ -299,17 +311,38 @@ def _terminate(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+#: Set (to anything but 0) to see the traceback behind an error message.
+DEBUG_ENV = "FABRICEMU_DEBUG"
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    """One line on stderr (whitespace folded, no markup, no wrapping), then exit."""
+    if os.environ.get(DEBUG_ENV, "0") not in ("", "0"):
+        traceback.print_exc()
+    sys.stderr.write(" ".join(message.split()) + "\n")
+    sys.stderr.flush()
+    sys.exit(code)
+
+
 def main() -> None:
+    """Exit codes: 0 ok, 1 a test failed (or an internal error), 2 bad input or a
+    missing feature, 3 the fidelity gate marked the run invalid, 130 interrupted."""
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
     try:
-        app()  # standalone: usage errors are reported by the CLI library itself
+        app(prog_name="emu")  # usage errors and Ctrl-C (130) are handled by typer itself
     except FabricEmuError as e:
-        console.print(f"[red]error:[/] {e}")
-        sys.exit(2)
+        _fail(f"error: {e}", 2)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted; everything created was removed[/]")
-        sys.exit(130)
+        _fail("interrupted; everything created was removed", 130)
+    except OSError as e:
+        if e.filename is None:  # not about a path: an internal error
+            _fail(f"internal error: {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for the "
+                  "traceback)", 1)
+        _fail(f"error: {e.filename}: {e.strerror or e}", 2)
+    except Exception as e:
+        _fail(f"internal error: {type(e).__name__}: {e} (a bug; set {DEBUG_ENV}=1 for the "
+              "traceback)", 1)
 
 
 if __name__ == "__main__":
