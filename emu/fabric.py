@@ -13,19 +13,23 @@ fork per command.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import subprocess
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from pyroute2.netlink.exceptions import NetlinkError
+
 from emu.addressing import AddressPlan, plan_addresses
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
+from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
+from emu.ecmp import SEED_SYSCTL, HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.bpf import raise_fd_limit
-from emu.errors import NotRootError
+from emu.errors import FabricEmuError, NotRootError, ParameterError
 from emu.ipbatch import run_ip_batches
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
@@ -48,23 +52,13 @@ _COMMON_SYSCTLS = {
 _SWITCH_SYSCTLS = {
     **_COMMON_SYSCTLS,
     "net.ipv4.ip_forward": 1,
-    # Hash on the 5-tuple so the RoCEv2 UDP source port is the ECMP entropy.
-    "net.ipv4.fib_multipath_hash_policy": 1,
+    # The ECMP hash (policy, seed or fields: every switch its own) comes from emu.ecmp.
     "net.ipv4.conf.all.send_redirects": 0,
     "net.ipv4.conf.default.send_redirects": 0,
 }
 _HOST_SYSCTLS = {**_COMMON_SYSCTLS, "net.ipv4.ip_forward": 0}
-#: Per-namespace ECMP hash seed (Linux >= 6.11). Without it every switch hashes a
-#: flow alike, so its choice at one tier fixes its choice at the next: on a k=4
-#: fat-tree each aggregation switch sent all its traffic up one of its two core
-#: links (polarization). Real fabrics give every switch its own seed.
-_HASH_SEED_SYSCTL = "net.ipv4.fib_multipath_hash_seed"
-
-
-def ecmp_hash_seed(node: str) -> int:
-    """A switch's own ECMP hash seed: nonzero (0 is the kernel's shared default) and
-    the same on every run, so path choices are reproducible."""
-    return zlib.crc32(node.encode()) or 1
+_HASH_SEED_SYSCTL = SEED_SYSCTL  # kept for emu.capabilities
+_IFF_UP = 0x1
 
 
 @dataclass(frozen=True)
@@ -100,7 +94,8 @@ class Fabric:
 
     def __init__(self, topo: FabricTopo, scale: Scale | None = None, *,
                  marking: str = "auto", thresholds: Any = None,
-                 capabilities: dict | None = None, delay: bool | str = "auto") -> None:
+                 capabilities: dict | None = None, delay: bool | str = "auto",
+                 ecmp_hash: str = "auto") -> None:
         self.topo = topo
         self.scale = scale or Scale()
         self.marking_requested = marking
@@ -123,8 +118,13 @@ class Fabric:
         self._ports: list[Port] = []
         self._procs: list[subprocess.Popen] = []
         self._ifindex: dict[tuple[str, str], int] = {}
+        self.down_links: set[frozenset[str]] = set()  # see set_link_up()
         self.build_s = 0.0
-        self.ecmp_seeded = False
+        if ecmp_hash not in ECMP_HASH_CHOICES:  # fails before building
+            raise ParameterError("ecmp_hash", ecmp_hash,
+                                 f"expected one of {', '.join(ECMP_HASH_CHOICES)}")
+        self.ecmp_hash_requested = ecmp_hash
+        self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp
         self.started = False
 
     # ------------------------------------------------------------------ life cycle
@@ -230,7 +230,8 @@ class Fabric:
             "scale": self.scale.factor, "marking": self.marking,
             "delay_emulated": self.delay_emulated, "delay_detail": self.delay_detail,
             "delay_notes": list(self.delays.notes), "build_s": self.build_s,
-            "roce_sink": self.roce_sinks.kind, "ecmp_hash_seed_per_switch": self.ecmp_seeded,
+            "roce_sink": self.roce_sinks.kind,
+            **(self.ecmp_hash.summary() if self.ecmp_hash else {}),
         }
 
     # ------------------------------------------------------------------ build steps
@@ -255,17 +256,17 @@ class Fabric:
             log.warning("link delay: %s", note)
 
     def _create_namespaces(self) -> None:
-        self.ecmp_seeded = os.path.exists("/proc/sys/" + _HASH_SEED_SYSCTL.replace(".", "/"))
-        if not self.ecmp_seeded:
-            log.warning("kernel lacks %s: every switch hashes flows alike, so ECMP choices "
-                        "of successive tiers are correlated", _HASH_SEED_SYSCTL)
+        self.ecmp_hash = plan_hashing(choose_mechanism(self.ecmp_hash_requested),
+                                      self.routes, self.switches)
+        if self.ecmp_hash.correlated_pairs:
+            log.warning("ECMP: %d pair(s) of switches on a common path hash flows alike (%s): "
+                        "their choices are correlated, unlike the model's",
+                        self.ecmp_hash.correlated_pairs, self.ecmp_hash.mechanism)
         for node in self.topo.nodes():
             if self.topo.role(node) == "host":
                 sysctls = _HOST_SYSCTLS
-            elif self.ecmp_seeded:
-                sysctls = {**_SWITCH_SYSCTLS, _HASH_SEED_SYSCTL: ecmp_hash_seed(node)}
             else:
-                sysctls = _SWITCH_SYSCTLS
+                sysctls = {**_SWITCH_SYSCTLS, **self.ecmp_hash.sysctls[node]}
             self.namespaces.create(node, sysctls)
         for host in self.hosts:
             self.namespaces.iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)
@@ -300,21 +301,24 @@ class Fabric:
         return lines + self._route_lines(node)
 
     def _route_lines(self, node: str) -> list[str]:
-        table = self.routes.next_hops[node]
+        return [f"route add {prefix} {how}" for prefix, how in self._route_specs(node).items()]
+
+    def _route_specs(self, node: str) -> dict[str, str]:
+        """``node``'s routes per ``self.routes``: prefix -> next hops (and source)."""
+        table = {dst: hops for dst, hops in self.routes.next_hops[node].items() if hops}
         is_host = self.topo.role(node) == "host"
         src = f" src {self.plan.host_ip[node]}" if is_host else ""
-        lines = []
+        specs = {}
         default_hops: tuple[str, ...] | None = None
         if is_host and table:
             # Hosts: one default route toward their usual first hop, exceptions
             # (e.g. NVLink peers of a multi-homed GPU) as /32s.
             default_hops = Counter(table.values()).most_common(1)[0][0]
-            lines.append(f"route add default {self._nexthops(node, default_hops)}{src}")
+            specs["default"] = f"{self._nexthops(node, default_hops)}{src}"
         for dst, hops in table.items():
             if dst != node and hops != default_hops:
-                lines.append(f"route add {self.plan.host_ip[dst]}/32 "
-                             f"{self._nexthops(node, hops)}{src}")
-        return lines
+                specs[f"{self.plan.host_ip[dst]}/32"] = f"{self._nexthops(node, hops)}{src}"
+        return specs
 
     def _nexthops(self, node: str, hops: tuple[str, ...]) -> str:
         ifaces = [self.plan.iface(node, hop) for hop in hops]
@@ -370,3 +374,55 @@ class Fabric:
             HostPorts(self.netns_path(h), self.namespaces.iprs[h],
                       [self._ifindex[(h, i.ifname)] for i in self.plan.interfaces[h]])
             for h in self.hosts)
+
+    # ------------------------------------------------------------------ link failures
+    def link_is_up(self, a: str, b: str) -> bool:
+        """Whether link a-b is in service (not taken down with ``set_link_up``)."""
+        self._link_ends(a, b)
+        return frozenset((a, b)) not in self.down_links
+
+    def iface_is_up(self, node: str, peer: str) -> bool:
+        """Whether ``node``'s interface toward ``peer`` is administratively up (kernel state)."""
+        (link,) = self.ipr(node).get_links(self._ifindex[(node, self.plan.iface(node, peer).ifname)])
+        return bool(link["flags"] & _IFF_UP)
+
+    def set_link_up(self, a: str, b: str, up: bool) -> None:
+        """Take link a-b down (both veth ends) or bring it back up, then move every
+        node's routes onto the paths that remain (``compute_routes`` without the
+        down links), as a converged routing protocol would: ECMP spreads over the
+        surviving paths and a destination left without a path is withdrawn."""
+        ends = self._link_ends(a, b)
+        (self.down_links.discard if up else self.down_links.add)(frozenset((a, b)))
+        for node, iface in ends:
+            self.ipr(node).link("set", index=self._ifindex[(node, iface.ifname)],
+                                state="up" if up else "down")
+        if up:  # the kernel flushed the link's permanent neighbours with it
+            run_ip_batches({self.namespaces.name(node): [
+                f"neigh replace {iface.peer_ip} lladdr {iface.peer_mac} dev {iface.ifname} "
+                "nud permanent"] for node, iface in ends})
+        self._reroute(touched={a, b})
+
+    def _link_ends(self, a: str, b: str) -> list[tuple[str, Any]]:
+        try:
+            return [(a, self.plan.iface(a, b)), (b, self.plan.iface(b, a))]
+        except KeyError:
+            raise FabricEmuError(f"no link between {a!r} and {b!r} in this fabric") from None
+
+    def _reroute(self, touched: set[str]) -> None:
+        """Recompute the routes around ``self.down_links`` and apply the difference;
+        the ``touched`` nodes (the kernel flushed routes there) get all theirs again."""
+        old = {node: self._route_specs(node) for node in self.topo.nodes()}
+        self.routes = compute_routes(self.topo, frozenset(self.down_links))
+        batches: dict[str, list[str]] = {}
+        for node in self.topo.nodes():
+            new = self._route_specs(node)
+            batches[self.namespaces.name(node)] = [
+                f"route replace {prefix} {how}" for prefix, how in new.items()
+                if node in touched or old[node].get(prefix) != how]
+            for prefix in old[node].keys() - new.keys():
+                try:
+                    self.ipr(node).route("del", dst="0.0.0.0/0" if prefix == "default" else prefix)
+                except NetlinkError as e:
+                    if e.code != errno.ESRCH:  # ESRCH: the kernel flushed it with the link
+                        raise
+        run_ip_batches(batches)

@@ -7,6 +7,7 @@ pair). Replies are matched by (identifier = source index, sequence = destination
 
 from __future__ import annotations
 
+import errno
 import selectors
 import socket
 import struct
@@ -53,7 +54,11 @@ def ping_all(endpoints: list[tuple[str, str, str]], timeout_s: float = 3.0,
                 break
             for a, b in pending:
                 ia, ib = index[a], index[b]
-                socks[ia].sendto(echo_request(ia + 1, ib), (endpoints[ib][2], 0))
+                try:
+                    socks[ia].sendto(echo_request(ia + 1, ib), (endpoints[ib][2], 0))
+                except OSError as e:  # no route (a link is down): that pair is unreachable
+                    if e.errno not in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+                        raise
             deadline = time.monotonic() + timeout_s / tries
             while time.monotonic() < deadline and not all(result.values()):
                 for key, _ in sel.select(0.05):

@@ -22,6 +22,8 @@ from topologies.base import FabricTopo
 LINK_KEYS = ("rate_bps", "delay_s", "tier", "buffer_bytes")
 
 NextHops = dict[str, dict[str, tuple[str, ...]]]
+#: Links taken down, each as the frozenset of its two end nodes.
+DownLinks = frozenset[frozenset[str]]
 
 
 @dataclass(frozen=True)
@@ -82,26 +84,53 @@ class Routes:
         return dist
 
 
-def topo_graph(topo: FabricTopo) -> nx.Graph:
+def topo_graph(topo: FabricTopo, down: DownLinks = frozenset()) -> nx.Graph:
     """The topology as a networkx graph: node attributes = nodeInfo, edge
-    attributes = rate_bps, delay_s, tier, buffer_bytes."""
+    attributes = rate_bps, delay_s, tier, buffer_bytes; the ``down`` links left out."""
     graph = nx.Graph()
     for node in topo.nodes():
         graph.add_node(node, **topo.nodeInfo(node))
     for a, b, info in topo.fabric_links():
-        graph.add_edge(a, b, **{key: info[key] for key in LINK_KEYS})
+        if frozenset((a, b)) not in down:
+            graph.add_edge(a, b, **{key: info[key] for key in LINK_KEYS})
     return graph
 
 
-def compute_routes(topo: FabricTopo) -> Routes:
-    """Routes for every (node, destination host) pair, per ``topo.routing``."""
-    graph = topo_graph(topo)
+def compute_routes(topo: FabricTopo, down: DownLinks = frozenset()) -> Routes:
+    """Routes for every (node, destination host) pair, per ``topo.routing``,
+    around the ``down`` links: 'ecmp' takes the least-cost paths that remain (as
+    a converged routing protocol would); 'dor' has no alternative path, so a
+    route crossing a down link is withdrawn, up to its source."""
     hosts = tuple(topo.hosts())
     if topo.routing == "ecmp":
+        graph = topo_graph(topo, down)
         return Routes("ecmp", hosts, _least_cost_next_hops(graph, hosts, topo.link_costs))
     if topo.routing == "dor":
-        return Routes("dor", hosts, _dor_next_hops(graph, hosts))
+        next_hops = _dor_next_hops(topo_graph(topo), hosts)
+        if down:
+            _withdraw(next_hops, down)
+        return Routes("dor", hosts, next_hops)
     raise ParameterError("routing", topo.routing, "must be 'ecmp' or 'dor'")
+
+
+def _withdraw(next_hops: NextHops, down: DownLinks) -> None:
+    """Drop every next hop across a down link, then every next hop that no longer
+    leads to its destination, until nothing changes (in place)."""
+    for node, table in next_hops.items():
+        for dst, hops in list(table.items()):
+            table[dst] = tuple(hop for hop in hops if frozenset((node, hop)) not in down)
+    changed = True
+    while changed:
+        changed = False
+        for table in next_hops.values():
+            for dst, hops in list(table.items()):
+                alive = tuple(hop for hop in hops if hop == dst or next_hops[hop].get(dst))
+                if not alive:
+                    del table[dst]
+                    changed = True
+                elif alive != hops:
+                    table[dst] = alive
+                    changed = True
 
 
 def _switch_peers(graph: nx.Graph, host_set: set[str],
