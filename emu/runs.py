@@ -12,7 +12,7 @@ itself before it creates a namespace, so clean, which reads the records and list
 the namespaces under the lock, never sees a live run's namespace without its record.
 
 An experiment run or ``emu net`` declares itself a *session* (``declare_session``);
-its first registration then refuses to start while another live session exists,
+its first NamespaceSet (or ``claim_session``) then refuses while another live session exists,
 because two runs pin their workers to the same cores and skew each other's
 measurements (FABRICEMU_ALLOW_CONCURRENT=1 downgrades that to a warning). Test rigs,
 probes and benchmarks are not sessions and neither count nor are refused.
@@ -101,9 +101,20 @@ def declare_session(description: str) -> None:
     _session.description = description
 
 
+def claim_session() -> None:
+    """If this process declared a session and has not claimed it yet: refuse with
+    ConcurrentRunError (or warn) while another session is live, else record this one
+    until the process exits. Called before anything of a run is created."""
+    if _session.description is None or _session.run_id is not None:
+        return
+    if os.geteuid() != 0:  # cannot build a fabric at all; that error comes with the build
+        return
+    with registry_lock():
+        _claim_session()
+
+
 def _claim_session() -> None:
-    """Under the registry lock: refuse (or warn) if another session is live, else
-    record this one until the process exits."""
+    """claim_session's work; the caller holds the registry lock."""
     if _session.description is None or _session.run_id is not None:
         return
     others = [r for r in list_runs()
@@ -229,6 +240,9 @@ class NamespaceSet:
     """
 
     def __init__(self, description: str) -> None:
+        # A session refuses here, before its fabric exists: capability probes catch
+        # errors from their own namespaces, so a refusal in create() could be hidden.
+        claim_session()
         self.run_id = new_run_id()
         self.description = description
         self.iprs: dict[str, IPRoute] = {}

@@ -118,6 +118,21 @@ def test_a_second_session_is_refused_while_one_is_live(registry, other_process):
     assert [r.run_id for r in runs.list_runs()] == ["5e551011"]  # nothing registered
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a session is only claimed by root")
+def test_a_session_is_refused_before_its_first_namespace_set_exists(registry, other_process):
+    _record("5e551011", other_process.pid, "session", "emu net --cli")
+    runs.declare_session("emu run incast")
+    with pytest.raises(runs.ConcurrentRunError, match="emu net --cli"):
+        runs.NamespaceSet("fattree,4")  # a Fabric makes this before probing or building
+    runs.declare_session("emu run incast")
+    other_process.kill()
+    other_process.wait()
+    scratch = runs.NamespaceSet("fattree,4")  # the other run is gone: claimed now
+    assert [r.kind for r in runs.list_runs() if r.alive] == ["session"]
+    assert scratch.run_id
+    runs._end_session()
+
+
 def test_concurrency_can_be_allowed_with_a_warning(registry, other_process, monkeypatch, caplog):
     _record("5e551011", other_process.pid, "session", "emu net")
     monkeypatch.setenv(runs.ALLOW_CONCURRENT_ENV, "1")
