@@ -12,14 +12,21 @@ Processes. The engine process opens every socket inside the hosts' namespaces
 (``emu.netns.in_netns``: one TPACKET_V2 receive ring per host, one send socket
 per host interface), then forks at most one worker per usable core; each worker
 inherits the sockets of *its* hosts only (a host belongs to exactly one worker)
-and is pinned to its own core. ``traffic/nic.py`` is the worker loop.
+and is pinned to its own core. ``traffic/nic.py`` is the worker loop (event-driven: epoll, a timerfd at the
+earliest deadline, dependency counters), ``traffic/rawsock.py`` the socket
+plumbing, ``traffic/plan.py`` what workers are handed and share.
+
+Machine CPU. The engine reads /proc/stat when the clock starts and when the run
+ends: ``machine_busy`` is the fraction of every CPU of the machine that was not
+idle meanwhile (softirq, the kernel's forwarding, other processes included), the
+headroom the fidelity gate checks.
 
 Dependencies. A message may start once every dependency is **fully received**
 (its last byte delivered in order at the destination, as an RDMA WRITE's data
 is usable by the receiver) and not before ``t0 + start_s`` (real seconds,
-dilated by S). Completion crosses workers through a shared byte array with one
-writer per slot (the receiver's worker); the start clock ``t0`` is set by the
-engine once every worker is ready. ``end_s`` of a message is that receive time;
+dilated by S). Completions cross workers through the completion rings and
+eventfds of ``traffic.plan``; the start clock ``t0`` is set by the engine once
+every worker is ready. ``end_s`` of a message is that receive time;
 ``acked_s`` when the sender saw the final ACK.
 
 Shutdown. The run ends when every message is acknowledged, at ``timeout_s`` of
@@ -53,7 +60,7 @@ import pandas as pd
 
 from emu.errors import ParameterError
 from emu.netns import in_netns
-from traffic import nic
+from traffic import nic, plan, rawsock
 from traffic.burst import Burst
 from traffic.dcqcn import DcqcnParams, get_params
 from traffic.messages import Workload
@@ -207,9 +214,9 @@ def _assign(loads: dict[str, int], n_workers: int) -> list[list[str]]:
 
 
 def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, int],
-           rt_offset_ns: int) -> list[nic.WorkerPlan]:
+           rt_offset_ns: int) -> list[plan.WorkerPlan]:
     scale = fab.scale
-    msgs: list[nic.MsgPlan] = []
+    msgs: list[plan.MsgPlan] = []
     loads: dict[str, int] = defaultdict(int)
     nic_keys: dict[str, set[str]] = defaultdict(set)
     for i, m in enumerate(workload.messages):
@@ -219,7 +226,7 @@ def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, 
         flow = Flow(eg.src_mac, eg.dst_mac, eg.src_ip, eg.dst_ip, sport, i + 1, ecn=config.ecn)
         reply = Flow(back.src_mac, back.dst_mac, back.src_ip, back.dst_ip, sport, i + 1,
                      ecn="not-ect")
-        msgs.append(nic.MsgPlan(
+        msgs.append(plan.MsgPlan(
             index=i, msg_id=m.msg_id, src=m.src, dst=m.dst, size_bytes=int(m.size_bytes),
             deps=tuple(index[d] for d in m.deps),
             start_emu_ns=int(scale.time_emu_s(m.start_s) * 1e9),
@@ -235,36 +242,42 @@ def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, 
     cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
     rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)
     plans = []
-    for w, hosts in enumerate(_assign(loads, n_workers)):
+    assignment = _assign(loads, n_workers)
+    host_worker = {h: w for w, hosts in enumerate(assignment) for h in hosts}
+    notify, slices = plan.completion_layout(msgs, host_worker)
+    for w, hosts in enumerate(assignment):
         mine = set(hosts)
-        plans.append(nic.WorkerPlan(
+        receives = [p for p in msgs if p.dst in mine]
+        plans.append(plan.WorkerPlan(
             worker=w, cpu=cpus[w % len(cpus)], hosts=sorted(mine),
-            nics=[nic.NicPlan(h, ifn, _port_of(fab, h, ifn).rate_bps)
+            nics=[plan.NicPlan(h, ifn, _port_of(fab, h, ifn).rate_bps)
                   for h in sorted(mine) for ifn in sorted(nic_keys[h])],
             sends=[p for p in msgs if p.src in mine],
-            receives=[p for p in msgs if p.dst in mine],
+            receives=receives,
             n_messages=len(msgs), n_workers=n_workers, scale=float(scale.factor),
             cc=params, payload_bytes=config.payload_bytes, ack_coalesce=config.ack_coalesce,
             rto_s=rto_s, cnp_interval_s=cnp_interval_s,
             latency_sample_every=config.latency_sample_every,
-            rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns))
+            rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns,
+            notify={p.index: notify[p.index] for p in receives if p.index in notify},
+            ring_slices=slices))
     return plans
 
 
 # ----------------------------------------------------------------------------- sockets
 
-def _open_sockets(fab: Any, plans: list[nic.WorkerPlan], ring: nic.RingSpec
+def _open_sockets(fab: Any, plans: list[plan.WorkerPlan], ring: rawsock.RingSpec
                   ) -> tuple[dict[str, socket.socket], dict[tuple[str, str], socket.socket]]:
     rx: dict[str, socket.socket] = {}
     tx: dict[tuple[str, str], socket.socket] = {}
     try:
-        for plan in plans:
-            for host in plan.hosts:
+        for wp in plans:
+            for host in wp.hosts:
                 with in_netns(fab.endpoint(host).netns_path):
-                    rx[host] = nic.open_rx_ring(ring)
-                    for n in plan.nics:
+                    rx[host] = rawsock.open_rx_ring(ring)
+                    for n in wp.nics:
                         if n.host == host:
-                            tx[(host, n.ifname)] = nic.open_tx_socket(n.ifname)
+                            tx[(host, n.ifname)] = rawsock.open_tx_socket(n.ifname)
     except BaseException:
         for s in [*rx.values(), *tx.values()]:
             s.close()
@@ -287,18 +300,23 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
     """Send every message of ``workload`` through ``fab``; see the module docstring."""
     config = config or EngineConfig()
     index = _check_workload(fab, workload)
-    plans = _plans(fab, workload, config, index, nic.realtime_offset_ns())
-    ring = nic.RingSpec.for_payload(config.payload_bytes, config.ring_bytes)
+    plans = _plans(fab, workload, config, index, rawsock.realtime_offset_ns())
+    ring = rawsock.RingSpec.for_headers(config.ring_bytes)
     burst = Burst(config.send_path)
     ctx = multiprocessing.get_context("fork")
     n_workers = len(plans)
-    shared = nic.Shared(
+    ring_len = sum(n for _, n in plans[0].ring_slices.values()) if plans else 0
+    shared = plan.Shared(
         received=ctx.RawArray("b", max(1, len(index))),
         acked=ctx.RawArray("q", n_workers),
         status=ctx.RawArray("b", n_workers),
         t0_ns=ctx.RawValue("q", 0),
         stop=ctx.RawValue("b", 0),
+        ring=ctx.RawArray("i", max(1, ring_len)),
+        ring_count=ctx.RawArray("q", max(1, n_workers * n_workers)),
+        wake_fds=[],
     )
+    cpu_marks: list[tuple[int, int]] = []
     main_thread = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     procs: list[Any] = []
@@ -307,14 +325,16 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
     error: str | None = None
     wall0 = time.perf_counter()
     try:
+        shared.wake_fds.extend(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                               for _ in range(n_workers))
         rx, tx = _open_sockets(fab, plans, ring)
         try:
-            for plan in plans:
+            for wp in plans:
                 reader, writer = ctx.Pipe(duplex=False)
-                mine_rx = {h: rx[h] for h in plan.hosts}
-                mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in plan.nics}
-                proc = ctx.Process(target=nic.worker_main, name=f"fabricemu-engine-{plan.worker}",
-                                   args=(plan, shared, writer, mine_rx, mine_tx, ring,
+                mine_rx = {h: rx[h] for h in wp.hosts}
+                mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in wp.nics}
+                proc = ctx.Process(target=nic.worker_main, name=f"fabricemu-engine-{wp.worker}",
+                                   args=(wp, shared, writer, mine_rx, mine_tx, ring,
                                          burst, os.getpid()), daemon=True)
                 proc.start()
                 writer.close()
@@ -325,10 +345,12 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
                 s.close()
         error = _start_clock(shared, procs, conns, reports)
         if error is None:
+            cpu_marks.append(cpu_ticks())
             error = _collect(shared, procs, conns, reports, wall0 + config.timeout_s,
                              config.timeout_s)
+            cpu_marks.append(cpu_ticks())
     except BaseException:
-        shared.stop.value = 1
+        _request_stop(shared)
         with contextlib.suppress(BaseException):
             _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
         raise
@@ -336,9 +358,12 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
         _reap(procs)
         for c in conns:
             c.close()
+        for fd in shared.wake_fds:
+            os.close(fd)
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
     result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
+    result.stats["machine_busy"] = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
     result.stats["send_path"] = burst.detail
     # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,
     # emulated ns): other samplers (queues) convert with it to the same time base.
@@ -346,25 +371,46 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
     return result
 
 
-def _start_clock(shared: nic.Shared, procs: list[Any], conns: list[Any],
+def cpu_ticks() -> tuple[int, int]:
+    """(all jiffies, idle + iowait jiffies) of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return sum(ticks[:8]), ticks[3] + ticks[4]  # guest time is already in user
+
+
+def machine_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Fraction of all CPU time that was busy between two ``cpu_ticks`` readings."""
+    total = after[0] - before[0]
+    return 1.0 - (after[1] - before[1]) / total if total > 0 else 0.0
+
+
+def _request_stop(shared: plan.Shared) -> None:
+    """Raise the stop flag and wake every worker to see it."""
+    shared.stop.value = 1
+    for fd in shared.wake_fds:
+        with contextlib.suppress(OSError):
+            os.eventfd_write(fd, 1)
+
+
+def _start_clock(shared: plan.Shared, procs: list[Any], conns: list[Any],
                  reports: dict[int, dict]) -> str | None:
     deadline = time.perf_counter() + _READY_TIMEOUT_S
     while True:
         states = list(shared.status)
-        if all(s == nic.READY for s in states):
+        if all(s == plan.READY for s in states):
             shared.t0_ns.value = time.monotonic_ns() + _START_DELAY_NS
             return None
-        if nic.FAILED in states or any(not p.is_alive() for p in procs):
-            shared.stop.value = 1
+        if plan.FAILED in states or any(not p.is_alive() for p in procs):
+            _request_stop(shared)
             _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
             return _first_error(reports) or "a worker died while starting"
         if time.perf_counter() > deadline:
-            shared.stop.value = 1
+            _request_stop(shared)
             return f"workers not ready after {_READY_TIMEOUT_S:.0f} s"
         time.sleep(0.005)
 
 
-def _collect(shared: nic.Shared, procs: list[Any], conns: list[Any], reports: dict[int, dict],
+def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: dict[int, dict],
              deadline: float, timeout_s: float | None) -> str | None:
     """Read every worker's report; stop them all at ``deadline`` or on the first error."""
     open_conns = {c: w for w, c in enumerate(conns) if w not in reports}
@@ -376,7 +422,7 @@ def _collect(shared: nic.Shared, procs: list[Any], conns: list[Any], reports: di
         if stop_deadline is None and (now > deadline or shared.stop.value):
             if now > deadline and timeout_s is not None and error is None:
                 error = f"timeout: the run did not complete within {timeout_s:g} s"
-            shared.stop.value = 1
+            _request_stop(shared)
             stop_deadline = now + _STOP_GRACE_S
         if stop_deadline is not None and now > stop_deadline:
             break
@@ -390,7 +436,7 @@ def _collect(shared: nic.Shared, procs: list[Any], conns: list[Any], reports: di
                     reports[w] = {"worker": w, "error": f"worker {w} exited without a report"}
                 if reports[w].get("error") and error is None:
                     error = reports[w]["error"]
-                    shared.stop.value = 1
+                    _request_stop(shared)
             elif obj in sentinels:
                 w = sentinels.pop(obj)
                 conn = conns[w]
@@ -399,7 +445,7 @@ def _collect(shared: nic.Shared, procs: list[Any], conns: list[Any], reports: di
                     code = procs[w].exitcode
                     reports[w] = {"worker": w, "error": f"worker {w} died (exit code {code})"}
                     error = error or reports[w]["error"]
-                    shared.stop.value = 1
+                    _request_stop(shared)
     for w in open_conns.values():
         reports[w] = {"worker": w, "error": f"worker {w} did not stop"}
         error = error or reports[w]["error"]
@@ -430,7 +476,7 @@ _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "f
                     "step", "tag"]
 
 
-def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[nic.WorkerPlan],
+def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[plan.WorkerPlan],
             reports: dict[int, dict], error: str | None, wall_s: float) -> EngineResult:
     s = float(fab.scale.factor)
     ns_to_real = 1e-9 / s
@@ -444,6 +490,7 @@ def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[nic.
     rate_rows = []
     lags = []
     workers = []
+    nic_rows = []
     for w in sorted(reports):
         r = reports[w]
         if "sends" not in r:
@@ -456,6 +503,7 @@ def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[nic.
         if len(r["latency"]):
             lat_parts.append(np.frombuffer(r["latency"], dtype=np.int64).reshape(-1, 4))
         rate_rows.extend(r["rates"])
+        nic_rows.extend(r["nics"])
         if len(r["lags"]):
             lags.append(np.frombuffer(r["lags"], dtype=np.int64))
         cpu_s = r["cpu_s"]
@@ -464,7 +512,9 @@ def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[nic.
             "data_packets_sent": r["data_packets_sent"], "ctrl_packets_sent": r["ctrl_packets_sent"],
             "packets_received": r["packets_received"], "push_backs": r["push_backs"],
             "ring_drops": r["ring_drops"], "unknown_frames": r["unknown_frames"],
-            "cpu_s": cpu_s, "wall_s": r["wall_s"],
+            "cpu_s": cpu_s, "sys_s": r["sys_s"], "wall_s": r["wall_s"], "wakeups": r["wakeups"],
+            "lag_total_ns": r["lag_total_ns"], "pacing_resets": r["pacing_resets"],
+            "pacing_dropped_ns": r["pacing_dropped_ns"],
             "pps": r["packets_sent"] / r["wall_s"] if r["wall_s"] else 0.0,
             "pps_per_cpu_s": r["packets_sent"] / cpu_s if cpu_s else 0.0,
             "stop_reason": r["stop_reason"], "error": r.get("error"),
@@ -520,6 +570,20 @@ def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[nic.
         "pps": data_sent / run_wall if run_wall else 0.0,
         "pacing_lag_p50_emu_s": float(np.percentile(all_lags, 50)) * 1e-9 if len(all_lags) else 0.0,
         "pacing_lag_p99_emu_s": float(np.percentile(all_lags, 99)) * 1e-9 if len(all_lags) else 0.0,
+        # Lag as it accumulated (sum of every frame's lateness) and the schedule debt
+        # that stalls dropped (resets): nothing a stall costs disappears.
+        "pacing_lag_total_emu_s": sum(w.get("lag_total_ns", 0) for w in workers) * 1e-9,
+        "pacing_resets": sum(w.get("pacing_resets", 0) for w in workers),
+        "pacing_dropped_emu_s": sum(w.get("pacing_dropped_ns", 0) for w in workers) * 1e-9,
+        "ring_drops": sum(w.get("ring_drops", 0) for w in workers),
+        "retransmitted": int(messages["retransmitted"].sum()),
+        "timeouts": int(messages["timeouts"].sum()),
+        # Per host NIC: busy time (first due slot to last frame out, per busy period)
+        # against the time its schedules allotted the same frames (emulated s).
+        "nics": [{"host": n["host"], "ifname": n["ifname"], "bits_sent": n["bits_sent"],
+                  "busy_emu_s": n["busy_emu_ns"] * 1e-9,
+                  "scheduled_emu_s": n["scheduled_emu_ns"] * 1e-9,
+                  "dropped_emu_s": n["dropped_emu_ns"] * 1e-9} for n in nic_rows],
         "cpu_s": [w.get("cpu_s", 0.0) for w in workers],
         "rto_s": plans[0].rto_s if plans else None,
         "cnp_interval_s": plans[0].cnp_interval_s if plans else None,

@@ -1,28 +1,39 @@
-"""The per-host NIC model and the worker loop that runs it: the engine's kernel I/O shell.
+"""The engine worker: the RoCEv2 NIC models of a set of hosts, driven by events.
 
 One worker process owns the raw sockets of a set of emulated hosts. For each host
 it runs the RoCEv2 NIC model:
 
 * **requester** (one per message = one RC QP): go-back-N sequencing
-  (``traffic.gbn.GbnSender``) paced at the DCQCN rate (``traffic.dcqcn``), and on
-  top of that the host NIC's line rate shared by all its QPs;
+  (``traffic.gbn.GbnSender``) paced at the rate of its congestion control
+  (``traffic.cc``), and on top of that the host NIC's line rate shared by its QPs;
 * **responder**: go-back-N receive (``GbnReceiver``), coalesced ACKs and NAKs,
   CNPs from a ``NotificationPoint`` (at most one per QP per CNP interval).
 
-Protocol decisions are all taken by those pure objects; this module only moves
-frames and converts clocks. They get REAL-fabric time,
-``(t_emu_ns - t0_ns) / S``, so every DCQCN and go-back-N timer is dilated by S.
+Protocol decisions are all taken by those pure objects; this module moves frames
+and converts clocks. They get REAL-fabric time, ``(t_emu_ns - t0_ns) / S``.
 
-Clocks. Data frames carry the send time as CLOCK_MONOTONIC ns (the layout of
-``traffic.roce``). Frames are received through a TPACKET_V2 ring, whose kernel
-timestamp (taken when the frame reached the host's veth) is CLOCK_REALTIME; the
-parent measures ``realtime - monotonic`` once and every worker subtracts that same
-offset, so one-way delay = arrival (monotonic) - send stamp, on one kernel clock.
+Event loop. The CPU cost follows frames and events, never the wall clock:
 
-Receive filter. A classic BPF program on each ring socket passes only IPv4 (IHL
-5, not fragmented) UDP frames to port 4791 that are not PACKET_OUTGOING, so the
-fixed-offset parser below (``roce.parse_frame`` is general but slower) is safe and
-the worker never sees its own transmissions or unrelated traffic.
+* the worker sleeps in ``epoll`` on its hosts' receive rings, one eventfd and a
+  timerfd armed at the earliest deadline of a heap (``traffic.pacing.Deadlines``):
+  a NIC's next pacing slot, a message's start time, a retransmission timer. Only
+  ready rings are read; only due NICs are served. Deadlines within ``_EARLY_NS``
+  of the wake-up are served in the same turn (the host port's shaper spaces the
+  frames anyway), so close deadlines of several NICs cost one wake-up;
+* dependencies are counters (``traffic.pacing.DepCounter``) decremented on
+  completion; completions of other workers arrive through the completion rings of
+  ``traffic.plan`` and wake this worker through its eventfd;
+* frames are received in batches from the TPACKET_V2 ring, headers only
+  (``traffic.rawsock``), and sent in compiled ``sendmmsg`` bursts (``traffic.burst``).
+
+Pacing. Each QP and each NIC keeps a ``Schedule`` of absolute due times; the
+lag of every frame behind its due time is recorded, and a stall that drops
+schedule debt is counted (resets, dropped ns). Per NIC, the time it was busy is
+compared with the time its schedule allotted the same frames (rate check).
+
+Clocks. Data frames carry the send time as CLOCK_MONOTONIC ns (``traffic.roce``);
+receive times are the ring's kernel timestamps converted with the parent's
+``realtime - monotonic`` offset.
 """
 
 from __future__ import annotations
@@ -30,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import mmap
 import os
 import select
 import signal
@@ -39,12 +49,22 @@ import struct
 import time
 import traceback
 from array import array
-from dataclasses import dataclass
 from typing import Any
 
 from traffic import gbn
 from traffic.burst import MAX_BURST, Burst
-from traffic.dcqcn import NotificationPoint, make_reaction_point
+from traffic.cc import make_cc
+from traffic.dcqcn import NotificationPoint
+from traffic.pacing import Deadlines, DepCounter, Schedule
+from traffic.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
+from traffic.rawsock import (
+    TP_STATUS_USER,
+    RingSpec,
+    TimerFd,
+    map_ring,
+    ring_drops,
+    slot_offsets,
+)
 from traffic.roce import (
     ACKNOWLEDGE,
     AETH_ACK,
@@ -53,229 +73,39 @@ from traffic.roce import (
     DATA_OPCODES,
     ECN_CE,
     RETH_OPCODES,
-    Flow,
     QpTemplate,
     ResponderTemplate,
 )
 
-# Linux constants (if_packet.h, filter.h, socket.h, prctl.h).
-ETH_P_IP = 0x0800
-ETH_P_ALL = 0x0003
-SOL_PACKET = 263
-PACKET_RX_RING = 5
-PACKET_STATISTICS = 6
-PACKET_VERSION = 10
-PACKET_IGNORE_OUTGOING = 23
-TPACKET_V2 = 1
-TP_STATUS_USER = 1
-SO_ATTACH_FILTER = 26
-SO_TIMESTAMPNS = 35
-SO_SNDBUFFORCE = 32
 PR_SET_PDEATHSIG = 1
 PR_SET_TIMERSLACK = 29
-_SKF_AD_PKTTYPE = 0xFFFFF000 + 4
-_PACKET_OUTGOING = 4
-
-#: Worker state codes in the shared ``status`` array.
-STARTING, READY, FINISHED, FAILED = 0, 1, 2, 3
 
 _TP2 = struct.Struct("<IIIHHII")        # tpacket2_hdr: status, len, snaplen, mac, net, sec, nsec
 _TP_STATUS = struct.Struct("<I")
-# Fixed offsets of an IHL-5 frame: TOS 15, BTH opcode 42, flags 43, QP word 46, PSN word 50.
-_ROCE = struct.Struct(">15xB26xBB2xII")
+# Fixed offsets of an IHL-5 frame: TOS 15, IP total length 16, BTH opcode 42,
+# flags 43, QP word 46, PSN word 50.
+_ROCE = struct.Struct(">15xBH24xBB2xII")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _TS_OFF = 54                            # timestamp right after the BTH (MIDDLE/LAST)
 _TS_OFF_RETH = 70                       # after BTH + RETH (FIRST/ONLY)
-_HDR_BYTES = 14 + 20 + 8 + 12 + 4       # Ethernet, IP, UDP, BTH, ICRC around the payload
+_IP_OVERHEAD_BYTES = 20 + 8 + 12 + 4    # IPv4, UDP, BTH, ICRC around the payload
 # A sender that fell behind its schedule (preempted on a busy machine) catches up
 # to keep the average rate exact, but never by more than this (emulated ns) or two
-# frames, whichever is longer: beyond that it restarts the schedule from now.
+# frames, whichever is longer: beyond that it restarts the schedule from now
+# (``Schedule`` counts the reset and the debt it dropped).
 _MAX_CATCHUP_NS = 20_000_000
-_RX_BUDGET = 256                        # frames per host per loop turn: the sender must run too
-_SPIN_NS = 30_000                       # below this the loop spins instead of sleeping
-_MAX_SLEEP_S = 0.002                    # bound on one sleep, so stop requests are seen
-_HOUSEKEEPING_NS = 2_000_000            # completion, stop and parent checks
-_DEP_CHECK_NS = 50_000                  # how often pending messages re-check their deps
-
-
-# ----------------------------------------------------------------------------- sockets
-
-def _bpf_program() -> list[tuple[int, int, int, int]]:
-    """Classic BPF: accept IPv4/IHL5/UDP dport 4791 unfragmented, not outgoing."""
-    ld_b, ld_h, jeq, jset, ret = 0x30, 0x28, 0x15, 0x45, 0x06
-    return [
-        (ld_b, 0, 0, _SKF_AD_PKTTYPE),
-        (jeq, 10, 0, _PACKET_OUTGOING),
-        (ld_h, 0, 0, 12),
-        (jeq, 0, 8, ETH_P_IP),
-        (ld_b, 0, 0, 14),
-        (jeq, 0, 6, 0x45),
-        (ld_b, 0, 0, 23),
-        (jeq, 0, 4, 17),
-        (ld_h, 0, 0, 20),
-        (jset, 2, 0, 0x3FFF),            # MF flag or fragment offset
-        (ld_h, 0, 0, 36),
-        (jeq, 1, 0, 4791),
-        (ret, 0, 0, 0),
-        (ret, 0, 0, 0x40000),
-    ]
-
-
-def attach_roce_filter(sock: socket.socket) -> None:
-    prog = _bpf_program()
-    insns = (ctypes.c_uint64 * len(prog))(
-        *[code | jt << 16 | jf << 24 | k << 32 for code, jt, jf, k in prog])
-    fprog = struct.pack("HL", len(prog), ctypes.addressof(insns))  # struct sock_fprog
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-
-
-@dataclass
-class RingSpec:
-    """Geometry of a TPACKET_V2 receive ring."""
-
-    frame_size: int
-    block_size: int
-    block_nr: int
-
-    @classmethod
-    def for_payload(cls, payload_bytes: int, ring_bytes: int = 4 << 20) -> RingSpec:
-        frame = (payload_bytes + _HDR_BYTES + 16 + 128 + 15) & ~15  # + RETH, tpacket header
-        block = max(mmap.PAGESIZE, 1 << 16)
-        while block < frame:
-            block <<= 1
-        return cls(frame, block, max(4, ring_bytes // block))
-
-    @property
-    def frames_per_block(self) -> int:
-        return self.block_size // self.frame_size
-
-    @property
-    def frame_nr(self) -> int:
-        return self.frames_per_block * self.block_nr
-
-
-def open_rx_ring(ring: RingSpec) -> socket.socket:
-    """A filtered, timestamping TPACKET_V2 socket of the calling thread's namespace.
-
-    ETH_P_ALL makes it a tap, served before tc ingress, so the host's RoCE sink
-    (``emu.rocesink``) can drop the frames there once this socket has them.
-    """
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    try:
-        attach_roce_filter(sock)
-        with contextlib.suppress(OSError):  # kernels before 4.20: the BPF filter suffices
-            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        # Makes the kernel stamp frames when they reach the interface (netif_rx),
-        # rather than when they are copied into the ring.
-        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
-        sock.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack(
-            "IIII", ring.block_size, ring.block_nr, ring.frame_size, ring.frame_nr))
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def open_tx_socket(ifname: str) -> socket.socket:
-    """A send-only packet socket on ``ifname`` (protocol 0: it never receives)."""
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
-    try:
-        sock.bind((ifname, 0))
-        # Frames wait in the shaped qdisc charged to this socket; a few MB keeps
-        # the socket from blocking before the qdisc itself pushes back.
-        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 4 << 20)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def ring_drops(sock: socket.socket) -> int:
-    """Frames the kernel dropped because the ring was full (resets the counter)."""
-    _, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
-    return drops
-
-
-def realtime_offset_ns() -> int:
-    """CLOCK_REALTIME - CLOCK_MONOTONIC, from the tightest of a few samples."""
-    best = None
-    for _ in range(20):
-        m0 = time.monotonic_ns()
-        r = time.time_ns()
-        m1 = time.monotonic_ns()
-        if best is None or m1 - m0 < best[0]:
-            best = (m1 - m0, r - (m0 + m1) // 2)
-    assert best is not None
-    return best[1]
-
-
-# ----------------------------------------------------------------------------- plan
-
-@dataclass(frozen=True)
-class MsgPlan:
-    """One message as a worker needs it (picklable, built by the engine)."""
-
-    index: int              # position in the workload = QPN - 1 = shared-array slot
-    msg_id: int
-    src: str
-    dst: str
-    size_bytes: int
-    deps: tuple[int, ...]   # indices
-    start_emu_ns: int       # earliest start after t0
-    flow: Flow              # data direction
-    reply_flow: Flow        # ACK/CNP direction
-    reply_ifname: str
-    ifname: str
-
-
-@dataclass(frozen=True)
-class NicPlan:
-    host: str
-    ifname: str
-    rate_bps: float          # real line rate of the host port
-
-
-@dataclass
-class WorkerPlan:
-    worker: int
-    cpu: int | None
-    hosts: list[str]
-    nics: list[NicPlan]
-    sends: list[MsgPlan]
-    receives: list[MsgPlan]
-    n_messages: int
-    n_workers: int
-    scale: float
-    cc: Any
-    payload_bytes: int
-    ack_coalesce: int
-    rto_s: float
-    cnp_interval_s: float
-    latency_sample_every: int
-    rate_trace_interval_s: float
-    rt_offset_ns: int
-
-
-@dataclass
-class Shared:
-    """Cross-process state, all lock-free: every slot has a single writer."""
-
-    received: Any      # RawArray('b', n): message fully received (deps use this)
-    acked: Any         # RawArray('q', workers): messages acknowledged, per sending worker
-    status: Any        # RawArray('b', workers): STARTING/READY/FINISHED/FAILED
-    t0_ns: Any         # RawValue('q'): 0 until the parent starts the clock
-    stop: Any          # RawValue('b'): the parent asks every worker to stop
+_RX_BUDGET = 1024                       # frames per ring per turn: the senders must run too
+_EARLY_NS = 20_000                      # deadlines this close are served in the same turn
+_IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent checks
 
 
 # ----------------------------------------------------------------------------- state
 
 class _Nic:
-    __slots__ = ("host", "ifname", "sock", "rate_emu_bps", "ns_per_bit", "next_ns", "qps",
-                 "backlog")
+    __slots__ = ("host", "ifname", "sock", "rate_emu_bps", "ns_per_bit", "sched", "qps",
+                 "backlog", "bits_sent", "period_start", "ideal_end", "actual_end",
+                 "dropped", "period_dropped", "busy_ns", "ideal_ns")
 
     def __init__(self, plan: NicPlan, sock: socket.socket, scale: float):
         self.host = plan.host
@@ -283,15 +113,25 @@ class _Nic:
         self.sock = sock
         self.rate_emu_bps = plan.rate_bps / scale
         self.ns_per_bit = 1e9 / self.rate_emu_bps
-        self.next_ns = 0
-        self.qps: list[_SendQp] = []
+        self.sched = Schedule(_MAX_CATCHUP_NS)
+        self.qps: list[_SendQp] = []    # QPs with something to send now
         self.backlog: list[bytes] = []  # frames the qdisc pushed back, sent first
+        self.bits_sent = 0
+        # Busy periods: from the first due slot to the end of the last frame, as it
+        # happened (actual) and as the schedules allotted it (ideal).
+        self.period_start = -1
+        self.ideal_end = 0
+        self.actual_end = 0
+        self.dropped = 0                # schedule debt dropped by resets, all periods
+        self.period_dropped = 0
+        self.busy_ns = 0
+        self.ideal_ns = 0
 
 
 class _SendQp:
-    __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "rp", "nic",
-                 "next_ns", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
-                 "bytes_sent", "next_trace_ns", "mid_bits", "bits")
+    __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "cc", "nic",
+                 "sched", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
+                 "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns")
 
     def __init__(self, plan: MsgPlan, payload_bytes: int):
         self.plan = plan
@@ -307,16 +147,17 @@ class _SendQp:
         self.bits = [len(s.buf) * 8 for s in (self.first, self.middle, self.last)]
         self.mid_bits = self.bits[1]
         self.gbn: gbn.GbnSender | None = None
-        self.rp: Any = None
+        self.cc: Any = None
         self.nic: _Nic | None = None
-        self.next_ns = 0
-        self.idle = False
+        self.sched = Schedule(_MAX_CATCHUP_NS)
+        self.idle = True
         self.start_ns = -1
         self.acked_ns = -1
         self.first_tx_ns = -1
         self.last_tx_ns = -1
         self.bytes_sent = 0
         self.next_trace_ns = 0
+        self.tx_ns = array("q")         # latest send time of every packet (RTT samples)
 
 
 class _RecvQp:
@@ -342,10 +183,8 @@ class _Host:
     def __init__(self, name: str, sock: socket.socket, ring: RingSpec, cnp_interval_s: float):
         self.name = name
         self.sock = sock
-        self.mm = mmap.mmap(sock.fileno(), ring.block_size * ring.block_nr)
-        fpb = ring.frames_per_block
-        self.offsets = [(i // fpb) * ring.block_size + (i % fpb) * ring.frame_size
-                        for i in range(ring.frame_nr)]
+        self.mm = map_ring(sock, ring)
+        self.offsets = slot_offsets(ring)
         self.idx = 0
         self.rx_qps: dict[int, _RecvQp] = {}
         self.tx_qps: dict[int, _SendQp] = {}
@@ -353,7 +192,7 @@ class _Host:
         self.rx_count = 0
 
 
-# ----------------------------------------------------------------------------- worker
+# ----------------------------------------------------------------------------- process
 
 class _Stop(Exception):
     """SIGTERM inside a worker."""
@@ -367,7 +206,7 @@ def _setup_process(cpu: int | None) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     # Die with the engine process, even if it is SIGKILLed: no orphans.
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # Sleeps end within ~1 us of the deadline instead of the default 50 us slack.
+    # The timerfd fires within ~1 us of the deadline instead of the default 50 us slack.
     libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent coordinates Ctrl-C
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -386,17 +225,22 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
         loop = _WorkerLoop(plan, shared, rx_socks, tx_socks, ring, burst, parent_pid)
         shared.status[w] = READY
         loop.run()
-        conn.send(loop.results(None))
+        conn.send(loop.results())
         shared.status[w] = FINISHED
     except BaseException as e:  # report anything, also SIGTERM, then leave
         shared.status[w] = FAILED
         shared.stop.value = 1
+        with contextlib.suppress(OSError):
+            for fd in shared.wake_fds:
+                os.eventfd_write(fd, 1)
         reason = "terminated" if isinstance(e, _Stop) else traceback.format_exc(limit=8)
         with contextlib.suppress(Exception):
             conn.send({"worker": w, "error": f"worker {w}: {reason}"})
     finally:
         conn.close()
 
+
+# ----------------------------------------------------------------------------- loop
 
 class _WorkerLoop:
     def __init__(self, plan: WorkerPlan, shared: Shared, rx_socks: dict[str, socket.socket],
@@ -407,10 +251,12 @@ class _WorkerLoop:
         self.shared = shared
         self.parent_pid = parent_pid
         self.scale = plan.scale
+        self.scale_ns = plan.scale * 1e9
         self.nics = {(n.host, n.ifname): _Nic(n, tx_socks[(n.host, n.ifname)], plan.scale)
                      for n in plan.nics}
         self.hosts = {h: _Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
         self.senders = [_SendQp(m, plan.payload_bytes) for m in plan.sends]
+        self.by_index = {qp.plan.index: qp for qp in self.senders}
         for qp in self.senders:
             qp.nic = self.nics[(qp.plan.src, qp.plan.ifname)]
             self.hosts[qp.plan.src].tx_qps[qp.plan.index + 1] = qp
@@ -418,28 +264,40 @@ class _WorkerLoop:
             n_packets = -(-m.size_bytes // plan.payload_bytes)
             rq = _RecvQp(m, n_packets, plan.ack_coalesce, self.nics[(m.dst, m.reply_ifname)])
             self.hosts[m.dst].rx_qps[m.index + 1] = rq
-        self.pending = sorted(self.senders, key=lambda q: q.plan.start_emu_ns)
-        self.dep_pos = {id(q): 0 for q in self.senders}
+        self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in self.senders})
+        self.deadlines = Deadlines()
+        self.wake_fd = shared.wake_fds[plan.worker]
+        # Completion rings this worker reads: (count slot, offset, cursor) per writer.
+        n = plan.n_workers
+        self.inbound = [[wr * n + plan.worker, off, 0]
+                        for (wr, rd), (off, _) in sorted(plan.ring_slices.items())
+                        if rd == plan.worker]
+        self.outbound = {rd: [plan.worker * n + rd, off, 0]
+                         for (wr, rd), (off, _) in plan.ring_slices.items() if wr == plan.worker}
         self.acked_here = 0
         self.t0_ns = 0
+        self.all_acked = False
         # Results.
         self.lat = array("q")          # (index, rx_ns, one_way_ns, ce) flattened
         self.rates: list[tuple[int, int, float, float, float]] = []
         self.lags = array("q")
+        self.lag_total_ns = 0
         self.packets_sent = 0
         self.data_sent = 0
         self.ctrl_sent = 0
         self.packets_received = 0
         self.push_backs = 0
         self.unknown_frames = 0
+        self.wakeups = 0
         self.cpu0 = 0.0
+        self.times0: os.times_result | None = None
         self.wall_ns = 0
         self.drops = {h: 0 for h in self.hosts}
         self.stop_reason: str | None = None
 
     # -- time ------------------------------------------------------------------------
     def real_s(self, now_ns: int) -> float:
-        return (now_ns - self.t0_ns) / (self.scale * 1e9)
+        return (now_ns - self.t0_ns) / self.scale_ns
 
     # -- main loop -------------------------------------------------------------------
     def run(self) -> None:
@@ -452,39 +310,60 @@ class _WorkerLoop:
         self.t0_ns = t0 = shared.t0_ns.value
         for h in self.hosts.values():
             self.drops[h.name] += ring_drops(h.sock)  # frames before t0 are not ours to judge
-        while time.monotonic_ns() < t0:
-            time.sleep(0.0002)
-        self.cpu0 = time.process_time()
+        timer = TimerFd()
+        ep = select.epoll()
+        try:
+            self._loop(t0, timer, ep)
+        finally:
+            ep.close()
+            timer.close()
+
+    def _loop(self, t0: int, timer: TimerFd, ep: select.epoll) -> None:
+        shared = self.shared
         mono = time.monotonic_ns
-        hosts = list(self.hosts.values())
-        nics = list(self.nics.values())
-        rx_fds = [h.sock for h in hosts]
+        by_fd = {h.sock.fileno(): h for h in self.hosts.values()}
+        for fd in by_fd:
+            ep.register(fd, select.EPOLLIN)
+        ep.register(timer.fd, select.EPOLLIN)
+        ep.register(self.wake_fd, select.EPOLLIN)
+        for index in self.deps.ready():
+            qp = self.by_index[index]
+            self.deadlines.arm(qp, t0 + qp.plan.start_emu_ns)
+        timer.arm(t0)
+        while mono() < t0:  # every worker starts on the same clock reading
+            ep.poll(0.05)
+            timer.clear()
+            timer.arm(t0)
+        self.cpu0 = time.process_time()
+        self.times0 = os.times()
+        deadlines = self.deadlines
+        timer_fd = timer.fd
+        wake_fd = self.wake_fd
         total = self.plan.n_messages
         acked = shared.acked
         next_house = 0
-        next_deps = 0
         while True:
             now = mono()
-            for h in hosts:
-                self._receive(h, now)
-            if self.pending and now >= next_deps:
-                # A fresh clock: receiving may have completed a dependency after ``now``.
-                now = mono()
-                self._start_ready(now)
-                next_deps = now + _DEP_CHECK_NS
-            wake = now + int(_MAX_SLEEP_S * 1e9)
-            for nic in nics:
-                if nic.qps or nic.backlog:
-                    t = self._service(nic)
-                    if t < wake:
-                        wake = t
-            if self.pending:
-                t = max(self.pending[0].plan.start_emu_ns + t0, now + _DEP_CHECK_NS)
-                if t < wake:
-                    wake = t
+            due = deadlines.next_ns()
+            wake = now + _IDLE_WAKE_NS
+            if due is not None and due < wake:
+                wake = due
+            timer.arm(wake)
+            events = ep.poll()
+            self.wakeups += 1
+            for fd, _ in events:
+                if fd == timer_fd:
+                    timer.clear()
+                elif fd == wake_fd:
+                    os.eventfd_read(wake_fd)
+                    self._drain_completions()
+                else:
+                    self._receive(by_fd[fd])
             now = mono()
-            if now >= next_house:
-                next_house = now + _HOUSEKEEPING_NS
+            for key in deadlines.pop_due(now + _EARLY_NS):
+                self._fire(key, now)
+            if self.all_acked or now >= next_house:
+                next_house = now + _IDLE_WAKE_NS
                 if sum(acked) >= total:
                     break
                 if shared.stop.value:
@@ -493,174 +372,219 @@ class _WorkerLoop:
                 if os.getppid() != self.parent_pid:
                     self.stop_reason = "engine process died"
                     break
-            sleep_ns = wake - now
-            if sleep_ns > _SPIN_NS:
-                select.select(rx_fds, [], [], min(sleep_ns - _SPIN_NS // 2, 2e6) / 1e9)
         self.wall_ns = mono() - t0
 
-    # -- starting messages ---------------------------------------------------------------
-    def _start_ready(self, now: int) -> None:
-        received = self.shared.received
-        still = []
-        for qp in self.pending:
-            if now < self.t0_ns + qp.plan.start_emu_ns:
-                still.append(qp)
-                continue
-            deps = qp.plan.deps
-            pos = self.dep_pos[id(qp)]
-            while pos < len(deps) and received[deps[pos]]:
-                pos += 1
-            self.dep_pos[id(qp)] = pos
-            if pos < len(deps):
-                still.append(qp)
-                continue
+    def _fire(self, key: Any, now: int) -> None:
+        if isinstance(key, _Nic):
+            self._service(key, now)
+            return
+        qp: _SendQp = key
+        if qp.gbn is None:
             self._start(qp, now)
-        self.pending = still
+            return
+        g = qp.gbn
+        if g.done:
+            return
+        g.advance(self.real_s(now))
+        if g.next_index < g.total_packets:
+            self._wake(qp, now)
+        else:
+            self._arm_rto(qp)
 
+    # -- dependencies --------------------------------------------------------------------
+    def _completed(self, index: int, now: int) -> None:
+        """Message ``index`` is fully received: start what waited for it."""
+        for child in self.deps.complete(index):
+            qp = self.by_index[child]
+            start = self.t0_ns + qp.plan.start_emu_ns
+            if start <= now:
+                self._start(qp, now)
+            else:
+                self.deadlines.arm(qp, start)
+
+    def _announce(self, index: int) -> None:
+        """Tell the workers that send dependents of ``index`` (completion ring + eventfd)."""
+        shared = self.shared
+        for reader in self.plan.notify.get(index, ()):
+            slot = self.outbound[reader]
+            shared.ring[slot[1] + slot[2]] = index
+            slot[2] += 1
+            shared.ring_count[slot[0]] = slot[2]  # published after the entry
+            os.eventfd_write(shared.wake_fds[reader], 1)
+
+    def _drain_completions(self) -> None:
+        shared = self.shared
+        ring = shared.ring
+        count = shared.ring_count
+        now = time.monotonic_ns()
+        for slot in self.inbound:
+            c = count[slot[0]]
+            for k in range(slot[2], c):
+                self._completed(ring[slot[1] + k], now)
+            slot[2] = c
+        if not self.all_acked and sum(shared.acked) >= self.plan.n_messages:
+            self.all_acked = True
+
+    # -- starting messages ---------------------------------------------------------------
     def _start(self, qp: _SendQp, now: int) -> None:
         p = self.plan
         nic = qp.nic
         assert nic is not None
-        t = self.real_s(now)
         qp.gbn = gbn.GbnSender(qp.n, timeout_s=p.rto_s)
-        qp.rp = make_reaction_point(p.cc, nic.rate_emu_bps * self.scale, start_s=t)
+        qp.cc = make_cc(p.cc, nic.rate_emu_bps * self.scale, start_s=self.real_s(now))
+        qp.tx_ns = array("q", bytes(8 * qp.n))
         qp.start_ns = now
-        qp.next_ns = now
         qp.next_trace_ns = now
-        nic.qps.append(qp)
-
-    # -- sending -----------------------------------------------------------------------
-    def _service(self, nic: _Nic) -> int:
-        """Send every frame of ``nic`` that is due; return when it next has work."""
-        mono = time.monotonic_ns
-        burst = self.burst
-        if nic.backlog and not self._flush_backlog(nic):
-            return mono() + int(nic.ns_per_bit * 8 * 1500)
-        qps = nic.qps
-        scale_ns = self.scale * 1e9
-        t0 = self.t0_ns
-        lags = self.lags
-        while qps:
-            now = mono()
-            # The QP with the earliest schedule; retransmission timers of idle QPs fire here.
-            best = None
-            best_t = timer_t = 1 << 62
-            for qp in qps:
-                if qp.idle:
-                    deadline = qp.gbn.deadline_s
-                    if deadline is None:
-                        continue
-                    due = t0 + int(deadline * scale_ns)
-                    if due > now:
-                        if due < timer_t:
-                            timer_t = due
-                        continue
-                    qp.gbn.advance((now - t0) / scale_ns)
-                    self._wake(qp, now)
-                if qp.next_ns < best_t:
-                    best, best_t = qp, qp.next_ns
-            start = best_t if best_t > nic.next_ns else nic.next_ns
-            if best is None or start > now:
-                return start if start < timer_t else timer_t
-            # Send from ``best`` while it stays the only candidate and is due: every
-            # frame whose slot has passed goes in one burst (one sendmmsg).
-            g = best.gbn
-            rp = best.rp
-            last_index = best.n - 1
-            alone = len(qps) == 1
-            while True:
-                t_real = (now - t0) / scale_ns
-                g.advance(t_real)
-                index = g.next_index  # start PSN 0 and < 2**24 packets: the PSN is the index
-                if 0 < index < last_index:
-                    shape, bits, limit = best.middle, best.mid_bits, last_index - index
-                elif index == 0:
-                    shape, bits, limit = best.first, best.bits[0], 1
-                else:
-                    shape, bits, limit = best.last, best.bits[2], 1
-                interval = int(bits * scale_ns / rp.rate_bps)
-                line = int(bits * nic.ns_per_bit)
-                step = interval if interval > line else line
-                sched = best.next_ns if best.next_ns > nic.next_ns else nic.next_ns
-                lag = now - sched
-                due = 1 + lag // step if alone and step and 0 <= lag < _MAX_CATCHUP_NS else 1
-                run = g.take(t_real, min(due, limit, MAX_BURST))
-                if run is None:
-                    best.idle = True
-                    break
-                psn, n = run
-                sent = 0 if nic.backlog else burst.send(nic.sock, shape, psn, n, now)
-                self.packets_sent += sent
-                if sent < n:  # the NIC queue is full: keep the rest, stop after the bookkeeping
-                    self._push_back(nic, [burst.frame(i) for i in range(sent, n)],
-                                    counted=bool(nic.backlog))
-                    alone = False
-                if n == 1 or not step:
-                    lags.append(lag)
-                else:
-                    lags.extend(range(lag, lag - n * step, -step))
-                base = best.next_ns if now - best.next_ns < max(2 * interval, _MAX_CATCHUP_NS) \
-                    else now
-                best.next_ns = base + n * interval
-                base = nic.next_ns if now - nic.next_ns < max(2 * line, _MAX_CATCHUP_NS) else now
-                nic.next_ns = base + n * line
-                sent_bytes = n * (bits >> 3)
-                rp.on_bytes_sent(sent_bytes, t_real)
-                best.bytes_sent += sent_bytes
-                if best.first_tx_ns < 0:
-                    best.first_tx_ns = now
-                best.last_tx_ns = now
-                self.data_sent += n
-                if now >= best.next_trace_ns:
-                    self._trace(best, now)
-                if not alone:
-                    break
-                now = mono()
-                if best.next_ns > now or nic.next_ns > now:
-                    break
-        return mono() + int(_MAX_SLEEP_S * 1e9)
+        self._wake(qp, now)
 
     def _wake(self, qp: _SendQp, now: int) -> None:
-        if qp.idle:
-            qp.idle = False
-            if qp.next_ns < now:
-                qp.next_ns = now
+        """``qp`` has frames to send: put it on its NIC and serve the NIC now."""
+        if not qp.idle:
+            return
+        qp.idle = False
+        self.deadlines.disarm(qp)
+        qp.sched.restart(now)
+        nic = qp.nic
+        if not nic.qps:
+            nic.sched.restart(now)
+        nic.qps.append(qp)
+        armed = self.deadlines.armed(nic)
+        if armed is None or armed > now:
+            self.deadlines.arm(nic, now)
+
+    def _arm_rto(self, qp: _SendQp) -> None:
+        deadline = qp.gbn.deadline_s
+        if deadline is not None:
+            self.deadlines.arm(qp, self.t0_ns + int(deadline * self.scale_ns))
+
+    # -- sending -----------------------------------------------------------------------
+    def _service(self, nic: _Nic, now: int) -> None:
+        """Send every frame of ``nic`` due by ``now`` (+ ``_EARLY_NS``); re-arm its deadline."""
+        if nic.backlog and not self._flush_backlog(nic):
+            self.deadlines.arm(nic, now + int(nic.ns_per_bit * 8 * 1500))
+            return
+        burst = self.burst
+        scale_ns = self.scale_ns
+        t0 = self.t0_ns
+        lags = self.lags
+        qps = nic.qps
+        horizon = now + _EARLY_NS
+        while qps:
+            best = qps[0]
+            for qp in qps:
+                if qp.sched.next_ns < best.sched.next_ns:
+                    best = qp
+            sched = best.sched.next_ns if best.sched.next_ns > nic.sched.next_ns \
+                else nic.sched.next_ns
+            if sched > horizon:
+                self.deadlines.arm(nic, sched)
+                return
+            g = best.gbn
+            cc = best.cc
+            t_real = (now - t0) / scale_ns
+            index = g.next_index  # start PSN 0 and < 2**24 packets: the PSN is the index
+            last_index = best.n - 1
+            if 0 < index < last_index:
+                shape, bits, limit = best.middle, best.mid_bits, last_index - index
+            elif index == 0:
+                shape, bits, limit = best.first, best.bits[0], 1
+            else:
+                shape, bits, limit = best.last, best.bits[2], 1
+            interval = int(bits * scale_ns / cc.rate_bps)
+            line = int(bits * nic.ns_per_bit)
+            step = interval if interval > line else line
+            lag = now - sched
+            due = 1 + lag // step if len(qps) == 1 and 0 < lag < _MAX_CATCHUP_NS else 1
+            window = cc.window_bytes
+            if window is not None:
+                due = min(due, int(window // (bits >> 3)) - g.in_flight)
+            run = g.take(t_real, min(due, limit, MAX_BURST)) if due > 0 else None
+            if run is None:  # window full or everything sent: wait for ACKs or the RTO
+                best.idle = True
+                qps.remove(best)
+                self._arm_rto(best)
+                continue
+            psn, n = run
+            sent = 0 if nic.backlog else burst.send(nic.sock, shape, psn, n, now)
+            self.packets_sent += sent
+            if n == 1:
+                lags.append(lag)
+                if lag > 0:
+                    self.lag_total_ns += lag
+            else:
+                lags.extend(range(lag, lag - n * step, -step))
+                self.lag_total_ns += sum(x for x in range(lag, lag - n * step, -step) if x > 0)
+            best.tx_ns[index:index + n] = array("q", [now]) * n
+            dropped = best.sched.dropped_ns + nic.sched.dropped_ns
+            best.sched.sent(now, n, interval)
+            nic.sched.sent(now, n, line)
+            dropped = best.sched.dropped_ns + nic.sched.dropped_ns - dropped
+            if nic.period_start < 0:
+                nic.period_start = sched
+                nic.period_dropped = 0
+            nic.period_dropped += dropped
+            end = sched + n * step
+            if end > nic.ideal_end:
+                nic.ideal_end = end
+            end = now + n * line if now + n * line > end else end
+            if end > nic.actual_end:
+                nic.actual_end = end
+            sent_bytes = n * (bits >> 3)
+            cc.on_send(sent_bytes, t_real)
+            best.bytes_sent += sent_bytes
+            nic.bits_sent += n * bits
+            if best.first_tx_ns < 0:
+                best.first_tx_ns = now
+            best.last_tx_ns = now
+            self.data_sent += n
+            if now >= best.next_trace_ns:
+                self._trace(best, now)
+            if sent < n:  # the NIC queue is full: keep the rest and retry shortly
+                self._push_back(nic, [burst.frame(i) for i in range(sent, n)],
+                                counted=bool(nic.backlog))
+                self.deadlines.arm(nic, now + int(nic.ns_per_bit * 8 * 1500))
+                return
+        self._end_period(nic)
+
+    def _end_period(self, nic: _Nic) -> None:
+        """``nic`` has nothing left to send: close its busy period."""
+        if nic.period_start < 0:
+            return
+        nic.busy_ns += nic.actual_end - nic.period_start
+        nic.ideal_ns += nic.ideal_end - nic.period_dropped - nic.period_start
+        nic.dropped += nic.period_dropped
+        nic.period_start = -1
 
     def _trace(self, qp: _SendQp, now: int) -> None:
-        rp = qp.rp
-        self.rates.append((qp.plan.index, now - self.t0_ns, rp.rate_bps, rp.target_rate_bps,
-                           rp.alpha))
-        qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale * 1e9)
+        rate, target, alpha = qp.cc.trace()
+        self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha))
+        qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale_ns)
 
-    def _send_data(self, nic: _Nic, frame: bytes | bytearray) -> bool:
-        """Hand a frame to the NIC; False if its queue (the shaped qdisc) pushed back.
-
-        A pushed-back frame is kept and sent before anything else (never dropped):
-        ENOBUFS means the qdisc refused it, EAGAIN that the socket's share of the
-        queue is full.
-        """
+    def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray) -> None:
+        """Send an ACK, NAK or CNP; one the qdisc pushes back is kept and sent first."""
         if nic.backlog:
             self._push_back(nic, [bytes(frame)], counted=True)
-            return False
+            return
         try:
             nic.sock.send(frame)
         except OSError as e:
             if not (isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS):
                 raise
             self._push_back(nic, [bytes(frame)], counted=False)
-            return False
+            self.deadlines.arm(nic, time.monotonic_ns() + int(nic.ns_per_bit * 8 * 1500))
+            return
         self.packets_sent += 1
-        return True
+        self.ctrl_sent += 1
 
     def _push_back(self, nic: _Nic, frames: list[bytes], counted: bool) -> None:
-        """Queue ``frames`` behind the NIC's backlog; ``counted``: the push-back was already."""
+        """Queue ``frames`` behind the NIC's backlog; ``counted``: the push-back was already.
+
+        ENOBUFS means the qdisc refused a frame, EAGAIN that the socket's share of
+        the queue is full: the frame is kept and sent before anything else.
+        """
         if not counted:
             self.push_backs += 1
         nic.backlog.extend(frames)
-
-    def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray) -> None:
-        if self._send_data(nic, frame):
-            self.ctrl_sent += 1
 
     def _flush_backlog(self, nic: _Nic) -> bool:
         backlog = nic.backlog
@@ -678,7 +602,7 @@ class _WorkerLoop:
         return True
 
     # -- receiving ----------------------------------------------------------------------
-    def _receive(self, h: _Host, now: int) -> None:
+    def _receive(self, h: _Host) -> None:
         mm = h.mm
         offsets = h.offsets
         n_slots = len(offsets)
@@ -687,24 +611,25 @@ class _WorkerLoop:
         roce = _ROCE.unpack_from
         set_status = _TP_STATUS.pack_into
         rt_offset = self.plan.rt_offset_ns
+        rx_qps = h.rx_qps
         for _ in range(_RX_BUDGET):
             off = offsets[idx]
-            status, length, snaplen, mac, _net, sec, nsec = tp2(mm, off)
+            status, _len, _snap, mac, _net, sec, nsec = tp2(mm, off)
             if not status & TP_STATUS_USER:
                 break
             f = off + mac
-            tos, opcode, flags, qp_word, psn_word = roce(mm, f)
+            tos, ip_len, opcode, flags, qp_word, psn_word = roce(mm, f)
             rx_ns = sec * 1_000_000_000 + nsec - rt_offset
             qpn = qp_word & 0xFFFFFF
             psn = psn_word & 0xFFFFFF
             if opcode in DATA_OPCODES:
-                rq = h.rx_qps.get(qpn)
+                rq = rx_qps.get(qpn)
                 if rq is None:
                     self.unknown_frames += 1
                 else:
                     reth = opcode in RETH_OPCODES
                     ts = _U64.unpack_from(mm, f + (_TS_OFF_RETH if reth else _TS_OFF))[0]
-                    payload = snaplen - _HDR_BYTES - (16 if reth else 0) - (flags >> 4 & 3)
+                    payload = ip_len - _IP_OVERHEAD_BYTES - (16 if reth else 0) - (flags >> 4 & 3)
                     self._on_data(h, rq, psn, tos & 3 == ECN_CE, payload, ts, rx_ns)
             elif opcode == ACKNOWLEDGE:
                 qp = h.tx_qps.get(qpn)
@@ -714,10 +639,10 @@ class _WorkerLoop:
                     self._on_ack(qp, psn, _U32.unpack_from(mm, f + _TS_OFF)[0] >> 24, rx_ns)
             elif opcode == CNP:
                 qp = h.tx_qps.get(qpn)
-                if qp is None or qp.rp is None:
+                if qp is None or qp.cc is None:
                     self.unknown_frames += 1
                 else:
-                    qp.rp.on_cnp(self.real_s(rx_ns))
+                    qp.cc.on_cnp(self.real_s(rx_ns))
                     self._trace(qp, rx_ns)
             else:
                 self.unknown_frames += 1
@@ -750,32 +675,55 @@ class _WorkerLoop:
             self._send_ctrl(rq.nic, rq.resp.write_ack(action.psn, int(complete), syndrome))
         if rq.done_ns < 0 and rq.gbn.complete:
             rq.done_ns = rx_ns
-            h.np.forget(rq.plan.index)
-            self.shared.received[rq.plan.index] = 1
+            index = rq.plan.index
+            h.np.forget(index)
+            self.shared.received[index] = 1
+            self._announce(index)
+            self._completed(index, time.monotonic_ns())
 
     def _on_ack(self, qp: _SendQp, psn: int, syndrome: int, rx_ns: int) -> None:
         g = qp.gbn
         t = self.real_s(rx_ns)
+        una = g.acked_packets
         progress = g.on_nak(psn, t) if syndrome & 96 == AETH_NAK_PSN_SEQ else g.on_ack(psn, t)
         if not progress:
             return
+        acked = g.acked_packets
+        if acked > una:
+            payload = self.plan.payload_bytes
+            size = qp.plan.size_bytes
+            newest = acked - 1
+            qp.cc.on_ack(min(acked * payload, size) - min(una * payload, size),
+                         (rx_ns - qp.tx_ns[newest]) / self.scale_ns, False, (), t)
         if g.done:
             if qp.acked_ns < 0:
                 qp.acked_ns = rx_ns
-                qp.nic.qps.remove(qp)
+                self.deadlines.disarm(qp)
+                if not qp.idle:
+                    qp.idle = True
+                    qp.nic.qps.remove(qp)
                 self.acked_here += 1
                 self.shared.acked[self.plan.worker] = self.acked_here
+                if self.acked_here == len(self.senders):
+                    for fd in self.shared.wake_fds:  # everyone re-checks "all acknowledged"
+                        os.eventfd_write(fd, 1)
             return
-        self._wake(qp, time.monotonic_ns())
+        if qp.idle:
+            if g.next_index < g.total_packets:
+                self._wake(qp, time.monotonic_ns())
+            else:
+                self._arm_rto(qp)
 
     # -- results ------------------------------------------------------------------------
-    def results(self, error: str | None) -> dict:
+    def results(self) -> dict:
         """Counters and samples; times in emulated ns after t0 (-1: never happened)."""
         def rel(t_ns: int) -> int:
             return t_ns - self.t0_ns if t_ns >= 0 else -1
 
         for h in self.hosts.values():
             self.drops[h.name] += ring_drops(h.sock)
+        for n in self.nics.values():
+            self._end_period(n)
         sends = [{
             "index": q.plan.index, "start_ns": rel(q.start_ns), "acked_ns": rel(q.acked_ns),
             "first_tx_ns": rel(q.first_tx_ns), "last_tx_ns": rel(q.last_tx_ns),
@@ -784,22 +732,34 @@ class _WorkerLoop:
             "retransmitted": q.gbn.retransmitted if q.gbn else 0,
             "naks": q.gbn.naks if q.gbn else 0,
             "timeouts": q.gbn.timeouts if q.gbn else 0,
-            "cnps_received": q.rp.cnps_received if q.rp else 0,
+            "cnps_received": q.cc.cnps_received if q.cc else 0,
         } for q in self.senders]
         receives = [{
-            "index": rq.plan.index, "received_ns": rel(rq.done_ns), "first_rx_ns": rel(rq.first_rx_ns),
+            "index": rq.plan.index, "received_ns": rel(rq.done_ns),
+            "first_rx_ns": rel(rq.first_rx_ns),
             "bytes_received": rq.bytes, "ce_marked": rq.ce, "cnps_sent": rq.cnps,
             "data_packets_received": rq.seen, "duplicates": rq.gbn.duplicates,
             "out_of_order": rq.gbn.out_of_order,
         } for h in self.hosts.values() for rq in h.rx_qps.values()]
+        nics = [{
+            "host": n.host, "ifname": n.ifname, "bits_sent": n.bits_sent,
+            "busy_emu_ns": n.busy_ns, "scheduled_emu_ns": n.ideal_ns,
+            "dropped_emu_ns": n.dropped,
+        } for n in self.nics.values()]
+        scheds = [q.sched for q in self.senders] + [n.sched for n in self.nics.values()]
         return {
-            "worker": self.plan.worker, "error": error, "stop_reason": self.stop_reason,
-            "hosts": list(self.hosts), "sends": sends, "receives": receives,
+            "worker": self.plan.worker, "error": None, "stop_reason": self.stop_reason,
+            "hosts": list(self.hosts), "sends": sends, "receives": receives, "nics": nics,
             "latency": self.lat, "rates": self.rates, "lags": self.lags,
+            "lag_total_ns": self.lag_total_ns,
+            "pacing_resets": sum(s.resets for s in scheds),
+            "pacing_dropped_ns": sum(s.dropped_ns for s in scheds),
             "packets_sent": self.packets_sent, "data_packets_sent": self.data_sent,
             "ctrl_packets_sent": self.ctrl_sent, "packets_received": self.packets_received,
             "push_backs": self.push_backs, "unknown_frames": self.unknown_frames,
-            "ring_drops": sum(self.drops.values()),
+            "ring_drops": sum(self.drops.values()), "wakeups": self.wakeups,
             "cpu_s": time.process_time() - self.cpu0 if self.cpu0 else 0.0,
+            # The kernel's share: sends carry frames through the shapers and switches.
+            "sys_s": os.times().system - self.times0.system if self.times0 else 0.0,
             "wall_s": self.wall_ns / 1e9,
         }

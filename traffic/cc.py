@@ -1,0 +1,157 @@
+"""The congestion-control interface of the engine: one pure object per sending QP.
+
+The engine owns the packets; the algorithm owns the rate and the window. Every
+call carries the current time in **real-fabric** seconds (emulated time / S), and
+every quantity is in real units (bit/s, bytes, seconds), so an algorithm never
+sees the dilation and its parameters are the real fabric's.
+
+Events the engine delivers (all optional to act on):
+
+* ``on_send(n_bytes, now_s)``: ``n_bytes`` of data frames (whole frames, headers
+  included) left the NIC. Byte counters (DCQCN's B) live here.
+* ``on_ack(bytes_acked, rtt_s, ecn_echo, int_records, now_s)``: a cumulative ACK
+  acknowledged ``bytes_acked`` new payload bytes. ``rtt_s`` is the real round trip
+  of the newest acknowledged frame (send stamp to ACK arrival); ``ecn_echo`` is
+  whether the ACK echoes congestion (RoCEv2 ACKs do not; CNPs do); ``int_records``
+  are per-hop telemetry records, oldest hop first, empty when the fabric writes none.
+* ``on_cnp(now_s)``: a congestion notification packet for this QP arrived.
+* ``on_timer(now_s)``: called at (or soon after) ``next_timer_s`` when that is
+  finite. Algorithms whose timers only matter when the rate is next used (DCQCN
+  fires its due timers inside every event) keep ``next_timer_s`` infinite.
+
+What the engine reads back after each event:
+
+* ``rate_bps``: the pacing rate of the QP (capped by the NIC's line rate);
+* ``window_bytes``: bytes allowed in flight (unacknowledged), or None for no window.
+
+``trace()`` returns ``(rate_bps, target_rate_bps, alpha)`` for the rate trace (an
+algorithm without a target or alpha returns its rate and 0.0).
+
+Built in: ``Dcqcn`` (``traffic.dcqcn.ReactionPoint`` behind this interface, same
+behaviour) and ``LineRate`` (CC off). ``make_cc`` builds one from the engine's
+``cc`` setting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+from traffic.dcqcn import DcqcnParams, LineRateSender, ReactionPoint, get_params
+
+__all__ = ["CongestionControl", "Dcqcn", "LineRate", "make_cc"]
+
+_INF = math.inf
+
+
+class CongestionControl(Protocol):
+    """What the engine needs from a congestion-control algorithm (see the module doc)."""
+
+    @property
+    def rate_bps(self) -> float: ...
+
+    @property
+    def window_bytes(self) -> float | None: ...
+
+    @property
+    def next_timer_s(self) -> float: ...
+
+    @property
+    def cnps_received(self) -> int: ...
+
+    def on_send(self, n_bytes: int, now_s: float) -> None: ...
+
+    def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
+               int_records: Sequence[object], now_s: float) -> None: ...
+
+    def on_cnp(self, now_s: float) -> None: ...
+
+    def on_timer(self, now_s: float) -> None: ...
+
+    def trace(self) -> tuple[float, float, float]: ...
+
+
+class Dcqcn:
+    """DCQCN's reaction point behind the interface: rate only, no window.
+
+    CNPs cut the rate, sent bytes drive the byte counter, and the alpha and rate
+    timers fire inside each event (``ReactionPoint`` keeps them exact in closed
+    form), so no engine timer is needed and ACKs are ignored, as in the paper.
+    """
+
+    __slots__ = ("rp",)
+    window_bytes = None
+    next_timer_s = _INF
+
+    def __init__(self, params: DcqcnParams, line_rate_bps: float, start_s: float = 0.0):
+        self.rp = ReactionPoint(params, line_rate_bps, start_s)
+
+    @property
+    def rate_bps(self) -> float:
+        return self.rp.rate_bps
+
+    @property
+    def cnps_received(self) -> int:
+        return self.rp.cnps_received
+
+    def on_send(self, n_bytes: int, now_s: float) -> None:
+        self.rp.on_bytes_sent(n_bytes, now_s)
+
+    def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
+               int_records: Sequence[object], now_s: float) -> None:
+        pass
+
+    def on_cnp(self, now_s: float) -> None:
+        self.rp.on_cnp(now_s)
+
+    def on_timer(self, now_s: float) -> None:
+        self.rp.advance(now_s)
+
+    def trace(self) -> tuple[float, float, float]:
+        rp = self.rp
+        return rp.rate_bps, rp.target_rate_bps, rp.alpha
+
+
+class LineRate:
+    """Congestion control off: line rate, CNPs counted and ignored."""
+
+    __slots__ = ("sender",)
+    window_bytes = None
+    next_timer_s = _INF
+
+    def __init__(self, line_rate_bps: float):
+        self.sender = LineRateSender(line_rate_bps)
+
+    @property
+    def rate_bps(self) -> float:
+        return self.sender.line_rate_bps
+
+    @property
+    def cnps_received(self) -> int:
+        return self.sender.cnps_received
+
+    def on_send(self, n_bytes: int, now_s: float) -> None:
+        pass
+
+    def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
+               int_records: Sequence[object], now_s: float) -> None:
+        pass
+
+    def on_cnp(self, now_s: float) -> None:
+        self.sender.on_cnp(now_s)
+
+    def on_timer(self, now_s: float) -> None:
+        pass
+
+    def trace(self) -> tuple[float, float, float]:
+        return self.sender.line_rate_bps, self.sender.line_rate_bps, 0.0
+
+
+def make_cc(cc: str | DcqcnParams | None, line_rate_bps: float,
+            start_s: float = 0.0) -> Dcqcn | LineRate:
+    """The algorithm for the engine's ``cc`` setting: a PARAMS name, DcqcnParams or None."""
+    params = get_params(cc) if isinstance(cc, str) else cc
+    if params is None:
+        return LineRate(line_rate_bps)
+    return Dcqcn(params, line_rate_bps, start_s)

@@ -1,0 +1,112 @@
+"""What the engine hands each worker (picklable plans) and the state they share.
+
+Cross-worker completions. A message completes at its receiver's worker; the
+workers that send messages depending on it learn it through a **completion ring**
+per (writer, reader) pair of workers: a slice of one shared int array that only
+the writer appends to, plus a count the writer publishes after the entry, then an
+eventfd write that wakes the reader. Each message completes once, so a slice
+sized to the messages the writer must announce to that reader never wraps and
+no entry is ever overwritten. ``completion_layout`` computes the slices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from traffic.roce import Flow
+
+#: Worker state codes in the shared ``status`` array.
+STARTING, READY, FINISHED, FAILED = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class MsgPlan:
+    """One message as a worker needs it (picklable, built by the engine)."""
+
+    index: int              # position in the workload = QPN - 1 = shared-array slot
+    msg_id: int
+    src: str
+    dst: str
+    size_bytes: int
+    deps: tuple[int, ...]   # indices
+    start_emu_ns: int       # earliest start after t0
+    flow: Flow              # data direction
+    reply_flow: Flow        # ACK/CNP direction
+    reply_ifname: str
+    ifname: str
+
+
+@dataclass(frozen=True)
+class NicPlan:
+    host: str
+    ifname: str
+    rate_bps: float          # real line rate of the host port
+
+
+@dataclass
+class WorkerPlan:
+    worker: int
+    cpu: int | None
+    hosts: list[str]
+    nics: list[NicPlan]
+    sends: list[MsgPlan]
+    receives: list[MsgPlan]
+    n_messages: int
+    n_workers: int
+    scale: float
+    cc: Any
+    payload_bytes: int
+    ack_coalesce: int
+    rto_s: float
+    cnp_interval_s: float
+    latency_sample_every: int
+    rate_trace_interval_s: float
+    rt_offset_ns: int
+    #: message index -> other workers to tell when this worker fully received it
+    notify: dict[int, tuple[int, ...]]
+    #: (writer, reader) -> (offset, length) of the completion ring in ``Shared.ring``
+    ring_slices: dict[tuple[int, int], tuple[int, int]]
+
+
+@dataclass
+class Shared:
+    """Cross-process state, all lock-free: every slot has a single writer."""
+
+    received: Any      # RawArray('b', n): message fully received
+    acked: Any         # RawArray('q', workers): messages acknowledged, per sending worker
+    status: Any        # RawArray('b', workers): STARTING/READY/FINISHED/FAILED
+    t0_ns: Any         # RawValue('q'): 0 until the parent starts the clock
+    stop: Any          # RawValue('b'): the parent asks every worker to stop
+    ring: Any          # RawArray('i'): completion rings, sliced per (writer, reader)
+    ring_count: Any    # RawArray('q', workers**2): entries published per (writer, reader)
+    wake_fds: list[int]  # one eventfd per worker: completions, stop, all acknowledged
+
+
+def completion_layout(msgs: Sequence[MsgPlan], host_worker: dict[str, int]
+                      ) -> tuple[dict[int, tuple[int, ...]], dict[tuple[int, int], tuple[int, int]]]:
+    """Who must hear of each completion, and the ring slice of every (writer, reader).
+
+    Returns ``notify`` (message index -> reader workers other than its receiver's)
+    and ``slices`` ((writer, reader) -> (offset, length)); lengths are exact.
+    """
+    senders_of_children: dict[int, set[int]] = {}
+    for m in msgs:
+        for d in m.deps:
+            senders_of_children.setdefault(d, set()).add(host_worker[m.src])
+    notify: dict[int, tuple[int, ...]] = {}
+    counts: dict[tuple[int, int], int] = {}
+    for m in msgs:
+        writer = host_worker[m.dst]
+        readers = tuple(sorted(senders_of_children.get(m.index, set()) - {writer}))
+        if readers:
+            notify[m.index] = readers
+            for r in readers:
+                counts[(writer, r)] = counts.get((writer, r), 0) + 1
+    slices: dict[tuple[int, int], tuple[int, int]] = {}
+    offset = 0
+    for key in sorted(counts):
+        slices[key] = (offset, counts[key])
+        offset += counts[key]
+    return notify, slices

@@ -1,0 +1,226 @@
+"""Kernel plumbing of the engine: packet sockets, the receive ring, clocks, timerfd.
+
+Receive ring. Each host has one TPACKET_V2 ring socket. Its classic BPF filter
+passes only IPv4 (IHL 5, not fragmented) UDP frames to port 4791 that are not
+PACKET_OUTGOING, so the fixed-offset parser of the worker is safe and a worker
+never sees its own transmissions. The filter snaps **headers only**
+(``SNAP_BYTES``: Ethernet to the end of the send timestamp of a RETH frame):
+the kernel copies ~100 bytes per frame into the ring instead of 4 KB, ring slots
+are small (many frames per MB of ring), and the payload length comes from the
+IPv4 total length, not from the captured length.
+
+Clocks. The kernel stamps each frame when it reaches the host's veth
+(SO_TIMESTAMPNS, CLOCK_REALTIME); ``realtime_offset_ns`` converts to the
+CLOCK_MONOTONIC of the send stamps, so one-way delay is exact on one kernel clock.
+
+Timer. ``TimerFd`` is a CLOCK_MONOTONIC timerfd armed at absolute deadlines
+(Python 3.11 has no ``os.timerfd_create``): a worker sleeps in epoll until a
+socket is ready or its earliest deadline passes, with ~1 us precision (the
+worker sets its timer slack), which ``epoll.poll``'s millisecond timeout lacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import mmap
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+# Linux constants (if_packet.h, filter.h, socket.h, timerfd.h).
+ETH_P_IP = 0x0800
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_RX_RING = 5
+PACKET_STATISTICS = 6
+PACKET_VERSION = 10
+PACKET_IGNORE_OUTGOING = 23
+TPACKET_V2 = 1
+TP_STATUS_USER = 1
+SO_ATTACH_FILTER = 26
+SO_TIMESTAMPNS = 35
+SO_SNDBUFFORCE = 32
+_SKF_AD_PKTTYPE = 0xFFFFF000 + 4
+_PACKET_OUTGOING = 4
+_CLOCK_MONOTONIC = 1
+_TFD_NONBLOCK = 0o4000
+_TFD_CLOEXEC = 0o2000000
+_TFD_TIMER_ABSTIME = 1
+
+#: Bytes of each frame the filter lets into the ring: Ethernet + IPv4 + UDP + BTH +
+#: RETH + the 8-byte send timestamp (78), rounded up; ACKs and CNPs are shorter.
+SNAP_BYTES = 96
+_TPACKET2_HDR_BYTES = 32
+_SLL_AND_ALIGN_BYTES = 64       # sockaddr_ll and the alignment before the MAC header
+
+
+def _bpf_program(snap_bytes: int) -> list[tuple[int, int, int, int]]:
+    """Classic BPF: accept IPv4/IHL5/UDP dport 4791 unfragmented, not outgoing."""
+    ld_b, ld_h, jeq, jset, ret = 0x30, 0x28, 0x15, 0x45, 0x06
+    return [
+        (ld_b, 0, 0, _SKF_AD_PKTTYPE),
+        (jeq, 10, 0, _PACKET_OUTGOING),
+        (ld_h, 0, 0, 12),
+        (jeq, 0, 8, ETH_P_IP),
+        (ld_b, 0, 0, 14),
+        (jeq, 0, 6, 0x45),
+        (ld_b, 0, 0, 23),
+        (jeq, 0, 4, 17),
+        (ld_h, 0, 0, 20),
+        (jset, 2, 0, 0x3FFF),            # MF flag or fragment offset
+        (ld_h, 0, 0, 36),
+        (jeq, 1, 0, 4791),
+        (ret, 0, 0, 0),
+        (ret, 0, 0, snap_bytes),         # the return value is the snap length
+    ]
+
+
+def attach_roce_filter(sock: socket.socket, snap_bytes: int = SNAP_BYTES) -> None:
+    prog = _bpf_program(snap_bytes)
+    insns = (ctypes.c_uint64 * len(prog))(
+        *[code | jt << 16 | jf << 24 | k << 32 for code, jt, jf, k in prog])
+    fprog = struct.pack("HL", len(prog), ctypes.addressof(insns))  # struct sock_fprog
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """Geometry of a TPACKET_V2 receive ring of header-only slots."""
+
+    frame_size: int
+    block_size: int
+    block_nr: int
+
+    @classmethod
+    def for_headers(cls, ring_bytes: int = 4 << 20) -> RingSpec:
+        frame = (_TPACKET2_HDR_BYTES + _SLL_AND_ALIGN_BYTES + SNAP_BYTES + 15) & ~15
+        block = max(mmap.PAGESIZE, 1 << 16)
+        return cls(frame, block, max(4, ring_bytes // block))
+
+    @property
+    def frames_per_block(self) -> int:
+        return self.block_size // self.frame_size
+
+    @property
+    def frame_nr(self) -> int:
+        return self.frames_per_block * self.block_nr
+
+    @property
+    def size_bytes(self) -> int:
+        return self.block_size * self.block_nr
+
+
+def open_rx_ring(ring: RingSpec) -> socket.socket:
+    """A filtered, timestamping TPACKET_V2 socket of the calling thread's namespace.
+
+    ETH_P_ALL makes it a tap, served before tc ingress, so the host's RoCE sink
+    (``emu.rocesink``) can drop the frames there once this socket has them.
+    """
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    try:
+        attach_roce_filter(sock)
+        with contextlib.suppress(OSError):  # kernels before 4.20: the BPF filter suffices
+            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        # Makes the kernel stamp frames when they reach the interface (netif_rx),
+        # rather than when they are copied into the ring.
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
+        sock.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack(
+            "IIII", ring.block_size, ring.block_nr, ring.frame_size, ring.frame_nr))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def map_ring(sock: socket.socket, ring: RingSpec) -> mmap.mmap:
+    return mmap.mmap(sock.fileno(), ring.size_bytes)
+
+
+def slot_offsets(ring: RingSpec) -> list[int]:
+    """Byte offset of every ring slot, in the kernel's fill order."""
+    fpb = ring.frames_per_block
+    return [(i // fpb) * ring.block_size + (i % fpb) * ring.frame_size
+            for i in range(ring.frame_nr)]
+
+
+def open_tx_socket(ifname: str) -> socket.socket:
+    """A send-only packet socket on ``ifname`` (protocol 0: it never receives)."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    try:
+        sock.bind((ifname, 0))
+        # Frames wait in the shaped qdisc charged to this socket; a few MB keeps
+        # the socket from blocking before the qdisc itself pushes back.
+        sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, 4 << 20)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def ring_drops(sock: socket.socket) -> int:
+    """Frames the kernel dropped because the ring was full (resets the counter)."""
+    _, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+    return drops
+
+
+def realtime_offset_ns() -> int:
+    """CLOCK_REALTIME - CLOCK_MONOTONIC, from the tightest of a few samples."""
+    best = None
+    for _ in range(20):
+        m0 = time.monotonic_ns()
+        r = time.time_ns()
+        m1 = time.monotonic_ns()
+        if best is None or m1 - m0 < best[0]:
+            best = (m1 - m0, r - (m0 + m1) // 2)
+    assert best is not None
+    return best[1]
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class TimerFd:
+    """A non-blocking CLOCK_MONOTONIC timerfd armed at absolute deadlines (ns)."""
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        fd = self._libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_create: {os.strerror(err)}")
+        self.fd: int = fd
+        self.armed_ns = 0               # 0: disarmed
+        self._spec = _Itimerspec()
+        self._settime = self._libc.timerfd_settime
+        self._ref = ctypes.byref(self._spec)
+
+    def arm(self, deadline_ns: int) -> None:
+        """Fire at ``deadline_ns`` (CLOCK_MONOTONIC); a past deadline fires at once."""
+        if deadline_ns == self.armed_ns:
+            return
+        v = self._spec.it_value
+        v.tv_sec, v.tv_nsec = divmod(max(deadline_ns, 1), 1_000_000_000)
+        if self._settime(self.fd, _TFD_TIMER_ABSTIME, self._ref, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
+        self.armed_ns = deadline_ns
+
+    def clear(self) -> None:
+        """Consume an expiry (after epoll reported the fd readable)."""
+        with contextlib.suppress(BlockingIOError):
+            os.read(self.fd, 8)
+        self.armed_ns = 0
+
+    def close(self) -> None:
+        os.close(self.fd)
