@@ -226,8 +226,9 @@ class ReactionPoint:
 # ------------------------------------------------------------- fluid model (CoNEXT'16)
 
 def _pow_minus_one(p: float, x: float) -> float:
-    """(1-p)^(-x) - 1, accurate for small p."""
-    return math.expm1(-x * math.log1p(-p))
+    """(1-p)^(-x) - 1, accurate for small p (inf where it overflows: no event then)."""
+    y = -x * math.log1p(-p)
+    return math.expm1(y) if y < 700.0 else math.inf
 
 
 def mark_window_probability(p: float, window_pkts: float) -> float:
@@ -260,9 +261,13 @@ def increase_event_rates(p: float, rate_pps: float, params: DcqcnParams,
 class MeanFieldSender:
     """One flow of the CoNEXT'16 fluid model, stepped by explicit Euler.
 
-    ``step`` takes the delayed marking probability and the delayed own rate
-    (packets/s) the feedback carries; rates are bit/s outside, clamped to
-    [min rate, line rate] as the reaction point keeps them.
+    ``step`` takes the delayed marking probability and the delayed own rate the
+    feedback carries; rates are bit/s, clamped to [min rate, line rate] as the
+    reaction point keeps them. As published, it has the paper's algorithm: every cut
+    clamps R_T (``clamp_target_rate`` is ignored) and there is no hyper increase, and
+    a cut is a continuous decay (exp(-1/2) over one CNP interval at full marking, where
+    the reaction point halves at once). So it gives the steady state and its
+    stability; short transients and the NIC's knobs need the event reaction point.
     """
 
     def __init__(self, params: DcqcnParams, line_rate_bps: float, packet_bytes: float):

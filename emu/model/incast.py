@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import networkx as nx
 
+from emu.model.alphabeta import DEFAULT_OVERHEAD_S
 from emu.model.dcqcn import DcqcnParams, dcqcn_fixed_point, dcqcn_params
 from emu.model.incast_fluid import incast_dcqcn
 from emu.model.queueing import (
@@ -38,16 +39,19 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    kmax_bytes: float | None = None, pmax: float | None = None,
                    dcqcn: str | DcqcnParams = "paper",
                    hop_rates_bps: Sequence[float] = (), hop_delays_s: Sequence[float] = (),
-                   packet_bytes: float = DEFAULT_PACKET_BYTES, overhead_s: float = 0.0,
-                   base_rtt_s: float | None = None) -> dict[str, float | bool | str]:
+                   packet_bytes: float = DEFAULT_PACKET_BYTES,
+                   overhead_s: float = DEFAULT_OVERHEAD_S,
+                   base_rtt_s: float | None = None,
+                   dcqcn_reaction: str = "events") -> dict[str, float | bool | str]:
     """Predicted metrics of an N->1 incast (model, real units).
 
     ``hop_rates_bps``/``hop_delays_s`` describe one sender's path (base latency);
-    alpha = overhead + base latency; ``base_rtt_s`` (the feedback loop of CNPs and
+    alpha = overhead (the NIC's per-message cost, 1 us by default) + base latency; ``base_rtt_s`` (the feedback loop of CNPs and
     NAKs without queueing) defaults to the base plus the same hops back for a
     control frame.
     ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
-    set of `emu.model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`).
+    set of `emu.model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`;
+    ``dcqcn_reaction`` is the fluid's 'events' or 'mean-field' reaction point).
     """
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps
     base_s = base_latency_s(hop_rates_bps, hop_delays_s, packet_bytes)
@@ -73,7 +77,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
         params = dcqcn_params(dcqcn)
         fluid = incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
                              kmax_bytes, pmax, params, base_rtt_s=rtt_s, alpha_s=alpha_s,
-                             packet_bytes=packet_bytes)
+                             packet_bytes=packet_bytes, reaction=dcqcn_reaction)
         queue, completion_s = fluid.queue, fluid.completion_s
         out.update(model="incast-dcqcn (fluid transient; GBN recovery of drops not modelled)",
                    drops=fluid.dropped_bytes > 0, dropped_bytes=fluid.dropped_bytes,

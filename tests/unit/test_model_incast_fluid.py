@@ -158,3 +158,14 @@ def test_bad_input():
                          reaction="fancy")
     with pytest.raises(ValueError):
         DcqcnIncastFluid(Port(C, 8e6, 1e5, 4e5, 0.2), [Sender(math.inf, C)], "paper").run()
+
+
+@pytest.mark.parametrize("params", ["paper", "nic"])
+def test_mean_field_incast_runs_through_full_marking(params):
+    # the queue overshoots Kmax (p = 1, where (1-p)^-x overflows): no increase events,
+    # the senders still finish and the port never beats its rate
+    res = incast_dcqcn(3, 2e6, C, C, 8e6, 100e3, 400e3, 0.2, params, base_rtt_s=1 * US,
+                       packet_bytes=PKT, reaction="mean-field")
+    assert res.peak_queue_bytes > 400e3 and res.dropped_bytes == 0.0
+    assert res.completion_s >= 3 * 2e6 * 8 / C
+    assert all(t <= res.completion_s for t in res.finish_s)

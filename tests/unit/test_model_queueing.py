@@ -25,6 +25,7 @@ C = 400 * G
 KMIN, KMAX, PMAX = 5e3, 200e3, 0.01
 HOPS = dict(hop_rates_bps=[C, C], hop_delays_s=[0.5e-6, 0.5e-6], packet_bytes=4000)
 BASE_S = 1e-6 + 2 * 4000 * 8 / C          # 1 us + 2 x 80 ns = 1.16 us
+NIC_S = 1e-6                              # the NIC's per-message overhead (default)
 
 
 def test_incast_backlog_growth_and_fill_time():
@@ -52,7 +53,7 @@ def test_cc_off_without_drops_uniform_ramp():
     assert pred["latency_p50_s"] == pytest.approx(BASE_S + 30e-6)
     assert pred["latency_p99_s"] == pytest.approx(BASE_S + 59.4e-6)
     assert pred["latency_p999_s"] == pytest.approx(BASE_S + 59.94e-6)
-    assert pred["completion_s"] == pytest.approx(80e-6 + BASE_S)
+    assert pred["completion_s"] == pytest.approx(80e-6 + BASE_S + NIC_S)
     assert pred["max_queue_bytes"] == pytest.approx(3e6)
     assert pred["drops"] is False
     # The trajectory behind it: up to 3 MB at 20 us, drained at C by 80 us.
@@ -82,7 +83,7 @@ def test_cc_off_with_drops_and_go_back_n_estimate():
     assert trace[1] == (pytest.approx(20e-6), 1e6)
     assert trace[2][1] == 1e6 and trace[3][1] == 0.0
     assert trace[3][0] - trace[2][0] == pytest.approx(20e-6)
-    assert trace[3][0] == pytest.approx(pred["completion_s"] - BASE_S)
+    assert trace[3][0] == pytest.approx(pred["completion_s"] - BASE_S - NIC_S)
     assert pred["completion_s"] > incast_completion_time_s(2, 10e6, C)
 
 
@@ -90,7 +91,7 @@ def test_no_queue_when_the_port_keeps_up():
     pred = predict_incast(2, 1e6, C, sender_rate_bps=100 * G, buffer_bytes=1e6, **HOPS)
     assert pred["max_queue_bytes"] == 0.0
     assert pred["latency_p999_s"] == pytest.approx(BASE_S)
-    assert pred["completion_s"] == pytest.approx(8e6 / (100 * G) + BASE_S)
+    assert pred["completion_s"] == pytest.approx(8e6 / (100 * G) + BASE_S + NIC_S)
 
 
 def test_marking_curve():
