@@ -167,5 +167,5 @@ def test_mean_field_incast_runs_through_full_marking(params):
     res = incast_dcqcn(3, 2e6, C, C, 8e6, 100e3, 400e3, 0.2, params, base_rtt_s=1 * US,
                        packet_bytes=PKT, reaction="mean-field")
     assert res.peak_queue_bytes > 400e3 and res.dropped_bytes == 0.0
-    assert res.completion_s >= 3 * 2e6 * 8 / C
+    assert res.completion_s >= 3 * 2e6 * 8 / C * (1 - 1e-9)   # the port busy at most
     assert all(t <= res.completion_s for t in res.finish_s)
