@@ -13,9 +13,10 @@ delays together).
 
 Integration: a fixed step h (`DcqcnIncastFluid.step_s`, by default a fraction of the
 fastest time scale: the CNP interval, the timers, the base RTT and the time to cross
-the marking band). Per step: the queue q' = sum of rates - C (held at 0, or at the
-buffer while the excess is dropped), p at the step's middle, the marks of every flow
-(p x its packets), then the senders react. Two reactions:
+the marking band; start times fall on the step grid). Per step: the queue
+q' = sum of rates - C (held at 0, or at the buffer while the excess is dropped), p at
+the step's middle, the marks of every flow (p x its packets), then the senders react.
+Two reactions:
 
 * 'events' (default): every sender is a `dcqcn.ReactionPoint` (cuts, timers, byte
   counter as discrete events). The notification point of a flow counts the flow's
