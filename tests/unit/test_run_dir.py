@@ -1,0 +1,225 @@
+"""Run directories: unique names, --out reuse refused without --force/--resume, each
+case written as it ends (a SIGKILL keeps the finished ones), atomic files, and
+interrupts held while results are written. Synthetic cases, no kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from emu.errors import FabricEmuError, ParameterError
+from emu.fidelity import FidelityReport
+from experiments import common
+from experiments.common import (
+    Option,
+    Run,
+    deferred_interrupts,
+    parse_list,
+    parse_scale,
+    parse_text,
+    prepare_out_dir,
+    run_experiment,
+)
+from experiments.report import render_report
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = {"cases": Option(["a", "b", "c"], "case names", parse=parse_list(parse_text)),
+        "scale": Option(1e5, "S", parse=parse_scale)}
+
+
+@pytest.fixture(autouse=True)
+def no_probe(monkeypatch):
+    monkeypatch.setattr(common, "capabilities", lambda: {})
+
+
+def sweep(executed: list[str], fail_at: str | None = None):
+    """An execute() that measures one trivial case per name, committing each."""
+    def execute(run: Run, opts: dict) -> None:
+        for case in opts["cases"]:
+            if run.finished(case):
+                continue
+            if case == fail_at:
+                run.metric(case, "m", "u", 1.0, 1.0)  # the running case: dropped
+                raise KeyboardInterrupt
+            executed.append(case)
+            run.metric(case, "m", "u", float(len(executed)), 1.0)
+            run.fidelity(case, FidelityReport(True, [], opts["scale"]))
+            run.commit(case)
+    return execute
+
+
+def summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def measured(out: Path) -> dict[str, float]:
+    return {m["case"]: m["measured"] for m in summary(out)["metrics"]}
+
+
+def test_default_names_are_unique_within_a_second(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(common.time, "strftime", lambda fmt, *a: "20260101-000000")
+    paths = [prepare_out_dir("incast", None, force=False, resume=False)[0] for _ in range(3)]
+    assert len(set(paths)) == 3 and all(p.is_dir() for p in paths)
+    assert [p.name for p in paths] == ["incast-20260101-000000", "incast-20260101-000000-2",
+                                       "incast-20260101-000000-3"]
+
+
+def test_a_second_run_into_the_same_out_is_refused_and_keeps_the_first(tmp_path):
+    out = tmp_path / "run"
+    executed: list[str] = []
+    assert run_experiment("s", SPEC, sweep(executed), out, False, {}).valid
+    before = (out / "summary.json").read_text()
+    with pytest.raises(ParameterError) as err:
+        run_experiment("s", SPEC, sweep(executed), out, False, {"cases": "x"})
+    assert err.value.name == "--out"
+    assert (out / "summary.json").read_text() == before and executed == ["a", "b", "c"]
+
+
+def test_force_starts_over(tmp_path):
+    out = tmp_path / "run"
+    run_experiment("s", SPEC, sweep([]), out, False, {})
+    (out / "stale.csv").write_text("x\n1\n")
+    (out / "mine.txt").write_text("not a run output")
+    run_experiment("s", SPEC, sweep([]), out, False, {"cases": "x"}, force=True)
+    assert set(measured(out)) == {"x"}
+    assert not (out / "stale.csv").exists()          # a stale CSV would be plotted
+    assert (out / "mine.txt").exists()               # only run outputs are removed
+
+
+def test_force_refuses_a_directory_that_is_not_a_run(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    with pytest.raises(ParameterError):
+        run_experiment("s", SPEC, sweep([]), tmp_path, False, {}, force=True)
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_out_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ParameterError):
+        run_experiment("s", SPEC, sweep([]), tmp_path / "f", False, {})
+
+
+def test_force_and_resume_together_are_refused(tmp_path):
+    with pytest.raises(ParameterError):
+        run_experiment("s", SPEC, sweep([]), tmp_path / "r", False, {}, force=True, resume=True)
+    assert not (tmp_path / "r").exists()
+
+
+def test_interrupted_run_keeps_finished_cases_and_resume_runs_the_rest(tmp_path):
+    out = tmp_path / "run"
+    executed: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("s", SPEC, sweep(executed, fail_at="b"), out, False, {})
+    first = summary(out)
+    assert first["status"] == "stopped" and not first["valid"]
+    assert measured(out) == {"a": 1.0}
+    render_report(out, show=False)                    # a stopped run is reportable
+    result = run_experiment("s", SPEC, sweep(executed), out, False, {}, resume=True)
+    assert executed == ["a", "b", "c"]                # 'a' was not run again
+    assert measured(out) == {"a": 1.0, "b": 2.0, "c": 3.0}
+    assert result.valid and summary(out)["status"] == "finished"
+
+
+def test_resume_refuses_other_options_and_other_experiments(tmp_path):
+    out = tmp_path / "run"
+    run_experiment("s", SPEC, sweep([]), out, False, {"cases": "a;b"})
+    with pytest.raises(ParameterError):
+        run_experiment("s", SPEC, sweep([]), out, False, {"cases": "a;c"}, resume=True)
+    with pytest.raises(ParameterError):
+        run_experiment("other", SPEC, sweep([]), out, False, {}, resume=True)
+    # Options left out are taken from the run being resumed.
+    run_experiment("s", SPEC, sweep([]), out, False, {}, resume=True)
+    assert set(measured(out)) == {"a", "b"}
+
+
+def test_resume_refuses_a_damaged_case_record(tmp_path):
+    out = tmp_path / "run"
+    run_experiment("s", SPEC, sweep([]), out, False, {})
+    (out / "cases" / "001" / "unit.json").write_text('{"key": ')
+    with pytest.raises(FabricEmuError):
+        run_experiment("s", SPEC, sweep([]), out, False, {}, resume=True)
+
+
+def test_a_failed_start_leaves_no_directory(tmp_path):
+    def execute(run: Run, opts: dict) -> None:
+        raise FabricEmuError("no marking back end")
+
+    with pytest.raises(FabricEmuError):
+        run_experiment("s", SPEC, execute, tmp_path / "run", False, {})
+    assert not (tmp_path / "run").exists()
+    empty = tmp_path / "given"
+    empty.mkdir()
+    with pytest.raises(FabricEmuError):
+        run_experiment("s", SPEC, execute, empty, False, {})
+    assert empty.is_dir() and list(empty.iterdir()) == []   # it was the user's
+
+
+def test_no_temporary_files_are_left(tmp_path):
+    out = tmp_path / "run"
+    run_experiment("s", SPEC, sweep([]), out, False, {})
+    leftovers = [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_sigkill_keeps_the_finished_cases(tmp_path):
+    """A real process killed with SIGKILL after its second case: the two are on disk."""
+    out = tmp_path / "run"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from emu.fidelity import FidelityReport
+        from experiments import common
+        from experiments.common import Option, parse_list, parse_text, run_experiment
+
+        common.capabilities = lambda: {{}}
+
+        def execute(run, opts):
+            for case in ("a", "b", "c"):
+                run.metric(case, "m", "u", 1.0, 1.0)
+                run.fidelity(case, FidelityReport(True, [], 1e5))
+                if case == "c":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                run.commit(case)
+
+        run_experiment("s", {{"scale": Option(1e5, "S", parse=common.parse_scale)}}, execute,
+                       {str(out)!r}, False, {{}})
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert summary(out)["status"] == "running" and not summary(out)["valid"]
+    assert set(measured(out)) == {"a", "b"}
+    config = json.loads((out / "config.json").read_text())
+    assert config["rerun"].startswith("emu run s ")
+    render_report(out, show=False)
+
+
+def test_interrupts_are_held_while_writing():
+    steps = []
+    with pytest.raises(KeyboardInterrupt), deferred_interrupts():
+        os.kill(os.getpid(), signal.SIGINT)
+        steps.append("the block ran to its end")
+    assert steps == ["the block ran to its end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_second_ctrl_c_while_finishing_keeps_what_was_measured(tmp_path, monkeypatch):
+    """Ctrl-C stops the run; a second one lands while the plots are drawn: the
+    finished case is already on disk."""
+    import experiments.report as report
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "render_report", interrupted)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("s", SPEC, sweep([], fail_at="b"), out, False, {})
+    assert measured(out) == {"a": 1.0} and summary(out)["status"] == "stopped"
