@@ -187,13 +187,26 @@ def pcap(collective: Annotated[str, typer.Argument(help="e.g. allreduce-ring, al
          ranks: Annotated[int, typer.Option("--ranks", help="number of ranks (hosts)")] = 4,
          size: Annotated[str, typer.Option("--size", help="collective size, e.g. 1MiB")] = "1MiB",
          out: Annotated[Path, typer.Option("-o", "--out", help="pcap file to write")] = Path("collective.pcap"),
-         rate: Annotated[str, typer.Option("--rate", help="real NIC rate")] = "400G") -> None:
-    """Write a collective's RoCEv2 traffic to a pcap, without a fabric."""
+         rate: Annotated[str, typer.Option("--rate", help="real NIC rate")] = "400G",
+         max_size: Annotated[str, typer.Option("--max-size", help="refuse to write a pcap "
+                                               "larger than this")] = "1GiB",
+         max_messages: Annotated[int, typer.Option("--max-messages", help="refuse a collective "
+                                                   "of more messages (QPs) than this")] = 20_000
+         ) -> None:
+    """Write a collective's RoCEv2 traffic to a pcap, without a fabric.
+
+    The file's exact size and the collective's message count are computed from the
+    schedule before anything is built; over --max-size (default 1 GiB) or
+    --max-messages (default 20,000, each takes ~2.5 ms to build) the command stops
+    with an error.  Frames stream to disk as they are generated.
+    """
     from emu.units import parse_rate_bps, parse_size_bytes
     from traffic.pcap import collective_pcap
 
     summary = collective_pcap(collective, ranks, parse_size_bytes(size, "size"), out,
-                              rate_bps=parse_rate_bps(rate, "rate"))
+                              rate_bps=parse_rate_bps(rate, "rate"),
+                              max_bytes=parse_size_bytes(max_size, "max-size"),
+                              max_messages=max_messages)
     console.print(f"wrote {summary.path}: {summary.n_frames} frames, {summary.n_messages} "
                   f"messages, {summary.duration_s * 1e6:.1f} µs of real time "
                   "(open with: tshark -r FILE -Y infiniband)")
@@ -202,18 +215,40 @@ def pcap(collective: Annotated[str, typer.Argument(help="e.g. allreduce-ring, al
 @app.command()
 def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. from emu pcap)")],
            topo: TopoOpt = "fattree,4", scale: ScaleOpt = 4000.0,
-           marking: MarkingOpt = "auto") -> None:
-    """Inject a pcap into a fabric open-loop with its original timing (dilated by S)."""
+           marking: MarkingOpt = "auto",
+           max_gap: Annotated[str | None, typer.Option(
+               "--max-gap", help="shorten every idle gap between consecutive frames to at most "
+               "this much real time (e.g. 100us); default: keep the captured gaps")] = None,
+           max_wall: Annotated[str, typer.Option(
+               "--max-wall", help="refuse a replay that would take longer than this wall time "
+               "(the pcap's span, after --max-gap, times S)")] = "600s",
+           max_size: Annotated[str, typer.Option("--max-size", help="refuse a pcap file larger "
+                                                 "than this")] = "1GiB") -> None:
+    """Inject a pcap into a fabric open-loop with its original timing (dilated by S).
+
+    The pcap (a regular file of at most --max-size, default 1 GiB) is read and checked
+    before any fabric is built: its RoCEv2 frames' addresses must be hosts of the
+    topology, and the replay must fit in --max-wall (default 600 s; a capture with an
+    idle hour would otherwise keep the fabric up for 167 days at S = 4000): pass
+    --max-gap to shorten idle gaps.
+    """
     from emu.fabric import Fabric
     from emu.scaling import Scale
     from emu.topospec import build_topo
-    from traffic.pcap import read_roce_pcap
-    from traffic.replay import replay_pcap
+    from emu.units import parse_size_bytes, parse_time_s
+    from traffic.replay import plan_replay, replay_pcap
 
-    read_roce_pcap(pcap_file)  # a malformed or foreign pcap fails before any build
-    with Fabric(build_topo(topo), Scale(scale), marking=marking) as fab:
+    limits = {"max_gap_s": None if max_gap is None else parse_time_s(max_gap, "max-gap"),
+              "max_wall_s": parse_time_s(max_wall, "max-wall"),
+              "max_bytes": parse_size_bytes(max_size, "max-size")}
+    fab = Fabric(build_topo(topo), Scale(scale), marking=marking)  # a plan: nothing built yet
+    plan = plan_replay(pcap_file, scale=fab.scale, host_by_ip=fab.plan.host_by_ip, **limits)
+    console.print(f"{pcap_file}: {plan.frames} RoCEv2 frames spanning {plan.span_s * 1e6:.1f} µs "
+                  f"real ({plan.compressed_gaps} gaps shortened), about {plan.wall_s:.1f} s "
+                  f"at S = {scale:g}")
+    with fab:
         with console.status(f"replaying {pcap_file} into {fab.topo.describe()} ..."):
-            res = replay_pcap(fab, pcap_file)
+            res = replay_pcap(fab, pcap_file, **limits)
         stats = fab.port_stats()
     console.print(f"replayed {res.frames} frames spanning {res.duration_s * 1e6:.1f} µs real "
                   f"in {res.wall_emu_s:.2f} s emulated (S = {scale:g}); send lateness p99 "

@@ -144,17 +144,18 @@ def iter_pcap(path: str | Path, *, max_bytes: int = DEFAULT_MAX_PCAP_BYTES
     path = Path(path)
     with _open_regular(path, max_bytes) as f:
         head = f.read(_GLOBAL.size)
-        if len(head) < _GLOBAL.size:
-            raise PcapError(f"{path} is truncated: {len(head)} bytes, shorter than a pcap header")
         for order in "<>":
-            magic = struct.unpack_from(order + "I", head)[0]
+            magic = struct.unpack_from(order + "I", head)[0] if len(head) >= 4 else None
             if magic in (_MAGIC_NS, _MAGIC_US):
                 break
         else:
-            if struct.unpack_from("<I", head)[0] == _PCAPNG_MAGIC:
+            if len(head) >= 4 and struct.unpack_from("<I", head)[0] == _PCAPNG_MAGIC:
                 raise PcapError(f"{path} is pcapng; convert it with "
                                 f"'editcap -F pcap {path} out.pcap'")
-            raise PcapError(f"{path} is not a pcap file (magic {head[:4].hex()})")
+            if len(head) >= 4:
+                raise PcapError(f"{path} is not a pcap file (magic {head[:4].hex()})")
+        if len(head) < _GLOBAL.size:
+            raise PcapError(f"{path} is truncated: {len(head)} bytes, shorter than a pcap header")
         rec = struct.Struct(order + _RECORD.format)
         linktype = struct.unpack_from(order + _GLOBAL.format, head)[6] & 0xFFFF
         if linktype != LINKTYPE_ETHERNET:

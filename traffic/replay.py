@@ -4,53 +4,144 @@ Addresses in the pcap must be host addresses of the fabric (pcaps written by
 `emu pcap` use the same plan: host i = 10.0.0.0 + i + 1). Only the Ethernet
 addresses are rewritten to each first hop's; the ICRC does not cover them, so
 every frame stays valid RoCEv2.
+
+A replay of a real span T takes S*T of wall time with the fabric up, so a capture
+with an idle hour would keep it up for months at S = 4000.  ``plan_replay`` reads
+the pcap once (streaming, before any fabric is built) and refuses a replay longer
+than ``max_wall_s`` (default ``DEFAULT_MAX_WALL_S``, 10 minutes); ``max_gap_s``
+shortens every idle gap between consecutive frames to at most that much real time,
+keeping the frames' order and the timing within each burst.
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from scapy.utils import mac2str
 
+from emu.errors import ParameterError
 from emu.fabric import Fabric
 from emu.netns import in_netns
-from traffic.pcap import PcapError, read_roce_pcap
+from emu.scaling import Scale
+from emu.units import format_time
+from traffic.pcap import DEFAULT_MAX_PCAP_BYTES, PcapError, iter_roce_pcap
 
 _IP_SRC, _IP_DST = 26, 30  # offsets in an Ethernet + IPv4 frame
+DEFAULT_MAX_WALL_S = 600.0
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What replaying a pcap asks of a fabric, found without building one."""
+
+    frames: int
+    span_s: float            # real seconds from the first frame to the last, as replayed
+    captured_span_s: float   # the same as captured (before gap compression)
+    longest_gap_s: float     # longest captured gap between consecutive frames
+    longest_gap_frame: int   # the 1-based RoCEv2 frame that ends that gap
+    compressed_gaps: int     # gaps shortened to max_gap_s
+    wall_s: float            # span_s dilated by S: how long the replay takes here
 
 
 @dataclass(frozen=True)
 class ReplayResult:
     frames: int
-    duration_s: float        # real seconds spanned by the pcap
+    duration_s: float        # real seconds spanned by the replay (after gap compression)
     wall_emu_s: float        # how long the replay took here
     late_p99_s: float        # real-unit lateness of sends against the dilated schedule
     per_host_frames: dict[str, int]
+    compressed_gaps: int
 
 
-def _host_of(fab: Fabric, frame: bytes, offset: int) -> str:
+def _human_s(t_s: float) -> str:
+    for unit, factor in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if t_s >= 2 * factor:
+            return f"{t_s / factor:.3g} {unit}"
+    return format_time(t_s)
+
+
+def _relative_times(frames: Iterable[tuple[float, bytes]], max_gap_s: float | None
+                    ) -> Iterator[tuple[float, float, bytes]]:
+    """``(t_rel_s, captured_gap_s, frame)``: times from the first frame, gaps capped."""
+    t_rel_s = 0.0
+    prev_s: float | None = None
+    for t_s, frame in frames:
+        gap_s = 0.0 if prev_s is None else t_s - prev_s
+        prev_s = t_s
+        t_rel_s += gap_s if max_gap_s is None else min(gap_s, max_gap_s)
+        yield t_rel_s, gap_s, frame
+
+
+def _host(host_by_ip: Mapping[str, str], frame: bytes, offset: int, n: int) -> str:
     ip = socket.inet_ntoa(frame[offset:offset + 4])
     try:
-        return fab.plan.host_by_ip[ip]
+        return host_by_ip[ip]
     except KeyError:
-        raise PcapError(f"pcap address {ip} is not a host of this fabric "
-                        f"({len(fab.hosts)} hosts, {fab.plan.host_ip[fab.hosts[0]]} .. "
-                        f"{fab.plan.host_ip[fab.hosts[-1]]}); use a topology with enough hosts"
-                        ) from None
+        ips = list(host_by_ip)
+        raise PcapError(f"frame {n} of the pcap: address {ip} is not a host of this fabric "
+                        f"({len(ips)} hosts, {ips[0]} .. {ips[-1]}); use a topology with "
+                        "enough hosts") from None
 
 
-def replay_pcap(fab: Fabric, path: str | Path) -> ReplayResult:
-    frames = read_roce_pcap(path)
-    t0 = frames[0][0]
+def plan_replay(path: str | Path, *, scale: Scale, host_by_ip: Mapping[str, str],
+                max_gap_s: float | None = None, max_wall_s: float = DEFAULT_MAX_WALL_S,
+                max_bytes: int = DEFAULT_MAX_PCAP_BYTES) -> ReplayPlan:
+    """Read the pcap once and check that it can be replayed: raises PcapError if not.
+
+    Checks the file (see ``traffic.pcap.iter_pcap``), that every RoCEv2 frame's
+    addresses are hosts of the fabric, and that the replay takes at most
+    ``max_wall_s`` of wall time at this S.
+    """
+    if max_gap_s is not None and not max_gap_s >= 0:
+        raise ParameterError("max_gap_s", max_gap_s, "must be >= 0 (or None to keep gaps)")
+    if not max_wall_s > 0:
+        raise ParameterError("max_wall_s", max_wall_s, "must be positive")
+    n = longest_at = compressed = 0
+    span_s = captured_s = captured_rel_s = longest_s = 0.0
+    frames = iter_roce_pcap(path, max_bytes=max_bytes)
+    for n, (t_rel_s, gap_s, frame) in enumerate(_relative_times(frames, max_gap_s), start=1):
+        _host(host_by_ip, frame, _IP_SRC, n)
+        _host(host_by_ip, frame, _IP_DST, n)
+        if gap_s > longest_s:
+            longest_s, longest_at = gap_s, n
+        compressed += max_gap_s is not None and gap_s > max_gap_s
+        span_s = max(span_s, t_rel_s)
+        captured_rel_s += gap_s
+        captured_s = max(captured_s, captured_rel_s)
+    plan = ReplayPlan(n, span_s, captured_s, longest_s, longest_at, compressed,
+                      scale.time_emu_s(span_s))
+    if plan.wall_s > max_wall_s:
+        raise PcapError(
+            f"replaying {path} at S = {scale.factor:g} would take {_human_s(plan.wall_s)} "
+            f"(it spans {_human_s(span_s)} real; longest gap {_human_s(longest_s)} before "
+            f"frame {longest_at}), above the {_human_s(max_wall_s)} limit (--max-wall): "
+            "shorten idle gaps with --max-gap (e.g. --max-gap 100us), use a smaller S, or "
+            "raise --max-wall")
+    return plan
+
+
+def replay_pcap(fab: Fabric, path: str | Path, *, max_gap_s: float | None = None,
+                max_wall_s: float = DEFAULT_MAX_WALL_S,
+                max_bytes: int = DEFAULT_MAX_PCAP_BYTES) -> ReplayResult:
+    """Send every RoCEv2 frame of ``path`` from its source host at its dilated time.
+
+    The pcap is checked first (``plan_replay``), then read again to build the send
+    schedule, so only the rewritten frames are held in memory.
+    """
+    plan = plan_replay(path, scale=fab.scale, host_by_ip=fab.plan.host_by_ip,
+                       max_gap_s=max_gap_s, max_wall_s=max_wall_s, max_bytes=max_bytes)
     schedule: list[tuple[float, socket.socket, bytes]] = []
     socks: dict[tuple[str, str], socket.socket] = {}
     sent: dict[str, int] = {}
     try:
-        for t_s, frame in frames:
-            src, dst = _host_of(fab, frame, _IP_SRC), _host_of(fab, frame, _IP_DST)
+        frames = iter_roce_pcap(path, max_bytes=max_bytes)
+        for n, (t_rel_s, _, frame) in enumerate(_relative_times(frames, max_gap_s), start=1):
+            src = _host(fab.plan.host_by_ip, frame, _IP_SRC, n)
+            dst = _host(fab.plan.host_by_ip, frame, _IP_DST, n)
             eg = fab.egress(src, dst)
             if (src, eg.ifname) not in socks:
                 with in_netns(fab.netns_path(src)):
@@ -58,7 +149,7 @@ def replay_pcap(fab: Fabric, path: str | Path) -> ReplayResult:
                 sock.bind((eg.ifname, 0))
                 socks[(src, eg.ifname)] = sock
             rewritten = mac2str(eg.dst_mac) + mac2str(eg.src_mac) + frame[12:]
-            schedule.append((fab.scale.time_emu_s(t_s - t0), socks[(src, eg.ifname)], rewritten))
+            schedule.append((fab.scale.time_emu_s(t_rel_s), socks[(src, eg.ifname)], rewritten))
             sent[src] = sent.get(src, 0) + 1
         lateness = []
         start = time.monotonic()
@@ -73,5 +164,6 @@ def replay_pcap(fab: Fabric, path: str | Path) -> ReplayResult:
         for sock in socks.values():
             sock.close()
     lateness.sort()
-    return ReplayResult(len(frames), frames[-1][0] - t0, wall,
-                        fab.scale.to_real_time_s(lateness[int(0.99 * (len(lateness) - 1))]), sent)
+    return ReplayResult(len(schedule), plan.span_s, wall,
+                        fab.scale.to_real_time_s(lateness[int(0.99 * (len(lateness) - 1))]),
+                        sent, plan.compressed_gaps)
