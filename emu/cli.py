@@ -223,7 +223,10 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
                "--max-wall", help="refuse a replay that would take longer than this wall time "
                "(the pcap's span, after --max-gap, times S)")] = "600s",
            max_size: Annotated[str, typer.Option("--max-size", help="refuse a pcap file larger "
-                                                 "than this")] = "1GiB") -> None:
+                                                 "than this")] = "1GiB",
+           max_frames: Annotated[int, typer.Option("--max-frames", help="refuse a pcap of more "
+                                                   "RoCEv2 frames (all are held in memory)")
+                                 ] = 2_000_000) -> None:
     """Inject a pcap into a fabric open-loop with its original timing (dilated by S).
 
     The pcap (a regular file of at most --max-size, default 1 GiB) is read and checked
@@ -240,7 +243,7 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
 
     limits = {"max_gap_s": None if max_gap is None else parse_time_s(max_gap, "max-gap"),
               "max_wall_s": parse_time_s(max_wall, "max-wall"),
-              "max_bytes": parse_size_bytes(max_size, "max-size")}
+              "max_bytes": parse_size_bytes(max_size, "max-size"), "max_frames": max_frames}
     fab = Fabric(build_topo(topo), Scale(scale), marking=marking)  # a plan: nothing built yet
     plan = plan_replay(pcap_file, scale=fab.scale, host_by_ip=fab.plan.host_by_ip, **limits)
     console.print(f"{pcap_file}: {plan.frames} RoCEv2 frames spanning {plan.span_s * 1e6:.1f} µs "

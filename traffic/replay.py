@@ -10,7 +10,9 @@ with an idle hour would keep it up for months at S = 4000.  ``plan_replay`` read
 the pcap once (streaming, before any fabric is built) and refuses a replay longer
 than ``max_wall_s`` (default ``DEFAULT_MAX_WALL_S``, 10 minutes); ``max_gap_s``
 shortens every idle gap between consecutive frames to at most that much real time,
-keeping the frames' order and the timing within each burst.
+keeping the frames' order and the timing within each burst.  At most
+``DEFAULT_MAX_FRAMES`` (2,000,000) RoCEv2 frames are replayed, as all are held in
+memory for the send loop.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from traffic.pcap import DEFAULT_MAX_PCAP_BYTES, PcapError, iter_roce_pcap
 
 _IP_SRC, _IP_DST = 26, 30  # offsets in an Ethernet + IPv4 frame
 DEFAULT_MAX_WALL_S = 600.0
+# The send schedule holds every frame (rewritten) plus ~200 bytes of bookkeeping,
+# so a 1 GiB file of 62-byte ACKs alone would need ~3 GB: frames are capped too.
+DEFAULT_MAX_FRAMES = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -89,12 +94,13 @@ def _host(host_by_ip: Mapping[str, str], frame: bytes, offset: int, n: int) -> s
 
 def plan_replay(path: str | Path, *, scale: Scale, host_by_ip: Mapping[str, str],
                 max_gap_s: float | None = None, max_wall_s: float = DEFAULT_MAX_WALL_S,
-                max_bytes: int = DEFAULT_MAX_PCAP_BYTES) -> ReplayPlan:
+                max_bytes: int = DEFAULT_MAX_PCAP_BYTES,
+                max_frames: int = DEFAULT_MAX_FRAMES) -> ReplayPlan:
     """Read the pcap once and check that it can be replayed: raises PcapError if not.
 
-    Checks the file (see ``traffic.pcap.iter_pcap``), that every RoCEv2 frame's
-    addresses are hosts of the fabric, and that the replay takes at most
-    ``max_wall_s`` of wall time at this S.
+    Checks the file (see ``traffic.pcap.iter_pcap``), that it holds at most
+    ``max_frames`` RoCEv2 frames, that every one's addresses are hosts of the
+    fabric, and that the replay takes at most ``max_wall_s`` of wall time at this S.
     """
     if max_gap_s is not None and not max_gap_s >= 0:
         raise ParameterError("max_gap_s", max_gap_s, "must be >= 0 (or None to keep gaps)")
@@ -104,6 +110,9 @@ def plan_replay(path: str | Path, *, scale: Scale, host_by_ip: Mapping[str, str]
     span_s = captured_s = captured_rel_s = longest_s = 0.0
     frames = iter_roce_pcap(path, max_bytes=max_bytes)
     for n, (t_rel_s, gap_s, frame) in enumerate(_relative_times(frames, max_gap_s), start=1):
+        if n > max_frames:
+            raise PcapError(f"{path} holds more than {max_frames:,} RoCEv2 frames, the most a "
+                            "replay holds in memory (--max-frames)")
         _host(host_by_ip, frame, _IP_SRC, n)
         _host(host_by_ip, frame, _IP_DST, n)
         if gap_s > longest_s:
@@ -125,21 +134,24 @@ def plan_replay(path: str | Path, *, scale: Scale, host_by_ip: Mapping[str, str]
 
 
 def replay_pcap(fab: Fabric, path: str | Path, *, max_gap_s: float | None = None,
-                max_wall_s: float = DEFAULT_MAX_WALL_S,
-                max_bytes: int = DEFAULT_MAX_PCAP_BYTES) -> ReplayResult:
+                max_wall_s: float = DEFAULT_MAX_WALL_S, max_bytes: int = DEFAULT_MAX_PCAP_BYTES,
+                max_frames: int = DEFAULT_MAX_FRAMES) -> ReplayResult:
     """Send every RoCEv2 frame of ``path`` from its source host at its dilated time.
 
     The pcap is checked first (``plan_replay``), then read again to build the send
     schedule, so only the rewritten frames are held in memory.
     """
     plan = plan_replay(path, scale=fab.scale, host_by_ip=fab.plan.host_by_ip,
-                       max_gap_s=max_gap_s, max_wall_s=max_wall_s, max_bytes=max_bytes)
+                       max_gap_s=max_gap_s, max_wall_s=max_wall_s, max_bytes=max_bytes,
+                       max_frames=max_frames)
     schedule: list[tuple[float, socket.socket, bytes]] = []
     socks: dict[tuple[str, str], socket.socket] = {}
     sent: dict[str, int] = {}
     try:
         frames = iter_roce_pcap(path, max_bytes=max_bytes)
         for n, (t_rel_s, _, frame) in enumerate(_relative_times(frames, max_gap_s), start=1):
+            if n > plan.frames:  # the file grew since it was checked
+                raise PcapError(f"{path} changed while being replayed")
             src = _host(fab.plan.host_by_ip, frame, _IP_SRC, n)
             dst = _host(fab.plan.host_by_ip, frame, _IP_DST, n)
             eg = fab.egress(src, dst)

@@ -105,7 +105,10 @@ def test_replay_limits_are_flags(inputs):
     assert code == 2 and "above the 1KiB limit" in out
     code, out = emu("replay", "ok.pcap", "--max-wall", "1us", cwd=inputs)
     assert code == 2 and "above the 1µs limit (--max-wall)" in out
+    code, out = emu("replay", "ok.pcap", "--max-frames", "5", cwd=inputs)
+    assert code == 2 and "holds more than 5 RoCEv2 frames" in out
     code, out = emu("replay", "ok.pcap", "--max-gap", "-3us", cwd=inputs)
     assert code == 2 and "invalid max-gap" in out
     code, out = emu("replay", "--help", cwd=inputs)
     assert code == 0 and "--max-gap" in out and "--max-wall" in out and "167 days" in out
+    assert "--max-frames" in out

@@ -74,3 +74,11 @@ def test_bad_limits_are_refused(a2a):
         plan_replay(path, scale=Scale(4000), host_by_ip=HOSTS, max_gap_s=-1.0)
     with pytest.raises(ParameterError, match="max_wall_s"):
         plan_replay(path, scale=Scale(4000), host_by_ip=HOSTS, max_wall_s=0.0)
+
+
+def test_frames_are_capped(a2a):
+    path, frames = a2a
+    with pytest.raises(PcapError, match="holds more than 10 RoCEv2 frames"):
+        plan_replay(path, scale=Scale(4000), host_by_ip=HOSTS, max_frames=10)
+    assert plan_replay(path, scale=Scale(4000), host_by_ip=HOSTS,
+                       max_frames=len(frames)).frames == len(frames)
