@@ -245,7 +245,7 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
               "max_wall_s": parse_time_s(max_wall, "max-wall"),
               "max_bytes": parse_size_bytes(max_size, "max-size"), "max_frames": max_frames}
     fab = Fabric(build_topo(topo), Scale(scale), marking=marking)  # a plan: nothing built yet
-    plan = plan_replay(pcap_file, scale=fab.scale, host_by_ip=fab.plan.host_by_ip, **limits)
+    plan = plan_replay(pcap_file, fab, **limits)
     console.print(f"{pcap_file}: {plan.frames} RoCEv2 frames spanning {plan.span_s * 1e6:.1f} µs "
                   f"real ({plan.compressed_gaps} gaps shortened), about {plan.wall_s:.1f} s "
                   f"at S = {scale:g}")

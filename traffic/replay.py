@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,6 @@ from scapy.utils import mac2str
 from emu.errors import ParameterError
 from emu.fabric import Fabric
 from emu.netns import in_netns
-from emu.scaling import Scale
 from emu.units import format_time
 from traffic.pcap import DEFAULT_MAX_PCAP_BYTES, PcapError, iter_roce_pcap
 
@@ -81,26 +80,38 @@ def _relative_times(frames: Iterable[tuple[float, bytes]], max_gap_s: float | No
         yield t_rel_s, gap_s, frame
 
 
-def _host(host_by_ip: Mapping[str, str], frame: bytes, offset: int, n: int) -> str:
+def _host(fab: Fabric, frame: bytes, offset: int, n: int) -> str:
     ip = socket.inet_ntoa(frame[offset:offset + 4])
     try:
-        return host_by_ip[ip]
+        return fab.plan.host_by_ip[ip]
     except KeyError:
-        ips = list(host_by_ip)
+        ips = list(fab.plan.host_by_ip)
         raise PcapError(f"frame {n} of the pcap: address {ip} is not a host of this fabric "
                         f"({len(ips)} hosts, {ips[0]} .. {ips[-1]}); use a topology with "
                         "enough hosts") from None
 
 
-def plan_replay(path: str | Path, *, scale: Scale, host_by_ip: Mapping[str, str],
+def _check_route(fab: Fabric, src: str, dst: str, n: int) -> None:
+    if src == dst:
+        raise PcapError(f"frame {n} of the pcap goes from {src} to itself; only traffic "
+                        "between hosts crosses the fabric")
+    try:
+        fab.egress(src, dst)
+    except (KeyError, IndexError):
+        raise PcapError(f"frame {n} of the pcap: {fab.topo.describe()} has no route from "
+                        f"{src} to {dst}") from None
+
+
+def plan_replay(path: str | Path, fab: Fabric, *,
                 max_gap_s: float | None = None, max_wall_s: float = DEFAULT_MAX_WALL_S,
                 max_bytes: int = DEFAULT_MAX_PCAP_BYTES,
                 max_frames: int = DEFAULT_MAX_FRAMES) -> ReplayPlan:
-    """Read the pcap once and check that it can be replayed: raises PcapError if not.
+    """Read the pcap once and check that it can be replayed into ``fab``: PcapError if not.
 
+    ``fab`` need not be started (its address plan and routes exist from the start).
     Checks the file (see ``traffic.pcap.iter_pcap``), that it holds at most
     ``max_frames`` RoCEv2 frames, that every one's addresses are hosts of the
-    fabric, and that the replay takes at most ``max_wall_s`` of wall time at this S.
+    fabric with a route between them, and that the replay takes at most ``max_wall_s`` of wall time at this S.
     """
     if max_gap_s is not None and not max_gap_s >= 0:
         raise ParameterError("max_gap_s", max_gap_s, "must be >= 0 (or None to keep gaps)")
@@ -108,19 +119,23 @@ def plan_replay(path: str | Path, *, scale: Scale, host_by_ip: Mapping[str, str]
         raise ParameterError("max_wall_s", max_wall_s, "must be positive")
     n = longest_at = compressed = 0
     span_s = captured_s = captured_rel_s = longest_s = 0.0
+    pairs: set[tuple[str, str]] = set()
     frames = iter_roce_pcap(path, max_bytes=max_bytes)
     for n, (t_rel_s, gap_s, frame) in enumerate(_relative_times(frames, max_gap_s), start=1):
         if n > max_frames:
             raise PcapError(f"{path} holds more than {max_frames:,} RoCEv2 frames, the most a "
                             "replay holds in memory (--max-frames)")
-        _host(host_by_ip, frame, _IP_SRC, n)
-        _host(host_by_ip, frame, _IP_DST, n)
+        pair = _host(fab, frame, _IP_SRC, n), _host(fab, frame, _IP_DST, n)
+        if pair not in pairs:
+            _check_route(fab, *pair, n)
+            pairs.add(pair)
         if gap_s > longest_s:
             longest_s, longest_at = gap_s, n
         compressed += max_gap_s is not None and gap_s > max_gap_s
         span_s = max(span_s, t_rel_s)
         captured_rel_s += gap_s
         captured_s = max(captured_s, captured_rel_s)
+    scale = fab.scale
     plan = ReplayPlan(n, span_s, captured_s, longest_s, longest_at, compressed,
                       scale.time_emu_s(span_s))
     if plan.wall_s > max_wall_s:
@@ -141,8 +156,7 @@ def replay_pcap(fab: Fabric, path: str | Path, *, max_gap_s: float | None = None
     The pcap is checked first (``plan_replay``), then read again to build the send
     schedule, so only the rewritten frames are held in memory.
     """
-    plan = plan_replay(path, scale=fab.scale, host_by_ip=fab.plan.host_by_ip,
-                       max_gap_s=max_gap_s, max_wall_s=max_wall_s, max_bytes=max_bytes,
+    plan = plan_replay(path, fab, max_gap_s=max_gap_s, max_wall_s=max_wall_s, max_bytes=max_bytes,
                        max_frames=max_frames)
     schedule: list[tuple[float, socket.socket, bytes]] = []
     socks: dict[tuple[str, str], socket.socket] = {}
@@ -152,8 +166,7 @@ def replay_pcap(fab: Fabric, path: str | Path, *, max_gap_s: float | None = None
         for n, (t_rel_s, _, frame) in enumerate(_relative_times(frames, max_gap_s), start=1):
             if n > plan.frames:  # the file grew since it was checked
                 raise PcapError(f"{path} changed while being replayed")
-            src = _host(fab.plan.host_by_ip, frame, _IP_SRC, n)
-            dst = _host(fab.plan.host_by_ip, frame, _IP_DST, n)
+            src, dst = _host(fab, frame, _IP_SRC, n), _host(fab, frame, _IP_DST, n)
             eg = fab.egress(src, dst)
             if (src, eg.ifname) not in socks:
                 with in_netns(fab.netns_path(src)):

@@ -76,6 +76,9 @@ def inputs(tmp_path_factory):
     far = bytearray(frames[0][1])
     far[30:34] = bytes([10, 0, 0, 99])
     write_pcap(d / "far-host", [(0.0, bytes(far))])
+    loop = bytearray(frames[0][1])
+    loop[30:34] = loop[26:30]
+    write_pcap(d / "to-itself", [(0.0, bytes(loop))])
     return d
 
 
@@ -92,6 +95,7 @@ def inputs(tmp_path_factory):
     ("not-roce", "holds no RoCEv2 (UDP port 4791) frames; found 3 frames"),
     ("hour-gap", "would take 167 days"),
     ("far-host", "address 10.0.0.99 is not a host of this fabric"),
+    ("to-itself", "goes from h1 to itself"),
     ("missing", "does not exist"),
 ])
 def test_replay_refuses_before_building(inputs, name, message):
