@@ -1,0 +1,119 @@
+"""DCTCP-style window control from the fraction of ECN-marked data.
+
+Alizadeh et al., "Data Center TCP (DCTCP)", SIGCOMM 2010, section 3.1::
+
+    per window of data:   alpha <- (1 - g) alpha + g F      F = marked / acked bytes
+    on marked feedback:   W <- W (1 - alpha / 2)            at most once per window
+    otherwise:            W <- W + MTU                       once per window (additive increase)
+
+A window of data ends at the first ACK whose newest frame was sent after the
+window began (TCP's "snd_una passed the snd_nxt of the window start"; see
+``common.sent_after``). The cut uses the alpha of the moment the first mark of
+the window arrives, as in TCP's once-per-window reaction; alpha itself is
+updated when the window ends.
+
+Congestion feedback for RoCE comes either as ``ecn_echo`` on ACKs (all
+``bytes_acked`` of that ACK count as marked) or as CNPs: each CNP counts as
+``mtu_bytes`` of marked data, exact when the receiver sends one CNP per CE-marked
+frame (CNP interval 0) and an under-estimate of F otherwise. F is capped at 1.
+
+Window only: the rate stays at line rate and ``window_bytes`` (payload bytes in
+flight, the unit of ``bytes_acked``) limits the sender. No timers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from traffic.ccalgos.common import fraction, positive, sent_after
+
+__all__ = ["Dctcp"]
+
+
+class Dctcp:
+    """One QP's DCTCP sender state (see the module doc).
+
+    Defaults, real units:
+
+    * ``g = 1/16``: the paper's recommended estimation gain (section 3.4);
+    * ``alpha_initial = 1``: Linux's ``dctcp_alpha_on_init`` default (the paper
+      leaves it open), so the first marks halve the window;
+    * ``mtu_bytes = 4096``: the engine's default payload per frame (additive step);
+    * ``base_rtt_s = 10 us``: the round trip of this project's 3-tier fat tree
+      (2 x 0.5 us host links + 4 x 1 us fabric links each way); the engine should
+      pass the topology's value. It sizes the initial window only;
+    * ``initial_window_bytes``: one bandwidth-delay product (line rate x base RTT),
+      RDMA-style line-rate start instead of TCP slow start;
+    * ``min_window_bytes = mtu_bytes``.
+    """
+
+    window_bytes: float
+    next_timer_s = math.inf
+
+    def __init__(self, line_rate_bps: float, start_s: float = 0.0, *,
+                 g: float = 1 / 16, alpha_initial: float = 1.0, mtu_bytes: int = 4096,
+                 base_rtt_s: float = 10e-6, initial_window_bytes: float | None = None,
+                 min_window_bytes: float | None = None):
+        self.line_rate_bps = positive("line_rate_bps", line_rate_bps)
+        self.g = fraction("g", g)
+        self.alpha = fraction("alpha_initial", alpha_initial, closed_low=True)
+        self.mtu_bytes = positive("mtu_bytes", mtu_bytes)
+        self.base_rtt_s = positive("base_rtt_s", base_rtt_s)
+        bdp_bytes = self.line_rate_bps * self.base_rtt_s / 8
+        self.min_window_bytes = positive(
+            "min_window_bytes", self.mtu_bytes if min_window_bytes is None else min_window_bytes)
+        self.window_bytes = max(self.min_window_bytes, positive(
+            "initial_window_bytes", bdp_bytes if initial_window_bytes is None
+            else initial_window_bytes))
+        self.cnps_received = 0
+        self.last_rtt_s = self.base_rtt_s
+        self._window_start_s = float(start_s)
+        self._acked_bytes = 0.0
+        self._marked_bytes = 0.0
+        self._cut_this_window = False
+
+    @property
+    def rate_bps(self) -> float:
+        return self.line_rate_bps
+
+    def _marked(self, n_bytes: float) -> None:
+        self._marked_bytes += n_bytes
+        if not self._cut_this_window:
+            self._cut_this_window = True
+            self.window_bytes = max(self.min_window_bytes, self.window_bytes * (1 - self.alpha / 2))
+
+    def on_send(self, n_bytes: int, now_s: float) -> None:
+        pass
+
+    def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
+               int_records: Sequence[object], now_s: float) -> None:
+        self._acked_bytes += bytes_acked
+        if ecn_echo:
+            self._marked(bytes_acked)
+        if rtt_s > 0:
+            self.last_rtt_s = rtt_s
+        if not sent_after(self._window_start_s, rtt_s, now_s):
+            return
+        acked = self._acked_bytes
+        f = min(1.0, self._marked_bytes / acked) if acked > 0 else 0.0
+        self.alpha = (1 - self.g) * self.alpha + self.g * f
+        if not self._cut_this_window:
+            self.window_bytes += self.mtu_bytes
+        self._window_start_s = now_s
+        self._acked_bytes = 0.0
+        self._marked_bytes = 0.0
+        self._cut_this_window = False
+
+    def on_cnp(self, now_s: float) -> None:
+        self.cnps_received += 1
+        self._marked(self.mtu_bytes)
+
+    def on_timer(self, now_s: float) -> None:
+        pass
+
+    def trace(self) -> tuple[float, float, float]:
+        """(window / last RTT, window / base RTT, alpha), rates capped at line rate."""
+        w_bits = self.window_bytes * 8
+        return (min(self.line_rate_bps, w_bits / self.last_rtt_s),
+                min(self.line_rate_bps, w_bits / self.base_rtt_s), self.alpha)
