@@ -1,0 +1,180 @@
+"""Resolving the cc setting: built-in names, DCQCN sets, user classes from files, clear errors."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from emu.errors import ParameterError
+from traffic.cc import Dcqcn, LineRate, make_cc
+from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
+from traffic.ccload import REGISTRY, CcFactory, resolve_cc, validate_cc
+from traffic.dcqcn import PARAMS
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cc" / "my_aimd.py"
+
+# A complete, valid class; the broken variants below change one thing each.
+GOOD = """
+import math
+
+class Cc:
+    window_bytes = None
+    next_timer_s = math.inf
+
+    def __init__(self, line_rate_bps, start_s=0.0):
+        self.rate_bps = line_rate_bps
+        self.cnps_received = 0
+
+    def on_send(self, n_bytes, now_s): pass
+    def on_ack(self, bytes_acked, rtt_s, ecn_echo, int_records, now_s): pass
+    def on_cnp(self, now_s): self.cnps_received += 1
+    def on_timer(self, now_s): pass
+    def trace(self): return self.rate_bps, self.rate_bps, 0.0
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "mycc.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return f"{path}:Cc"
+
+
+def test_registry_names():
+    assert set(REGISTRY) == {"off", "dcqcn", "paper", "nic", "dctcp", "timely", "swift", "hpcc"}
+    assert REGISTRY["hpcc"] is Hpcc and REGISTRY["swift"] is Swift
+
+
+@pytest.mark.parametrize(("spec", "cls"), [("DCTCP", Dctcp), (" timely ", Timely),
+                                           ("Swift", Swift), ("hpcc", Hpcc), ("OFF", LineRate),
+                                           (None, LineRate), ("dcqcn", Dcqcn)])
+def test_builtin_names_are_case_insensitive(spec: str | None, cls: type):
+    factory = validate_cc(spec)
+    cc = factory(100e9, 0.0)
+    assert isinstance(cc, cls) and cc.rate_bps == 100e9
+
+
+@pytest.mark.parametrize(("spec", "params"), [("dcqcn", PARAMS["paper"]), ("Paper", PARAMS["paper"]),
+                                              ("NIC", PARAMS["nic"]),
+                                              (PARAMS["nic"], PARAMS["nic"])])
+def test_dcqcn_sets_behave_exactly_as_make_cc(spec: object, params: object):
+    factory = validate_cc(spec)
+    ours, theirs = factory(400e9, 1e-6), make_cc(params, 400e9, 1e-6)  # type: ignore[arg-type]
+    assert isinstance(ours, Dcqcn) and ours.rp.params == params
+    for k in range(1, 50):
+        t = k * 7e-6
+        for cc in (ours, theirs):
+            if k % 9 == 0:
+                cc.on_cnp(t)
+            else:
+                cc.on_send(4154, t)
+        assert ours.trace() == theirs.trace()
+
+
+def test_params_reach_the_constructor():
+    assert validate_cc("hpcc", {"base_rtt_s": 5e-6})(100e9).base_rtt_s == 5e-6
+    assert validate_cc("dcqcn", {"g": 1 / 16})(100e9).rp.params.g == 1 / 16
+    with pytest.raises(ParameterError, match="eta"):
+        validate_cc("hpcc", {"eta": 2.0})
+    with pytest.raises(ParameterError, match="no_such"):
+        validate_cc("timely", {"no_such": 1})
+    with pytest.raises(ParameterError, match="DcqcnParams"):
+        validate_cc("nic", {"no_such": 1})
+
+
+def test_the_documented_example_loads_and_behaves_as_written():
+    factory = validate_cc(f"{EXAMPLE}:MyAimd")
+    assert isinstance(factory, CcFactory) and factory.name == "my_aimd.py:MyAimd"
+    cc = factory(100e9, 0.0)
+    cc.on_cnp(1e-6)                          # halve: 50 Gb/s
+    assert cc.rate_bps == 50e9
+    cc.on_ack(4096, 5e-6, False, (), 25e-6)  # floor(24 us / 10 us) = 2 steps of 1 Gb/s
+    assert cc.rate_bps == 52e9
+    cc.on_cnp(30e-6)                         # 29 us after the cut < 50 us: counted only
+    assert cc.rate_bps == 52e9 and cc.cnps_received == 2
+    cc.on_ack(4096, 5e-6, True, (), 60e-6)   # ECN echo 59 us after the cut: halve
+    assert cc.rate_bps == 26e9 and cc.window_bytes is None and math.isinf(cc.next_timer_s)
+
+
+def test_relative_paths_and_pickling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    write(tmp_path, GOOD)
+    monkeypatch.chdir(tmp_path)
+    factory = validate_cc("mycc.py:Cc")
+    assert factory.spec == f"{tmp_path / 'mycc.py'}:Cc"
+    monkeypatch.chdir("/")
+    again = pickle.loads(pickle.dumps(factory))   # resolved again from the absolute path
+    assert again(1e9).rate_bps == 1e9
+    assert pickle.loads(pickle.dumps(validate_cc("swift")))(1e9).rate_bps == pytest.approx(1e9)
+
+
+BROKEN = {
+    "syntax": ("class Cc(:\n", "loading .* failed: SyntaxError"),
+    "import": ("import no_such_module_xyz\n" + GOOD, "ModuleNotFoundError"),
+    "raises at import": ("raise RuntimeError('boom')\n", "RuntimeError: boom"),
+    "exits at import": ("import sys\nsys.exit(3)\n", "SystemExit"),
+    "no class": ("x = 1\n", "defines no Cc"),
+    "not a class": ("def Cc(a, b): return 1\n", "Cc in .* is not a class"),
+    "constructor fails": (GOOD.replace("self.rate_bps = line_rate_bps",
+                                       "raise ValueError('bad knob')"),
+                          r"Cc\(line_rate_bps=4e\+11, start_s=0.0\) failed: ValueError: bad knob"),
+    "constructor arity": (GOOD.replace("line_rate_bps, start_s=0.0", "line_rate_bps, start_s, x"),
+                          "failed: TypeError"),
+    "missing method": (GOOD.replace("def on_cnp", "def on_cnpx"), "lacks method.*on_cnp"),
+    "wrong on_ack": (GOOD.replace("ecn_echo, int_records, now_s", "ecn_echo, now_s"),
+                     r"on_ack must take \(bytes_acked, rtt_s, ecn_echo, int_records, now_s\)"),
+    "missing rate": (GOOD.replace("self.rate_bps = line_rate_bps", "self.r = line_rate_bps")
+                     .replace("return self.rate_bps, self.rate_bps", "return 1.0, 1.0"),
+                     "has no rate_bps"),
+    "zero rate": (GOOD.replace("self.rate_bps = line_rate_bps", "self.rate_bps = 0"),
+                  "rate_bps after construction is 0: must be a positive"),
+    "nan rate": (GOOD.replace("self.rate_bps = line_rate_bps", "self.rate_bps = float('nan')"),
+                 "rate_bps after construction is nan"),
+    "rate dies on cnp": (GOOD.replace("self.cnps_received += 1", "self.rate_bps = -1.0"),
+                         "rate_bps after on_cnp is -1.0"),
+    "event raises": (GOOD.replace("def on_timer(self, now_s): pass",
+                                  "def on_timer(self, now_s): return 1 / 0"),
+                     "on_timer raised ZeroDivisionError"),
+    "bad window": (GOOD.replace("window_bytes = None", "window_bytes = -4096"),
+                   "window_bytes after construction is -4096"),
+    "bad timer": (GOOD.replace("next_timer_s = math.inf", "next_timer_s = None"),
+                  "next_timer_s after construction is None"),
+    "bad cnp count": (GOOD.replace("self.cnps_received = 0", "self.cnps_received = 'no'"),
+                      "cnps_received after construction is 'no'"),
+    "bad trace": (GOOD.replace("return self.rate_bps, self.rate_bps, 0.0", "return 1.0"),
+                  r"trace\(\) after construction returned 1.0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_classes_are_one_line_parameter_errors(tmp_path: Path, case: str):
+    text, why = BROKEN[case]
+    spec = write(tmp_path, text, name=f"cc_{case.replace(' ', '_')}.py")
+    with pytest.raises(ParameterError, match=why) as err:
+        validate_cc(spec)
+    message = str(err.value)
+    assert message.startswith("invalid cc=") and "\n" not in message
+
+
+@pytest.mark.parametrize(("spec", "why"), [
+    ("dcqnc", "expected one of dcqcn, dctcp, hpcc, nic, off, paper, swift, timely, or path"),
+    ("", "expected one of"),
+    (42, "expected one of"),
+    ("/no/such/file.py:Cc", "no such file"),
+    ("examples/cc/my_aimd.txt:MyAimd", "is not a .py file"),
+    (f"{EXAMPLE}:", "expected one of"),
+    (f"{EXAMPLE}:My Aimd", "expected one of"),
+])
+def test_unknown_names_and_bad_paths(spec: object, why: str):
+    with pytest.raises(ParameterError, match=why):
+        resolve_cc(spec)
+
+
+def test_good_class_passes_and_is_named_after_its_file(tmp_path: Path):
+    factory = validate_cc(write(tmp_path, GOOD))
+    assert factory.name == "mycc.py:Cc"
+    cc = factory(25e9, 0.0)
+    cc.on_cnp(1e-6)
+    assert cc.rate_bps == 25e9 and cc.cnps_received == 1

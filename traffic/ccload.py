@@ -1,0 +1,261 @@
+"""Resolve the ``cc`` setting to a congestion-control factory, checked before any fabric exists.
+
+A ``cc`` setting is one of
+
+* a built-in name, case-insensitive: ``off``; ``dcqcn`` (the paper's DCQCN
+  parameters), or the DCQCN parameter-set names ``paper`` and ``nic`` that
+  ``traffic.cc.make_cc`` has always taken; ``dctcp``, ``timely``, ``swift``, ``hpcc``;
+* ``path/to/file.py:ClassName``: a user's class, loaded from that file;
+* a ``DcqcnParams`` or None (off), as ``EngineConfig.cc`` accepts.
+
+``validate_cc`` resolves it and builds one throwaway instance at a dummy line
+rate, feeds it one event of each kind and checks what the engine reads back, so a
+typo, an import error, a missing method or property, a failing constructor or a
+non-positive rate is a one-line ``ParameterError`` before anything is built.
+The factory it returns builds one algorithm per QP: ``factory(line_rate_bps, start_s)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import math
+import numbers
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from emu.errors import FabricEmuError, ParameterError
+from traffic.cc import CongestionControl, make_cc
+from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
+from traffic.dcqcn import DcqcnParams, get_params
+
+__all__ = ["REGISTRY", "CcFactory", "resolve_cc", "validate_cc"]
+
+#: The dummy line rate ``validate_cc`` builds its throwaway instance with (bit/s).
+CHECK_LINE_RATE_BPS = 400e9
+
+
+class _Dcqcn:
+    """Constructor of DCQCN with a named parameter set; keyword params override its fields."""
+
+    __slots__ = ("set_name",)
+
+    def __init__(self, set_name: str):
+        self.set_name = set_name
+
+    def __call__(self, line_rate_bps: float, start_s: float = 0.0,
+                 **changes: Any) -> CongestionControl:
+        params = get_params(self.set_name)
+        assert params is not None
+        try:
+            params = params.with_(**changes) if changes else params
+        except TypeError:  # a name that is no DcqcnParams field
+            raise ParameterError("DCQCN parameters", sorted(changes),
+                                 "expected fields of traffic.dcqcn.DcqcnParams") from None
+        return make_cc(params, line_rate_bps, start_s)
+
+
+def _line_rate(line_rate_bps: float, start_s: float = 0.0) -> CongestionControl:
+    """Congestion control off: every QP at line rate."""
+    return make_cc(None, line_rate_bps, start_s)
+
+
+#: Built-in names (lower case) -> constructors ``(line_rate_bps, start_s=0.0, **params)``.
+REGISTRY: dict[str, Callable[..., CongestionControl]] = {
+    "off": _line_rate,
+    "dcqcn": _Dcqcn("paper"),
+    "paper": _Dcqcn("paper"),
+    "nic": _Dcqcn("nic"),
+    "dctcp": Dctcp,
+    "timely": Timely,
+    "swift": Swift,
+    "hpcc": Hpcc,
+}
+
+#: Event methods -> (dummy arguments, in the order they are sent; the parameters they take).
+_EVENTS: dict[str, tuple[tuple[object, ...], str]] = {
+    "on_send": ((4154, 1e-6), "(n_bytes, now_s)"),
+    "on_ack": ((4096, 10e-6, False, (), 11e-6),
+               "(bytes_acked, rtt_s, ecn_echo, int_records, now_s)"),
+    "on_cnp": ((12e-6,), "(now_s)"),
+    "on_timer": ((13e-6,), "(now_s)"),
+}
+_READ_BACK = ("rate_bps", "window_bytes", "next_timer_s", "cnps_received")
+
+
+class CcFactory:
+    """Builds the algorithm of one QP: ``factory(line_rate_bps, start_s)``.
+
+    ``name`` is what reports print (``hpcc``, ``dcqcn(nic)``, ``mycc.py:MyCC``).
+    A factory pickles as its ``cc`` setting and is resolved again when loaded.
+    """
+
+    __slots__ = ("spec", "name", "constructor", "params")
+
+    def __init__(self, spec: object, name: str, constructor: Callable[..., Any],
+                 params: Mapping[str, object]):
+        self.spec = spec
+        self.name = name
+        self.constructor = constructor
+        self.params = dict(params)
+
+    def __call__(self, line_rate_bps: float, start_s: float = 0.0) -> CongestionControl:
+        return self.constructor(line_rate_bps, start_s, **self.params)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return resolve_cc, (self.spec, self.params)
+
+    def __repr__(self) -> str:
+        return f"CcFactory({self.name!r}, params={self.params!r})"
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    if not isinstance(e, FabricEmuError):  # ours already read as a sentence
+        text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _choices() -> str:
+    return ", ".join(sorted(REGISTRY)) + ", or path/to/file.py:ClassName"
+
+
+def _load_class(spec: str) -> type:
+    """The class ``ClassName`` of ``path/to/file.py:ClassName``; ParameterError if impossible."""
+    path_text, _, class_name = spec.rpartition(":")
+    if not path_text or not class_name.isidentifier():
+        raise ParameterError("cc", spec, f"expected one of {_choices()}")
+    path = Path(path_text).expanduser()
+    if path.suffix != ".py":
+        raise ParameterError("cc", spec, f"{path_text} is not a .py file (expected {_choices()})")
+    if not path.is_file():
+        raise ParameterError("cc", spec, f"{path_text}: no such file")
+    module_name = "fabricemu_usercc_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ParameterError("cc", spec, f"{path_text} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up
+    try:
+        module_spec.loader.exec_module(module)
+    except (Exception, SystemExit) as e:
+        del sys.modules[module_name]
+        raise ParameterError("cc", spec, f"loading {path_text} failed: {_one_line(e)}") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ParameterError("cc", spec, f"{path_text} defines no {class_name}")
+    if not isinstance(cls, type):
+        raise ParameterError("cc", spec, f"{class_name} in {path_text} is not a class")
+    return cls
+
+
+def resolve_cc(spec: object, params: Mapping[str, object] | None = None) -> CcFactory:
+    """The factory for a ``cc`` setting (see the module doc), without building anything.
+
+    ``params`` are keyword arguments for the constructor (for example the
+    topology's ``base_rtt_s``); unknown names fail when the factory is used.
+    """
+    params = dict(params or {})
+    if isinstance(spec, CcFactory):
+        return spec
+    if spec is None:
+        return CcFactory(None, "off", _line_rate, params)
+    if isinstance(spec, DcqcnParams):
+        def dcqcn(line_rate_bps: float, start_s: float = 0.0) -> CongestionControl:
+            return make_cc(spec, line_rate_bps, start_s)
+        return CcFactory(spec, "dcqcn(custom)", dcqcn, params)
+    if not isinstance(spec, str):
+        raise ParameterError("cc", spec, f"expected one of {_choices()}")
+    key = spec.strip().lower()
+    if key in REGISTRY:
+        name = f"dcqcn({key})" if key in ("paper", "nic") else key
+        return CcFactory(key, name, REGISTRY[key], params)
+    if ":" not in spec:
+        raise ParameterError("cc", spec, f"expected one of {_choices()}")
+    spec = spec.strip()
+    cls = _load_class(spec)
+    path = Path(spec.rpartition(":")[0]).expanduser().resolve()
+    return CcFactory(f"{path}:{cls.__name__}", f"{path.name}:{cls.__name__}", cls, params)
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_read_back(spec: object, cc: object, when: str) -> None:
+    """What the engine reads after an event must make sense; ParameterError naming it."""
+    values = {}
+    for attr in _READ_BACK:
+        try:
+            values[attr] = getattr(cc, attr)
+        except AttributeError:
+            raise ParameterError("cc", spec, f"{type(cc).__name__} has no {attr} "
+                                 f"(the interface needs {', '.join(_READ_BACK)})") from None
+        except Exception as e:
+            raise ParameterError("cc", spec, f"reading {attr} {when} raised {_one_line(e)}") \
+                from None
+    rate = values["rate_bps"]
+    if not _real(rate) or not 0.0 < rate < math.inf:
+        raise ParameterError("cc", spec, f"rate_bps {when} is {rate!r}: must be a positive "
+                             "finite number of bit/s")
+    window = values["window_bytes"]
+    if window is not None and (not _real(window) or not 0.0 < window < math.inf):
+        raise ParameterError("cc", spec, f"window_bytes {when} is {window!r}: must be None "
+                             "or a positive finite number of bytes")
+    timer = values["next_timer_s"]
+    if not _real(timer) or math.isnan(timer):
+        raise ParameterError("cc", spec, f"next_timer_s {when} is {timer!r}: must be a time "
+                             "in seconds (math.inf for none)")
+    cnps = values["cnps_received"]
+    if not isinstance(cnps, numbers.Integral) or isinstance(cnps, bool) or cnps < 0:
+        raise ParameterError("cc", spec, f"cnps_received {when} is {cnps!r}: must be an "
+                             "integer >= 0")
+    try:
+        traced = cc.trace()  # type: ignore[attr-defined]
+    except Exception as e:
+        raise ParameterError("cc", spec, f"trace() {when} raised {_one_line(e)}") from None
+    if not (isinstance(traced, tuple) and len(traced) == 3 and all(map(_real, traced))):
+        raise ParameterError("cc", spec, f"trace() {when} returned {traced!r}: must be a tuple "
+                             "(rate_bps, target_rate_bps, alpha) of numbers")
+
+
+def validate_cc(spec: object, params: Mapping[str, object] | None = None,
+                line_rate_bps: float = CHECK_LINE_RATE_BPS) -> CcFactory:
+    """``resolve_cc``, then build one instance and drive it once through every event.
+
+    Raises ParameterError (one line, naming what is wrong) for an unknown name, a
+    file that does not load, a constructor that fails, a missing or uncallable
+    event method or one with the wrong arguments, a missing read-back property,
+    an event that raises, or a rate that is not positive and finite.
+    """
+    factory = resolve_cc(spec, params)
+    label = factory.name
+    try:
+        cc = factory(line_rate_bps, 0.0)
+    except Exception as e:
+        raise ParameterError("cc", spec, f"{label}(line_rate_bps={line_rate_bps:g}, start_s=0.0)"
+                             f" failed: {_one_line(e)}") from None
+    missing = [m for m in (*_EVENTS, "trace") if not callable(getattr(cc, m, None))]
+    if missing:
+        raise ParameterError("cc", spec, f"{type(cc).__name__} lacks method(s) "
+                             f"{', '.join(missing)} of the interface")
+    for method, (args, wanted) in _EVENTS.items():
+        try:
+            inspect.signature(getattr(cc, method)).bind(*args)
+        except TypeError:
+            raise ParameterError("cc", spec, f"{type(cc).__name__}.{method} must take "
+                                 f"{wanted}") from None
+        except ValueError:  # no signature to inspect (a builtin): calling it will tell
+            pass
+    _check_read_back(spec, cc, "after construction")
+    for method, (args, _) in _EVENTS.items():
+        try:
+            getattr(cc, method)(*args)
+        except Exception as e:
+            raise ParameterError("cc", spec, f"{type(cc).__name__}.{method} raised "
+                                 f"{_one_line(e)}") from None
+        _check_read_back(spec, cc, f"after {method}")
+    return factory
