@@ -42,9 +42,10 @@ _SESSION_COMMANDS = ("run", "demo", "net", "replay")
 def _declare_session(ctx: typer.Context) -> None:
     # No docstring: the app's help stays the one given to typer.Typer above.
     if ctx.invoked_subcommand in _SESSION_COMMANDS:
-        from emu.runs import declare_session
+        from emu.runs import declare_session, end_session
 
         declare_session(" ".join(["emu", *sys.argv[1:]])[:120])
+        ctx.call_on_close(end_session)  # in-process callers (tests) outlive the command
 
 
 @app.command()

@@ -134,6 +134,12 @@ def _claim_session() -> None:
     atexit.register(_end_session)
 
 
+def end_session() -> None:
+    """The session's command is over: drop its record and the declaration."""
+    _end_session()
+    _session.description = None
+
+
 def _end_session() -> None:
     if _session.run_id is not None:
         unregister_run(_session.run_id)

@@ -176,3 +176,15 @@ def test_the_session_record_goes_away_when_the_process_exits(tmp_path):
     assert res.stdout.count(".json") == 2  # its session and its fabric while it ran
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == [".lock", "12345678.json"]  # a fabric's record is removed by its stop()
+
+
+def test_a_session_lasts_only_as_long_as_its_command(registry):
+    """In-process callers (tests with CliRunner) go on after the command: a declared
+    session must not make their later rigs count or be refused."""
+    from typer.testing import CliRunner
+
+    from emu.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--list"])
+    assert result.exit_code == 0, result.output
+    assert runs._session.description is None and runs._session.run_id is None
