@@ -100,16 +100,22 @@ def _multipath_policy() -> Check:
 
 
 def _ecmp_hash_seed() -> Check:
-    from emu.fabric import _HASH_SEED_SYSCTL as HASH_SEED_SYSCTL  # the sysctl's one home
+    from emu.ecmp import FIELDS_SYSCTL, SEED_SYSCTL, available_mechanisms
 
-    if os.path.exists("/proc/sys/" + HASH_SEED_SYSCTL.replace(".", "/")):
-        return Check("ECMP hash seed per switch", True,
-                     f"{HASH_SEED_SYSCTL}: every switch hashes flows with its own seed")
-    return Check("ECMP hash seed per switch", False,
-                 f"kernel {platform.release()} lacks {HASH_SEED_SYSCTL} (Linux >= 6.11): every "
-                 "switch hashes a flow alike, so its uplink at one tier fixes the next "
-                 "(polarization); multi-tier ECMP results are skewed and each run records "
-                 "ecmp_hash_seed_per_switch=false")
+    best = available_mechanisms()[0]
+    if best == "seed":
+        return Check("ECMP hash per switch", True,
+                     f"{SEED_SYSCTL}: every switch hashes flows with its own seed")
+    if best == "fields":
+        return Check("ECMP hash per switch", True,
+                     f"kernel {platform.release()} lacks {SEED_SYSCTL} (Linux >= 6.11); switches "
+                     f"that share flows get different {FIELDS_SYSCTL} sets under hash policy 3 "
+                     "instead (runs record ecmp_hash=fields)")
+    return Check("ECMP hash per switch", False,
+                 f"kernel {platform.release()} lacks {SEED_SYSCTL} (Linux >= 6.11) and "
+                 f"{FIELDS_SYSCTL} (5.12): every switch hashes a flow alike, so its uplink at one "
+                 "tier fixes the next (polarization); multi-tier ECMP results are skewed and "
+                 "each run records ecmp_hash_independent=false")
 
 
 def probe(marking: str = "auto") -> Capabilities:

@@ -18,7 +18,6 @@ import logging
 import os
 import subprocess
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +26,10 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from emu.addressing import AddressPlan, plan_addresses
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
+from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
+from emu.ecmp import HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.bpf import raise_fd_limit
-from emu.errors import FabricEmuError, NotRootError
+from emu.errors import FabricEmuError, NotRootError, ParameterError
 from emu.ipbatch import run_ip_batches
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
@@ -51,24 +52,12 @@ _COMMON_SYSCTLS = {
 _SWITCH_SYSCTLS = {
     **_COMMON_SYSCTLS,
     "net.ipv4.ip_forward": 1,
-    # Hash on the 5-tuple so the RoCEv2 UDP source port is the ECMP entropy.
-    "net.ipv4.fib_multipath_hash_policy": 1,
+    # The ECMP hash (policy, seed or fields: every switch its own) comes from emu.ecmp.
     "net.ipv4.conf.all.send_redirects": 0,
     "net.ipv4.conf.default.send_redirects": 0,
 }
 _HOST_SYSCTLS = {**_COMMON_SYSCTLS, "net.ipv4.ip_forward": 0}
-#: Per-namespace ECMP hash seed (Linux >= 6.11). Without it every switch hashes a
-#: flow alike, so its choice at one tier fixes its choice at the next: on a k=4
-#: fat-tree each aggregation switch sent all its traffic up one of its two core
-#: links (polarization). Real fabrics give every switch its own seed.
-_HASH_SEED_SYSCTL = "net.ipv4.fib_multipath_hash_seed"
 _IFF_UP = 0x1
-
-
-def ecmp_hash_seed(node: str) -> int:
-    """A switch's own ECMP hash seed: nonzero (0 is the kernel's shared default) and
-    the same on every run, so path choices are reproducible."""
-    return zlib.crc32(node.encode()) or 1
 
 
 @dataclass(frozen=True)
@@ -104,7 +93,8 @@ class Fabric:
 
     def __init__(self, topo: FabricTopo, scale: Scale | None = None, *,
                  marking: str = "auto", thresholds: Any = None,
-                 capabilities: dict | None = None, delay: bool | str = "auto") -> None:
+                 capabilities: dict | None = None, delay: bool | str = "auto",
+                 ecmp_hash: str = "auto") -> None:
         self.topo = topo
         self.scale = scale or Scale()
         self.marking_requested = marking
@@ -129,7 +119,11 @@ class Fabric:
         self._ifindex: dict[tuple[str, str], int] = {}
         self.down_links: set[frozenset[str]] = set()  # see set_link_up()
         self.build_s = 0.0
-        self.ecmp_seeded = False
+        if ecmp_hash not in ECMP_HASH_CHOICES:  # fails before building
+            raise ParameterError("ecmp_hash", ecmp_hash,
+                                 f"expected one of {', '.join(ECMP_HASH_CHOICES)}")
+        self.ecmp_hash_requested = ecmp_hash
+        self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp
         self.started = False
 
     # ------------------------------------------------------------------ life cycle
@@ -235,7 +229,8 @@ class Fabric:
             "scale": self.scale.factor, "marking": self.marking,
             "delay_emulated": self.delay_emulated, "delay_detail": self.delay_detail,
             "delay_notes": list(self.delays.notes), "build_s": self.build_s,
-            "roce_sink": self.roce_sinks.kind, "ecmp_hash_seed_per_switch": self.ecmp_seeded,
+            "roce_sink": self.roce_sinks.kind,
+            **(self.ecmp_hash.summary() if self.ecmp_hash else {}),
         }
 
     # ------------------------------------------------------------------ build steps
@@ -260,17 +255,17 @@ class Fabric:
             log.warning("link delay: %s", note)
 
     def _create_namespaces(self) -> None:
-        self.ecmp_seeded = os.path.exists("/proc/sys/" + _HASH_SEED_SYSCTL.replace(".", "/"))
-        if not self.ecmp_seeded:
-            log.warning("kernel lacks %s: every switch hashes flows alike, so ECMP choices "
-                        "of successive tiers are correlated", _HASH_SEED_SYSCTL)
+        self.ecmp_hash = plan_hashing(choose_mechanism(self.ecmp_hash_requested),
+                                      self.routes, self.switches)
+        if self.ecmp_hash.correlated_pairs:
+            log.warning("ECMP: %d pair(s) of switches on a common path hash flows alike (%s): "
+                        "their choices are correlated, unlike the model's",
+                        self.ecmp_hash.correlated_pairs, self.ecmp_hash.mechanism)
         for node in self.topo.nodes():
             if self.topo.role(node) == "host":
                 sysctls = _HOST_SYSCTLS
-            elif self.ecmp_seeded:
-                sysctls = {**_SWITCH_SYSCTLS, _HASH_SEED_SYSCTL: ecmp_hash_seed(node)}
             else:
-                sysctls = _SWITCH_SYSCTLS
+                sysctls = {**_SWITCH_SYSCTLS, **self.ecmp_hash.sysctls[node]}
             self.namespaces.create(node, sysctls)
         for host in self.hosts:
             self.namespaces.iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)

@@ -22,12 +22,12 @@ def run_namespaces(run_id: str) -> set[str]:
     return {n for n in our_namespaces() if n.startswith(f"fabemu-{run_id}-")}
 
 
-def _fabric(spec: str, scale: float = 4000, marking: str = "off"):
+def _fabric(spec: str, scale: float = 4000, marking: str = "off", ecmp_hash: str = "auto"):
     from emu.fabric import Fabric
     from emu.scaling import Scale
     from emu.topospec import build_topo
 
-    return Fabric(build_topo(spec), Scale(scale), marking=marking)
+    return Fabric(build_topo(spec), Scale(scale), marking=marking, ecmp_hash=ecmp_hash)
 
 
 @pytest.mark.parametrize("spec", ["fattree,4", "dragonfly,p=1,a=3,h=1", "railopt,2,gpus=4",
@@ -64,16 +64,22 @@ def test_shaping_holds_every_tier_and_the_ratios():
     assert achieved["agg-core"] / achieved["host-edge"] == pytest.approx(4.0, rel=0.04)
 
 
-def test_ecmp_spreads_64_udp_flows_over_all_uplinks():
+@pytest.mark.parametrize("ecmp_hash", ["auto", "fields"])
+def test_ecmp_spreads_64_udp_flows_over_all_uplinks(ecmp_hash):
     """64 flows from h1 to a host in another pod, distinct UDP source ports: the edge
     switch's 2 uplinks and each agg's 2 core uplinks must all carry flows (each switch
-    hashes with its own seed: with one shared hash an agg would send every flow the
-    edge gave it up the same core link)."""
+    hashes with its own seed or field set: with one shared hash an agg would send every
+    flow the edge gave it up the same core link). 'auto' is the kernel's best mechanism;
+    'fields' (Linux >= 5.12) is the one kernels without per-netns seeds get."""
+    from emu.ecmp import available_mechanisms, ecmp_check
     from emu.netns import in_netns
     from emu.shaping import port_qdisc_stats
 
+    if ecmp_hash not in ("auto", *available_mechanisms()):
+        pytest.skip(f"kernel lacks the {ecmp_hash} ECMP hash mechanism")
     packets_per_flow = 5
-    with _fabric("fattree,4") as fab:
+    with _fabric("fattree,4", ecmp_hash=ecmp_hash) as fab:
+        assert fab.summary()["ecmp_hash_independent"], fab.summary()
         src, dst = "h1", fab.hosts[-1]
         edge = fab.routes.next_hops[src][dst][0]
         uplinks = fab.routes.next_hops[edge][dst]
@@ -113,6 +119,8 @@ def test_ecmp_spreads_64_udp_flows_over_all_uplinks():
         # >= 16 flows per agg, split Binomial(n, 1/2): P(a core link gets none) < 1e-4;
         # a hash shared with the edge sends all of them up one link.
         assert all(n > 0 for n in up.values()), up
+        flows_sent = {**{(edge, u): n for u, n in flows.items()}, **up}
+        assert ecmp_check(fab.routes, fab.switches, flows_sent, max_flow_units=1).ok
 
 
 def _run_emu(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

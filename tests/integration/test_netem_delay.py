@@ -18,6 +18,7 @@ pytestmark = pytest.mark.root
 SPEC = "leafspine,2,1,1"  # h1 - l1 - s1 - l2 - h2: one path, 0.5 + 1 + 1 + 0.5 µs
 SCALE = 4000.0
 NO_NETEM = {"ok": False, "why": "simulated: no sch_netem"}
+SLACK_PER_LINE_S = 0.5e-3
 
 
 def _fabric(delay, marking: str = "off", spec: str = SPEC):
@@ -74,8 +75,12 @@ def test_ping_rtt_grows_by_twice_the_dilated_path_delay():
     path = nx.shortest_path(graph, "h1", "h2")
     one_way_real = sum(graph.edges[a, b]["delay_s"] for a, b in pairwise(path))
     expected = 2 * one_way_real * SCALE  # 3 µs real each way -> 24 ms emulated RTT
-    # netem never releases early; timer slack of six delay lines adds a little
-    assert delayed - base == pytest.approx(expected, abs=2e-3), (base, delayed, expected)
+    lines = 6  # l1->s1, s1->l2, l2->h2 and back; hosts' own egress has none
+    # netem never releases early; each delay line's timer fires a little late: 0.34 ms
+    # per line measured under software emulation (the stock-kernel lane), far less on
+    # hardware. The bound stays well below one line's 4 ms, so a line missing or extra fails.
+    assert expected - 0.5e-3 <= delayed - base <= expected + lines * SLACK_PER_LINE_S, (
+        base, delayed, expected)
 
 
 @pytest.mark.parametrize("marking,leaf", [("off", "bfifo"), ("red", "red")])

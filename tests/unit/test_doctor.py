@@ -1,4 +1,4 @@
-"""`emu doctor`'s notes: ECMP hash seeds, the default S with its reason, stale runs."""
+"""`emu doctor`'s notes: ECMP hashing per switch, the default S with its reason, stale runs."""
 
 from __future__ import annotations
 
@@ -20,12 +20,19 @@ def out(monkeypatch) -> io.StringIO:
 
 def test_ecmp_hash_seed_check_says_what_is_lost_without_it(monkeypatch):
     real_exists = capabilities.os.path.exists
-    monkeypatch.setattr(capabilities.os.path, "exists",
-                        lambda p: False if "fib_multipath_hash_seed" in p else real_exists(p))
+
+    def kernel_without(*names):
+        monkeypatch.setattr(capabilities.os.path, "exists",
+                            lambda p: False if any(n in p for n in names) else real_exists(p))
+
+    kernel_without("fib_multipath_hash_seed", "fib_multipath_hash_fields")  # Linux < 5.12
     check = capabilities._ecmp_hash_seed()
     assert not check.ok and not check.essential
     assert "6.11" in check.detail and "polarization" in check.detail
-    assert "ecmp_hash_seed_per_switch=false" in check.detail
+    assert "ecmp_hash_independent=false" in check.detail
+    kernel_without("fib_multipath_hash_seed")  # 5.12 .. 6.10
+    check = capabilities._ecmp_hash_seed()
+    assert check.ok and "ecmp_hash=fields" in check.detail
     monkeypatch.setattr(capabilities.os.path, "exists", lambda p: True)
     assert capabilities._ecmp_hash_seed().ok
 
