@@ -18,6 +18,7 @@ def test_defaults_are_the_papers_scaled_to_the_line_rate():
     assert cc.additive_step_bps == 10e6          # the paper's 10 Mb/s at 10 Gb/s
     assert Timely(400e9).additive_step_bps == 400e6
     assert (cc.hai_threshold, cc.hai_factor) == (5, 5)
+    assert cc.min_rate_bps == 10e6                # line / 1000, the HPCC simulator's floor
     assert cc.rate_bps == 10e9 and cc.window_bytes is None and math.isinf(cc.next_timer_s)
 
 
@@ -78,7 +79,7 @@ def test_fixed_min_rtt_and_ignored_signals():
     assert cc.rate_bps == before and cc.cnps_received == 1
 
 
-@pytest.mark.parametrize("kw", [{"ewma_alpha": 0}, {"beta": 2}, {"t_low_s": 0},
+@pytest.mark.parametrize("kw", [{"ewma_alpha": 0}, {"beta": 2}, {"t_low_s": -1e-6},
                                 {"t_low_s": 1e-3, "t_high_s": 1e-4}, {"hai_threshold": 0},
                                 {"hai_factor": 1.5}, {"min_rate_bps": 1e12}])
 def test_bad_parameters_are_refused(kw: dict[str, float]):

@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 
 from emu.errors import ParameterError
-from traffic.ccalgos.common import fraction, integer, positive
+from traffic.ccalgos.common import fraction, integer, nonnegative, positive
 
 __all__ = ["Timely"]
 
@@ -44,7 +44,9 @@ class Timely:
       steps from zero to line rate;
     * ``ewma_alpha = 0.875``: the HPCC ns-3 simulator's default (the authors'
       published code snippet recommends 0.02 for noisier per-packet samples);
-    * ``min_rate_bps``: line / 10000 (40 Mb/s at 400G), a floor the paper leaves open;
+    * ``min_rate_bps``: line / 1000 (400 Mb/s at 400G), the HPCC ns-3 simulator's
+      100 Mb/s floor at 100G (the paper leaves it open); lower floors make the
+      recovery after an incast very slow, one additive step per completion;
     * ``initial_rate_bps``: line rate.
     """
 
@@ -61,7 +63,7 @@ class Timely:
         line = self.line_rate_bps
         self.ewma_alpha = fraction("ewma_alpha", ewma_alpha)
         self.beta = fraction("beta", beta)
-        self.t_low_s = positive("t_low_s", t_low_s)
+        self.t_low_s = nonnegative("t_low_s", t_low_s)
         self.t_high_s = positive("t_high_s", t_high_s)
         if self.t_high_s < self.t_low_s:
             raise ParameterError("t_high_s", t_high_s, f"must be >= t_low_s ({t_low_s!r})")
@@ -72,7 +74,7 @@ class Timely:
         self.fixed_min_rtt = min_rtt_s is not None
         self.min_rtt_s = positive("min_rtt_s", min_rtt_s) if min_rtt_s is not None else math.inf
         self.min_rate_bps = positive("min_rate_bps",
-                                     line / 10000 if min_rate_bps is None else min_rate_bps)
+                                     line / 1000 if min_rate_bps is None else min_rate_bps)
         self.rate = min(line, positive(
             "initial_rate_bps", line if initial_rate_bps is None else initial_rate_bps))
         if self.min_rate_bps > line:
