@@ -39,16 +39,16 @@ CHECK_LINE_RATE_BPS = 400e9
 
 
 class _Dcqcn:
-    """Constructor of DCQCN with a named parameter set; keyword params override its fields."""
+    """Constructor of DCQCN with a named or given parameter set; keyword params override fields."""
 
-    __slots__ = ("set_name",)
+    __slots__ = ("base",)
 
-    def __init__(self, set_name: str):
-        self.set_name = set_name
+    def __init__(self, base: str | DcqcnParams):
+        self.base = base
 
     def __call__(self, line_rate_bps: float, start_s: float = 0.0,
                  **changes: Any) -> CongestionControl:
-        params = get_params(self.set_name)
+        params = get_params(self.base) if isinstance(self.base, str) else self.base
         assert params is not None
         try:
             params = params.with_(**changes) if changes else params
@@ -164,9 +164,7 @@ def resolve_cc(spec: object, params: Mapping[str, object] | None = None) -> CcFa
     if spec is None:
         return CcFactory(None, "off", _line_rate, params)
     if isinstance(spec, DcqcnParams):
-        def dcqcn(line_rate_bps: float, start_s: float = 0.0) -> CongestionControl:
-            return make_cc(spec, line_rate_bps, start_s)
-        return CcFactory(spec, "dcqcn(custom)", dcqcn, params)
+        return CcFactory(spec, "dcqcn(custom)", _Dcqcn(spec), params)
     if not isinstance(spec, str):
         raise ParameterError("cc", spec, f"expected one of {_choices()}")
     key = spec.strip().lower()
@@ -177,8 +175,9 @@ def resolve_cc(spec: object, params: Mapping[str, object] | None = None) -> CcFa
         raise ParameterError("cc", spec, f"expected one of {_choices()}")
     spec = spec.strip()
     cls = _load_class(spec)
-    path = Path(spec.rpartition(":")[0]).expanduser().resolve()
-    return CcFactory(f"{path}:{cls.__name__}", f"{path.name}:{cls.__name__}", cls, params)
+    path_text, _, class_name = spec.rpartition(":")
+    path = Path(path_text).expanduser().resolve()
+    return CcFactory(f"{path}:{class_name}", f"{path.name}:{class_name}", cls, params)
 
 
 def _real(value: object) -> bool:

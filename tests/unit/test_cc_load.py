@@ -83,6 +83,9 @@ def test_params_reach_the_constructor():
         validate_cc("timely", {"no_such": 1})
     with pytest.raises(ParameterError, match="DcqcnParams"):
         validate_cc("nic", {"no_such": 1})
+    custom = validate_cc(PARAMS["nic"], {"g": 0.5})
+    assert custom(100e9).rp.params == PARAMS["nic"].with_(g=0.5)
+    assert pickle.loads(pickle.dumps(custom))(100e9).rp.params.g == 0.5
 
 
 def test_the_documented_example_loads_and_behaves_as_written():
