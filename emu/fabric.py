@@ -34,7 +34,7 @@ from emu.ipbatch import run_ip_batches
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.routing import Routes, compute_routes
-from emu.runs import NamespaceSet
+from emu.runs import NamespaceSet, claim_session
 from emu.scaling import Scale
 from emu.shaping import MTU_BYTES, shape_port
 from topologies.base import FabricTopo
@@ -136,6 +136,7 @@ class Fabric:
 
     def start(self) -> None:
         require_root()
+        claim_session()  # one experiment run / emu net at a time, refused before any probe
         raise_fd_limit()
         t0 = time.perf_counter()
         try:

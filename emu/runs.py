@@ -11,8 +11,9 @@ Registration and clean-up take one lock (``/run/fabricemu/.lock``): a run record
 itself before it creates a namespace, so clean, which reads the records and lists
 the namespaces under the lock, never sees a live run's namespace without its record.
 
-An experiment run or ``emu net`` declares itself a *session* (``declare_session``);
-its first NamespaceSet (or ``claim_session``) then refuses while another live session exists,
+An experiment run or ``emu net`` declares itself a *session* (``declare_session``).
+``claim_session`` (called first thing by ``Fabric.start``, and by every registration
+as a backstop) then refuses while another live session exists,
 because two runs pin their workers to the same cores and skew each other's
 measurements (FABRICEMU_ALLOW_CONCURRENT=1 downgrades that to a warning). Test rigs,
 probes and benchmarks are not sessions and neither count nor are refused.
@@ -246,9 +247,6 @@ class NamespaceSet:
     """
 
     def __init__(self, description: str) -> None:
-        # A session refuses here, before its fabric exists: capability probes catch
-        # errors from their own namespaces, so a refusal in create() could be hidden.
-        claim_session()
         self.run_id = new_run_id()
         self.description = description
         self.iprs: dict[str, IPRoute] = {}

@@ -119,18 +119,20 @@ def test_a_second_session_is_refused_while_one_is_live(registry, other_process):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a session is only claimed by root")
-def test_a_session_is_refused_before_its_first_namespace_set_exists(registry, other_process):
+def test_a_fabric_of_a_session_is_refused_before_it_probes_or_builds(registry, other_process,
+                                                                     monkeypatch):
+    from emu import fabric
+    from emu.scaling import Scale
+    from emu.topospec import build_topo
+
     _record("5e551011", other_process.pid, "session", "emu net --cli")
+    fab = fabric.Fabric(build_topo("leafspine,2,2,1"), Scale(100000))  # unstarted: allowed
     runs.declare_session("emu run incast")
+    monkeypatch.setattr(fabric.Fabric, "_choose_marking",
+                        lambda self: pytest.fail("probed although refused"))
     with pytest.raises(runs.ConcurrentRunError, match="emu net --cli"):
-        runs.NamespaceSet("fattree,4")  # a Fabric makes this before probing or building
-    runs.declare_session("emu run incast")
-    other_process.kill()
-    other_process.wait()
-    scratch = runs.NamespaceSet("fattree,4")  # the other run is gone: claimed now
-    assert [r.kind for r in runs.list_runs() if r.alive] == ["session"]
-    assert scratch.run_id
-    runs._end_session()
+        fab.start()
+    assert [r.run_id for r in runs.list_runs()] == ["5e551011"]
 
 
 def test_concurrency_can_be_allowed_with_a_warning(registry, other_process, monkeypatch, caplog):
