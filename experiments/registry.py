@@ -48,6 +48,8 @@ def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
     built or created. No ``out``: a new ``runs/NAME-<time>`` directory."""
     if name not in EXPERIMENTS:
         raise ParameterError("experiment", name, f"known: {', '.join(EXPERIMENTS)}")
+    if resume and out is None:
+        raise ParameterError("--resume", True, "give the run directory to resume with --out")
     opts: dict[str, Any] = dict(overrides or {})
     if scale is not None:
         if "scale" in opts:

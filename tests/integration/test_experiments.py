@@ -8,11 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from experiments import registry
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc, BPF)")]
@@ -141,3 +148,73 @@ def test_demo_quick_and_report(tmp_path, netns_guard):
     (tmp_path / "busbw_vs_size.png").unlink()
     registry.report(tmp_path)
     assert (tmp_path / "busbw_vs_size.png").exists()
+
+
+def _cases_on_disk(out) -> list:
+    cases = out / "cases"
+    return sorted(p.name for p in cases.iterdir() if p.name.isdigit()) if cases.is_dir() else []
+
+
+def _first_case_written(out) -> bool:
+    """Case 000 committed and summary.json rewritten after it (each file atomic)."""
+    try:
+        return bool(_cases_on_disk(out)) and bool(
+            json.loads((out / "summary.json").read_text())["metrics"])
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def test_sigkilled_run_keeps_its_finished_cases_and_resumes(tmp_path):
+    """A real quick incast (two cases on one fabric) is SIGKILLed once its first case
+    is on disk: the case survives, `emu report` reads the directory, and --resume
+    runs only the second case."""
+    from emu.netns import delete_netns
+    from emu.runs import list_runs, unregister_run
+
+    out = tmp_path / "run"
+    emu = [sys.executable, "-c", "from emu.cli import main; main()"]
+    # What is checked here is the run directory, not the measurement: a run other
+    # tests start meanwhile must not refuse this one.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FABRICEMU_ALLOW_CONCURRENT": "1"}
+    opts = ["--quick", "--set", "topo=leafspine,2,2,2", "--set", "senders=2",
+            "--set", "size=256KiB", "--out", str(out)]
+    proc = subprocess.Popen([*emu, "run", "incast", *opts], cwd=tmp_path, env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not _first_case_written(out) and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cases_on_disk(out) == ["000"], proc.stderr.read() if proc.poll() else "timeout"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for run in list_runs():  # only what the killed process left behind
+            if run.pid == proc.pid:
+                for ns in run.namespaces:
+                    delete_netns(ns)
+                unregister_run(run.run_id)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "running" and not summary["valid"]
+    first = {m["case"] for m in summary["metrics"]}
+    assert len(first) == 1 and "cc=off" in next(iter(first))
+    record = (out / "cases" / "000" / "unit.json").read_text()
+    report = subprocess.run([*emu, "report", str(out)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    again = subprocess.run([*emu, "run", "incast", *opts], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and "--resume" in again.stderr  # a non-empty --out
+    resumed = subprocess.run([*emu, "run", "incast", "--resume", "--out", str(out)],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode in (0, 3), resumed.stderr
+    assert _cases_on_disk(out) == ["000", "001"]
+    assert (out / "cases" / "000" / "unit.json").read_text() == record  # not rerun
+    final = json.loads((out / "summary.json").read_text())
+    assert final["status"] == "finished"
+    cases = {m["case"] for m in final["metrics"]}
+    assert first < cases and any("cc=dcqcn" in c for c in cases)

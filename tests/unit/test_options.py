@@ -121,6 +121,12 @@ def test_scale_given_twice_is_refused(nothing_runs):
         cli_run("incast", None, scale="1e5", overrides={"scale": "2e5"})
 
 
+def test_resume_needs_a_directory(nothing_runs):
+    with pytest.raises(ParameterError):
+        cli_run("incast", None, resume=True)
+    assert list(nothing_runs.iterdir()) == []
+
+
 def test_parse_sets():
     assert parse_sets(["a=1", "topo=fattree,4,k=v"]) == {"a": "1", "topo": "fattree,4,k=v"}
     for bad in (["novalue"], ["=1"], ["a=1", "a=2"]):
