@@ -214,11 +214,6 @@ def list_runs() -> list[RunInfo]:
     return list(runs.values())
 
 
-def stale_runs() -> list[RunInfo]:
-    """Runs whose owner is gone (killed, crashed): what `emu clean` would remove."""
-    return [r for r in list_runs() if not r.alive]
-
-
 def clean_runs(include_alive: bool = False) -> list[RunInfo]:
     """Remove every dead run's namespaces and record (live ones too if asked).
 

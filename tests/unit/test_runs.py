@@ -94,7 +94,7 @@ def test_clean_removes_dead_runs_and_keeps_live_ones(registry, other_process):
     _record("a1a1a1a1", other_process.pid, "fabric")
     namespaces += [runs.netns_name("deadbeef", "s1"), runs.netns_name("a1a1a1a1", "s1"),
                    runs.netns_name("0badc0de", "h1")]  # no record at all: dead
-    assert {r.run_id for r in runs.stale_runs()} == {"deadbeef", "0badc0de"}
+    assert {r.run_id for r in runs.list_runs() if not r.alive} == {"deadbeef", "0badc0de"}
     cleaned = runs.clean_runs()
     assert {r.run_id for r in cleaned} == {"deadbeef", "0badc0de"}
     assert namespaces == [runs.netns_name("a1a1a1a1", "s1")]
