@@ -217,10 +217,14 @@ def _clang(what: str) -> str:
     return clang
 
 
+def _artefact_name(src: Path, kind: Kind, inputs_sha256: str) -> str:
+    return f"{src.stem}-{inputs_sha256[:16]}{_SUFFIX[kind]}"
+
+
 def artefact_path(src: Path, kind: Kind, directory: Path) -> Path:
     """Where ``src`` compiled as ``kind`` lives in ``directory`` (whether built or not)."""
     _, inputs_sha256 = _inputs(src, kind, _clang(f"compiling {src.name}"))
-    return directory / f"{src.stem}-{inputs_sha256[:16]}{_SUFFIX[kind]}"
+    return directory / _artefact_name(src, kind, inputs_sha256)
 
 
 def _build(clang: str, flags: list[str], src: Path, out: Path, inputs_sha256: str,
@@ -252,7 +256,7 @@ def compile_c(src: Path, kind: Kind, *, what: str, out_dir: Path | None = None) 
     clang = _clang(what)
     flags, inputs_sha256 = _inputs(src, kind, clang)
     directory = safe_cache_dir(out_dir)
-    out = directory / f"{src.stem}-{inputs_sha256[:16]}{_SUFFIX[kind]}"
+    out = directory / _artefact_name(src, kind, inputs_sha256)
     with _build_lock(directory):
         try:
             verify_artefact(out, inputs_sha256)
