@@ -950,12 +950,12 @@ def run_experiment(name: str, options: Mapping[str, Option],
     except BaseException as e:
         # A long sweep keeps what its finished cases measured: the run directory is
         # written, marked invalid with the reason, and the error still propagates.
-        if rec.units:
+        if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
+            console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
+                          f"--out {path} to run the rest", style="yellow", markup=False)
             reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
             with contextlib.suppress(Exception):
                 rec.finish(show=False, stopped=reason)
-            console.print(f"[yellow]{len(rec.units)} finished case(s) kept in {path}; "
-                          f"add --resume --out {path} to run the rest[/]")
         else:
             rec.discard(created)
         raise
