@@ -278,6 +278,18 @@ def _finish(result) -> None:  # noqa: ANN001 - experiments.common.RunResult
         raise typer.Exit(3)
 
 
+OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: a new "
+                                             "runs/NAME-<time>)")]
+QuickOpt = Annotated[bool, typer.Option("--quick", help="small, fast configuration")]
+RunScaleOpt = Annotated[str | None, typer.Option("--scale", "-S", help="override S")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE option "
+                                                  "(see emu run --list)")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="start over in a non-empty --out "
+                                        "(removes the run files there)")]
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cases of the "
+                                         "run in --out and run the rest")]
+
+
 @app.command()
 def run(name: Annotated[str, typer.Argument(help="incast | collective | ratios | ecmp | "
                                             "fairness | demo")] = "",
@@ -305,18 +317,6 @@ def demo(out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
     from experiments.registry import parse_sets
 
     _finish(run_demo(out, quick, scale, parse_sets(sets), force=force, resume=resume))
-
-
-OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: a new "
-                                             "runs/NAME-<time>)")]
-QuickOpt = Annotated[bool, typer.Option("--quick", help="small, fast configuration")]
-RunScaleOpt = Annotated[str | None, typer.Option("--scale", "-S", help="override S")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE option "
-                                                  "(see emu run --list)")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="start over in a non-empty --out "
-                                        "(removes the run files there)")]
-ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cases of the "
-                                         "run in --out and run the rest")]
 
 
 @app.command()
