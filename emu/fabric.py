@@ -124,6 +124,7 @@ class Fabric:
                                  f"expected one of {', '.join(ECMP_HASH_CHOICES)}")
         self.ecmp_hash_requested = ecmp_hash
         self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp
+        self.pfc: Any = None  # emu.pfc.PfcController once enable_pfc() ran
         self.started = False
 
     # ------------------------------------------------------------------ life cycle
@@ -160,6 +161,10 @@ class Fabric:
             with contextlib.suppress(Exception):
                 proc.wait(timeout=2)
         self._procs.clear()
+        if self.pfc is not None:  # its sockets live in the namespaces about to go
+            with contextlib.suppress(Exception):
+                self.pfc.stop(restore=False)
+            self.pfc = None
         for port in self._ports:
             if port.marker is not None:
                 with contextlib.suppress(Exception):
@@ -215,7 +220,17 @@ class Fabric:
     def port_stats(self):  # -> pandas.DataFrame
         from emu.telemetry import port_stats
 
-        return port_stats(self._ports, self.iprs_by_path())
+        stats = port_stats(self._ports, self.iprs_by_path())
+        return self.pfc.merge(stats) if self.pfc is not None else stats
+
+    def enable_pfc(self, config: Any = None) -> Any:
+        """PFC lossless mode on this running fabric (``emu.pfc``); stopped with the fabric."""
+        from emu.pfc import PfcController
+
+        if self.pfc is not None:
+            raise FabricEmuError("PFC is already enabled on this fabric")
+        self.pfc = PfcController(self, config).start()
+        return self.pfc
 
     def link_delay_s(self, a: str, b: str) -> float:
         """Real one-way delay of link a-b as emulated: the mean of its two directions
