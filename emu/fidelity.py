@@ -247,3 +247,30 @@ def combine(reports: Sequence[FidelityReport]) -> FidelityReport:
     suggested = max((rep.suggested_scale for rep in reports), default=1.0)
     return FidelityReport(all(rep.valid for rep in reports), reasons, suggested,
                           [c for rep in reports for c in rep.checks])
+
+
+def queue_divergence_checks(samples: dict[str, Sequence[tuple[float, float]]],
+                            packet_bytes: float, limit_frames: float = 2.0) -> list[Check]:
+    """The real queue against the marker's: per port, the median over samples of
+    |qdisc backlog - virtual queue| (bytes), at most ``limit_frames`` frames.
+
+    The marker decides marks from its virtual queue, the model assumes one queue: if
+    the qdisc's real backlog drifts away from it (the shaper and the marker disagree
+    on the rate, or the marker misses packets), marks and queueing no longer describe
+    the same port. ``samples`` maps a port to (backlog, virtual queue) pairs read
+    together; pairs where either is missing (NaN) are left out, and a port with none
+    left is not judged."""
+    out = []
+    for port, pairs in samples.items():
+        both = sorted(abs(b - v) for b, v in pairs if math.isfinite(b) and math.isfinite(v))
+        if not both:
+            continue
+        mid = len(both) // 2
+        median = both[mid] if len(both) % 2 else (both[mid - 1] + both[mid]) / 2
+        frames = median / packet_bytes
+        out.append(Check(f"real vs virtual queue {port}", frames <= limit_frames, frames,
+                         limit_frames,
+                         f"median |qdisc backlog - marker's virtual queue| {median:.0f} B = "
+                         f"{frames:.2f} frames over {len(both)} samples (limit "
+                         f"{limit_frames:g} frames)"))
+    return out

@@ -58,21 +58,13 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 PACKET_BYTES = 4154
 PAYLOAD_BYTES = 4096
 
-# What the emulator's data path costs a message beyond its bandwidth term, as the
-# model must price it (emu.model.alphabeta). Measured on a k=4 fat-tree ring
-# all-reduce at S = 1e5 (messages.csv: first_tx_s, last_tx_s, end_s):
-#
-# * forwarding: a hop is a veth (the frame crosses at once) into an HTB port whose
-#   bucket releases a frame as soon as it holds its tokens, so an uncongested hop
-#   adds no serialization; a frame's time on the wire is only the spacing the
-#   engine's pacing and the shapers keep. The last frame of a message reaches its
-#   receiver 1.2-2.1 ns (real) after it was sent over 2 to 6 hops, where storing and
-#   forwarding would add 83-208 ns: the fabric cuts through, with no switch latency.
-# * overhead: a message starts within a few ns (real; the workers' dependency
-#   polling) of its dependencies' last frames being received; a real RDMA NIC adds
-#   ~1 us (alphabeta.DEFAULT_OVERHEAD_S), which the engine does not emulate.
-EMULATED_FORWARDING = "cut-through"
-EMULATED_OVERHEAD_S = 0.0
+#: The fixed delays of a real fabric that the model prices (emu.model.alphabeta,
+#: topologies.base): per-hop serialization (a store-and-forward switch holds a frame
+#: until it has all of it), switch pipeline latency (node ``switch_latency_s``), link
+#: propagation (link ``delay_s``) and the NIC's per-message overhead. The model always
+#: prices all four; what the emulator lacks is reported as a deviation, measured.
+FIXED_DELAYS = ("per-hop serialization", "switch latency", "link propagation",
+                "NIC overhead")
 
 
 # ----------------------------------------------------------------------------- options
@@ -449,9 +441,15 @@ class Run:
     def fidelity(self, case: str, report: FidelityReport) -> None:
         self.pending.cases[case] = report
 
+    def deviations(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Named emulation deviations (`measure_deviations`): listed in summary.json,
+        deviations.csv and the printed report, never folded into the model."""
+        self.pending.deviations.extend(dict(r) for r in rows)
+
     def fabric(self, name: str, fab: Any) -> None:
         """Record a fabric's summary (topology, S, marking back end, build time)."""
-        self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None}
+        self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None,
+                                      "fixed_delays": emulated_fixed_delays(fab)}
 
     def note(self, text: str) -> None:
         self.pending.notes.append(text)
@@ -512,10 +510,17 @@ class Run:
             parts = [df for u in units for df in u.frames.get(name, [])]
             write_csv_atomic(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
         fabrics = {k: v for u in units for k, v in u.fabrics.items()}
+        deviations = [{k: _json_safe(v) for k, v in d.items()} for u in units
+                      for d in u.deviations]
+        if deviations:
+            write_csv_atomic(self.dir / "deviations.csv", pd.DataFrame(deviations))
         config = {
             "experiment": self.experiment, "quick": self.quick, "status": status,
             "options": self.options, "scale": self.options.get("scale"), "seed": self.seed,
-            "fabrics": fabrics, **self.environment(),
+            "fabrics": fabrics,
+            # Which real-fabric fixed delays each fabric emulated (the model prices all).
+            "fixed_delays": {k: v.get("fixed_delays") for k, v in fabrics.items()},
+            **self.environment(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "duration_s": time.time() - self.started,
             "notes": [n for u in units for n in u.notes],
@@ -530,6 +535,7 @@ class Run:
             "suggested_scale": verdict.suggested_scale, "reasons": verdict.reasons,
             "cases": {c: r.as_dict() for c, r in cases.items()},
             "metrics": [{k: _json_safe(v) for k, v in r.items()} for r in rows],
+            "deviations": deviations,
         }
         write_text_atomic(self.dir / "summary.json",
                           json.dumps(summary, indent=2, default=str))
@@ -580,9 +586,10 @@ class _Unit:
     cases: dict[str, FidelityReport] = field(default_factory=dict)
     fabrics: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    deviations: list[dict] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return not (self.rows or self.frames or self.cases or self.notes)
+        return not (self.rows or self.frames or self.cases or self.notes or self.deviations)
 
     def save(self, root: Path, index: int) -> None:
         """``root/NNN/`` (unit.json and one CSV per frame), renamed into place whole."""
@@ -595,7 +602,7 @@ class _Unit:
             pd.concat(parts, ignore_index=True).to_csv(tmp / f"{name}.csv", index=False)
         record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
                   "cases": {c: r.as_dict() for c, r in self.cases.items()},
-                  "fabrics": self.fabrics, "notes": self.notes}
+                  "fabrics": self.fabrics, "notes": self.notes, "deviations": self.deviations}
         (tmp / "unit.json").write_text(json.dumps(record, indent=1, default=str))
         os.replace(tmp, final)
 
@@ -612,7 +619,8 @@ class _Unit:
                 units.append(cls(record["key"], list(record["rows"]), frames,
                                  {c: FidelityReport.from_dict(r)
                                   for c, r in record["cases"].items()},
-                                 dict(record["fabrics"]), list(record["notes"])))
+                                 dict(record["fabrics"]), list(record["notes"]),
+                                 list(record.get("deviations", []))))
             except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as e:
                 raise FabricEmuError(f"cannot resume: {path} is damaged ({e}); use --force "
                                      "to start over") from None
@@ -747,16 +755,35 @@ def delay_emulated(fab: Any) -> bool:
 
 
 def model_graph(fab: Any) -> Any:
-    """The routed graph the model prices, with the link delays the fabric really has:
-    where netem is absent (or delay is off) no delay is emulated, so the model adds none
-    either; where it is, each link's delay as emulated (rounded to netem's resolution)."""
+    """The routed graph the model prices: the real fabric's link rates, propagation
+    (link ``delay_s``) and switch latency (node ``switch_latency_s``) as the topology
+    gives them, whatever the emulator reproduces (`emulated_fixed_delays`)."""
     from emu.routing import topo_graph
 
-    graph = topo_graph(fab.topo)
-    emulated = delay_emulated(fab)
-    for a, b, data in graph.edges(data=True):
-        data["delay_s"] = fab.link_delay_s(a, b) if emulated else 0.0
-    return graph
+    return topo_graph(fab.topo)
+
+
+def emulated_fixed_delays(fab: Any) -> dict[str, dict[str, Any]]:
+    """Which of FIXED_DELAYS this fabric emulates, and how (recorded in config.json).
+
+    A fabric (or the engine driving it) that emulates more declares it in its summary
+    under ``emulated_fixed_delays`` ({name: how}); otherwise propagation is emulated
+    where netem delays the links and the other three are not. The hops are veths into
+    HTB ports whose bucket releases a frame as soon as it holds its tokens: a frame is
+    serialized once, at the bottleneck, and no switch adds pipeline latency."""
+    summary = fab.summary()
+    declared = dict(summary.get("emulated_fixed_delays") or {})
+    out = {name: {"emulated": False, "how": "not emulated"} for name in FIXED_DELAYS}
+    if summary.get("delay_emulated"):
+        out["link propagation"] = {"emulated": True, "how": "netem delay lines, dilated by S"}
+    else:
+        out["link propagation"]["how"] = str(summary.get("delay_detail") or "not emulated")
+    out["per-hop serialization"]["how"] = ("not emulated: frames cut through every hop "
+                                           "(serialized once, at the bottleneck shaper)")
+    for name, how in declared.items():
+        if name in out and how:
+            out[name] = {"emulated": True, "how": str(how)}
+    return out
 
 
 def packet_time_s(rate_bps: float) -> float:
@@ -928,6 +955,156 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
         messages_completed=int(msgs.completed.sum()), error=st.get("error"),
         port_rates=rates, marking=marking)
     return evaluate(measures, max_scale=max_scale(fab))
+
+
+def gate(fab: Any, m: Measurement, workload: Any, *, cc: bool,
+         saturated: Mapping[str, float] | None = None) -> FidelityReport:
+    """`fidelity_of` plus the real-queue check of every sampled port: the qdisc backlog
+    against the marker's virtual queue (`emu.fidelity.queue_divergence_checks`),
+    both read by the QueueSampler in one pass."""
+    from emu.fidelity import queue_divergence_checks
+
+    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated)
+    queue = m.queue
+    samples = {str(port): list(zip(g.backlog_bytes.astype(float), g.vq_bytes.astype(float),
+                                   strict=True))
+               for port, g in queue.groupby("port")} if not queue.empty else {}
+    checks = queue_divergence_checks(samples, PACKET_BYTES)
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    return FidelityReport(report.valid and not failed, [*report.reasons, *failed],
+                          report.suggested_scale, [*report.checks, *checks])
+
+
+# ----------------------------------------------------------------------------- deviations
+
+#: A fixed delay counts as reproduced when the emulator's measured value reaches this
+#: fraction of the real fabric's (the issue's 5 % on unloaded one-way latency).
+DEVIATION_TOLERANCE = 0.05
+
+
+def hop_sum_s(graph: Any, path: Sequence[str], frame_bytes: float) -> dict[str, float]:
+    """One frame of ``frame_bytes`` crossing ``path`` on an idle real fabric, by part:
+    serialization at every hop (store and forward), switch latency, propagation."""
+    hops = list(zip(path[:-1], path[1:], strict=True))
+    return {"per-hop serialization": sum(8.0 * frame_bytes / float(graph.edges[u, v]["rate_bps"])
+                                         for u, v in hops),
+            "switch latency": sum(float(graph.nodes[n].get("switch_latency_s", 0.0))
+                                  for n in path[1:-1]),
+            "link propagation": sum(float(graph.edges[u, v].get("delay_s", 0.0))
+                                    for u, v in hops)}
+
+
+def measure_deviations(fab: Any, m: Measurement, case: str, graph: Any | None = None
+                       ) -> list[dict[str, Any]]:
+    """The fixed delays the emulator did not reproduce in one run, measured.
+
+    * path: a message's first frames see empty queues, so the lowest one-way latency
+      of its frames is the unloaded path delay; the real fabric's is the hop sum of
+      `hop_sum_s` for that frame size on the message's shortest route.
+    * NIC overhead: a message's first frame leaves first_tx_s - start_s after the
+      engine posts it; the real NIC needs alphabeta.DEFAULT_OVERHEAD_S.
+
+    A deviation (one row per measured shortfall beyond DEVIATION_TOLERANCE) names the
+    parts not emulated (`emulated_fixed_delays`) and gives the real and the measured
+    medians over the run's messages."""
+    from emu.model.alphabeta import DEFAULT_OVERHEAD_S, ROCE_HEADER_BYTES
+
+    graph = model_graph(fab) if graph is None else graph
+    emulated = emulated_fixed_delays(fab)
+    msgs = m.messages[m.messages.end_s.notna() & (m.messages.src != m.messages.dst)]
+    lowest = m.latency.groupby("msg_id").one_way_s.min() if not m.latency.empty else pd.Series()
+    parts: list[dict[str, float]] = []
+    measured: list[float] = []
+    for msg in msgs.itertuples():
+        if msg.msg_id not in lowest.index:
+            continue
+        frame = min(PAYLOAD_BYTES, int(msg.size_bytes)) + ROCE_HEADER_BYTES
+        sums = [hop_sum_s(graph, p, frame) for p in fab.routes.paths(msg.src, msg.dst)]
+        parts.append(min(sums, key=lambda d: sum(d.values())))
+        measured.append(float(lowest[msg.msg_id]))
+    rows = []
+    if parts:
+        real = {k: float(pd.Series([d[k] for d in parts]).median()) for k in parts[0]}
+        rows.append(_deviation_row(
+            case, [k for k in real if not emulated[k]["emulated"]] or ["fixed path delay"],
+            "unloaded one-way latency of a message's first frames (median over messages)",
+            sum(real.values()), float(pd.Series(measured).median()),
+            "; ".join(f"{k} {v * 1e9:.0f} ns ({emulated[k]['how']})" for k, v in real.items())))
+    started = msgs[(msgs.first_tx_s >= 0) & (msgs.start_s >= 0)]
+    if not started.empty:
+        rows.append(_deviation_row(
+            case, ["NIC overhead"], "per-message NIC overhead: first frame on the wire after "
+            "the message is posted (median over messages)", DEFAULT_OVERHEAD_S,
+            float((started.first_tx_s - started.start_s).median()),
+            f"a real RDMA NIC needs ~{DEFAULT_OVERHEAD_S * 1e6:g} us per message "
+            f"({emulated['NIC overhead']['how']})"))
+    return [r for r in rows if r is not None]
+
+
+def _deviation_row(case: str, names: list[str], what: str, real_s: float, measured_s: float,
+                   detail: str) -> dict[str, Any] | None:
+    if measured_s >= (1 - DEVIATION_TOLERANCE) * real_s:
+        return None
+    return {"case": case, "name": " + ".join(names), "what": what, "real_s": real_s,
+            "measured_s": measured_s, "missing_s": real_s - measured_s,
+            "missing_rel": (real_s - measured_s) / real_s, "detail": detail}
+
+
+# ----------------------------------------------------------------------------- FCT slowdown
+
+#: Message size buckets of the FCT slowdown table: (label, largest size in the bucket).
+SIZE_BUCKETS = (("<=4KiB", 4 << 10), ("4KiB-64KiB", 64 << 10), ("64KiB-1MiB", 1 << 20),
+                ("1MiB-16MiB", 16 << 20), (">16MiB", math.inf))
+
+
+def size_bucket(size_bytes: float) -> str:
+    return next(label for label, top in SIZE_BUCKETS if size_bytes <= top)
+
+
+def ideal_fct_s(graph: Any, paths: Callable[[str, str], Sequence[Sequence[str]]], src: str,
+                dst: str, size_bytes: float) -> float:
+    """The real-fabric model's FCT of one message of ``size_bytes`` alone on an idle
+    fabric (NIC overhead, line rate, store-and-forward path latency)."""
+    from emu.model.alphabeta import PlainMessage, PlainWorkload, predict_workload
+
+    alone = PlainWorkload("alone", (PlainMessage(0, src, dst, size_bytes),))
+    return predict_workload(alone, graph, paths).completion_s
+
+
+def fct_slowdown(messages: pd.DataFrame, ideal_s: Mapping[Any, float],
+                 predicted_s: Mapping[Any, Sequence[float]]) -> pd.DataFrame:
+    """FCT slowdown (FCT / ideal FCT of that size alone) by size bucket: p50 and p99
+    measured (messages.fct_s) and predicted (the model's FCTs of the same messages
+    under the workload's load; several per message when the model draws hashes)."""
+    rows = []
+    done = messages[messages.fct_s.notna()]
+    measured = pd.DataFrame({"bucket": [size_bucket(s) for s in done.size_bytes],
+                             "slowdown": [f / ideal_s[i] for i, f in zip(done.msg_id, done.fct_s,
+                                                                         strict=True)]})
+    model = pd.DataFrame([{"bucket": size_bucket(s), "slowdown": f / ideal_s[i]}
+                          for i, s in zip(messages.msg_id, messages.size_bytes, strict=True)
+                          for f in predicted_s.get(i, ())], columns=["bucket", "slowdown"])
+    for label, _ in SIZE_BUCKETS:
+        got = measured[measured.bucket == label].slowdown
+        want = model[model.bucket == label].slowdown
+        if got.empty and want.empty:
+            continue
+        rows.append({"bucket": label, "messages": len(got),
+                     "p50": got.quantile(0.5) if len(got) else math.nan,
+                     "p99": got.quantile(0.99) if len(got) else math.nan,
+                     "model_p50": want.quantile(0.5) if len(want) else math.nan,
+                     "model_p99": want.quantile(0.99) if len(want) else math.nan})
+    return pd.DataFrame(rows, columns=["bucket", "messages", "p50", "p99", "model_p50",
+                                       "model_p99"])
+
+
+def record_slowdown(run: Run, case: str, table: pd.DataFrame) -> None:
+    """fct_slowdown.csv rows and one summary metric per bucket and percentile."""
+    for row in table.itertuples():
+        for q in ("p50", "p99"):
+            run.metric(case, f"FCT slowdown {q} {row.bucket}", "x", getattr(row, q),
+                       getattr(row, f"model_{q}"))
+    run.frame("fct_slowdown", table, case=case)
 
 
 def run_experiment(name: str, options: Mapping[str, Option],

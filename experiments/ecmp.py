@@ -6,7 +6,11 @@ is one QP with its own UDP source port, so the switches' L4 hash picks its path.
 The kernel's hash is not reproducible from outside, so the model draws it: over
 ``samples`` independent uniform draws of every flow's path among its equal-cost
 paths, the fluid max-min model (`emu.model.maxmin.flow_completion_times`) gives
-every flow's completion time, hence throughput = size / time. The measured
+every flow's bandwidth time; the real fabric adds the NIC's per-message overhead
+before the first byte and the chosen path's latency (switch latency, propagation,
+store and forward) after the last (`emu.model.alphabeta`), hence the completion
+time and throughput = size / time. FCT slowdown by size bucket (each flow's FCT over
+that size alone on an idle fabric) is compared the same way. The measured
 distribution of per-flow throughput is compared with that pooled distribution
 (mean, p10, fraction of flows near line rate) and with its makespan.
 """
@@ -31,8 +35,11 @@ from experiments.common import (
     RunResult,
     check_topology,
     engine_config,
-    fidelity_of,
+    fct_slowdown,
+    gate,
+    ideal_fct_s,
     measure,
+    measure_deviations,
     model_graph,
     parse_cc,
     parse_int,
@@ -41,6 +48,7 @@ from experiments.common import (
     parse_size,
     parse_topo,
     progress,
+    record_slowdown,
     run_experiment,
 )
 from traffic import collectives
@@ -75,7 +83,9 @@ def check(opts: dict[str, Any]) -> None:
 
 
 def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd.DataFrame:
-    """Per-flow throughput (payload bit/s) and makespan over random hash draws."""
+    """Per-flow completion time (real s) and throughput (payload bit/s) over random
+    hash draws, on the real fabric."""
+    from emu.model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s
     from emu.model.maxmin import flow_completion_times, make_flow
 
     rng = random.Random(seed)
@@ -89,8 +99,12 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
         flows = [make_flow(m.msg_id, paths[m.msg_id], mode="hashed",
                            choice=lambda _fid, ps: rng.randrange(len(ps))) for m in msgs]
         fct = flow_completion_times(graph, flows, sizes)
-        rows += [{"sample": sample, "msg_id": m.msg_id,
-                  "throughput_bps": 8.0 * m.size_bytes / fct[m.msg_id]} for m in msgs]
+        for m, flow in zip(msgs, flows, strict=True):
+            last_bytes = min(PACKET_BYTES, sizes[m.msg_id])
+            fct_s = DEFAULT_OVERHEAD_S + fct[m.msg_id] + path_latency_s(graph, flow.paths[0],
+                                                                        last_bytes)
+            rows.append({"sample": sample, "msg_id": m.msg_id, "fct_s": fct_s,
+                         "throughput_bps": 8.0 * m.size_bytes / fct_s})
     return pd.DataFrame(rows)
 
 
@@ -132,7 +146,16 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
                 run.frame("messages", m.messages, case=case)
                 run.frame("ports", m.ports.reset_index(), case=case)
-                run.fidelity(case, fidelity_of(fab, m, workload, cc=opts["cc"] != "off"))
+                run.fidelity(case, gate(fab, m, workload, cc=opts["cc"] != "off"))
+                run.deviations([{**d, "effect": "mean flow throughput: model "
+                                 f"{predicted.mean() * 1e-9:.1f} Gb/s, measured "
+                                 f"{measured.mean() * 1e-9:.1f} Gb/s"}
+                                for d in measure_deviations(fab, m, case)])
+                graph = model_graph(fab)
+                ideal = {msg.msg_id: ideal_fct_s(graph, fab.routes.paths, msg.src, msg.dst,
+                                                 msg.size_bytes) for msg in workload.messages}
+                record_slowdown(run, case, fct_slowdown(
+                    m.messages, ideal, model.groupby("msg_id").fct_s.apply(list).to_dict()))
                 run.commit(case)
                 advance(case)
 

@@ -5,10 +5,13 @@ receiver; flow k starts ``k * gap`` after the first, so flows join one by one an
 leave as they finish. The set of active flows (measured start/end times) cuts the
 run into intervals; in each, every flow's delivered throughput is counted from
 its packets' arrival times (payload bytes per second, real units), after a settle
-time of ``settle`` of the interval for DCQCN to converge. Beside each interval's
-measured Jain index, aggregate throughput and smallest share: the max-min fair
-allocation of the same active flows on the routed paths (the model of an ideal
-congestion control). The DCQCN rate of every flow over time is in rates.csv.
+time of ``settle`` of the interval for DCQCN to converge. The intervals and their
+rates are predicted from the configuration alone (`emu.model.fairshare`: configured
+starts, sizes, routes and link rates; max-min fair shares, the model of an ideal
+congestion control); each flow's window is the model's interval shifted by its
+path latency, when its bytes reach the receiver. Compared per interval: Jain index,
+aggregate throughput and smallest share. The DCQCN rate of every flow over time is
+in rates.csv, the receiver port's real and virtual queue in queue.csv.
 """
 
 from __future__ import annotations
@@ -25,18 +28,19 @@ from emu.topospec import build_topo
 from emu.units import parse_time_s
 from experiments.common import (
     DEFAULT_SCALE,
-    PACKET_BYTES,
     PAYLOAD_BYTES,
     SCALE_HELP,
+    Measurement,
     Option,
     Run,
     RunResult,
     check_senders,
     check_thresholds,
     engine_config,
-    fidelity_of,
+    gate,
     jain_index,
     measure,
+    measure_deviations,
     model_graph,
     parse_cc,
     parse_float,
@@ -90,20 +94,9 @@ def staggered(workload: Workload, gap_s: float) -> Workload:
     return Workload("fairness", msgs, workload.ranks, workload.size_bytes, dict(workload.meta))
 
 
-def intervals(messages: pd.DataFrame) -> list[tuple[float, float, list[int]]]:
-    """(start, end, active msg_ids) between consecutive start/end events."""
-    events = sorted(set(messages.start_s) | set(messages.end_s))
-    out = []
-    for a, b in zip(events[:-1], events[1:], strict=True):
-        active = messages[(messages.start_s <= a) & (messages.end_s >= b)].msg_id.tolist()
-        if active and b > a:
-            out.append((a, b, active))
-    return out
-
-
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     from emu.fabric import Fabric
-    from emu.model.maxmin import make_flow, max_min_rates
+    from emu.model.fairshare import FlowSpec, fair_share_schedule
 
     key = f"{prefix}fairness"
     if run.finished(key):  # one measurement: a resumed run has it or runs it all
@@ -117,33 +110,51 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
         senders = nearest_senders(fab, receiver, opts["flows"])
         workload = staggered(collectives.build("incast", [receiver, *senders], opts["size"]),
                              opts["gap"])
-        m = measure(fab, workload, engine_config(opts["cc"]))
+        flows = [msg for msg in workload.messages if msg.src != msg.dst]
+        # The prediction, from the configuration alone: routes, sizes, configured starts.
         graph = model_graph(fab)
-        paths = {msg.msg_id: fab.routes.paths(msg.src, msg.dst) for msg in workload.messages}
+        sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id,
+                                                     fab.routes.paths(msg.src, msg.dst),
+                                                     msg.size_bytes, msg.start_s)
+                                            for msg in flows])
+        port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
+        m = measure(fab, workload, engine_config(opts["cc"]), watch=[port])
+        report = gate(fab, m, workload, cc=opts["cc"] != "off")
         rows = []
-        for i, (a, b, active) in enumerate(intervals(m.messages)):
-            lo = a + opts["settle"] * (b - a)
-            pkts = m.latency[(m.latency.t_s >= lo) & (m.latency.t_s < b)]
-            counts = pkts.msg_id.value_counts()
-            measured = [8.0 * PAYLOAD_BYTES * counts.get(f, 0) / (b - lo) for f in active]
-            # Model rates are on the wire; shares are compared as payload goodput.
-            rates = max_min_rates(graph, [make_flow(f, paths[f]) for f in active]).rates_bps
-            model = [rates[f] * PAYLOAD_BYTES / PACKET_BYTES for f in active]
+        for i, iv in enumerate(sched.intervals):
+            active = list(iv.rates_bps)
+            measured = [window_rate_bps(m, f, iv.t0_s, iv.t1_s, opts["settle"],
+                                        sched.finish_s[f] - sched.last_byte_s[f])
+                        for f in active]
+            model = [iv.payload_rates_bps[f] for f in active]
             case = f"{prefix}interval {i} ({len(active)} flows)"
             run.metric(case, "Jain index", "", jain_index(measured), jain_index(model))
             run.metric(case, "aggregate throughput", "Gb/s", sum(measured) * 1e-9,
                        sum(model) * 1e-9)
             run.metric(case, "smallest share", "Gb/s", min(measured) * 1e-9, min(model) * 1e-9)
-            rows += [{"interval": i, "t0_s": a, "t1_s": b, "msg_id": f, "active": len(active),
-                      "throughput_bps": x, "model_bps": y}
+            rows += [{"interval": i, "t0_s": iv.t0_s, "t1_s": iv.t1_s, "msg_id": f,
+                      "active": len(active), "throughput_bps": x, "model_bps": y}
                      for f, x, y in zip(active, measured, model, strict=True)]
-            run.fidelity(case, fidelity_of(fab, m, workload, cc=opts["cc"] != "off"))
+            run.fidelity(case, report)
+        run.deviations([{**d, "effect": "shifts the measured windows against the model's "
+                         "schedule by the missing delay"}
+                        for d in measure_deviations(fab, m, key, graph)])
         run.frame("intervals", pd.DataFrame(rows))
         run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
+        run.frame("queue", m.queue, case=f"{prefix}cc={opts['cc']}")
         run.frame("messages", m.messages)
         run.frame("ports", m.ports.reset_index())
         run.commit(key)
         advance("done")
+
+
+def window_rate_bps(m: Measurement, flow: Any, t0_s: float, t1_s: float, settle: float,
+                    latency_s: float) -> float:
+    """Payload rate of ``flow`` delivered in the model's interval [t0, t1] shifted to the
+    receiver by the flow's path latency, its first ``settle`` fraction skipped."""
+    lo, hi = t0_s + latency_s + settle * (t1_s - t0_s), t1_s + latency_s
+    pkts = m.latency[(m.latency.msg_id == flow) & (m.latency.t_s >= lo) & (m.latency.t_s < hi)]
+    return 8.0 * PAYLOAD_BYTES * len(pkts) / (hi - lo)
 
 
 def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,

@@ -2,9 +2,13 @@
 
 Measured per case: completion time, goodput, one-way latency p50/p99/p99.9, the
 receiver port's queue over time and its peak, ECN marks, CNPs, drops and
-retransmissions; each beside `emu.model.incast.predict_incast_on_graph` (DCQCN: the
-fluid transient from the first byte; its steady state, the fixed point, goes into
-the run's notes).
+retransmissions; each beside `emu.model.incast.predict_incast_on_graph` for the real
+fabric (its switch latency, propagation, store and forward and NIC overhead; DCQCN:
+the model's own fluid transient from the first byte; its steady state, the fixed
+point, goes into the run's notes). FCT slowdown by size bucket (fct_slowdown.csv):
+each flow's FCT over the model's FCT of that size alone on an idle fabric, beside
+the model's max-min fair shares (`emu.model.fairshare`). The fixed delays the
+emulator lacks are measured and listed as deviations.
 
 Senders are the N hosts nearest the receiver (fewest routed hops, then name), so
 that on the default topologies the receiver's port is the only one where traffic
@@ -34,8 +38,11 @@ from experiments.common import (
     check_senders,
     check_thresholds,
     engine_config,
-    fidelity_of,
+    fct_slowdown,
+    gate,
+    ideal_fct_s,
     measure,
+    measure_deviations,
     model_graph,
     parse_choice,
     parse_dcqcn,
@@ -47,6 +54,7 @@ from experiments.common import (
     parse_thresholds,
     parse_topo,
     progress,
+    record_slowdown,
     run_experiment,
     size_label,
 )
@@ -175,8 +183,26 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     # Without CC and without drops the model keeps the port busy from first to last
     # byte; a port idling then means the machine, not the network, held traffic back.
     busy = cc == "off" and not pred["drops"]
-    run.fidelity(case, fidelity_of(fab, m, workload, cc=cc != "off",
-                                   saturated={port.name: completion_s} if busy else {}))
+    run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
+                            saturated={port.name: completion_s} if busy else {}))
+    run.deviations([{**d, "effect": f"completion: model {pred['completion_s'] * 1e6:.2f} us, "
+                     f"measured {completion_s * 1e6:.2f} us"}
+                    for d in measure_deviations(fab, m, case)])
+    record_slowdown(run, case, slowdown_table(fab, workload, m.messages))
+
+
+def slowdown_table(fab: Fabric, workload: Any, messages: pd.DataFrame) -> pd.DataFrame:
+    """FCT slowdown by size bucket, measured and under the model's fair shares."""
+    from emu.model.fairshare import FlowSpec, fair_share_schedule
+
+    graph = model_graph(fab)
+    msgs = [msg for msg in workload.messages if msg.src != msg.dst]
+    ideal = {msg.msg_id: ideal_fct_s(graph, fab.routes.paths, msg.src, msg.dst, msg.size_bytes)
+             for msg in msgs}
+    sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
+                                                 msg.size_bytes, msg.start_s) for msg in msgs])
+    predicted = {msg.msg_id: [sched.finish_s[msg.msg_id] - msg.start_s] for msg in msgs}
+    return fct_slowdown(messages[messages.msg_id.isin(ideal)], ideal, predicted)
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:

@@ -16,13 +16,13 @@ from types import ModuleType
 from typing import Any
 
 from emu.errors import ParameterError
-from experiments import collective, ecmp, fairness, incast, ratios
+from experiments import collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.common import RunResult
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
-    "fairness": fairness, "demo": demo_module,
+    "fairness": fairness, "sweep": sweep, "demo": demo_module,
 }
 
 

@@ -145,9 +145,53 @@ def plot_tiers(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path |
     return _save(fig, run_dir / "tier_utilisation.png")
 
 
+def crossover_bytes(g: pd.DataFrame) -> float | None:
+    """Size where the model's latency term alpha equals its bandwidth term: alpha =
+    the model's time at the smallest size, beta = its time per byte at the largest."""
+    if g.size_bytes.nunique() < 2:
+        return None
+    g = g.sort_values("size_bytes")
+    alpha_us = float(g.model_time_us.iloc[0])
+    beta_us_per_byte = float(g.model_time_us.iloc[-1]) / float(g.size_bytes.iloc[-1])
+    return alpha_us / beta_us_per_byte if beta_us_per_byte > 0 else None
+
+
+def plot_nccl(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
+    """Time and busbw against size (log-log): measured points, model lines, and the
+    crossover size alpha/beta of each collective (latency regime left of it)."""
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for i, ((fabric, coll), g) in enumerate(df.groupby(["fabric", "collective"], sort=False)):
+        g = g.sort_values("size_bytes")
+        color = f"C{i % 10}"
+        label = f"{coll} ({fabric})" if df.fabric.nunique() > 1 else coll
+        ax_t.plot(g.size_bytes, g.time_us, "o", color=color, label=f"{label} measured")
+        ax_t.plot(g.size_bytes, g.model_time_us, "--", color=color, lw=1, label=f"{label} model")
+        ax_b.plot(g.size_bytes, g.busbw_GBps, "o", color=color, label=f"{label} measured")
+        ax_b.plot(g.size_bytes, g.model_busbw_GBps, "--", color=color, lw=1,
+                  label=f"{label} model")
+        cross = crossover_bytes(g)
+        if cross is not None:
+            for ax in (ax_t, ax_b):
+                ax.axvline(cross, color=color, ls=":", lw=0.9)
+            ax_b.annotate(f"α/β ≈ {cross / 1024:.0f} KiB", (cross, 0.02), color=color,
+                          xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                          ha="right", va="bottom")
+    for ax, what in ((ax_t, "time (µs, real)"), (ax_b, "busbw (GB/s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel(what)
+        ax.legend(fontsize=6)
+    ax_t.set_title("time: α (latency) regime left of the dotted line, β (bandwidth) right",
+                   fontsize=9)
+    ax_b.set_title("busbw (points: measured, dashed: real-fabric model)", fontsize=9)
+    return _save(fig, run_dir / "nccl_sweep.png")
+
+
 PLOTS: dict[str, Callable[[Path, pd.DataFrame, pd.DataFrame], Path | None]] = {
     "queue.csv": plot_queue, "latency.csv": plot_latency, "rates.csv": plot_rates,
     "collective.csv": plot_busbw, "flows.csv": plot_flows, "tiers.csv": plot_tiers,
+    "nccl.csv": plot_nccl,
 }
 
 #: Columns each CSV must have to be plotted: (all, of which numeric).
@@ -163,6 +207,9 @@ CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "flows.csv": (("case", "source", "throughput_bps"), ("throughput_bps",)),
     "tiers.csv": (("fabric", "tier", "utilisation_measured", "utilisation_model"),
                   ("utilisation_measured", "utilisation_model")),
+    "nccl.csv": (("fabric", "collective", "size_bytes", "count", "type", "redop", "time_us",
+                  "algbw_GBps", "busbw_GBps", "model_time_us", "model_busbw_GBps", "error"),
+                 ("size_bytes", "time_us", "busbw_GBps", "model_time_us", "model_busbw_GBps")),
 }
 
 
@@ -242,6 +289,42 @@ def summary_table(summary: Mapping[str, Any], title: str) -> Table:
     return table
 
 
+def nccl_table(df: pd.DataFrame) -> Table:
+    """NCCL-tests' columns (time in us, bandwidths in GB/s) with the model's beside."""
+    table = Table(title="NCCL-tests style (real-fabric units; model = real-fabric model)")
+    for col in ("fabric", "collective", "size (B)", "count", "type", "redop", "time (us)",
+                "algbw (GB/s)", "busbw (GB/s)", "model time (us)", "model busbw (GB/s)",
+                "error"):
+        table.add_column(col, justify="left" if col in ("fabric", "collective", "type",
+                                                        "redop") else "right")
+    for r in df.itertuples():
+        table.add_row(escape(str(r.fabric)), escape(str(r.collective)), str(int(r.size_bytes)),
+                      str(int(r.count)), str(r.type), str(r.redop), f"{r.time_us:.2f}",
+                      f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}", f"{r.model_time_us:.2f}",
+                      f"{r.model_busbw_GBps:.2f}", _err(r.error))
+    return table
+
+
+def deviations_table(deviations: list) -> Table:
+    """Named emulation deviations: what the emulator lacks and its measured size."""
+    table = Table(title="emulation deviations (what the emulator did not reproduce, measured)")
+    for col in ("case", "deviation", "real fabric", "measured", "missing", "effect"):
+        table.add_column(col, justify="right" if col in ("real fabric", "measured", "missing")
+                         else "left")
+    shown: set[tuple[str, str]] = set()
+    for d in deviations:
+        case, effect = str(d.get("case")), str(d.get("effect") or d.get("what"))
+        table.add_row(escape(case), escape(str(d.get("name"))), _fmt_s(d.get("real_s")),
+                      _fmt_s(d.get("measured_s")), _fmt_s(d.get("missing_s")),
+                      "" if (case, effect) in shown else escape(effect))
+        shown.add((case, effect))
+    return table
+
+
+def _fmt_s(x: Any) -> str:
+    return f"{x * 1e9:,.0f} ns" if isinstance(x, (int, float)) and math.isfinite(x) else "n/a"
+
+
 def load_json(run_dir: Path, name: str, required: Mapping[str, type]) -> dict:
     """``run_dir/name`` as a dict with ``required`` keys of the given types."""
     path = run_dir / name
@@ -287,6 +370,14 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
         return made
     console.print(summary_table(summary, f"{escape(summary['experiment'])}: measured vs model "
                                          f"(real-fabric units, S = {config.get('scale')})"))
+    nccl_csv = run_dir / "nccl.csv"
+    if nccl_csv.exists():
+        nccl = read_csv(nccl_csv, *CSV_COLUMNS["nccl.csv"])
+        if not nccl.empty:
+            console.print(nccl_table(nccl))
+    deviations = summary.get("deviations")
+    if isinstance(deviations, list) and deviations:
+        console.print(deviations_table(deviations))
     for case, rep in summary["cases"].items():
         if rep.get("valid"):
             console.print(f"[green]fidelity ok[/]  {escape(str(case))}")

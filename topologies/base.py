@@ -5,11 +5,14 @@ Node options (``topo.nodeInfo(name)``):
               'router' (dragonfly) | 'torus' (torus switch)
     tier   -- 0 for hosts, 1 for the first switch layer, 2, 3 upwards
     plus topology-specific coordinates: pod, server, gpu/rail, group, coord (tuple)
-    and, for switches, a unique ``dpid`` so stock Mininet accepts any name.
+    and, for switches, a unique ``dpid`` so stock Mininet accepts any name and
+    ``switch_latency_s``, the real port-to-port pipeline latency (no queueing, no
+    serialization) from SWITCH_LATENCY_S by tier (nvswitch: NVSWITCH_LATENCY_S).
 
 Link options (``topo.linkInfo(a, b)``) carry *real* values:
     rate_bps     -- real line rate in bit/s, per direction (e.g. 400e9)
-    delay_s      -- real one-way propagation + switch latency in seconds
+    delay_s      -- real one-way propagation in seconds (cable length x 5 ns/m); a
+                    switch's pipeline latency is its node's ``switch_latency_s``
     tier         -- link class, e.g. 'host-leaf', 'leaf-spine', 'spine-core', 'nvlink',
                     'local', 'global', 'torus-x'
     buffer_bytes -- real per-port egress buffer (bytes are not dilated)
@@ -40,9 +43,25 @@ NIC_RATE_BPS = 400e9          # host NIC
 LEAF_SPINE_RATE_BPS = 800e9   # first fabric tier
 SPINE_CORE_RATE_BPS = 1.6e12  # second fabric tier
 NVLINK_RATE_BPS = 3.6e12      # NVLink 4: 900 GB/s bidirectional = 450 GB/s = 3.6 Tb/s each way
-HOST_LINK_DELAY_S = 0.5e-6    # cable + NIC/switch pipeline, a few hundred ns per hop
-FABRIC_LINK_DELAY_S = 1.0e-6
-NVLINK_DELAY_S = 0.3e-6
+#: Signal propagation in fibre (and about the same in twinax copper): ~2/3 c, 5 ns/m.
+PROPAGATION_S_PER_M = 5e-9
+# Cable length per link class (m): a NIC to its rack's switch (DAC/AOC, in the rack);
+# leaf/edge to spine/agg across a row; spine/agg to core and dragonfly global links
+# between rows or halls; NVLink on the board or tray.
+HOST_CABLE_M = 3.0
+FABRIC_CABLE_M = 30.0
+CORE_CABLE_M = 100.0
+NVLINK_CABLE_M = 1.0
+HOST_LINK_DELAY_S = HOST_CABLE_M * PROPAGATION_S_PER_M      # 15 ns
+FABRIC_LINK_DELAY_S = FABRIC_CABLE_M * PROPAGATION_S_PER_M  # 150 ns
+CORE_LINK_DELAY_S = CORE_CABLE_M * PROPAGATION_S_PER_M      # 500 ns
+NVLINK_DELAY_S = NVLINK_CABLE_M * PROPAGATION_S_PER_M       # 5 ns
+#: Switch pipeline latency by switch tier (port to port, empty queue, beyond
+#: serialization): a single-chip 25.6-51.2T Ethernet switch forwards in about
+#: 600 ns-1 us; 600 ns at every tier unless changed here.
+SWITCH_LATENCY_S: dict[int, float] = {1: 600e-9, 2: 600e-9, 3: 600e-9}
+#: An NVSwitch forwards faster than an Ethernet switch (a few hundred ns).
+NVSWITCH_LATENCY_S = 300e-9
 #: A rate parameter as users give it: bit/s, or a string such as '400G' or '1.6T'.
 Rate = str | float | int
 #: Per-port buffer per 400G of port rate; a shallow-buffer ASIC gives a port a few MB.
@@ -186,6 +205,8 @@ class FabricTopo(Topo):
 
     def add_switch(self, name: str, role: str, tier: int, **info) -> str:
         self._dpid += 1
+        info.setdefault("switch_latency_s", NVSWITCH_LATENCY_S if role == "nvswitch"
+                        else SWITCH_LATENCY_S.get(tier, SWITCH_LATENCY_S[1]))
         return self.addSwitch(name, role=role, tier=tier, dpid=f"{self._dpid:016x}", **info)
 
     def add_link(self, a: str, b: str, *, rate_bps: float, delay_s: float, tier: str,

@@ -28,6 +28,7 @@ if _REPO_ROOT not in sys.path:
 
 from emu.errors import ParameterError  # noqa: E402
 from topologies.base import (  # noqa: E402
+    CORE_LINK_DELAY_S,
     FABRIC_LINK_DELAY_S,
     HOST_LINK_DELAY_S,
     LEAF_SPINE_RATE_BPS,
@@ -129,7 +130,7 @@ class Dragonfly(FabricTopo):
                                   tier="local")
         for grp, r, peer_grp, peer_r in global_links(a, h, g):
             self.add_link(routers[grp][r], routers[peer_grp][peer_r], rate_bps=global_bps,
-                          delay_s=FABRIC_LINK_DELAY_S, tier="global")
+                          delay_s=CORE_LINK_DELAY_S, tier="global")
 
 
 topos = {"dragonfly": Dragonfly}

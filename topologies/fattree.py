@@ -18,6 +18,7 @@ if _REPO_ROOT not in sys.path:
 
 from emu.errors import ParameterError  # noqa: E402
 from topologies.base import (  # noqa: E402
+    CORE_LINK_DELAY_S,
     FABRIC_LINK_DELAY_S,
     HOST_LINK_DELAY_S,
     LEAF_SPINE_RATE_BPS,
@@ -83,7 +84,7 @@ class FatTree(FabricTopo):
                     self.add_link(edge, agg, rate_bps=fabric_bps, delay_s=FABRIC_LINK_DELAY_S,
                                   tier="edge-agg")
                 for core in cores[j * half:(j + 1) * half]:
-                    self.add_link(agg, core, rate_bps=core_bps, delay_s=FABRIC_LINK_DELAY_S,
+                    self.add_link(agg, core, rate_bps=core_bps, delay_s=CORE_LINK_DELAY_S,
                                   tier="agg-core")
 
 

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import our_namespaces
 
 pytestmark = pytest.mark.root
-SPEC = "leafspine,2,1,1"  # h1 - l1 - s1 - l2 - h2: one path, 0.5 + 1 + 1 + 0.5 µs
+SPEC = "leafspine,2,1,1"  # h1 - l1 - s1 - l2 - h2: one path, 15 + 150 + 150 + 15 ns
 SCALE = 4000.0
 NO_NETEM = {"ok": False, "why": "simulated: no sch_netem"}
 SLACK_PER_LINE_S = 0.5e-3
@@ -105,14 +105,14 @@ def test_delay_line_is_the_root_over_the_unchanged_port_queue(marking, leaf):
         netem = q[DELAY_HANDLE][2]
         assert netem["limit"] == plan.limit
         assert netem["delay"] * PSCHED_TICK_NS / 1000 == pytest.approx(plan.delay_us, abs=0.07)
-        assert plan.delay_us == 4000  # 1 µs x 4000
-        assert fab.port("l1", "s1").delay_s == pytest.approx(1e-6)
+        assert plan.delay_us == 600  # 150 ns (30 m of fibre) x 4000
+        assert fab.port("l1", "s1").delay_s == pytest.approx(150e-9)
         # the host's NIC keeps a plain HTB root (its sender's push-back); the switch's
         # downlink carries the host link's delay both ways
         host_q = _qdiscs(fab, "h1", "l1")
         assert DELAY_HANDLE not in host_q and host_q[HTB_HANDLE][1] == TC_H_ROOT
-        assert fab.delays.netem[("l1", "h1")].delay_us == 4000  # 2 x 0.5 µs x 4000
-        assert fab.link_delay_s("h1", "l1") == pytest.approx(0.5e-6)
+        assert fab.delays.netem[("l1", "h1")].delay_us == 120  # 2 x 15 ns x 4000
+        assert fab.link_delay_s("h1", "l1") == pytest.approx(15e-9)
 
 
 def test_without_netem_auto_builds_undelayed_and_forcing_delay_is_a_clear_error(monkeypatch):

@@ -1,0 +1,70 @@
+"""Latency and bandwidth regimes: collectives over message sizes from 8 B to 64 MiB.
+
+Ring and halving-doubling all-reduce and all-to-all over every host of one fabric
+(k=4 fat-tree by default), each size measured and priced a priori for the real fabric
+as in `experiments.collective` (same cases, same deviations). Small messages are bound
+by the per-step latency alpha (NIC overhead, switch latency, propagation, store and
+forward), large ones by bandwidth beta; the report prints the NCCL-tests table
+(nccl.csv: size, count, type, redop, time in us, algbw and busbw in GB/s, model
+beside) and plots time and busbw against size on log-log axes with the crossover
+size alpha/beta of every collective marked (nccl_sweep.png).
+
+Run time at S = 1e5: a 64 MiB ring all-reduce over 16 ranks takes ~270 s emulated,
+so the default sweep runs for about 20 minutes; --quick (three sizes) well under one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from experiments import collective
+from experiments.common import (
+    DEFAULT_SCALE,
+    SCALE_HELP,
+    Option,
+    Run,
+    RunResult,
+    parse_cc,
+    parse_collective,
+    parse_int,
+    parse_list,
+    parse_scale,
+    parse_sizes,
+    parse_topo,
+    run_experiment,
+)
+
+NAME = "sweep"
+
+#: 8 B x 4^k up to 32 MiB, then 64 MiB: both regimes and the crossover between them.
+SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]
+
+OPTIONS: dict[str, Option] = {
+    "topo": Option("fattree,4", "topology", parse=parse_topo),
+    "collectives": Option(["allreduce-ring", "allreduce-hd", "alltoall"],
+                          "collectives (traffic.collectives.NAMES)",
+                          parse=parse_list(parse_collective)),
+    "sizes": Option(SIZES, "message sizes (NCCL-tests size)", quick=[8, 64 << 10, 1 << 20],
+                    parse=parse_sizes),
+    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
+                         parse=parse_int(1, collective.MAX_HASH_DRAWS)),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+}
+
+
+def check(opts: dict[str, Any]) -> None:
+    """The fabric has ranks to run on and is shaped accurately at S."""
+    collective.check({"topos": [opts["topo"]], "scale": opts["scale"]})
+
+
+def execute(run: Run, opts: dict[str, Any]) -> None:
+    collective.execute(run, {**{k: v for k, v in opts.items() if k != "topo"},
+                             "topos": [opts["topo"]]}, prefix="", label=NAME)
+
+
+def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
+        resume: bool = False, **overrides: Any) -> RunResult:
+    """Run the size sweep into ``out_dir``; ``overrides`` are OPTIONS values."""
+    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
+                          force=force, resume=resume)
