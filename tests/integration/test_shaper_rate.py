@@ -1,0 +1,47 @@
+"""The port shaper against physical capacity, measured at the receiving interface
+(emu.wirerate: a backlogged veth, its receive byte counter read at both ends of a long
+interval, each read bracketed by monotonic clock reads)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytestmark = pytest.mark.root
+RATE_EMU_BPS = 16e6  # 400G at S = 25000: a 4 ms bucket rides out a loaded machine's timers
+
+
+def _root_or_skip() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root (namespaces, tc)")
+
+
+@pytest.mark.parametrize("overhead_bytes", [0, 24])
+def test_backlogged_port_never_exceeds_its_rate(overhead_bytes):
+    """Frame bytes per second <= R x frame / (frame + overhead) within the measurement's
+    own uncertainty (about 0.05% here); a loaded machine may only make it slower."""
+    _root_or_skip()
+    from emu.wirerate import measure_shaped_rate
+
+    m = measure_shaped_rate(RATE_EMU_BPS, 4154, duration_s=8.0, warmup_s=0.5,
+                            overhead_bytes=overhead_bytes, reads=2)
+    assert m.always_backlogged and m.drops == 0, m
+    assert m.relative_uncertainty < 1e-3, m
+    assert m.low_bps <= m.expected_bps, m  # never generous
+    assert m.high_bps >= 0.99 * m.expected_bps, m  # and not starved either
+
+
+def test_an_idle_port_gives_at_most_its_bucket_and_one_frame_for_free():
+    """Small frames so that the one-frame uncertainty is small: the bytes delivered
+    beyond R x t must not exceed the HTB bucket (4 ms of tokens here) plus the frame HTB
+    lets tokens go negative for. The old one-MTU bucket gave 9100 B here."""
+    _root_or_skip()
+    from emu.shaping import htb_burst_bytes
+    from emu.wirerate import measure_burst_credit
+
+    rate, frame = 4e6, 500  # 400G at S = 1e5, the experiments' default
+    credit = measure_burst_credit(rate, frame, frames=400)
+    assert credit.configured_burst_bytes == htb_burst_bytes(rate) == 2000  # 4 ms of tokens
+    assert credit.low_bytes <= credit.configured_burst_bytes + frame, credit
+    assert credit.high_bytes >= 0, credit
