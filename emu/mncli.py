@@ -37,6 +37,8 @@ from emu.fabric import Fabric
 from emu.netcheck import run_iperf3
 from emu.reachability import ping_all
 
+#: How soon a SIGTERM/SIGHUP that arrived at an unlucky instant is acted upon.
+_SIGNAL_POLL_S = 0.2
 _IPERF_UNITS = {"k": 1e3, "m": 1e6, "g": 1e9, "K": 8 * 1024, "M": 8 * 1024**2, "G": 8 * 1024**3}
 
 
@@ -121,7 +123,7 @@ class FabricIntf(Intf):
 class FabricLink(Link):
     """A fabric link (a veth pair the fabric created) seen as a Mininet link."""
 
-    def __init__(self, intf1: FabricIntf, intf2: FabricIntf) -> None:  # noqa: D107
+    def __init__(self, intf1: FabricIntf, intf2: FabricIntf) -> None:
         # Mininet's Link.__init__ would create a veth pair; ours exists already.
         self.intf1, self.intf2 = intf1, intf2
         intf1.link = intf2.link = self
@@ -251,6 +253,11 @@ def run_mininet_cli(fab: Fabric) -> None:
     """Mininet's CLI on ``fab`` until 'exit' (or EOF); SIGTERM/SIGHUP end it as Ctrl-C
     ends any other emu command (KeyboardInterrupt), so the fabric is removed."""
     previous = {sig: signal.signal(sig, _end_session) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # Python runs a handler only when a blocking call returns: a signal that lands
+    # between the prompt and readline's select() would wait for the next key. A
+    # periodic no-op SIGALRM interrupts the wait (EINTR) so a pending one runs.
+    previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, lambda _signum, _frame: None)
+    signal.setitimer(signal.ITIMER_REAL, _SIGNAL_POLL_S, _SIGNAL_POLL_S)
     net = FabricNet(fab)
     try:
         net.add_fabric_nodes()
@@ -260,6 +267,7 @@ def run_mininet_cli(fab: Fabric) -> None:
     except _SessionEnd as e:
         raise KeyboardInterrupt(f"signal {e.args[0]}") from None
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         net.stop_shells()

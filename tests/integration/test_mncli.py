@@ -28,7 +28,9 @@ class CliSession:
 
     def __init__(self, argv: list[str], start_timeout_s: float = 120.0) -> None:
         self.master, slave = pty.openpty()
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
+        # Concurrency is the lock's business here, not what this test checks.
+        env = {**os.environ, "FABRICEMU_ALLOW_CONCURRENT": "1"}
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
                                      start_new_session=True, close_fds=True)
         os.close(slave)
         self.buf = ""
