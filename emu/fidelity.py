@@ -12,9 +12,21 @@ Pure checks over what a run measured; no kernel access. A run is *valid* when
   times and the host port is itself shaped at line rate, so a frame late by up to
   two packet times leaves together with the next one and the shaper re-spaces
   them: no rate is lost and the extra NIC queueing is at most one frame. Beyond
-  that the engine falls frames behind and bursts, distorting rate and latency;
-* the engine was not CPU-bound: busy CPU seconds / (wall seconds x workers) stays
-  below a ceiling (a saturated worker paces late and reads late);
+  that the engine falls frames behind and bursts, distorting rate and latency.
+  The lag is also judged as it accumulated: the mean lag per frame stays below
+  half a packet time, and no stall made a schedule drop its debt (a reset);
+* every host NIC that was busy sent at the rate its schedule allotted it during
+  its busy periods: busy time (first due slot to last frame out) at most
+  1 / (1 - rate_under) times the time the schedule gave the same frames. The
+  schedule runs at min(line rate, congestion-control rate), the sender's share
+  the model allocates to it when the network does not push back;
+* the machine had headroom: the fraction of ALL its CPU time that was busy over
+  the run (/proc/stat: every process, the kernel's forwarding and softirq
+  included) stays below a ceiling. A busy machine delays the shapers' timers
+  and the engine alike, whatever the engine's own use; without that figure the
+  workers' own CPU (busy CPU seconds / (wall x workers)) is judged instead;
+* nothing was lost outside the modelled fabric: no receive-ring drops, and no
+  retransmissions unless a switch port dropped frames;
 * ECN marks and CNPs agree with the configuration: no marks without a marker; a
   queue above Kmax was marked (every packet there is); no marks without a queue
   above Kmin; receivers saw at most the packets switches marked; with DCQCN on,
@@ -75,6 +87,15 @@ class MarkingCounts:
 
 
 @dataclass(frozen=True)
+class NicBusy:
+    """One host NIC's busy periods: time used vs time its pacing schedule allotted."""
+
+    name: str
+    busy_s: float                 # emulated seconds with frames to send, first slot to last out
+    scheduled_s: float            # emulated seconds the schedule gave the same frames
+
+
+@dataclass(frozen=True)
 class RunMeasures:
     """What the gate needs from one traffic run."""
 
@@ -89,6 +110,15 @@ class RunMeasures:
     error: str | None = None
     port_rates: Sequence[PortRate] = ()
     marking: MarkingCounts | None = None
+    machine_busy: float | None = None   # fraction of all CPU time busy during the run
+    data_frames: int = 0                # data frames the engine sent
+    pacing_lag_total_s: float = 0.0     # emulated: every frame's lateness, summed
+    pacing_resets: int = 0              # schedules restarted after a stall
+    pacing_dropped_s: float = 0.0       # emulated debt those restarts dropped
+    nic_busy: Sequence[NicBusy] = ()
+    ring_drops: int = 0                 # frames the receive rings had no room for
+    retransmitted: int = 0              # data frames sent again
+    fabric_drops: int = 0               # frames switch and host ports dropped
 
 
 @dataclass(frozen=True)
@@ -97,8 +127,10 @@ class Limits:
 
     rate_over: float = 0.05       # a port may exceed its configured rate by 5 %
     rate_under: float = 0.10      # a saturated port must reach 90 % of its rate
-    cpu_busy: float = 0.90        # of wall x workers
+    cpu_busy: float = 0.90        # of wall x workers (when the machine's figure is unknown)
+    machine_busy: float = 0.85    # of all CPU time of the machine
     lag_packets: float = 2.0      # p99 pacing lag, in dilated packet times
+    lag_mean_packets: float = 0.5  # mean pacing lag per frame, in dilated packet times
     margin: float = 1.25          # head-room in the suggested scale
 
 
@@ -219,12 +251,52 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
     checks.append(lag)
     need = max(need, lag_need)
 
-    busy = run.cpu_s / (run.wall_s * run.workers) if run.wall_s > 0 and run.workers else 0.0
-    cpu, cpu_need = _ratio_check(
-        "engine CPU", busy, limits.cpu_busy,
-        f"{run.cpu_s:.1f} CPU s over {run.wall_s:.1f} s x {run.workers} workers = {busy:.0%}")
+    if run.data_frames:
+        mean_s = run.pacing_lag_total_s / run.data_frames
+        mean, mean_need = _ratio_check(
+            "pacing lag mean", mean_s, limits.lag_mean_packets * packet_time_emu_s,
+            f"mean send lag {mean_s * 1e3:.3f} ms emulated over {run.data_frames} frames vs "
+            f"{limits.lag_mean_packets:g} x packet time")
+        checks.append(mean)
+        need = max(need, mean_need)
+    resets_ok = run.pacing_resets == 0
+    checks.append(Check("pacing debt kept", resets_ok, run.pacing_resets, 0,
+                        f"{run.pacing_resets} stalls dropped {run.pacing_dropped_s * 1e3:.3f} ms "
+                        "of emulated schedule debt"))
+    if not resets_ok:
+        need = max(need, 2.0)
+    for nb in run.nic_busy:
+        if nb.busy_s <= 0:
+            continue
+        ratio = nb.scheduled_s / nb.busy_s
+        floor = 1 - limits.rate_under
+        checks.append(Check(f"NIC rate {nb.name}", ratio >= floor, ratio, floor,
+                            f"sent at {ratio:.1%} of its scheduled rate while busy"))
+        if ratio < floor:
+            need = max(need, floor / max(ratio, 1e-3))
+
+    workers_busy = run.cpu_s / (run.wall_s * run.workers) \
+        if run.wall_s > 0 and run.workers else 0.0
+    workers = f"workers {run.cpu_s:.1f} CPU s over {run.wall_s:.1f} s x {run.workers}"
+    if run.machine_busy is not None:
+        cpu, cpu_need = _ratio_check(
+            "machine CPU", run.machine_busy, limits.machine_busy,
+            f"{run.machine_busy:.0%} of all CPU busy during the run ({workers})")
+    else:
+        cpu, cpu_need = _ratio_check("engine CPU", workers_busy, limits.cpu_busy,
+                                     f"{workers} = {workers_busy:.0%}")
     checks.append(cpu)
     need = max(need, cpu_need)
+
+    checks.append(Check("receive rings kept up", run.ring_drops == 0, run.ring_drops, 0,
+                        f"{run.ring_drops} frames dropped by full receive rings"))
+    if run.ring_drops:
+        need = max(need, 2.0)  # a worker that reads late is short of CPU
+    expected = run.fabric_drops > 0
+    checks.append(Check("no unexpected retransmissions", expected or run.retransmitted == 0,
+                        run.retransmitted, None,
+                        f"{run.retransmitted} frames retransmitted, {run.fabric_drops} dropped "
+                        "by ports"))
 
     if run.marking is not None:
         checks += _marking_checks(run.marking)

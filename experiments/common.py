@@ -919,7 +919,7 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
     """The gate over one measured traffic run. ``saturated`` maps port names to the
     real window (s) over which the model says the port sends at its full rate;
     every host NIC is also checked not to exceed its rate over the whole run."""
-    from emu.fidelity import MarkingCounts, PortQueue, PortRate, RunMeasures, evaluate
+    from emu.fidelity import MarkingCounts, NicBusy, PortQueue, PortRate, RunMeasures, evaluate
 
     ports = {p.name: p for p in fab.ports()}
     windows = {p.name: (m.completion_s, False) for p in fab.ports()
@@ -953,7 +953,15 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
         workers=int(st["n_workers"]), pacing_lag_p99_s=float(st["pacing_lag_p99_emu_s"]),
         packet_time_s=packet_time_s(host_rate), messages_expected=len(workload.messages),
         messages_completed=int(msgs.completed.sum()), error=st.get("error"),
-        port_rates=rates, marking=marking)
+        port_rates=rates, marking=marking, machine_busy=st.get("machine_busy"),
+        data_frames=int(st.get("data_packets_sent", 0)),
+        pacing_lag_total_s=float(st.get("pacing_lag_total_emu_s", 0.0)),
+        pacing_resets=int(st.get("pacing_resets", 0)),
+        pacing_dropped_s=float(st.get("pacing_dropped_emu_s", 0.0)),
+        nic_busy=[NicBusy(f"{n['host']}:{n['ifname']}", n["busy_emu_s"], n["scheduled_emu_s"])
+                  for n in st.get("nics", ())],
+        ring_drops=int(st.get("ring_drops", 0)), retransmitted=int(msgs.retransmitted.sum()),
+        fabric_drops=int(m.ports.drops.sum()))
     return evaluate(measures, max_scale=max_scale(fab))
 
 

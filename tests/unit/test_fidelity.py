@@ -8,6 +8,7 @@ from emu.fidelity import (
     FidelityReport,
     MarkingCounts,
     PortQueue,
+    NicBusy,
     PortRate,
     RunMeasures,
     combine,
@@ -40,6 +41,41 @@ def test_clean_run_is_valid_and_keeps_scale():
     assert rep.valid, rep.reasons
     assert rep.reasons == []
     assert rep.suggested_scale == 20000
+
+
+def test_busy_machine_invalidates_whatever_the_workers_used():
+    # Workers at 10 % of their cores, but the machine was 97 % busy (a CPU hog, the
+    # kernel's forwarding): the machine-wide figure decides.
+    rep = evaluate(measures(cpu_s=2.0, machine_busy=0.97))
+    assert not rep.valid
+    assert any("machine CPU" in r for r in rep.reasons)
+    assert evaluate(measures(cpu_s=19.0, machine_busy=0.6)).valid
+
+
+def test_accumulated_lag_and_dropped_debt_invalidate():
+    pkt_emu_s = PKT_400G_S * 20000
+    assert evaluate(measures(data_frames=1000, pacing_lag_total_s=1000 * 0.3 * pkt_emu_s)).valid
+    rep = evaluate(measures(data_frames=1000, pacing_lag_total_s=1000 * 0.8 * pkt_emu_s))
+    assert not rep.valid and any("pacing lag mean" in r for r in rep.reasons)
+    rep = evaluate(measures(pacing_resets=1, pacing_dropped_s=0.05))
+    assert not rep.valid and any("pacing debt" in r for r in rep.reasons)
+    assert rep.suggested_scale > 20000
+
+
+def test_every_busy_nic_must_keep_its_scheduled_rate():
+    ok = [NicBusy("h1:eth0", 2.0, 1.98), NicBusy("h2:eth0", 0.0, 0.0)]
+    assert evaluate(measures(nic_busy=ok)).valid
+    rep = evaluate(measures(nic_busy=[*ok, NicBusy("h3:eth0", 2.0, 1.5)]))
+    assert not rep.valid
+    assert [c.name for c in rep.checks if not c.ok] == ["NIC rate h3:eth0"]
+
+
+def test_ring_drops_and_unexplained_retransmissions_invalidate():
+    assert not evaluate(measures(ring_drops=3)).valid
+    assert not evaluate(measures(retransmitted=5)).valid
+    # A switch port dropped frames (an incast without CC): retransmissions are the
+    # fabric's behaviour, not the emulator's.
+    assert evaluate(measures(retransmitted=5, fabric_drops=4)).valid
 
 
 def test_cpu_saturation_invalidates_and_suggests_larger_scale():
