@@ -7,8 +7,8 @@ import math
 from emu.fidelity import (
     FidelityReport,
     MarkingCounts,
-    PortQueue,
     NicBusy,
+    PortQueue,
     PortRate,
     RunMeasures,
     combine,
