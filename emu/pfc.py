@@ -77,8 +77,8 @@ class PfcConfig:
     xoff_bytes: int | None = None
     xon_bytes: int | None = None
     xon_gap_bytes: int = 2 * FRAME_MAX_BYTES
-    reaction_budget_wall_s: float = 2e-3
-    poll_interval_s: float = 200e-6
+    reaction_budget_wall_s: float = 10e-3
+    poll_interval_s: float = 250e-6
     host_queue_bytes: int = HOST_QUEUE_BYTES
 
     def __post_init__(self) -> None:
@@ -135,6 +135,7 @@ class PfcController:
         self._change_ns: list[int] = []
         self._read_ns: list[int] = []
         self.polls = 0
+        self.poll_gap_max_ns = 0  # longest time between two polls: a stalled controller
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self._t_start_ns = 0
@@ -194,10 +195,11 @@ class PfcController:
     def _check_leaves(self) -> None:
         for ns in {p.netns_path for p in self.ports.values()}:
             self._readers[ns] = QdiscReader(ns)
+        leaves = {ns: r.leaf_stats() for ns, r in self._readers.items()}
         for key, p in self.ports.items():
             if key not in self.applied and key not in self.egress_feeders:
                 continue
-            kind = self._readers[p.netns_path].leaf_stats().get(p.ifindex, {}).get("kind")
+            kind = leaves[p.netns_path].get(p.ifindex, {}).get("kind")
             if kind != "bfifo":
                 raise CapabilityError(f"PFC needs the byte FIFO leaf on every port; {p.name} has "
                                       f"{kind!r} (the red ECN back end): use marking bpf or off")
@@ -317,6 +319,7 @@ class PfcController:
                 backlogs[key] = leaves.get(ifindex, {}).get("backlog_bytes", 0)
         t1 = time.monotonic_ns()
         self._read_ns.append(t1 - t0)
+        self.poll_gap_max_ns = max(self.poll_gap_max_ns, t0 - prev_poll_ns)
         self.polls += 1
         self._backlog = backlogs  # type: ignore[assignment]
         # The crossing happened after the previous poll read the queue: that bounds the reaction.
@@ -380,6 +383,10 @@ class PfcController:
             return float(np.percentile(ns, q)) / 1e9 if ns else float("nan")
 
         budget_ns = self.config.reaction_budget_wall_s * 1e9
+        cpu_s, wall_s = self.cpu_s, self.wall_s
+        if self._thread is not None and self._thread.is_alive() and self._thread.ident:
+            cpu_s = time.clock_gettime(time.pthread_getcpuclockid(self._thread.ident))
+            wall_s = (time.monotonic_ns() - self._t_start_ns) / 1e9
         react, change, read = self._reaction_ns, self._change_ns, self._read_ns
         span_s = max(0, (self._t_end_ns or time.monotonic_ns()) - self._t_start_ns) / 1e9
         out: dict[str, Any] = {
@@ -387,14 +394,15 @@ class PfcController:
             "gates": len(self.gates), "egresses": len(self.egress_feeders),
             "propagation_emulated": bool(self.fab.delay_emulated),
             "polls": self.polls, "poll_period_mean_s": span_s / self.polls if self.polls else float("nan"),
-            "poll_read_p50_s": pct(read, 50),
+            "poll_read_p50_s": pct(read, 50), "poll_read_max_s": pct(read, 100),
+            "poll_gap_max_s": self.poll_gap_max_ns / 1e9,
             "pause_events": sum(self.ledger.events.values()) if self.ledger else 0,
             "xoff_events": sum(self.hyst.xoff_events.values()) if self.hyst else 0,
             "kicks": sum(self.kicks.values()),
             "late_reactions": sum(1 for r in react if r > budget_ns),
             "reaction_budget_wall_s": self.config.reaction_budget_wall_s,
             "reaction_budget_real_s": self.config.reaction_budget_wall_s / self.scale,
-            "cpu_fraction": self.cpu_s / self.wall_s if self.wall_s else float("nan"),
+            "cpu_fraction": cpu_s / wall_s if wall_s else float("nan"),
             "error": self.error,
         }
         for name, ns in (("reaction", react), ("change", change)):

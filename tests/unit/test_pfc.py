@@ -173,9 +173,12 @@ def test_controller_plan_thresholds_and_propagation(delay_emulated):
     ctl = PfcController(_FakeFabric(topo, 5000, delay_emulated), PfcConfig())
     ctl.plan()
     assert ctl.egress_feeders[("l3", "h9")] == {("h7", "l3"), ("h8", "l3"), ("s1", "l3")}
-    # Headroom of l3 -> h9 by hand: reaction 2 ms / 5000 = 0.4 µs; host links 100G
-    # with 0.5 µs, the spine link 300G with 1 µs; one paused-burst frame per feeder.
-    want = (2 * (12.5e9 * (0.4e-6 + 1e-6)) + 37.5e9 * (0.4e-6 + 2e-6)) + 3 * PAUSED_BURST_BYTES
+    # Headroom of l3 -> h9 by hand: reaction = wall budget / S; two host links at 100G
+    # and the spine link at 300G, each with its round trip; one paused-burst frame per
+    # feeder.
+    r = PfcConfig().reaction_budget_wall_s / 5000
+    d_host, d_spine = topo.linkInfo("h7", "l3")["delay_s"], topo.linkInfo("s1", "l3")["delay_s"]
+    want = (2 * 12.5e9 * (r + 2 * d_host) + 37.5e9 * (r + 2 * d_spine) + 3 * PAUSED_BURST_BYTES)
     th = ctl.thresholds[("l3", "h9")]
     assert th.headroom_bytes == pytest.approx(want, abs=1)
     assert th.xoff_bytes == th.buffer_bytes - th.headroom_bytes
@@ -183,7 +186,7 @@ def test_controller_plan_thresholds_and_propagation(delay_emulated):
     assert set(ctl.applied) == {(p.node, p.peer_node) for p in ctl.fab.ports()
                                 if p.peer_node in ctl.fab.switches}
     # With delay emulated a pause takes effect after the dilated round trip of its link.
-    assert ctl.delay_ns[("s1", "l3")] == (round(2 * 1e-6 * 5000 * 1e9) if delay_emulated else 0)
+    assert ctl.delay_ns[("s1", "l3")] == (round(2 * d_spine * 5000 * 1e9) if delay_emulated else 0)
 
 
 def test_controller_refuses_a_buffer_without_room_for_headroom():
