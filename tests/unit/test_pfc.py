@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from emu.errors import ParameterError
+from emu.errors import FabricEmuError, ParameterError
 from emu.pfc import PfcConfig, PfcController
 from emu.pfcgate import (
     KICK_FRAME,
@@ -226,3 +226,12 @@ def test_kick_frame_is_a_minimal_mac_control_frame():
     assert len(KICK_FRAME) == 60
     assert KICK_FRAME[:6] == bytes.fromhex("0180c2000001")
     assert KICK_FRAME[12:14] == b"\x88\x08"
+
+
+def test_controller_needs_a_running_fabric_and_a_config():
+    topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=2, host_rate="100G")
+    fab = _FakeFabric(topo, 5000, False)
+    with pytest.raises(FabricEmuError, match="running fabric"):
+        PfcController(fab).start()
+    with pytest.raises(ParameterError):
+        PfcController(fab, {"xoff_bytes": 1})
