@@ -292,7 +292,7 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cas
 
 @app.command()
 def run(name: Annotated[str, typer.Argument(help="incast | collective | ratios | ecmp | "
-                                            "fairness | demo")] = "",
+                                            "fairness | sweep | demo")] = "",
         out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
         sets: SetOpt = None, force: ForceOpt = False, resume: ResumeOpt = False,
         list_options: Annotated[bool, typer.Option("--list", help="list experiments and "

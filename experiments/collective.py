@@ -110,6 +110,7 @@ class CollectiveRun:
     model: list[WorkloadPrediction]      # one per hash draw
     busbw_model_spread_bps: float        # ECMP spread evenly: the ideal
     time_model_emulable_s: float         # the model without the delays not emulated
+    time_model_emulable_range_s: tuple[float, float]  # its fastest and slowest hash draw
 
     def busbw_model_quantile_bps(self, q: float) -> float:
         times_s = np.array([p.completion_s for p in self.model])
@@ -157,7 +158,9 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                          algbw_model, algbw_model * factor, bottleneck_bps,
                          bottleneck_tier(fab, m), factor, draws,
                          8.0 * size_bytes / spread.completion_s * factor,
-                         float(np.mean([p.completion_s for p in emulable])))
+                         float(np.mean([p.completion_s for p in emulable])),
+                         (min(p.completion_s for p in emulable),
+                          max(p.completion_s for p in emulable)))
 
 
 def emulable_pricing(fab: Fabric, graph: Any) -> tuple[Any, dict[str, Any]]:
@@ -210,6 +213,8 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            "busbw_model_p90_bps": r.busbw_model_quantile_bps(0.9),
            "busbw_model_spread_bps": r.busbw_model_spread_bps, "hash_draws": len(r.model),
            "time_model_emulable_s": r.time_model_emulable_s,
+           "time_model_emulable_min_s": r.time_model_emulable_range_s[0],
+           "time_model_emulable_max_s": r.time_model_emulable_range_s[1],
            "bottleneck_bps": r.bottleneck_bps, "busbw_factor": r.factor,
            "measured_bottleneck_tier": r.bottleneck_tier, "valid": report.valid}
     run.frame("collective", pd.DataFrame([row]))

@@ -24,6 +24,7 @@ from experiments.common import (
     Option,
     Run,
     RunResult,
+    check_topology,
     parse_cc,
     parse_collective,
     parse_int,
@@ -55,7 +56,7 @@ OPTIONS: dict[str, Option] = {
 
 def check(opts: dict[str, Any]) -> None:
     """The fabric has ranks to run on and is shaped accurately at S."""
-    collective.check({"topos": [opts["topo"]], "scale": opts["scale"]})
+    check_topology(opts["topo"], opts["scale"], option="topo")
 
 
 def execute(run: Run, opts: dict[str, Any]) -> None:

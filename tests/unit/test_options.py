@@ -75,12 +75,17 @@ BAD = [
     ("demo", {"senders": "abc"}, "senders"),
     ("demo", {"dcqcn": "bogus"}, "dcqcn"),
     ("demo", {"incast_size": "-1"}, "incast_size"),
+    ("sweep", {"sizes": "8;128MiB"}, "sizes"),       # beyond the 64 MiB cap
+    ("sweep", {"sizes": "0"}, "sizes"),
+    ("sweep", {"collectives": "allreduce-ring;bogus"}, "collectives"),
+    ("sweep", {"topo": "leafspine,1,1,1"}, "topo"),   # one host: no collective
+    ("sweep", {"hash_draws": "0"}, "hash_draws"),
 ]
 
 EMPTY = [("incast", "cc"), ("incast", "thresholds"), ("collective", "sizes"),
          ("collective", "topos"), ("collective", "collectives"), ("ratios", "topos"),
          ("ecmp", "seeds"), ("demo", "sizes"), ("demo", "topo"), ("incast", "topo"),
-         ("fairness", "thresholds")]
+         ("fairness", "thresholds"), ("sweep", "sizes"), ("sweep", "collectives")]
 
 
 @pytest.mark.parametrize("name, overrides, option", BAD)
