@@ -65,6 +65,7 @@ from traffic.burst import Burst
 from traffic.dcqcn import DcqcnParams, get_params
 from traffic.messages import Workload
 from traffic.roce import ECN_CODES, Flow
+from traffic.rx import RxLib
 
 #: Real-time CNP interval used by receivers when the senders run without CC.
 _DEFAULT_CNP_INTERVAL_S = 50e-6
@@ -87,8 +88,10 @@ class EngineConfig:
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
     ``ring_bytes``: receive ring per host.
-    ``send_path``: 'compiled' (traffic/csrc/roce_burst.c, sendmmsg bursts),
-    'python' (Shape.write + send per frame) or 'auto' (compiled if clang works).
+    ``send_path``: 'compiled' (traffic/csrc/roce_burst.c, sendmmsg bursts, and
+    traffic/csrc/roce_rx.c, batched receive with the responder's go-back-N in C),
+    'python' (Shape.write + send per frame, receive parsed in Python) or 'auto'
+    (compiled if clang works).
     """
 
     cc: str | DcqcnParams | None = "paper"
@@ -303,6 +306,7 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
     plans = _plans(fab, workload, config, index, rawsock.realtime_offset_ns())
     ring = rawsock.RingSpec.for_headers(config.ring_bytes)
     burst = Burst(config.send_path)
+    rx_lib = RxLib(config.send_path)
     ctx = multiprocessing.get_context("fork")
     n_workers = len(plans)
     ring_len = sum(n for _, n in plans[0].ring_slices.values()) if plans else 0
@@ -335,7 +339,7 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
                 mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in wp.nics}
                 proc = ctx.Process(target=nic.worker_main, name=f"fabricemu-engine-{wp.worker}",
                                    args=(wp, shared, writer, mine_rx, mine_tx, ring,
-                                         burst, os.getpid()), daemon=True)
+                                         burst, rx_lib, os.getpid()), daemon=True)
                 proc.start()
                 writer.close()
                 procs.append(proc)
@@ -365,6 +369,7 @@ def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = Non
     result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
     result.stats["machine_busy"] = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
     result.stats["send_path"] = burst.detail
+    result.stats["receive_path"] = rx_lib.detail
     # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,
     # emulated ns): other samplers (queues) convert with it to the same time base.
     result.stats["t0_monotonic_ns"] = int(shared.t0_ns.value)

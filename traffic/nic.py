@@ -77,6 +77,17 @@ from traffic.roce import (
     QpTemplate,
     ResponderTemplate,
 )
+from traffic.rx import (
+    EV_ACK,
+    EV_ACK_IN,
+    EV_CE,
+    EV_CNP_IN,
+    EV_DONE,
+    EV_NAK,
+    RxLib,
+    RxRing,
+    RxState,
+)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_TIMERSLACK = 29
@@ -96,7 +107,7 @@ _IP_OVERHEAD_BYTES = 20 + 8 + 12 + 4    # IPv4, UDP, BTH, ICRC around the payloa
 # frames, whichever is longer: beyond that it restarts the schedule from now
 # (``Schedule`` counts the reset and the debt it dropped).
 _MAX_CATCHUP_NS = 20_000_000
-_RX_BUDGET = 1024                       # frames per ring per turn: the senders must run too
+_RX_BUDGET = 64                         # frames per ring per turn: due sends interleave
 _EARLY_NS = 20_000                      # deadlines this close are served in the same turn
 _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent checks
 
@@ -179,13 +190,15 @@ class _RecvQp:
 
 
 class _Host:
-    __slots__ = ("name", "sock", "mm", "offsets", "idx", "rx_qps", "tx_qps", "np", "rx_count")
+    __slots__ = ("name", "sock", "mm", "offsets", "idx", "rx_qps", "tx_qps", "np", "rx_count",
+                 "ring")
 
     def __init__(self, name: str, sock: socket.socket, ring: RingSpec, cnp_interval_s: float):
         self.name = name
         self.sock = sock
         self.mm = map_ring(sock, ring)
         self.offsets = slot_offsets(ring)
+        self.ring: RxRing | None = None     # the compiled receive loop's view
         self.idx = 0
         self.rx_qps: dict[int, _RecvQp] = {}
         self.tx_qps: dict[int, _SendQp] = {}
@@ -218,12 +231,12 @@ def _setup_process(cpu: int | None) -> None:
 
 def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
                 rx_socks: dict[str, socket.socket], tx_socks: dict[tuple[str, str], socket.socket],
-                ring: RingSpec, burst: Burst, parent_pid: int) -> None:
+                ring: RingSpec, burst: Burst, rx_lib: RxLib, parent_pid: int) -> None:
     """Entry point of a forked worker: run the NIC models, send the results on ``conn``."""
     _setup_process(plan.cpu)
     w = plan.worker
     try:
-        loop = _WorkerLoop(plan, shared, rx_socks, tx_socks, ring, burst, parent_pid)
+        loop = _WorkerLoop(plan, shared, rx_socks, tx_socks, ring, burst, rx_lib, parent_pid)
         shared.status[w] = READY
         loop.run()
         conn.send(loop.results())
@@ -246,7 +259,7 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
 class _WorkerLoop:
     def __init__(self, plan: WorkerPlan, shared: Shared, rx_socks: dict[str, socket.socket],
                  tx_socks: dict[tuple[str, str], socket.socket], ring: RingSpec, burst: Burst,
-                 parent_pid: int):
+                 rx_lib: RxLib, parent_pid: int):
         self.plan = plan
         self.burst = burst
         self.shared = shared
@@ -265,6 +278,14 @@ class _WorkerLoop:
             n_packets = -(-m.size_bytes // plan.payload_bytes)
             rq = _RecvQp(m, n_packets, plan.ack_coalesce, self.nics[(m.dst, m.reply_ifname)])
             self.hosts[m.dst].rx_qps[m.index + 1] = rq
+        self.rx: RxState | None = None
+        if rx_lib.available:
+            self.rx = RxState(rx_lib, plan.n_messages + 1, _RX_BUDGET)
+            for host_id, h in enumerate(self.hosts.values()):
+                h.ring = RxRing(h.mm, h.offsets, host_id)
+                self.rx.add_qps(host_id, [(qpn, rq.gbn.total_packets, plan.ack_coalesce)
+                                          for qpn, rq in h.rx_qps.items()])
+            self._receive = self._receive_compiled  # type: ignore[method-assign]
         self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in self.senders})
         self.deadlines = Deadlines()
         self.wake_fd = shared.wake_fds[plan.worker]
@@ -523,6 +544,11 @@ class _WorkerLoop:
                 self.lag_total_ns += sum(x for x in range(lag, lag - n * step, -step) if x > 0)
             best.tx_ns[index:index + n] = array("q", [now]) * n
             dropped = best.sched.dropped_ns + nic.sched.dropped_ns
+            # Both schedules are judged from the frame's actual slot: the one that was
+            # not binding (a NIC under a slower CC pace, a QP waiting for its NIC) did
+            # not fall behind, it had nothing to send.
+            best.sched.restart(sched)
+            nic.sched.restart(sched)
             best.sched.sent(now, n, interval)
             nic.sched.sent(now, n, line)
             dropped = best.sched.dropped_ns + nic.sched.dropped_ns - dropped
@@ -609,6 +635,55 @@ class _WorkerLoop:
         return True
 
     # -- receiving ----------------------------------------------------------------------
+    def _receive_compiled(self, h: _Host) -> None:
+        """A batch from ``h``'s ring through roce_rx.c; act on the events it returns."""
+        rx = self.rx
+        assert rx is not None and h.ring is not None
+        self.packets_received += rx.read(h.ring, self.plan.rt_offset_ns, self.t0_ns,
+                                         self.plan.latency_sample_every)
+        if rx.n_latency.value:
+            self.lat.extend(rx.latency[:rx.n_latency.value])
+        events = rx.events
+        for k in range(rx.n_events.value):
+            e = events[k]
+            kind = e.kind
+            if kind in (EV_ACK, EV_NAK):
+                rq = h.rx_qps[e.qpn]
+                syndrome = AETH_ACK if kind == EV_ACK else AETH_NAK_PSN_SEQ
+                self._send_ctrl(rq.nic, rq.resp.write_ack(e.psn, e.arg, syndrome))
+            elif kind == EV_CE:
+                rq = h.rx_qps[e.qpn]
+                if h.np.on_packet(rq.plan.index, True, self.real_s(e.rx_ns)):
+                    rq.cnps += 1
+                    self._send_ctrl(rq.nic, rq.resp.cnp)
+            elif kind == EV_DONE:
+                rq = h.rx_qps[e.qpn]
+                rq.done_ns = e.rx_ns
+                self._finished(h, rq)
+            elif kind == EV_ACK_IN:
+                qp = h.tx_qps.get(e.qpn)
+                if qp is None or qp.gbn is None:
+                    self.unknown_frames += 1
+                else:
+                    self._on_ack(qp, e.psn, e.arg, e.rx_ns)
+            elif kind == EV_CNP_IN:
+                qp = h.tx_qps.get(e.qpn)
+                if qp is None or qp.cc is None:
+                    self.unknown_frames += 1
+                else:
+                    qp.cc.on_cnp(self.real_s(e.rx_ns))
+                    self._trace(qp, e.rx_ns)
+            else:
+                self.unknown_frames += 1
+
+    def _finished(self, h: _Host, rq: _RecvQp) -> None:
+        """``rq`` was fully received: announce it and start what waited for it."""
+        index = rq.plan.index
+        h.np.forget(index)
+        self.shared.received[index] = 1
+        self._announce(index)
+        self._completed(index, time.monotonic_ns())
+
     def _receive(self, h: _Host) -> None:
         mm = h.mm
         offsets = h.offsets
@@ -682,11 +757,7 @@ class _WorkerLoop:
             self._send_ctrl(rq.nic, rq.resp.write_ack(action.psn, int(complete), syndrome))
         if rq.done_ns < 0 and rq.gbn.complete:
             rq.done_ns = rx_ns
-            index = rq.plan.index
-            h.np.forget(index)
-            self.shared.received[index] = 1
-            self._announce(index)
-            self._completed(index, time.monotonic_ns())
+            self._finished(h, rq)
 
     def _on_ack(self, qp: _SendQp, psn: int, syndrome: int, rx_ns: int) -> None:
         g = qp.gbn
@@ -731,6 +802,13 @@ class _WorkerLoop:
             self.drops[h.name] += ring_drops(h.sock)
         for n in self.nics.values():
             self._end_period(n)
+        if self.rx is not None:  # the compiled loop kept the responders' counters
+            for h in self.hosts.values():
+                for qpn, rq in h.rx_qps.items():
+                    c = self.rx.qps[qpn]
+                    rq.bytes, rq.ce, rq.seen = c.bytes, c.ce, c.seen
+                    rq.first_rx_ns = c.first_rx_ns
+                    rq.gbn.duplicates, rq.gbn.out_of_order = c.duplicates, c.out_of_order
         sends = [{
             "index": q.plan.index, "start_ns": rel(q.start_ns), "acked_ns": rel(q.acked_ns),
             "first_tx_ns": rel(q.first_tx_ns), "last_tx_ns": rel(q.last_tx_ns),

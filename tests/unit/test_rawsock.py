@@ -1,0 +1,39 @@
+"""Engine plumbing that needs no root: the timerfd and the header-only ring geometry."""
+
+from __future__ import annotations
+
+import select
+import time
+
+from traffic.rawsock import SNAP_BYTES, RingSpec, TimerFd, _bpf_program, slot_offsets
+
+
+def test_timerfd_fires_at_its_absolute_deadline_and_not_before():
+    timer = TimerFd()
+    ep = select.epoll()
+    try:
+        ep.register(timer.fd, select.EPOLLIN)
+        deadline = time.monotonic_ns() + 3_000_000
+        timer.arm(deadline)
+        events = ep.poll(5.0)
+        assert time.monotonic_ns() >= deadline
+        assert [fd for fd, _ in events] == [timer.fd]
+        timer.clear()
+        assert ep.poll(0) == []                       # consumed: no longer readable
+        timer.arm(time.monotonic_ns() - 1)            # a past deadline fires at once
+        assert [fd for fd, _ in ep.poll(5.0)] == [timer.fd]
+    finally:
+        ep.close()
+        timer.close()
+
+
+def test_ring_slots_hold_headers_only_and_the_filter_snaps_them():
+    ring = RingSpec.for_headers(4 << 20)
+    # tpacket2 header + sockaddr_ll + alignment put the MAC header at offset 66.
+    assert ring.frame_size >= 66 + SNAP_BYTES and ring.frame_size % 16 == 0
+    assert ring.frame_nr >= 16_000                     # ~20k frames in 4 MB, not ~1000
+    offsets = slot_offsets(ring)
+    assert len(offsets) == ring.frame_nr and len(set(offsets)) == ring.frame_nr
+    assert max(offsets) + ring.frame_size <= ring.size_bytes
+    accept = _bpf_program(SNAP_BYTES)[-1]
+    assert accept[0] == 0x06 and accept[3] == SNAP_BYTES  # BPF_RET k: the snap length

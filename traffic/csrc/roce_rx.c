@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fabricemu engine hot path: receive a batch of RoCEv2 frames from a TPACKET_V2
+ * ring and run the responder's go-back-N for data frames.
+ *
+ * Per data frame the state machine is traffic/gbn.py's GbnReceiver (the
+ * reference; tests/unit/test_rx.py checks this file against it frame by frame):
+ * in-order frames are delivered and ACKed every `coalesce` frames and at the
+ * last one; the first frame past a gap is NAKed once; anything else is a
+ * duplicate, re-ACKed with the latest delivered PSN. Only what Python must act
+ * on comes back, as events in arrival order: an ACK or NAK to send, a CE-marked
+ * frame (the notification point decides on a CNP), a completed message, and the
+ * ACK and CNP frames that belong to the host's senders. Latency samples go to
+ * their own buffer.
+ *
+ * Frames are the ring's header-only snaps (traffic/rawsock.py); the payload
+ * length comes from the IPv4 total length.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#define TP_STATUS_USER 1u
+#define PSN_MASK 0xFFFFFFu
+#define PSN_HALF 0x800000u
+#define IP_OVERHEAD 44          /* IPv4 20 + UDP 8 + BTH 12 + ICRC 4 */
+
+enum { EV_ACK = 1, EV_NAK = 2, EV_CE = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
+       EV_UNKNOWN = 7 };
+
+struct rx_qp {                  /* mirrors traffic/rx.py: _RxQp */
+	uint32_t host;              /* owning host + 1; 0: not a QP this worker receives */
+	uint32_t total;
+	uint32_t coalesce;
+	uint32_t expected;
+	uint32_t since_ack;
+	uint32_t nak_out;
+	uint64_t delivered, duplicates, out_of_order, bytes, ce, seen;
+	int64_t first_rx_ns, done_ns;
+};
+
+struct rx_event {               /* mirrors traffic/rx.py: _RxEvent */
+	int64_t rx_ns;
+	uint32_t kind, qpn, psn, arg;
+};
+
+struct tp2 {                    /* struct tpacket2_hdr */
+	uint32_t status, len, snaplen;
+	uint16_t mac, net;
+	uint32_t sec, nsec;
+};
+
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint64_t be64(const uint8_t *p)
+{
+	return (uint64_t)be32(p) << 32 | be32(p + 4);
+}
+
+static int is_data(uint8_t op)
+{
+	return op == 0x06 || op == 0x07 || op == 0x08 || op == 0x0A;
+}
+
+/*
+ * Read up to `budget` frames from the ring of host `host` (slot offsets
+ * `offsets`, next slot *idx). Returns the number of frames read; events go to
+ * `ev` (at most 3 per frame), latency samples (index, rx_ns - t0, one-way ns,
+ * ce) to `lat` (at most 4 int64 per frame), counted in *n_ev and *n_lat.
+ */
+int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *idx,
+	    uint32_t budget, uint32_t host, int64_t rt_offset_ns, int64_t t0_ns,
+	    uint32_t sample_every, uint64_t *rx_count, struct rx_qp *qps, uint32_t n_qps,
+	    struct rx_event *ev, uint32_t *n_ev, int64_t *lat, uint32_t *n_lat)
+{
+	uint32_t i = *idx, got = 0, ne = 0, nl = 0;
+
+	for (; got < budget; got++) {
+		uint8_t *slot = ring + offsets[i];
+		struct tp2 h;
+
+		memcpy(&h, slot, sizeof(h));
+		if (!(__atomic_load_n((uint32_t *)slot, __ATOMIC_ACQUIRE) & TP_STATUS_USER))
+			break;
+		const uint8_t *f = slot + h.mac;
+		int64_t rx_ns = (int64_t)h.sec * 1000000000 + h.nsec - rt_offset_ns;
+		uint8_t op = f[42];
+		uint32_t qpn = be32(f + 46) & PSN_MASK;
+		uint32_t psn = be32(f + 50) & PSN_MASK;
+
+		if (is_data(op)) {
+			struct rx_qp *q = qpn < n_qps ? &qps[qpn] : 0;
+
+			if (!q || q->host != host + 1) {
+				ev[ne++] = (struct rx_event){rx_ns, EV_UNKNOWN, qpn, psn, op};
+				goto next;
+			}
+			int reth = op == 0x06 || op == 0x0A;
+			uint32_t ip_len = (uint32_t)f[16] << 8 | f[17];
+			uint32_t payload = ip_len - IP_OVERHEAD - (reth ? 16 : 0) - (f[43] >> 4 & 3);
+			uint64_t ts = be64(f + (reth ? 70 : 54));
+			int ce = (f[15] & 3) == 3;
+			uint32_t exp = q->expected;
+			uint32_t d = (psn - exp) & PSN_MASK;
+			int reply = 0;
+			uint32_t reply_psn = 0;
+
+			if (q->first_rx_ns < 0)
+				q->first_rx_ns = rx_ns;
+			if (d == 0 && exp < q->total) {
+				q->expected = exp + 1;
+				q->delivered++;
+				q->bytes += payload;
+				q->nak_out = 0;
+				if (++q->since_ack >= q->coalesce || exp + 1 == q->total) {
+					q->since_ack = 0;
+					reply = EV_ACK;
+					reply_psn = psn;
+				}
+			} else if (d > 0 && d < PSN_HALF && exp + d < q->total) {
+				q->out_of_order++;
+				if (!q->nak_out) {
+					q->nak_out = 1;
+					reply = EV_NAK;
+					reply_psn = exp & PSN_MASK;
+				}
+			} else {
+				q->duplicates++;
+				q->since_ack = 0;
+				reply = EV_ACK;
+				reply_psn = (exp - 1) & PSN_MASK;
+			}
+			q->seen++;
+			if (ce) {
+				q->ce++;
+				ev[ne++] = (struct rx_event){rx_ns, EV_CE, qpn, psn, 0};
+			}
+			if (++*rx_count % sample_every == 0) {
+				lat[nl++] = qpn - 1;
+				lat[nl++] = rx_ns - t0_ns;
+				lat[nl++] = rx_ns - (int64_t)ts;
+				lat[nl++] = ce;
+			}
+			int complete = q->expected >= q->total;
+			if (reply)
+				ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn, complete};
+			if (complete && q->done_ns < 0) {
+				q->done_ns = rx_ns;
+				ev[ne++] = (struct rx_event){rx_ns, EV_DONE, qpn, psn, 0};
+			}
+		} else if (op == 0x11) {
+			ev[ne++] = (struct rx_event){rx_ns, EV_ACK_IN, qpn, psn, f[54]};
+		} else if (op == 0x81) {
+			ev[ne++] = (struct rx_event){rx_ns, EV_CNP_IN, qpn, psn, 0};
+		} else {
+			ev[ne++] = (struct rx_event){rx_ns, EV_UNKNOWN, qpn, psn, op};
+		}
+next:
+		__atomic_store_n((uint32_t *)slot, 0, __ATOMIC_RELEASE);
+		if (++i == n_slots)
+			i = 0;
+	}
+	*idx = i;
+	*n_ev = ne;
+	*n_lat = nl;
+	return (int)got;
+}

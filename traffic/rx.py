@@ -1,0 +1,115 @@
+"""Batched receive in C: traffic/csrc/roce_rx.c through ctypes.
+
+``RxLib`` loads the compiled receive loop; ``RxState`` holds, per worker, the
+responder state of every QP it receives (the C mirror of ``gbn.GbnReceiver``,
+one slot per QPN) and the buffers one call fills. ``RxState.read`` reads up to a
+budget of frames from one host's ring and returns how many; the events it
+leaves in ``events[:n_events]`` are what Python must act on (ACKs and NAKs to
+send, CE-marked frames, completed messages, the senders' ACK and CNP frames) and
+``latency[:n_latency]`` the latency samples, 4 int64 each. Without clang the
+worker keeps its pure-Python receive path (same counters, same frames).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from collections.abc import Iterable
+from pathlib import Path
+
+from emu.cbuild import compile_c
+from emu.errors import CapabilityError
+
+EV_ACK, EV_NAK, EV_CE, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN = range(1, 8)
+_EVENTS_PER_FRAME = 3
+_LATENCY_PER_FRAME = 4
+
+
+class _RxQp(ctypes.Structure):
+    _fields_ = [("host", ctypes.c_uint32), ("total", ctypes.c_uint32),
+                ("coalesce", ctypes.c_uint32), ("expected", ctypes.c_uint32),
+                ("since_ack", ctypes.c_uint32), ("nak_out", ctypes.c_uint32),
+                ("delivered", ctypes.c_uint64), ("duplicates", ctypes.c_uint64),
+                ("out_of_order", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("ce", ctypes.c_uint64), ("seen", ctypes.c_uint64),
+                ("first_rx_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64)]
+
+
+class _RxEvent(ctypes.Structure):
+    _fields_ = [("rx_ns", ctypes.c_int64), ("kind", ctypes.c_uint32), ("qpn", ctypes.c_uint32),
+                ("psn", ctypes.c_uint32), ("arg", ctypes.c_uint32)]
+
+
+def source() -> Path:
+    return Path(__file__).resolve().parent / "csrc" / "roce_rx.c"
+
+
+class RxLib:
+    """The compiled receive loop, or None-like (``available`` False) on 'python'/no clang."""
+
+    def __init__(self, path: str = "auto"):
+        self.lib: ctypes.CDLL | None = None
+        self.detail = "python"
+        if path == "python":
+            return
+        try:
+            lib = ctypes.CDLL(str(compile_c(source(), "shared", what="the engine's receive loop")))
+        except (CapabilityError, OSError) as e:
+            if path == "compiled":
+                raise CapabilityError(f"compiled receive loop unavailable: {e}") from e
+            self.detail = f"python ({str(e).splitlines()[0]})"
+            return
+        lib.roce_rx.restype = ctypes.c_int
+        u32p = ctypes.POINTER(ctypes.c_uint32)
+        lib.roce_rx.argtypes = [
+            ctypes.c_void_p, u32p, ctypes.c_uint32, u32p, ctypes.c_uint32, ctypes.c_uint32,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64),
+            ctypes.POINTER(_RxQp), ctypes.c_uint32, ctypes.POINTER(_RxEvent), u32p,
+            ctypes.POINTER(ctypes.c_int64), u32p]
+        self.lib = lib
+        self.detail = "batched (compiled)"
+
+    @property
+    def available(self) -> bool:
+        return self.lib is not None
+
+
+class RxRing:
+    """One host's ring as the C loop sees it: base address, slot offsets, next slot."""
+
+    def __init__(self, mm: mmap.mmap | bytearray, offsets: list[int], host_id: int):
+        self._keep = mm
+        self.base = ctypes.addressof((ctypes.c_char * len(mm)).from_buffer(mm))
+        self.offsets = (ctypes.c_uint32 * len(offsets))(*offsets)
+        self.n_slots = len(offsets)
+        self.idx = ctypes.c_uint32(0)
+        self.host_id = host_id
+        self.rx_count = ctypes.c_uint64(0)
+
+
+class RxState:
+    """Responder state of a worker's receive QPs and the buffers of one call."""
+
+    def __init__(self, lib: RxLib, n_qpns: int, budget: int):
+        assert lib.lib is not None
+        self._fn = lib.lib.roce_rx
+        self.qps = (_RxQp * n_qpns)()
+        self.n_qpns = n_qpns
+        self.budget = budget
+        self.events = (_RxEvent * (budget * _EVENTS_PER_FRAME))()
+        self.latency = (ctypes.c_int64 * (budget * _LATENCY_PER_FRAME))()
+        self.n_events = ctypes.c_uint32(0)
+        self.n_latency = ctypes.c_uint32(0)
+
+    def add_qps(self, host_id: int, qps: Iterable[tuple[int, int, int]]) -> None:
+        """Register ``(qpn, total_packets, ack_coalesce)`` received by host ``host_id``."""
+        for qpn, total, coalesce in qps:
+            q = self.qps[qpn]
+            q.host, q.total, q.coalesce = host_id + 1, total, coalesce
+            q.first_rx_ns = q.done_ns = -1
+
+    def read(self, ring: RxRing, rt_offset_ns: int, t0_ns: int, sample_every: int) -> int:
+        return self._fn(ring.base, ring.offsets, ring.n_slots, ctypes.byref(ring.idx),
+                        self.budget, ring.host_id, rt_offset_ns, t0_ns, sample_every,
+                        ctypes.byref(ring.rx_count), self.qps, self.n_qpns, self.events,
+                        ctypes.byref(self.n_events), self.latency, ctypes.byref(self.n_latency))
