@@ -146,14 +146,16 @@ def plot_tiers(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path |
 
 
 def crossover_bytes(g: pd.DataFrame) -> float | None:
-    """Size where the model's latency term alpha equals its bandwidth term: alpha =
-    the model's time at the smallest size, beta = its time per byte at the largest."""
+    """Size where the model's latency term alpha equals its bandwidth term, from the
+    line T = alpha + beta S through its smallest and largest size."""
     if g.size_bytes.nunique() < 2:
         return None
     g = g.sort_values("size_bytes")
-    alpha_us = float(g.model_time_us.iloc[0])
-    beta_us_per_byte = float(g.model_time_us.iloc[-1]) / float(g.size_bytes.iloc[-1])
-    return alpha_us / beta_us_per_byte if beta_us_per_byte > 0 else None
+    s0, s1 = float(g.size_bytes.iloc[0]), float(g.size_bytes.iloc[-1])
+    t0, t1 = float(g.model_time_us.iloc[0]), float(g.model_time_us.iloc[-1])
+    beta_us_per_byte = (t1 - t0) / (s1 - s0)
+    alpha_us = t0 - beta_us_per_byte * s0
+    return alpha_us / beta_us_per_byte if beta_us_per_byte > 0 and alpha_us > 0 else None
 
 
 def plot_nccl(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:

@@ -138,9 +138,10 @@ def test_fct_slowdown_by_bucket():
 
 
 def test_crossover_of_alpha_and_beta():
-    g = pd.DataFrame({"size_bytes": [8, 1 << 20], "model_time_us": [10.0, 50.0]})
-    # alpha 10 us, beta 50 us / 1 MiB: they are equal at 10/50 MiB
-    assert crossover_bytes(g) == pytest.approx((1 << 20) / 5)
+    g = pd.DataFrame({"size_bytes": [1024, 4096, 5120], "model_time_us": [10.0, 11.0, 14.0]})
+    # T = alpha + beta S through (1 KiB, 10 us) and (5 KiB, 14 us): beta = 1 us/KiB,
+    # alpha = 9 us, equal at 9 KiB
+    assert crossover_bytes(g) == pytest.approx(9 * 1024)
     assert crossover_bytes(g.iloc[:1]) is None
 
 
