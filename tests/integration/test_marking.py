@@ -274,10 +274,13 @@ def test_red_backend_marks_ect_packets():
     from emu.ecn.rig import MarkerRig
     from emu.shaping import port_qdisc_stats, shape_port
     t = Thresholds(10_000, 30_000, 1.0)
-    with MarkerRig("red", RATE_EMU_BPS, BUFFER_BYTES, None) as r:
+    # 500 frames/s: even a slow sender (the stock-kernel lane's emulated CPU) builds the
+    # queue well past Kmax, so most of the 150 ECT packets must be marked.
+    rate = RATE_EMU_BPS / 4
+    with MarkerRig("red", rate, BUFFER_BYTES, None) as r:
         r.ipr_switch.tc("del", index=r.w1_index, root=True)
-        shape_port(r.ipr_switch, r.w1_index, RATE_EMU_BPS, BUFFER_BYTES, leaf="red",
-                   leaf_options=red_qdisc_options(t, RATE_EMU_BPS, BUFFER_BYTES))
+        shape_port(r.ipr_switch, r.w1_index, rate, BUFFER_BYTES, leaf="red",
+                   leaf_options=red_qdisc_options(t, rate, BUFFER_BYTES))
         frames = [r.frame(i + 1, 2 if i % 4 else 0) for i in range(200)]
         r.start_receiver()
         r.send(frames)
