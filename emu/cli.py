@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from emu.errors import FabricEmuError
+from emu.scaling import DEFAULT_SCALE
 from emu.units import format_rate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -77,7 +78,7 @@ def doctor(marking: MarkingOpt = "auto") -> None:
 
 def _default_scale_note() -> str:
     """The experiments' default S, where it is defined, and what it buys."""
-    from experiments.common import DEFAULT_SCALE, packet_time_s
+    from experiments.common import packet_time_s
     from topologies.base import NIC_RATE_BPS
 
     frame_emu_ms = packet_time_s(NIC_RATE_BPS) * DEFAULT_SCALE * 1e3
@@ -109,7 +110,7 @@ def _print_registry() -> None:
 
 @topo_app.command("show")
 def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
-              scale: ScaleOpt = 4000.0,
+              scale: ScaleOpt = DEFAULT_SCALE,
               as_json: Annotated[bool, typer.Option("--json", help="machine-readable")] = False,
               png: Annotated[Path | None, typer.Option("--png", help="draw to this PNG")] = None
               ) -> None:
@@ -145,7 +146,7 @@ def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
 
 
 @app.command()
-def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = 4000.0,
+def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = DEFAULT_SCALE,
         test: Annotated[str, typer.Option("--test", help="pingall | iperf | none")] = "pingall",
         cli: Annotated[bool, typer.Option("--cli", help="drop into Mininet's CLI")] = False,
         marking: MarkingOpt = "auto", delay: DelayOpt = "auto") -> None:
@@ -215,7 +216,7 @@ def pcap(collective: Annotated[str, typer.Argument(help="e.g. allreduce-ring, al
 
 @app.command()
 def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. from emu pcap)")],
-           topo: TopoOpt = "fattree,4", scale: ScaleOpt = 4000.0,
+           topo: TopoOpt = "fattree,4", scale: ScaleOpt = DEFAULT_SCALE,
            marking: MarkingOpt = "auto",
            max_gap: Annotated[str | None, typer.Option(
                "--max-gap", help="shorten every idle gap between consecutive frames to at most "

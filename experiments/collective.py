@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from emu.scaling import Scale
+from emu.scaling import DEFAULT_SCALE, Scale
 from emu.topospec import build_topo
 from experiments.common import (
-    DEFAULT_SCALE,
     SCALE_HELP,
     Measurement,
     Option,

@@ -300,15 +300,6 @@ def check_thresholds(texts: Sequence[str], pmax: float) -> None:
 
 SCALE_HELP = "time-dilation factor S (emulated rate = real rate / S)"
 
-# S = 20000: a 400G NIC runs at 20 Mb/s emulated, one 4 KB frame every 1.66 ms. The
-# event-driven engine (traffic/nic.py) costs ~45-57 us of CPU per frame on this 2-core
-# machine, ~40% of it the kernel carrying the frame through shapers and switches, so
-# 16 hosts at line rate keep the machine ~26% busy at 20000 and ~57% at 10000
-# (python -m experiments.bench_capacity). The 4 MiB ring all-reduce over 16 ranks on
-# fattree,4 came within 0.2% of the emulable model at 20000; at 10000 it passed 2 runs
-# in 3 (p99 pacing lag 3.5 packet times in the other) and at 5000 the machine is 86%
-# busy, so 20000 is the smallest S with margin. The demo takes ~20 s and is VALID.
-DEFAULT_SCALE = 20000.0
 
 
 # ----------------------------------------------------------------------------- versions

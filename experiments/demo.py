@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from emu.scaling import DEFAULT_SCALE
 from experiments import collective, incast
 from experiments.common import (
-    DEFAULT_SCALE,
     SCALE_HELP,
     Option,
     Run,
@@ -29,7 +29,7 @@ from experiments.common import (
 
 NAME = "demo"
 
-# S: experiments.common.DEFAULT_SCALE (why 100000 on 2 cores is explained there): the
+# S: emu.scaling.DEFAULT_SCALE (why 20000 on 2 cores is explained there): the
 # two 3 x 2 MiB incasts take ~13 s emulated each and the ring all-reduces ~10 s, so
 # the demo fits in about a minute with fabric set-up.
 OPTIONS: dict[str, Option] = {

@@ -23,11 +23,10 @@ import pandas as pd
 
 from emu.ecn.curve import Thresholds
 from emu.errors import ParameterError
-from emu.scaling import Scale
+from emu.scaling import DEFAULT_SCALE, Scale
 from emu.topospec import build_topo
 from emu.units import parse_time_s
 from experiments.common import (
-    DEFAULT_SCALE,
     PAYLOAD_BYTES,
     SCALE_HELP,
     Measurement,

@@ -25,10 +25,9 @@ import pandas as pd
 
 from emu.ecn.curve import Thresholds
 from emu.errors import ParameterError
-from emu.scaling import Scale
+from emu.scaling import DEFAULT_SCALE, Scale
 from emu.topospec import build_topo
 from experiments.common import (
-    DEFAULT_SCALE,
     PACKET_BYTES,
     PAYLOAD_BYTES,
     SCALE_HELP,

@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from emu.scaling import Scale
+from emu.scaling import DEFAULT_SCALE, Scale
 from emu.topospec import build_topo
 from experiments.collective import MAX_HASH_DRAWS, CollectiveRun, case_name, record, run_collective
 from experiments.collective import check as collective_check
 from experiments.common import (
-    DEFAULT_SCALE,
     SCALE_HELP,
     Option,
     Run,

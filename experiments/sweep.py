@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from emu.scaling import DEFAULT_SCALE
 from experiments import collective
 from experiments.common import (
-    DEFAULT_SCALE,
     SCALE_HELP,
     Option,
     Run,

@@ -38,7 +38,7 @@ def test_ecmp_hash_seed_check_says_what_is_lost_without_it(monkeypatch):
 
 
 def test_default_scale_is_read_from_the_experiments():
-    from experiments.common import DEFAULT_SCALE
+    from emu.scaling import DEFAULT_SCALE
 
     note = cli._default_scale_note()
     assert f"Default S (experiments, demo): {DEFAULT_SCALE:g}," in note

@@ -13,7 +13,8 @@ README = (ROOT / "README.md").read_text()
 
 
 def test_the_default_scale_in_the_readme_is_the_experiments_default():
-    from experiments.common import DEFAULT_SCALE, packet_time_s
+    from emu.scaling import DEFAULT_SCALE
+    from experiments.common import packet_time_s
     from topologies.base import NIC_RATE_BPS
 
     m = re.search(r"S = (\d+) by default\*\*, so a 400G NIC is shaped\s+to ([\d.]+) Mb/s and "
