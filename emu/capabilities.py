@@ -161,8 +161,8 @@ def probe(marking: str = "auto") -> Capabilities:
     caps.checks.append(Check("clsact + cls_bpf marker", backends["bpf"]["ok"],
                              detail(backends["bpf"])))
     caps.checks.append(Check("RED marking", backends["red"]["ok"], detail(backends["red"])))
+    from core.errors import CapabilityError
     from emu.ecn.backend import choose_backend
-    from emu.errors import CapabilityError
 
     try:
         caps.marking_backend = choose_backend(marking, backends)

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from emu.errors import CapabilityError
+from core.errors import CapabilityError
 
 log = logging.getLogger(__name__)
 

@@ -45,11 +45,11 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from emu.errors import CapabilityError, ParameterError
-from emu.scaling import Scale
+from core.errors import CapabilityError, ParameterError
+from core.scaling import Scale
 
 if TYPE_CHECKING:
-    from emu.addressing import AddressPlan
+    from topologies.addressing import AddressPlan
     from topologies.base import FabricTopo
 
 #: pyroute2's netem plugin takes the delay in whole microseconds (it truncates).

@@ -1,6 +1,6 @@
 """ECMP hashing that is independent from switch to switch, on every kernel, and its check.
 
-The model (``emu.model.alphabeta.per_hop_hash_choice``, ``experiments.ecmp``) draws each
+The model (``model.alphabeta.per_hop_hash_choice``, ``experiments.ecmp``) draws each
 switch's choice of next hop independently per flow, as real switches do with their own
 hash seeds. Linux hashes a forwarded flow with one function per network namespace;
 namespaces that hash alike make the same choice for a flow at every tier it crosses
@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from emu.errors import ParameterError
-from emu.routing import Routes
+from core.errors import ParameterError
+from topologies.routing import Routes
 
 SEED_SYSCTL = "net.ipv4.fib_multipath_hash_seed"
 FIELDS_SYSCTL = "net.ipv4.fib_multipath_hash_fields"

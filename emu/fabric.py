@@ -24,20 +24,20 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from emu.addressing import AddressPlan, plan_addresses
+from core.errors import FabricEmuError, NotRootError, ParameterError
+from core.scaling import Scale
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
 from emu.ecmp import HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.bpf import raise_fd_limit
-from emu.errors import FabricEmuError, NotRootError, ParameterError
 from emu.ipbatch import run_ip_batches
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
-from emu.routing import Routes, compute_routes
 from emu.runs import NamespaceSet, claim_session
-from emu.scaling import Scale
 from emu.shaping import MTU_BYTES, shape_port
+from topologies.addressing import AddressPlan, plan_addresses
 from topologies.base import FabricTopo
+from topologies.routing import Routes, compute_routes
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +378,7 @@ class Fabric:
     def _threshold_policy(self) -> Any:
         if self.marking == "off":
             return None
-        from emu.ecn.curve import ThresholdPolicy
+        from core.ecn import ThresholdPolicy
 
         if isinstance(self.thresholds, ThresholdPolicy):
             return self.thresholds

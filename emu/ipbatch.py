@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from emu.errors import FabricEmuError
+from core.errors import FabricEmuError
 
 MAX_CONCURRENT = 16
 

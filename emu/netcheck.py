@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from emu.errors import FabricEmuError
+from core.errors import FabricEmuError
+from core.units import format_rate
 from emu.fabric import Fabric
 from emu.reachability import ping_all
-from emu.units import format_rate
 
 IPERF3_PORT = 5201
 #: How long the iperf3 server may take to listen, and the client to connect.

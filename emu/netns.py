@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from pyroute2 import IPRoute
 
-from emu.errors import CapabilityError
+from core.errors import CapabilityError
 
 NETNS_DIR = "/run/netns"
 _CLONE_NEWNET = 0x40000000

@@ -12,7 +12,7 @@ How (docs/pfc.md): every gate port (a port that sends into a switch) gets a TBF 
 that can stop dequeueing without dropping (``emu.pfcgate``). A thread reads every
 switch port's queue (leaf backlog, raw netlink dump, tens of µs per namespace) every
 ``poll_interval_s`` of wall time; an egress whose queue reaches Xoff pauses every port
-feeding it (``emu.pfcstate.feeders``), and resumes them at Xon. A paused switch port
+feeding it (``traffic.pfc.feeders``), and resumes them at Xon. A paused switch port
 keeps its queue, which reaches its own Xoff and pauses its own feeders: the pause
 propagates hop by hop to the hosts' NICs, whose queue then pushes back into the
 engine's send socket (EAGAIN: the frame is kept, never dropped). With link delay
@@ -39,9 +39,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from emu.errors import CapabilityError, FabricEmuError, ParameterError
+from core.errors import CapabilityError, FabricEmuError, ParameterError
 from emu.pfcgate import FRAME_MAX_BYTES, PAUSED_BURST_BYTES, NetlinkTc, TbfGate
-from emu.pfcstate import (
+from emu.ports import Port
+from emu.telemetry import QdiscReader
+from traffic.pfc import (
     PRIORITY,
     ActionQueue,
     Hysteresis,
@@ -51,8 +53,6 @@ from emu.pfcstate import (
     headroom_bytes,
     plan_thresholds,
 )
-from emu.ports import Port
-from emu.telemetry import QdiscReader
 
 log = logging.getLogger(__name__)
 

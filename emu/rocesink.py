@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pyroute2 import IPRoute
 
+from core.errors import CapabilityError
 from emu import netns as ns
-from emu.errors import CapabilityError
 
 ROCE_UDP_PORT = 4791
 FILTER_NAME = "fabricemu_roce_sink"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
-from emu.errors import FabricEmuError
+from core.errors import FabricEmuError
 from emu.netns import create_netns, delete_netns, list_netns, netns_path
 
 log = logging.getLogger(__name__)

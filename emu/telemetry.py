@@ -189,7 +189,7 @@ class QueueSampler:
     def __init__(self, ports: list[Port], iprs: dict[str, IPRoute] | None = None,
                  interval_s: float = 0.01, nice: int = 10) -> None:
         if not interval_s > 0:
-            from emu.errors import ParameterError
+            from core.errors import ParameterError
             raise ParameterError("interval_s", interval_s, "must be positive")
         self.ports = list(ports)
         self.interval_s = float(interval_s)

@@ -27,9 +27,9 @@ import threading
 import time
 from dataclasses import dataclass
 
+from core.units import parse_rate_bps
 from emu.runs import NamespaceSet
 from emu.shaping import MTU_BYTES, htb_burst_bytes, port_qdisc_stats, shape_port
-from emu.units import parse_rate_bps
 
 ETHERTYPE = 0x88B5  # local experimental: the peer's stack ignores it
 _SRC_MAC = bytes.fromhex("020000000001")

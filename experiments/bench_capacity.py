@@ -33,11 +33,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.scaling import Scale
 from emu.netns import in_netns
-from emu.scaling import Scale
-from emu.topospec import build_topo
-from traffic.burst import MAX_BURST, Burst
-from traffic.rawsock import open_tx_socket
+from engine.burst import MAX_BURST, Burst
+from engine.rawsock import open_tx_socket
+from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 
 WITHIN = 0.05

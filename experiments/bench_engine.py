@@ -27,13 +27,13 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet
-from emu.scaling import Scale
-from traffic.engine import EngineConfig, run_workload
+from engine.run import EngineConfig, run_workload
 from traffic.messages import Message, Workload
 from traffic.roce import Flow, QpTemplate
 

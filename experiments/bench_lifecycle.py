@@ -16,8 +16,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from core.scaling import Scale
 from emu.fabric import Fabric
-from emu.scaling import Scale
 from topologies.fattree import FatTree
 
 

@@ -23,8 +23,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from core.ecn import Thresholds  # noqa: E402
 from emu.ecn.bpf import attach_bpf_marker, libbpf  # noqa: E402
-from emu.ecn.curve import Thresholds  # noqa: E402
 from emu.ecn.rig import MarkerRig  # noqa: E402
 from emu.runs import NamespaceSet  # noqa: E402
 from emu.shaping import port_qdisc_stats, shape_port  # noqa: E402

@@ -13,11 +13,11 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from core.scaling import Scale
+from core.units import format_rate
 from emu.fabric import Fabric
 from emu.linktest import measure_port_rate
-from emu.scaling import Scale
-from emu.topospec import build_topo
-from emu.units import format_rate
+from topologies.spec import build_topo
 
 
 def main() -> None:

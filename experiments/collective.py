@@ -5,7 +5,7 @@ Every rank is one host, in host order. Collectives: ring, halving-doubling (the
 tree-like all-reduce) and hierarchical all-reduce (ranks grouped by server, or by
 the switch they hang off where a topology has no servers), all-gather,
 reduce-scatter and all-to-all (`traffic.collectives`). The model prices the same
-message DAG a priori for the real fabric (`emu.model.alphabeta.predict_workload`
+message DAG a priori for the real fabric (`model.alphabeta.predict_workload`
 with its defaults: fluid max-min over the routed paths, RoCEv2 headers on the wire,
 store-and-forward hops, the topology's switch latency and propagation, ~1 us NIC
 overhead per message). What the emulator does not reproduce of those fixed delays is
@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from emu.scaling import DEFAULT_SCALE, Scale
-from emu.topospec import build_topo
+from core.scaling import DEFAULT_SCALE, Scale
 from experiments.common import (
     SCALE_HELP,
     Measurement,
@@ -56,11 +55,12 @@ from experiments.common import (
     run_experiment,
     size_label,
 )
+from topologies.spec import build_topo
 from traffic import collectives
 
 if TYPE_CHECKING:  # the fabric and the model load when a run starts, not to parse options
     from emu.fabric import Fabric
-    from emu.model.alphabeta import WorkloadPrediction
+    from model.alphabeta import WorkloadPrediction
 
 NAME = "collective"
 
@@ -131,7 +131,7 @@ def build_workload(fab: Fabric, name: str, size_bytes: int) -> Any:
 def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                    hash_draws: int) -> CollectiveRun:
     """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it."""
-    from emu.model.alphabeta import (
+    from model.alphabeta import (
         predict_workload,
         predict_workload_hashed,
         workload_bottleneck_rate_bps,
@@ -165,7 +165,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
 def emulable_pricing(fab: Fabric, graph: Any) -> tuple[Any, dict[str, Any]]:
     """The real-fabric graph and model options with every fixed delay the fabric does
     not emulate taken out: what the deviations account for, never the comparison."""
-    from emu.model.alphabeta import DEFAULT_OVERHEAD_S, roce_wire_factor
+    from model.alphabeta import DEFAULT_OVERHEAD_S, roce_wire_factor
 
     emulated = {k: v["emulated"] for k, v in emulated_fixed_delays(fab).items()}
     bare = graph.copy()

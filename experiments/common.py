@@ -46,9 +46,9 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from emu.errors import FabricEmuError, ParameterError
-from emu.fidelity import FidelityReport, combine
-from emu.units import parse_rate_bps, parse_size_bytes
+from core.errors import FabricEmuError, ParameterError
+from core.units import parse_rate_bps, parse_size_bytes
+from experiments.fidelity import FidelityReport, combine
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
@@ -58,7 +58,7 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 PACKET_BYTES = 4154
 PAYLOAD_BYTES = 4096
 
-#: The fixed delays of a real fabric that the model prices (emu.model.alphabeta,
+#: The fixed delays of a real fabric that the model prices (model.alphabeta,
 #: topologies.base): per-hop serialization (a store-and-forward switch holds a frame
 #: until it has all of it), switch pipeline latency (node ``switch_latency_s``), link
 #: propagation (link ``delay_s``) and the NIC's per-message overhead. The model always
@@ -175,7 +175,7 @@ def parse_size(value: Any) -> int:
 
 def parse_topo(value: Any) -> str:
     """A topology spec, checked (name, arguments, size caps) without building it."""
-    from emu.topospec import topo_size
+    from topologies.spec import topo_size
 
     spec = parse_text(value)
     topo_size(spec)
@@ -184,7 +184,7 @@ def parse_topo(value: Any) -> str:
 
 def parse_thresholds(value: Any) -> str:
     """``KMIN/KMAX`` in bytes, e.g. ``100K/400K``; kept as text (Pmax is its own option)."""
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
 
     text = parse_text(value)
     Thresholds.from_text(text)
@@ -192,8 +192,8 @@ def parse_thresholds(value: Any) -> str:
 
 
 def parse_scale(value: Any) -> float:
-    """The time-dilation factor S, as emu.scaling.Scale accepts it."""
-    from emu.scaling import Scale
+    """The time-dilation factor S, as core.scaling.Scale accepts it."""
+    from core.scaling import Scale
 
     return Scale(parse_float(1.0, 1e9, open_high=True)(value)).factor
 
@@ -267,8 +267,8 @@ def resolve_options(spec: Mapping[str, Option], quick: bool, overrides: Mapping[
 def check_topology(spec: str, scale: float, min_hosts: int = 2, option: str = "topo") -> int:
     """The hosts of ``spec`` (its graph is built: pure data, within the size caps), at
     least ``min_hosts``, and every link rate shaped accurately at ``scale``."""
-    from emu.scaling import Scale
-    from emu.topospec import build_topo
+    from core.scaling import Scale
+    from topologies.spec import build_topo
 
     topo = build_topo(spec)
     hosts = len(topo.host_nodes())
@@ -292,7 +292,7 @@ def check_senders(spec: str, scale: float, senders: int, option: str) -> None:
 
 def check_thresholds(texts: Sequence[str], pmax: float) -> None:
     """Every Kmin/Kmax with the run's Pmax makes a valid marking curve."""
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
 
     for text in texts:
         Thresholds.from_text(text, pmax)
@@ -750,7 +750,7 @@ def model_graph(fab: Any) -> Any:
     """The routed graph the model prices: the real fabric's link rates, propagation
     (link ``delay_s``) and switch latency (node ``switch_latency_s``) as the topology
     gives them, whatever the emulator reproduces (`emulated_fixed_delays`)."""
-    from emu.routing import topo_graph
+    from topologies.routing import topo_graph
 
     return topo_graph(fab.topo)
 
@@ -863,7 +863,7 @@ def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any]
     ports every ``sample_interval_s`` (real s; default: one packet time of the
     slowest watched port), and difference the port counters around the run."""
     from emu.telemetry import QueueSampler
-    from traffic.engine import run_workload
+    from engine.run import run_workload
 
     scale = fab.scale.factor
     if sample_interval_s is None and watch:
@@ -893,13 +893,13 @@ def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any]
 
 def engine_config(cc: str, **kw: Any) -> Any:
     """The engine's configuration for a CC mode ('off' or a DCQCN PARAMS name)."""
-    from traffic.engine import EngineConfig
+    from engine.run import EngineConfig
 
     return EngineConfig(cc=cc, **kw)
 
 
 def _thresholds_of(fab: Any, port: Any) -> Any:
-    from emu.ecn.curve import ThresholdPolicy
+    from core.ecn import ThresholdPolicy
 
     policy = fab.thresholds if isinstance(fab.thresholds, ThresholdPolicy) else \
         ThresholdPolicy(default=fab.thresholds)
@@ -911,7 +911,14 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
     """The gate over one measured traffic run. ``saturated`` maps port names to the
     real window (s) over which the model says the port sends at its full rate;
     every host NIC is also checked not to exceed its rate over the whole run."""
-    from emu.fidelity import MarkingCounts, NicBusy, PortQueue, PortRate, RunMeasures, evaluate
+    from experiments.fidelity import (
+        MarkingCounts,
+        NicBusy,
+        PortQueue,
+        PortRate,
+        RunMeasures,
+        evaluate,
+    )
 
     ports = {p.name: p for p in fab.ports()}
     windows = {p.name: (m.completion_s, False) for p in fab.ports()
@@ -960,9 +967,9 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
 def gate(fab: Any, m: Measurement, workload: Any, *, cc: bool,
          saturated: Mapping[str, float] | None = None) -> FidelityReport:
     """`fidelity_of` plus the real-queue check of every sampled port: the qdisc backlog
-    against the marker's virtual queue (`emu.fidelity.queue_divergence_checks`),
+    against the marker's virtual queue (`experiments.fidelity.queue_divergence_checks`),
     both read by the QueueSampler in one pass."""
-    from emu.fidelity import queue_divergence_checks
+    from experiments.fidelity import queue_divergence_checks
 
     report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated)
     queue = m.queue
@@ -1007,7 +1014,7 @@ def measure_deviations(fab: Any, m: Measurement, case: str, graph: Any | None = 
     A deviation (one row per measured shortfall beyond DEVIATION_TOLERANCE) names the
     parts not emulated (`emulated_fixed_delays`) and gives the real and the measured
     medians over the run's messages."""
-    from emu.model.alphabeta import DEFAULT_OVERHEAD_S, ROCE_HEADER_BYTES
+    from model.alphabeta import DEFAULT_OVERHEAD_S, ROCE_HEADER_BYTES
 
     graph = model_graph(fab) if graph is None else graph
     emulated = emulated_fixed_delays(fab)
@@ -1065,7 +1072,7 @@ def ideal_fct_s(graph: Any, paths: Callable[[str, str], Sequence[Sequence[str]]]
                 dst: str, size_bytes: float) -> float:
     """The real-fabric model's FCT of one message of ``size_bytes`` alone on an idle
     fabric (NIC overhead, line rate, store-and-forward path latency)."""
-    from emu.model.alphabeta import PlainMessage, PlainWorkload, predict_workload
+    from model.alphabeta import PlainMessage, PlainWorkload, predict_workload
 
     alone = PlainWorkload("alone", (PlainMessage(0, src, dst, size_bytes),))
     return predict_workload(alone, graph, paths).completion_s

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emu.scaling import DEFAULT_SCALE
+from core.scaling import DEFAULT_SCALE
 from experiments import collective, incast
 from experiments.common import (
     SCALE_HELP,
@@ -29,7 +29,7 @@ from experiments.common import (
 
 NAME = "demo"
 
-# S: emu.scaling.DEFAULT_SCALE (why 20000 on 2 cores is explained there): the
+# S: core.scaling.DEFAULT_SCALE (why 20000 on 2 cores is explained there): the
 # two 3 x 2 MiB incasts take ~13 s emulated each and the ring all-reduces ~10 s, so
 # the demo fits in about a minute with fabric set-up.
 OPTIONS: dict[str, Option] = {

@@ -5,10 +5,10 @@ Every host sends one message to a random other host (a derangement); each messag
 is one QP with its own UDP source port, so the switches' L4 hash picks its path.
 The kernel's hash is not reproducible from outside, so the model draws it: over
 ``samples`` independent uniform draws of every flow's path among its equal-cost
-paths, the fluid max-min model (`emu.model.maxmin.flow_completion_times`) gives
+paths, the fluid max-min model (`model.maxmin.flow_completion_times`) gives
 every flow's bandwidth time; the real fabric adds the NIC's per-message overhead
 before the first byte and the chosen path's latency (switch latency, propagation,
-store and forward) after the last (`emu.model.alphabeta`), hence the completion
+store and forward) after the last (`model.alphabeta`), hence the completion
 time and throughput = size / time. FCT slowdown by size bucket (each flow's FCT over
 that size alone on an idle fabric) is compared the same way. The measured
 distribution of per-flow throughput is compared with that pooled distribution
@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from emu.scaling import DEFAULT_SCALE, Scale
-from emu.topospec import build_topo
+from core.scaling import DEFAULT_SCALE, Scale
 from experiments.common import (
     PACKET_BYTES,
     PAYLOAD_BYTES,
@@ -50,6 +49,7 @@ from experiments.common import (
     record_slowdown,
     run_experiment,
 )
+from topologies.spec import build_topo
 from traffic import collectives
 
 if TYPE_CHECKING:  # the fabric loads when a run starts, not to parse options
@@ -84,8 +84,8 @@ def check(opts: dict[str, Any]) -> None:
 def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd.DataFrame:
     """Per-flow completion time (real s) and throughput (payload bit/s) over random
     hash draws, on the real fabric."""
-    from emu.model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s
-    from emu.model.maxmin import flow_completion_times, make_flow
+    from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s
+    from model.maxmin import flow_completion_times, make_flow
 
     rng = random.Random(seed)
     graph = model_graph(fab)

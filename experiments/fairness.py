@@ -6,7 +6,7 @@ leave as they finish. The set of active flows (measured start/end times) cuts th
 run into intervals; in each, every flow's delivered throughput is counted from
 its packets' arrival times (payload bytes per second, real units), after a settle
 time of ``settle`` of the interval for DCQCN to converge. The intervals and their
-rates are predicted from the configuration alone (`emu.model.fairshare`: configured
+rates are predicted from the configuration alone (`model.fairshare`: configured
 starts, sizes, routes and link rates; max-min fair shares, the model of an ideal
 congestion control); each flow's window is the model's interval shifted by its
 path latency, when its bytes reach the receiver. Compared per interval: Jain index,
@@ -21,11 +21,10 @@ from typing import Any
 
 import pandas as pd
 
-from emu.ecn.curve import Thresholds
-from emu.errors import ParameterError
-from emu.scaling import DEFAULT_SCALE, Scale
-from emu.topospec import build_topo
-from emu.units import parse_time_s
+from core.ecn import Thresholds
+from core.errors import ParameterError
+from core.scaling import DEFAULT_SCALE, Scale
+from core.units import parse_time_s
 from experiments.common import (
     PAYLOAD_BYTES,
     SCALE_HELP,
@@ -52,6 +51,7 @@ from experiments.common import (
     run_experiment,
 )
 from experiments.incast import nearest_senders
+from topologies.spec import build_topo
 from traffic import collectives
 from traffic.messages import Workload
 
@@ -95,7 +95,7 @@ def staggered(workload: Workload, gap_s: float) -> Workload:
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     from emu.fabric import Fabric
-    from emu.model.fairshare import FlowSpec, fair_share_schedule
+    from model.fairshare import FlowSpec, fair_share_schedule
 
     key = f"{prefix}fairness"
     if run.finished(key):  # one measurement: a resumed run has it or runs it all

@@ -2,12 +2,12 @@
 
 Measured per case: completion time, goodput, one-way latency p50/p99/p99.9, the
 receiver port's queue over time and its peak, ECN marks, CNPs, drops and
-retransmissions; each beside `emu.model.incast.predict_incast_on_graph` for the real
+retransmissions; each beside `model.incast.predict_incast_on_graph` for the real
 fabric (its switch latency, propagation, store and forward and NIC overhead; DCQCN:
 the model's own fluid transient from the first byte; its steady state, the fixed
 point, goes into the run's notes). FCT slowdown by size bucket (fct_slowdown.csv):
 each flow's FCT over the model's FCT of that size alone on an idle fabric, beside
-the model's max-min fair shares (`emu.model.fairshare`). The fixed delays the
+the model's max-min fair shares (`model.fairshare`). The fixed delays the
 emulator lacks are measured and listed as deviations.
 
 Senders are the N hosts nearest the receiver (fewest routed hops, then name), so
@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from emu.ecn.curve import Thresholds
-from emu.errors import ParameterError
-from emu.scaling import DEFAULT_SCALE, Scale
-from emu.topospec import build_topo
+from core.ecn import Thresholds
+from core.errors import ParameterError
+from core.scaling import DEFAULT_SCALE, Scale
 from experiments.common import (
     PACKET_BYTES,
     PAYLOAD_BYTES,
@@ -57,11 +56,12 @@ from experiments.common import (
     run_experiment,
     size_label,
 )
+from topologies.spec import build_topo
 from traffic import collectives
 
 if TYPE_CHECKING:  # the fabric and the models load when a run starts, not to parse options
     from emu.fabric import Fabric
-    from emu.model.queueing import QueueDist
+    from model.queueing import QueueDist
 
 NAME = "incast"
 
@@ -96,7 +96,7 @@ def case_name(prefix: str, cc: str, t: Thresholds) -> str:
 
 def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:
     """Expected fraction of packets marked: E[p(q)] over the packet-weighted queue."""
-    from emu.model.queueing import mark_probability
+    from model.queueing import mark_probability
 
     qs = (dist.quantile((i + 0.5) / points) for i in range(points))
     return sum(mark_probability(q, t.kmin_bytes, t.kmax_bytes, t.pmax) for q in qs) / points
@@ -113,8 +113,8 @@ def nearest_senders(fab: Fabric, receiver: str, n: int) -> list[str]:
 def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc: str,
             t: Thresholds, dcqcn: str) -> dict[str, Any]:
     """Model metrics for one case, plus expected marks and CNPs."""
-    from emu.model.incast import predict_incast_on_graph
-    from emu.model.queueing import incast_cc_off
+    from model.incast import predict_incast_on_graph
+    from model.queueing import incast_cc_off
 
     graph = model_graph(fab)
     last_hop = fab.routes.paths(senders[0], receiver)[0][-2]
@@ -192,7 +192,7 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
 
 def slowdown_table(fab: Fabric, workload: Any, messages: pd.DataFrame) -> pd.DataFrame:
     """FCT slowdown by size bucket, measured and under the model's fair shares."""
-    from emu.model.fairshare import FlowSpec, fair_share_schedule
+    from model.fairshare import FlowSpec, fair_share_schedule
 
     graph = model_graph(fab)
     msgs = [msg for msg in workload.messages if msg.src != msg.dst]

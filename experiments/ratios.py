@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from emu.scaling import DEFAULT_SCALE, Scale
-from emu.topospec import build_topo
+from core.scaling import DEFAULT_SCALE, Scale
 from experiments.collective import MAX_HASH_DRAWS, CollectiveRun, case_name, record, run_collective
 from experiments.collective import check as collective_check
 from experiments.common import (
@@ -34,6 +33,7 @@ from experiments.common import (
     progress,
     run_experiment,
 )
+from topologies.spec import build_topo
 
 if TYPE_CHECKING:  # the fabric loads when a run starts, not to parse options
     from emu.fabric import Fabric

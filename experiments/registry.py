@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from experiments import collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.common import RunResult

@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from emu.errors import ParameterError  # noqa: E402
+from core.errors import ParameterError  # noqa: E402
 from experiments.common import console  # noqa: E402
 
 _US = 1e6

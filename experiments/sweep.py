@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emu.scaling import DEFAULT_SCALE
+from core.scaling import DEFAULT_SCALE
 from experiments import collective
 from experiments.common import (
     SCALE_HELP,

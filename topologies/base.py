@@ -23,7 +23,7 @@ Stock Mininet ignores these keys with its default ``Link`` class, so
 ``mn --custom`` exec()s a topology file with /usr/bin/python3 (no ``__file__``,
 repo root not on ``sys.path``, no venv). So each topology file first puts its
 own checkout's root on ``sys.path`` (found from the code object's file name), and
-this module and what it imports (``emu.errors``, ``emu.units``) use only the
+this module and what it imports (``core.errors``, ``core.units``) use only the
 standard library and Mininet. mn also copies every global name of a custom file
 into its own globals, so topology files must not define names that mn uses
 (``info``, ``error``, ``Host``, ``version``, ...).
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from mininet.topo import Topo
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 
 # Defaults of a modern AI fabric (real units).
 NIC_RATE_BPS = 400e9          # host NIC
@@ -136,14 +136,14 @@ def require_bool(name: str, value: object) -> bool:
 
 def require_rate(name: str, value: object) -> float:
     """Validate a real link rate (bit/s, > 0); accepts '400G'-style strings."""
-    from emu.units import parse_rate_bps
+    from core.units import parse_rate_bps
 
     return parse_rate_bps(value, name)  # type: ignore[arg-type]
 
 
 def require_delay(name: str, value: object) -> float:
     """Validate a real delay (seconds, >= 0); accepts '1us'-style strings."""
-    from emu.units import parse_time_s
+    from core.units import parse_time_s
 
     return parse_time_s(value, name)  # type: ignore[arg-type]
 
@@ -236,7 +236,7 @@ class FabricTopo(Topo):
 
     def describe(self) -> str:
         """One-line description with the parameters, for summaries."""
-        from emu.units import format_rate
+        from core.units import format_rate
 
         def show(key: str, value: object) -> str:
             # Rates are stored in bit/s so that params() round-trips; print them as '400G'.

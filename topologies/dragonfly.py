@@ -26,7 +26,7 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sys._getframe().f_c
 if _REPO_ROOT not in sys.path:
     sys.path.insert(0, _REPO_ROOT)
 
-from emu.errors import ParameterError  # noqa: E402
+from core.errors import ParameterError  # noqa: E402
 from topologies.base import (  # noqa: E402
     CORE_LINK_DELAY_S,
     FABRIC_LINK_DELAY_S,

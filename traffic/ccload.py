@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from emu.errors import FabricEmuError, ParameterError
+from core.errors import FabricEmuError, ParameterError
 from traffic.cc import CongestionControl, make_cc
 from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
 from traffic.dcqcn import DcqcnParams, get_params

@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Hashable, Sequence
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.messages import Message, Workload
 
 NAMES = ("allreduce-ring", "allreduce-hd", "allreduce-hier", "allgather", "reducescatter",

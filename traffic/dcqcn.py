@@ -6,7 +6,7 @@ SIGCOMM 2015 (the "paper"), plus the ConnectX firmware knobs of the same algorit
 
 Everything here is in **real-fabric** units (seconds, bit/s, bytes) and takes the
 current time as an argument; nothing reads a clock. The engine feeds real time
-(emulated time / S, see ``emu/scaling.py``), so the parameters are never dilated
+(emulated time / S, see ``core/scaling.py``), so the parameters are never dilated
 here and the same object works at any scale factor.
 
 Reaction point (RP), per the paper::
@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 
 __all__ = [
     "PARAMS",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 
 __all__ = [
     "ACK",

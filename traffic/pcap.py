@@ -30,8 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import BinaryIO
 
-from emu.errors import FabricEmuError, ParameterError
-from emu.units import format_size
+from core.errors import FabricEmuError, ParameterError
+from core.units import format_size
 from traffic import collectives
 from traffic.messages import Message, Workload
 from traffic.roce import AETH_ACK, Flow, QpTemplate, ResponderTemplate, parse_frame

@@ -45,7 +45,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 
 ROCE_UDP_PORT = 4791
 WRITE_FIRST = 0x06
@@ -205,7 +205,7 @@ class Shape:
         self._k = zlib.crc32(rest, 0)
 
     def layout(self) -> ShapeLayout:
-        """What a compiled hot path needs to patch this shape (see traffic/burst.py)."""
+        """What a compiled hot path needs to patch this shape (see engine/burst.py)."""
         return ShapeLayout(bytes(self.buf), self._ts_off, OFF_PSN_WORD + len(self._window),
                            self._icrc_off, self._prefix_crc, self._k, self.ackreq,
                            (self._t0, self._t1, self._t2, self._t3))

@@ -12,6 +12,6 @@ probe_backends() -> dict ; choose_backend('auto'|'bpf'|'red'|'off') -> str
 ```
 """
 
-from emu.ecn.curve import ThresholdPolicy, Thresholds, mark_probability
+from core.ecn import ThresholdPolicy, Thresholds, mark_probability
 
 __all__ = ["ThresholdPolicy", "Thresholds", "mark_probability"]

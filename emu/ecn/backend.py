@@ -15,15 +15,15 @@ import shutil
 import time
 from typing import Any
 
-from emu.errors import CapabilityError, ParameterError
+from core.errors import CapabilityError, ParameterError
 
 BACKENDS = ("bpf", "red")
 CHOICES = ("auto", "bpf", "red", "off")
 
 
 def _probe_in_scratch_ns() -> dict[str, Any]:
+    from core.ecn import Thresholds
     from emu.ecn.bpf import attach_bpf_marker, compile_marker
-    from emu.ecn.curve import Thresholds
     from emu.ecn.red import red_qdisc_options
     from emu.runs import NamespaceSet
     from emu.shaping import shape_port

@@ -30,9 +30,9 @@ from pathlib import Path
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from core.ecn import Thresholds
+from core.errors import CapabilityError, ParameterError
 from emu.cbuild import compile_c, system_library
-from emu.ecn.curve import Thresholds
-from emu.errors import CapabilityError, ParameterError
 from emu.shaping import htb_burst_bytes
 
 PROGRAM_NAME = "fabricemu_mark"

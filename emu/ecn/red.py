@@ -32,8 +32,8 @@ from pyroute2.netlink import nla
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg.common import stats2 as _common_stats2
 
-from emu.ecn.curve import Thresholds
-from emu.errors import ParameterError
+from core.ecn import Thresholds
+from core.errors import ParameterError
 
 TC_RED_ECN = 1
 TC_RED_HARDDROP = 2

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from scapy.utils import mac2str
 
-from emu.ecn.curve import Thresholds
+from core.ecn import Thresholds
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.runs import NamespaceSet

@@ -51,10 +51,10 @@ def _send_flows(fab, src: str, dst: str) -> dict[tuple[str, str], float]:
 
 
 def test_shared_hash_polarizes_and_the_check_marks_it():
+    from core.scaling import Scale
     from emu.ecmp import available_mechanisms, ecmp_check
     from emu.fabric import Fabric
-    from emu.scaling import Scale
-    from emu.topospec import build_topo
+    from topologies.spec import build_topo
 
     assert "shared" in available_mechanisms()
     with Fabric(build_topo("fattree,4"), Scale(4000), marking="off", ecmp_hash="shared") as fab:

@@ -16,14 +16,14 @@ import time
 import psutil
 import pytest
 
+from core.errors import CapabilityError
+from core.scaling import Scale
 from emu.ecn import Thresholds
-from emu.errors import CapabilityError
 from emu.fabric import Fabric
-from emu.scaling import Scale
 from emu.telemetry import QueueSampler
+from engine.run import EngineConfig, run_workload
 from topologies.fattree import FatTree, LeafSpine
 from traffic import collectives
-from traffic.engine import EngineConfig, run_workload
 from traffic.messages import Message, Workload
 
 pytestmark = [
@@ -178,9 +178,9 @@ _CHILD = textwrap.dedent("""
     import sys
     sys.path.insert(0, {repo!r})
     from emu.fabric import Fabric
-    from emu.scaling import Scale
+    from core.scaling import Scale
     from topologies.fattree import LeafSpine
-    from traffic.engine import EngineConfig, run_workload
+    from engine.run import EngineConfig, run_workload
     from traffic.messages import Message, Workload
     with Fabric(LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G"),
                 Scale(20000), marking="off") as fab:
@@ -222,7 +222,7 @@ def test_signals_stop_every_worker(sig):
             proc.kill()
         proc.wait()
     if sig == signal.SIGKILL:  # the fabric's own residue is `emu clean`'s job
-        subprocess.run([sys.executable, "-m", "emu.cli", "clean"], cwd=REPO, check=False,
+        subprocess.run([sys.executable, "-m", "cli.app", "clean"], cwd=REPO, check=False,
                        capture_output=True)
 
 

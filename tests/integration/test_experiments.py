@@ -297,7 +297,7 @@ def test_sigkilled_run_keeps_its_finished_cases_and_resumes(tmp_path):
     from emu.runs import list_runs, unregister_run
 
     out = tmp_path / "run"
-    emu = [sys.executable, "-c", "from emu.cli import main; main()"]
+    emu = [sys.executable, "-c", "from cli.app import main; main()"]
     # What is checked here is the run directory, not the measurement: a run other
     # tests start meanwhile must not refuse this one.
     env = {**os.environ, "PYTHONPATH": str(REPO), "FABRICEMU_ALLOW_CONCURRENT": "1"}

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import our_namespaces, root_links
 
 pytestmark = pytest.mark.root
-EMU = [sys.executable, "-m", "emu.cli"]
+EMU = [sys.executable, "-m", "cli.app"]
 
 
 def run_namespaces(run_id: str) -> set[str]:
@@ -23,9 +23,9 @@ def run_namespaces(run_id: str) -> set[str]:
 
 
 def _fabric(spec: str, scale: float = 4000, marking: str = "off", ecmp_hash: str = "auto"):
+    from core.scaling import Scale
     from emu.fabric import Fabric
-    from emu.scaling import Scale
-    from emu.topospec import build_topo
+    from topologies.spec import build_topo
 
     return Fabric(build_topo(spec), Scale(scale), marking=marking, ecmp_hash=ecmp_hash)
 
@@ -148,7 +148,7 @@ def test_sigkill_of_the_builder_then_emu_clean_leaves_nothing():
     subprocess.run(["ip", "netns", "add", bystander], check=True)
     try:
         before_ns, before_links = our_namespaces(), root_links()
-        code = ("import time,sys\nfrom emu.fabric import Fabric\nfrom emu.scaling import Scale\n"
+        code = ("import time,sys\nfrom emu.fabric import Fabric\nfrom core.scaling import Scale\n"
                 "from topologies.fattree import FatTree\n"
                 "f = Fabric(FatTree(4), Scale(4000), marking='auto'); f.start()\n"
                 "f.exec('h1', ['sleep', '300'])\nprint('ready', flush=True); time.sleep(300)\n")

@@ -40,7 +40,7 @@ def _need_root_and_bpf():
 @pytest.fixture(scope="module")
 def rig():
     _need_root_and_bpf()
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
     from emu.ecn.rig import MarkerRig
     r = MarkerRig("mark", RATE_EMU_BPS, BUFFER_BYTES, Thresholds(20_000, 100_000, 0.5), trace=True)
     yield r
@@ -85,7 +85,7 @@ def _delta(after, before, name):
 
 
 def test_no_ce_while_queue_below_kmin(rig):
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
     t = Thresholds(30_000, 100_000, 1.0)
     rows, rx, before, after = _run(rig, t, 1500, lower=3_000, upper=25_000)
     qs = [q for q, *_ in rows if q is not None]
@@ -97,7 +97,7 @@ def test_no_ce_while_queue_below_kmin(rig):
 
 
 def test_ce_fraction_follows_the_curve(rig):
-    from emu.ecn.curve import Thresholds, mark_probability
+    from core.ecn import Thresholds, mark_probability
     t = Thresholds(20_000, 100_000, 0.5)
     # Every 5th packet not ECT; the rest alternate ECT(1), ECT(0).
     ecn_of = lambda i: 0 if i % 5 == 4 else 1 + (i % 2)  # noqa: E731
@@ -142,7 +142,7 @@ def test_ce_fraction_follows_the_curve(rig):
 
 
 def test_step_marking_when_kmin_equals_kmax(rig):
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
     t = Thresholds.step(40_000)
     rows, *_ = _run(rig, t, 1200, lower=15_000, upper=70_000)
     low = [r for q, _, r, _ in rows if q <= 40_000]
@@ -153,7 +153,7 @@ def test_step_marking_when_kmin_equals_kmax(rig):
 
 def test_packets_above_the_buffer_are_dropped():
     _need_root_and_bpf()
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
     from emu.ecn.rig import MarkerRig
     with MarkerRig("drop", RATE_EMU_BPS, 50_000, Thresholds(10_000, 30_000, 0.2)) as r:
         frames = [r.frame(i + 1, 2) for i in range(300)]
@@ -172,8 +172,8 @@ def test_packets_above_the_buffer_are_dropped():
 
 def test_ports_do_not_share_marking_state(rig):
     """A second rig (another 'fabric') sees none of the first one's queue, marks or thresholds."""
+    from core.ecn import Thresholds
     from emu.ecn.bpf import program_alive
-    from emu.ecn.curve import Thresholds
     from emu.ecn.rig import MarkerRig
     other = MarkerRig("iso", RATE_EMU_BPS, BUFFER_BYTES, Thresholds.step(1))
     try:
@@ -215,7 +215,7 @@ def test_virtual_queue_agrees_with_the_qdisc_backlog_under_overload(rig):
     after the kernel's shaper itself fell behind its rate (its own byte counter says
     so: softirq starved by other load) compares the marker with a late shaper, not
     with the queue it models, and is counted apart."""
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
     from emu.telemetry import QdiscReader
     SLOW_READ_NS = 300_000   # 300 µs: the queue drains 600 B meanwhile, still < 1 frame
     rig.wait_idle()
@@ -269,7 +269,7 @@ def test_red_backend_marks_ect_packets():
     probe = probe_backends()
     if not probe["red"]["ok"]:
         pytest.skip(f"red back end unavailable: {probe['red'].get('why')}")
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
     from emu.ecn.red import red_qdisc_options
     from emu.ecn.rig import MarkerRig
     from emu.shaping import port_qdisc_stats, shape_port

@@ -97,7 +97,7 @@ def nexthops(cli: CliSession, node: str, ip: str) -> set[str]:
 
 @pytest.fixture
 def cli():
-    session = CliSession([sys.executable, "-m", "emu.cli", "net", "--topo", "leafspine,2,2,2",
+    session = CliSession([sys.executable, "-m", "cli.app", "net", "--topo", "leafspine,2,2,2",
                           "--test", "none", "--cli"])
     try:
         yield session

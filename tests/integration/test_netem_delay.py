@@ -22,9 +22,9 @@ SLACK_PER_LINE_S = 0.5e-3
 
 
 def _fabric(delay, marking: str = "off", spec: str = SPEC):
+    from core.scaling import Scale
     from emu.fabric import Fabric
-    from emu.scaling import Scale
-    from emu.topospec import build_topo
+    from topologies.spec import build_topo
 
     return Fabric(build_topo(spec), Scale(SCALE), marking=marking, delay=delay)
 
@@ -62,7 +62,7 @@ def _qdiscs(fab, node: str, peer: str) -> dict[int, tuple[str, int, dict]]:
 
 def test_ping_rtt_grows_by_twice_the_dilated_path_delay():
     _netem_or_skip()
-    from emu.routing import topo_graph
+    from topologies.routing import topo_graph
 
     with _fabric(delay=False) as fab:
         assert fab.summary()["delay_emulated"] is False
@@ -120,8 +120,8 @@ def test_without_netem_auto_builds_undelayed_and_forcing_delay_is_a_clear_error(
     where it is present."""
     if os.geteuid() != 0:
         pytest.skip("needs root (namespaces, tc)")
+    from core.errors import CapabilityError
     from emu import delay
-    from emu.errors import CapabilityError
     from emu.shaping import DELAY_HANDLE
 
     if delay.probe_netem()["ok"]:
@@ -149,7 +149,7 @@ def test_cli_net_reports_link_delay_truthfully():
     from emu.delay import probe_netem
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-    run = [sys.executable, "-m", "emu.cli", "net", "--topo", SPEC, "--test", "none",
+    run = [sys.executable, "-m", "cli.app", "net", "--topo", SPEC, "--test", "none",
            "--marking", "off"]
     res = subprocess.run([*run, "--delay", "on"], capture_output=True, text=True, timeout=120,
                          cwd=root)

@@ -15,12 +15,12 @@ import os
 
 import pytest
 
+from core.scaling import Scale
 from emu.fabric import Fabric
 from emu.pfc import PfcConfig
-from emu.scaling import Scale
 from emu.telemetry import QdiscReader
+from engine.run import EngineConfig, run_workload
 from topologies.fattree import LeafSpine
-from traffic.engine import EngineConfig, run_workload
 from traffic.messages import Message, Workload
 
 pytestmark = [

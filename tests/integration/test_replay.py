@@ -11,12 +11,12 @@ pytestmark = pytest.mark.root
 
 
 def _replay_and_count(tmp_path, write_gap_s: float, **limits):
+    from core.scaling import Scale
     from emu.fabric import Fabric
-    from emu.scaling import Scale
     from emu.shaping import port_qdisc_stats
+    from engine.replay import replay_pcap
     from topologies.fattree import LeafSpine
     from traffic.pcap import collective_pcap, read_roce_pcap, write_pcap
-    from traffic.replay import replay_pcap
 
     path = tmp_path / "a2a.pcap"
     collective_pcap("alltoall", 4, 256 * 1024, path)

@@ -22,7 +22,7 @@ def rig():
         pytest.skip("needs root (namespaces, tc, BPF)")
     if shutil.which("clang") is None:
         pytest.skip("the bpf marker needs clang")
-    from emu.ecn.curve import Thresholds
+    from core.ecn import Thresholds
     from emu.ecn.rig import MarkerRig
     r = MarkerRig("tele", RATE_EMU_BPS, BUFFER_BYTES, Thresholds(10_000, 40_000, 0.5))
     yield r

@@ -6,9 +6,9 @@ import ipaddress
 
 import pytest
 
-from emu import addressing
-from emu.addressing import interface_name, plan_addresses
-from emu.errors import ParameterError
+from core.errors import ParameterError
+from topologies import addressing
+from topologies.addressing import interface_name, plan_addresses
 from topologies.base import FabricTopo
 from topologies.dragonfly import Dragonfly
 from topologies.fattree import FatTree, LeafSpine

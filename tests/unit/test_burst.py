@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from emu.errors import CapabilityError
-from traffic.burst import MAX_BURST, Burst
+from core.errors import CapabilityError
+from engine.burst import MAX_BURST, Burst
 from traffic.roce import Flow, QpTemplate, icrc_ok, parse_frame
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 77)

@@ -34,7 +34,7 @@ _PLANT_C = textwrap.dedent("""
 
 
 def _burst_source() -> Path:
-    return ROOT / "traffic" / "csrc" / "roce_burst.c"
+    return ROOT / "engine" / "csrc" / "roce_burst.c"
 
 
 def _build_plant(tmp_path: Path, marker: Path) -> Path:
@@ -53,7 +53,7 @@ def _build_plant(tmp_path: Path, marker: Path) -> Path:
 def _load_burst(cache: Path) -> subprocess.CompletedProcess:
     """Load the engine's compiled sender in a fresh process, as a run would."""
     code = ("from emu.cbuild import compile_c\n"
-            "from traffic.burst import Burst, source\n"
+            "from engine.burst import Burst, source\n"
             "print(Burst(send_path='compiled').detail)\n"
             "print(compile_c(source(), 'shared', what='test'))\n")
     env = {**os.environ, "FABRICEMU_CACHE": str(cache)}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.ccalgos import Dctcp
 
 US = 1e-6

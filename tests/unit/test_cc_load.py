@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.cc import Dcqcn, LineRate, make_cc
 from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
 from traffic.ccload import REGISTRY, CcFactory, resolve_cc, validate_cc

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from emu import cli
+from cli import app as cli
 
 REPO = Path(__file__).resolve().parents[2]
-EMU = [sys.executable, "-c", "from emu.cli import main; main()"]
+EMU = [sys.executable, "-c", "from cli.app import main; main()"]
 
 
 def emu(*args: str, cwd: Path) -> subprocess.CompletedProcess:

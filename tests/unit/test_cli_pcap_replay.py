@@ -18,7 +18,7 @@ TIMEOUT_S = 20  # generous: the machine is shared; a hang or a MemoryError would
 
 def emu(*args: str, cwd) -> tuple[int, str]:
     """Exit code and output; an error must be one line on stderr."""
-    res = subprocess.run([sys.executable, "-m", "emu.cli", *args], cwd=cwd, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "cli.app", *args], cwd=cwd, capture_output=True,
                          text=True, timeout=TIMEOUT_S)
     if res.returncode == 2:
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr

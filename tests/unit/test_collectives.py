@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.collectives import NAMES, build, busbw_factor
 from traffic.messages import Workload
 

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.dcqcn import (
     PARAMS,
     DcqcnParams,

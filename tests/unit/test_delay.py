@@ -7,7 +7,8 @@ from itertools import pairwise
 import networkx as nx
 import pytest
 
-from emu.addressing import plan_addresses
+from core.errors import CapabilityError, ParameterError
+from core.scaling import Scale
 from emu.delay import (
     MIN_FRAME_BYTES,
     NETEM_LIMIT_FLOOR,
@@ -22,10 +23,9 @@ from emu.delay import (
     plan_delays,
     port_delay_s,
 )
-from emu.errors import CapabilityError, ParameterError
-from emu.scaling import Scale
-from emu.topospec import build_topo
+from topologies.addressing import plan_addresses
 from topologies.base import FabricTopo
+from topologies.spec import build_topo
 
 NETEM_OK = {"ok": True}
 NETEM_MISSING = {"ok": False, "why": "the kernel has no sch_netem (netem qdisc)"}

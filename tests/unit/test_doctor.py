@@ -7,7 +7,8 @@ import io
 import pytest
 from rich.console import Console
 
-from emu import capabilities, cli
+from cli import app as cli
+from emu import capabilities
 from emu.runs import RunInfo
 
 
@@ -38,7 +39,7 @@ def test_ecmp_hash_seed_check_says_what_is_lost_without_it(monkeypatch):
 
 
 def test_default_scale_is_read_from_the_experiments():
-    from emu.scaling import DEFAULT_SCALE
+    from core.scaling import DEFAULT_SCALE
 
     note = cli._default_scale_note()
     assert f"Default S (experiments, demo): {DEFAULT_SCALE:g}," in note

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from core.errors import ParameterError
 from emu.ecmp import (
     F_SRC_PORT,
     FIELD_SETS,
@@ -15,9 +16,8 @@ from emu.ecmp import (
     hash_conflicts,
     plan_hashing,
 )
-from emu.errors import ParameterError
-from emu.routing import compute_routes
-from emu.topospec import build_topo
+from topologies.routing import compute_routes
+from topologies.spec import build_topo
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.ecn import ThresholdPolicy, Thresholds, mark_probability
+from core.errors import CapabilityError, ParameterError
 from emu.ecn.backend import choose_backend
-from emu.ecn.curve import ThresholdPolicy, Thresholds, mark_probability
-from emu.errors import CapabilityError, ParameterError
 
 # --- Thresholds ----------------------------------------------------------------------
 

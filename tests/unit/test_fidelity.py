@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from emu.fidelity import (
+from experiments.fidelity import (
     FidelityReport,
     MarkingCounts,
     NicBusy,

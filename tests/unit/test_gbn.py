@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.gbn import (
     ACK,
     NAK,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from emu.routing import compute_routes
 from topologies.fattree import FatTree, LeafSpine
+from topologies.routing import compute_routes
 from topologies.torus import Torus
 
 
@@ -69,7 +69,7 @@ def test_dor_withdraws_routes_over_the_down_link_and_keeps_the_rest():
 
 
 def test_iperf_rate_reads_like_iperf():
-    from emu.mncli import iperf_rate
+    from cli.mncli import iperf_rate
 
     assert iperf_rate(99.2e6) == "99.2 Mbits/sec"
     assert iperf_rate(397e9) == "397 Gbits/sec"

@@ -8,7 +8,7 @@ import random
 import networkx as nx
 import pytest
 
-from emu.model.alphabeta import (
+from model.alphabeta import (
     PlainMessage,
     PlainWorkload,
     allgather_time_s,
@@ -27,7 +27,7 @@ from emu.model.alphabeta import (
     roce_wire_factor,
     workload_bottleneck_rate_bps,
 )
-from emu.model.busbw import algbw_bps, busbw_bps, busbw_factor
+from model.busbw import algbw_bps, busbw_bps, busbw_factor
 
 G = 1e9
 MIB = 1 << 20

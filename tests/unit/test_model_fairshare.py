@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from emu.model.fairshare import FlowSpec, fair_share_schedule
+from model.fairshare import FlowSpec, fair_share_schedule
 
 G = 1e9
 MIB = 1 << 20

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from emu.model.dcqcn import dcqcn_fixed_point
-from emu.model.incast_fluid import DcqcnIncastFluid, Port, Sender, incast_dcqcn
-from emu.model.queueing import incast_cc_off
+from model.dcqcn import dcqcn_fixed_point
+from model.incast_fluid import DcqcnIncastFluid, Port, Sender, incast_dcqcn
+from model.queueing import incast_cc_off
 
 G = 1e9
 C = 400 * G

@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from emu.model.maxmin import (
+from model.maxmin import (
     Flow,
     flow_completion_times,
     link_capacities,
@@ -182,7 +182,7 @@ def test_numpy_and_python_fillers_agree():
     # The fluid engine solves small components in Python and large ones with numpy.
     import numpy as np
 
-    from emu.model.maxmin import fill_classes, fill_sparse
+    from model.maxmin import fill_classes, fill_sparse
 
     rng = np.random.default_rng(7)
     n_cls, n_links = 80, 30

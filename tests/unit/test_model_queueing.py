@@ -8,8 +8,8 @@ import math
 import networkx as nx
 import pytest
 
-from emu.model.incast import predict_incast, predict_incast_on_graph
-from emu.model.queueing import (
+from model.incast import predict_incast, predict_incast_on_graph
+from model.queueing import (
     QueueDist,
     base_latency_s,
     incast_backlog_growth_bps,

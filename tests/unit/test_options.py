@@ -10,11 +10,11 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from emu.errors import ParameterError
-from emu.fidelity import FidelityReport, combine
+from core.errors import ParameterError
 from experiments import common
 from experiments import demo as demo_module
 from experiments.common import Run, parse_int, parse_list, resolve_options
+from experiments.fidelity import FidelityReport, combine
 from experiments.registry import EXPERIMENTS, cli_run, parse_sets
 
 
@@ -181,7 +181,7 @@ def _record_options(monkeypatch) -> list[dict]:
     ["demo", "--quick"],
 ])
 def test_rerun_line_reproduces_the_options(command, tmp_path, monkeypatch):
-    from emu.cli import app
+    from cli.app import app
 
     seen = _record_options(monkeypatch)
     runner = CliRunner()
@@ -204,7 +204,7 @@ def test_rerun_line_reproduces_the_options(command, tmp_path, monkeypatch):
 
 
 def test_demo_refuses_unknown_options(tmp_path, monkeypatch):
-    from emu.cli import app
+    from cli.app import app
 
     _record_options(monkeypatch)
     result = CliRunner().invoke(app, ["demo", "--bogus", "--out", str(tmp_path / "a")])

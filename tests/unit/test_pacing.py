@@ -3,8 +3,8 @@ and the completion-ring layout that carries completions between workers."""
 
 from __future__ import annotations
 
+from engine.plan import MsgPlan, completion_layout
 from traffic.pacing import Deadlines, DepCounter, Schedule
-from traffic.plan import MsgPlan, completion_layout
 from traffic.roce import Flow
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 1)

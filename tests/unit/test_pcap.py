@@ -15,7 +15,7 @@ from scapy.layers.inet import IP, TCP
 from scapy.layers.l2 import ARP, Ether
 from scapy.utils import rdpcap, wrpcap
 
-from emu.errors import FabricEmuError, ParameterError
+from core.errors import FabricEmuError, ParameterError
 from traffic import collectives
 from traffic.pcap import (
     DEFAULT_MAX_PCAP_BYTES,

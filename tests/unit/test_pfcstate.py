@@ -7,7 +7,8 @@ import struct
 
 import pytest
 
-from emu.errors import FabricEmuError, ParameterError
+from core.errors import FabricEmuError, ParameterError
+from core.scaling import Scale
 from emu.pfc import PfcConfig, PfcController
 from emu.pfcgate import (
     KICK_FRAME,
@@ -17,7 +18,11 @@ from emu.pfcgate import (
     qdisc_message,
     tbf_options,
 )
-from emu.pfcstate import (
+from emu.ports import Port
+from emu.shaping import CLASS_HANDLE, LEAF_HANDLE
+from topologies.fattree import LeafSpine
+from topologies.routing import compute_routes
+from traffic.pfc import (
     ActionQueue,
     Hysteresis,
     PauseLedger,
@@ -26,11 +31,6 @@ from emu.pfcstate import (
     headroom_bytes,
     plan_thresholds,
 )
-from emu.ports import Port
-from emu.routing import compute_routes
-from emu.scaling import Scale
-from emu.shaping import CLASS_HANDLE, LEAF_HANDLE
-from topologies.fattree import LeafSpine
 
 
 def test_headroom_is_rate_times_reaction_and_round_trip_plus_one_frame_per_feeder():

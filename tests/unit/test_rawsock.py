@@ -5,7 +5,7 @@ from __future__ import annotations
 import select
 import time
 
-from traffic.rawsock import SNAP_BYTES, RingSpec, TimerFd, _bpf_program, slot_offsets
+from engine.rawsock import SNAP_BYTES, RingSpec, TimerFd, _bpf_program, slot_offsets
 
 
 def test_timerfd_fires_at_its_absolute_deadline_and_not_before():

@@ -13,7 +13,7 @@ README = (ROOT / "README.md").read_text()
 
 
 def test_the_default_scale_in_the_readme_is_the_experiments_default():
-    from emu.scaling import DEFAULT_SCALE
+    from core.scaling import DEFAULT_SCALE
     from experiments.common import packet_time_s
     from topologies.base import NIC_RATE_BPS
 

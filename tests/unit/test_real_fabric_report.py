@@ -10,9 +10,6 @@ import math
 import pandas as pd
 import pytest
 
-from emu.fidelity import FidelityReport, queue_divergence_checks
-from emu.routing import compute_routes
-from emu.topospec import build_topo
 from experiments.common import (
     Measurement,
     Run,
@@ -24,8 +21,11 @@ from experiments.common import (
     model_graph,
     size_bucket,
 )
+from experiments.fidelity import FidelityReport, queue_divergence_checks
 from experiments.registry import EXPERIMENTS
 from experiments.report import crossover_bytes, render_report
+from topologies.routing import compute_routes
+from topologies.spec import build_topo
 
 NS = 1e-9
 SER_400G_NS = 8 * 4154 / 400e9 / NS  # 83.08 ns: one full RoCEv2 frame at 400G

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
+from core.scaling import Scale
 from emu.fabric import Fabric
-from emu.scaling import Scale
-from emu.topospec import build_topo
+from engine.replay import DEFAULT_MAX_WALL_S, plan_replay
+from topologies.spec import build_topo
 from traffic.pcap import PcapError, collective_pcap, read_roce_pcap, write_pcap
-from traffic.replay import DEFAULT_MAX_WALL_S, plan_replay
 
 
 def fabric(scale: float = 4000, topo: str = "fattree,4") -> Fabric:

@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from emu.errors import ParameterError
-from emu.fidelity import FidelityReport
+from core.errors import ParameterError
 from experiments.common import (
     Option,
     Run,
@@ -26,6 +25,7 @@ from experiments.common import (
     run_experiment,
     size_label,
 )
+from experiments.fidelity import FidelityReport
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from emu.errors import ParameterError
-from emu.fidelity import FidelityReport
+from core.errors import ParameterError
 from experiments import common
 from experiments.common import Run
+from experiments.fidelity import FidelityReport
 from experiments.report import render_report
 
 

@@ -12,7 +12,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.roce import (
     ACKNOWLEDGE,
     AETH_ACK,

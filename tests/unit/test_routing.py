@@ -6,17 +6,17 @@ import itertools
 
 import pytest
 
-from emu.errors import ParameterError
-from emu.routing import (
+from core.errors import ParameterError
+from topologies.base import FabricTopo
+from topologies.dragonfly import Dragonfly
+from topologies.fattree import FatTree, LeafSpine
+from topologies.railopt import RailOptimized
+from topologies.routing import (
     bisection_bandwidth_bps,
     compute_routes,
     diameter_hops,
     topo_graph,
 )
-from topologies.base import FabricTopo
-from topologies.dragonfly import Dragonfly
-from topologies.fattree import FatTree, LeafSpine
-from topologies.railopt import RailOptimized
 from topologies.torus import Torus
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.errors import FabricEmuError, ParameterError
-from emu.fidelity import FidelityReport
+from core.errors import FabricEmuError, ParameterError
 from experiments import common
 from experiments.common import (
     Option,
@@ -27,6 +26,7 @@ from experiments.common import (
     prepare_out_dir,
     run_experiment,
 )
+from experiments.fidelity import FidelityReport
 from experiments.report import render_report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,7 +174,7 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
     out = tmp_path / "run"
     script = textwrap.dedent(f"""
         import os, signal
-        from emu.fidelity import FidelityReport
+        from experiments.fidelity import FidelityReport
         from experiments import common
         from experiments.common import Option, parse_list, parse_text, run_experiment
 

@@ -121,9 +121,9 @@ def test_a_second_session_is_refused_while_one_is_live(registry, other_process):
 @pytest.mark.skipif(os.geteuid() != 0, reason="a session is only claimed by root")
 def test_a_fabric_of_a_session_is_refused_before_it_probes_or_builds(registry, other_process,
                                                                      monkeypatch):
+    from core.scaling import Scale
     from emu import fabric
-    from emu.scaling import Scale
-    from emu.topospec import build_topo
+    from topologies.spec import build_topo
 
     _record("5e551011", other_process.pid, "session", "emu net --cli")
     fab = fabric.Fabric(build_topo("leafspine,2,2,1"), Scale(100000))  # unstarted: allowed
@@ -185,7 +185,7 @@ def test_a_session_lasts_only_as_long_as_its_command(registry):
     session must not make their later rigs count or be refused."""
     from typer.testing import CliRunner
 
-    from emu.cli import app
+    from cli.app import app
 
     result = CliRunner().invoke(app, ["run", "--list"])
     assert result.exit_code == 0, result.output

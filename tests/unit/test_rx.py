@@ -8,11 +8,11 @@ import struct
 
 import pytest
 
-from emu.errors import CapabilityError
+from core.errors import CapabilityError
+from engine.rawsock import SNAP_BYTES, RingSpec, slot_offsets
+from engine.rx import EV_ACK, EV_CE, EV_DONE, EV_NAK, EV_UNKNOWN, RxLib, RxRing, RxState
 from traffic import gbn
-from traffic.rawsock import SNAP_BYTES, RingSpec, slot_offsets
 from traffic.roce import Flow, QpTemplate, ResponderTemplate
-from traffic.rx import EV_ACK, EV_CE, EV_DONE, EV_NAK, EV_UNKNOWN, RxLib, RxRing, RxState
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5,
             ecn="ect0")

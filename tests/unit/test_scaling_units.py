@@ -1,8 +1,8 @@
 import pytest
 
-from emu.errors import ParameterError
-from emu.scaling import Scale
-from emu.units import format_rate, parse_rate_bps, parse_size_bytes, parse_time_s
+from core.errors import ParameterError
+from core.scaling import Scale
+from core.units import format_rate, parse_rate_bps, parse_size_bytes, parse_time_s
 
 
 def test_dilation_keeps_rate_times_time_invariant():

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from emu.errors import ParameterError
-from emu.topospec import build_topo, registry
+from core.errors import ParameterError
 from topologies.dragonfly import Dragonfly
 from topologies.fattree import FatTree, LeafSpine
 from topologies.railopt import RailOptimized
+from topologies.spec import build_topo, registry
 from topologies.torus import Torus
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ import itertools
 
 import pytest
 
-from emu.errors import ParameterError
-from emu.topospec import build_topo, registry, topo_size
+from core.errors import ParameterError
 from topologies.base import MAX_HOSTS, MAX_LINKS, MAX_SWITCHES, FabricTopo
+from topologies.spec import build_topo, registry, topo_size
 
 SPECS = [
     *(f"fattree,{k}" for k in (2, 4, 6, 8)),

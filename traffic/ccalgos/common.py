@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 
 __all__ = ["IntRecord", "fraction", "integer", "nonnegative", "positive", "sent_after"]
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from traffic.ccalgos.common import fraction, integer, nonnegative, positive
 
 __all__ = ["Swift"]

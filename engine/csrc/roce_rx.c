@@ -13,7 +13,7 @@
  * ACK and CNP frames that belong to the host's senders. Latency samples go to
  * their own buffer.
  *
- * Frames are the ring's header-only snaps (traffic/rawsock.py); the payload
+ * Frames are the ring's header-only snaps (engine/rawsock.py); the payload
  * length comes from the IPv4 total length.
  */
 #include <stdint.h>
@@ -27,7 +27,7 @@
 enum { EV_ACK = 1, EV_NAK = 2, EV_CE = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
        EV_UNKNOWN = 7 };
 
-struct rx_qp {                  /* mirrors traffic/rx.py: _RxQp */
+struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t host;              /* owning host + 1; 0: not a QP this worker receives */
 	uint32_t total;
 	uint32_t coalesce;
@@ -38,7 +38,7 @@ struct rx_qp {                  /* mirrors traffic/rx.py: _RxQp */
 	int64_t first_rx_ns, done_ns;
 };
 
-struct rx_event {               /* mirrors traffic/rx.py: _RxEvent */
+struct rx_event {               /* mirrors engine/rx.py: _RxEvent */
 	int64_t rx_ns;
 	uint32_t kind, qpn, psn, arg;
 };

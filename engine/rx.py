@@ -1,4 +1,4 @@
-"""Batched receive in C: traffic/csrc/roce_rx.c through ctypes.
+"""Batched receive in C: engine/csrc/roce_rx.c through ctypes.
 
 ``RxLib`` loads the compiled receive loop; ``RxState`` holds, per worker, the
 responder state of every QP it receives (the C mirror of ``gbn.GbnReceiver``,
@@ -17,8 +17,8 @@ import mmap
 from collections.abc import Iterable
 from pathlib import Path
 
+from core.errors import CapabilityError
 from emu.cbuild import compile_c
-from emu.errors import CapabilityError
 
 EV_ACK, EV_NAK, EV_CE, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN = range(1, 8)
 _EVENTS_PER_FRAME = 3

@@ -22,9 +22,9 @@ Event loop. The CPU cost follows frames and events, never the wall clock:
   frames anyway), so close deadlines of several NICs cost one wake-up;
 * dependencies are counters (``traffic.pacing.DepCounter``) decremented on
   completion; completions of other workers arrive through the completion rings of
-  ``traffic.plan`` and wake this worker through its eventfd;
+  ``engine.plan`` and wake this worker through its eventfd;
 * frames are received in batches from the TPACKET_V2 ring, headers only
-  (``traffic.rawsock``), and sent in compiled ``sendmmsg`` bursts (``traffic.burst``).
+  (``engine.rawsock``), and sent in compiled ``sendmmsg`` bursts (``engine.burst``).
 
 Pacing. Each QP and each NIC keeps a ``Schedule`` of absolute due times; the
 lag of every frame behind its due time is recorded, and a stall that drops
@@ -52,13 +52,9 @@ import traceback
 from array import array
 from typing import Any
 
-from traffic import gbn
-from traffic.burst import MAX_BURST, Burst
-from traffic.cc import make_cc
-from traffic.dcqcn import NotificationPoint
-from traffic.pacing import Deadlines, DepCounter, Schedule
-from traffic.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
-from traffic.rawsock import (
+from engine.burst import MAX_BURST, Burst
+from engine.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
+from engine.rawsock import (
     TP_STATUS_USER,
     RingSpec,
     TimerFd,
@@ -66,6 +62,21 @@ from traffic.rawsock import (
     ring_drops,
     slot_offsets,
 )
+from engine.rx import (
+    EV_ACK,
+    EV_ACK_IN,
+    EV_CE,
+    EV_CNP_IN,
+    EV_DONE,
+    EV_NAK,
+    RxLib,
+    RxRing,
+    RxState,
+)
+from traffic import gbn
+from traffic.cc import make_cc
+from traffic.dcqcn import NotificationPoint
+from traffic.pacing import Deadlines, DepCounter, Schedule
 from traffic.roce import (
     ACKNOWLEDGE,
     AETH_ACK,
@@ -76,17 +87,6 @@ from traffic.roce import (
     RETH_OPCODES,
     QpTemplate,
     ResponderTemplate,
-)
-from traffic.rx import (
-    EV_ACK,
-    EV_ACK_IN,
-    EV_CE,
-    EV_CNP_IN,
-    EV_DONE,
-    EV_NAK,
-    RxLib,
-    RxRing,
-    RxState,
 )
 
 PR_SET_PDEATHSIG = 1

@@ -21,7 +21,7 @@ import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 
 #: The one lossless priority emulated: RoCEv2's usual class (DSCP 26 -> priority 3).
 #: Every frame of the fabric (data, ACK, NAK, CNP) shares a port's single queue, so
@@ -85,7 +85,7 @@ def feeders(next_hops: Mapping[str, Mapping[str, Sequence[str]]], switch: str, p
             neighbours: Iterable[str]) -> frozenset[str]:
     """Neighbours of ``switch`` whose traffic can leave it toward ``peer``.
 
-    ``next_hops[node][dst_host]`` are the routes (``emu.routing.Routes``). Traffic from
+    ``next_hops[node][dst_host]`` are the routes (``topologies.routing.Routes``). Traffic from
     neighbour N reaches ``peer`` through ``switch`` when, for some host h, ``switch``
     is one of N's next hops toward h and ``peer`` one of ``switch``'s.
     """

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from emu.model.queueing import DEFAULT_PACKET_BYTES, queue_for_mark_probability
+from model.queueing import DEFAULT_PACKET_BYTES, queue_for_mark_probability
 
 
 @dataclass(frozen=True)

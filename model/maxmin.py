@@ -17,7 +17,7 @@ Model and assumptions:
   max-min allocation, so the solver works on *classes* of flows with a
   multiplicity; that keeps all-to-all and ring steps cheap.
 * The fluid completion-time model (`flow_completion_times`) recomputes the
-  allocation whenever the set of active flows changes (see `emu.model.fluid`).
+  allocation whenever the set of active flows changes (see `model.fluid`).
 
 Units: rates in bit/s, sizes in bytes, times in real seconds.
 """
@@ -308,9 +308,9 @@ def flow_completion_times(capacities: Mapping[Link, float] | nx.Graph,
 
     Flows start at ``start_s`` (default 0) and share links max-min fairly; the
     allocation is recomputed at every start and finish. No latency term: this is
-    the pure bandwidth model (`emu.model.alphabeta` adds alpha).
+    the pure bandwidth model (`model.alphabeta` adds alpha).
     """
-    from emu.model.fluid import FluidJob, simulate
+    from model.fluid import FluidJob, simulate
 
     starts = start_s or {}
     extra = caps_bps or {}

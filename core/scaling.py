@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emu.errors import ParameterError
-from emu.units import format_rate
+from core.errors import ParameterError
+from core.units import format_rate
 
 #: Highest emulated rate one shaped veth port holds accurately on a small machine.
 #: Above it the per-packet CPU cost of veth + HTB dominates and achieved < configured.
@@ -22,7 +22,7 @@ MAX_EMULATED_RATE_BPS = 2.0e9
 #: Lowest emulated rate that still keeps HTB and timer granularity negligible.
 MIN_EMULATED_RATE_BPS = 100e3
 # S = 20000: a 400G NIC runs at 20 Mb/s emulated, one 4 KB frame every 1.66 ms. The
-# event-driven engine (traffic/nic.py) costs ~45-57 us of CPU per frame on this 2-core
+# event-driven engine (engine/nic.py) costs ~45-57 us of CPU per frame on this 2-core
 # machine, ~40% of it the kernel carrying the frame through shapers and switches, so
 # 16 hosts at line rate keep the machine ~26% busy at 20000 and ~57% at 10000
 # (python -m experiments.bench_capacity). The 4 MiB ring all-reduce over 16 ranks on

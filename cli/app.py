@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from emu.errors import FabricEmuError
-from emu.scaling import DEFAULT_SCALE
-from emu.units import format_rate
+from core.errors import FabricEmuError
+from core.scaling import DEFAULT_SCALE
+from core.units import format_rate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="fabricemu: time-dilated packet-level emulator of AI-cluster networks.")
@@ -67,7 +67,7 @@ def doctor(marking: MarkingOpt = "auto") -> None:
     netem = next((c for c in caps.checks if c.name == "qdisc netem"), None)
     console.print("Link delay: " + ("netem, dilated by S" if caps.has("qdisc netem") else
                                     f"not emulated ({netem.detail if netem else 'not probed'})"))
-    from traffic.burst import Burst
+    from engine.burst import Burst
 
     console.print(f"Engine send path: {Burst().detail}")
     console.print(_default_scale_note())
@@ -115,9 +115,9 @@ def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
               png: Annotated[Path | None, typer.Option("--png", help="draw to this PNG")] = None
               ) -> None:
     """Sizes, per-tier rates (real and emulated), bisection bandwidth, diameter."""
-    from emu.scaling import Scale
-    from emu.topoinfo import check_drawing, describe_topology, draw_topology
-    from emu.topospec import build_topo, topo_size
+    from core.scaling import Scale
+    from topologies.info import check_drawing, describe_topology, draw_topology
+    from topologies.spec import build_topo, topo_size
 
     size = topo_size(spec)  # the caps, from the parameters alone
     if png is not None:
@@ -151,10 +151,10 @@ def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = DEFAULT_SCALE,
         cli: Annotated[bool, typer.Option("--cli", help="drop into Mininet's CLI")] = False,
         marking: MarkingOpt = "auto", delay: DelayOpt = "auto") -> None:
     """Build a fabric, run a test, tear it down; the exit code says pass/fail."""
+    from core.scaling import Scale
     from emu.fabric import Fabric
     from emu.netcheck import iperf_check, pingall_check
-    from emu.scaling import Scale
-    from emu.topospec import build_topo
+    from topologies.spec import build_topo
 
     if test not in ("pingall", "iperf", "none"):
         raise FabricEmuError(f"invalid --test {test!r}: choose pingall, iperf or none")
@@ -174,7 +174,7 @@ def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = DEFAULT_SCALE,
         elif test == "iperf":
             ok = iperf_check(fab, console)
         if cli:
-            from emu.mncli import run_mininet_cli
+            from cli.mncli import run_mininet_cli
 
             run_mininet_cli(fab)
     finally:
@@ -202,7 +202,7 @@ def pcap(collective: Annotated[str, typer.Argument(help="e.g. allreduce-ring, al
     --max-messages (default 20,000, each takes ~2.5 ms to build) the command stops
     with an error.  Frames stream to disk as they are generated.
     """
-    from emu.units import parse_rate_bps, parse_size_bytes
+    from core.units import parse_rate_bps, parse_size_bytes
     from traffic.pcap import collective_pcap
 
     summary = collective_pcap(collective, ranks, parse_size_bytes(size, "size"), out,
@@ -237,11 +237,11 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
     idle hour would otherwise keep the fabric up for 167 days at S = 4000): pass
     --max-gap to shorten idle gaps.
     """
+    from core.scaling import Scale
+    from core.units import parse_size_bytes, parse_time_s
     from emu.fabric import Fabric
-    from emu.scaling import Scale
-    from emu.topospec import build_topo
-    from emu.units import parse_size_bytes, parse_time_s
-    from traffic.replay import plan_replay, replay_pcap
+    from engine.replay import plan_replay, replay_pcap
+    from topologies.spec import build_topo
 
     limits = {"max_gap_s": None if max_gap is None else parse_time_s(max_gap, "max-gap"),
               "max_wall_s": parse_time_s(max_wall, "max-wall"),

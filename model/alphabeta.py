@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 import networkx as nx
 
-from emu.model.busbw import busbw_factor, normalize_collective
-from emu.model.fluid import FluidJob, simulate
-from emu.model.maxmin import (
+from model.busbw import busbw_factor, normalize_collective
+from model.fluid import FluidJob, simulate
+from model.maxmin import (
     Choice,
     Path,
     choose_path,

@@ -2,7 +2,7 @@
 
 Scenario: N senders (each with its size, line rate and start time) send through one
 port of rate C with a drop-tail buffer; the port marks at enqueue with the curve p(q)
-(Kmin, Kmax, Pmax). Real units: bit/s, bytes, s. DCQCN is `emu.model.dcqcn` (written
+(Kmin, Kmax, Pmax). Real units: bit/s, bytes, s. DCQCN is `model.dcqcn` (written
 from the publications; nothing of the engine runs here).
 
 Clock: the bottleneck's. A sender's bytes reach the queue as it sends them (its
@@ -43,8 +43,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from emu.model.dcqcn import DcqcnParams, MeanFieldSender, ReactionPoint, dcqcn_params
-from emu.model.queueing import (
+from model.dcqcn import DcqcnParams, MeanFieldSender, ReactionPoint, dcqcn_params
+from model.queueing import (
     DEFAULT_PACKET_BYTES,
     QueueDist,
     latency_percentiles_s,

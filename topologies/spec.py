@@ -9,8 +9,8 @@ import pkgutil
 from mininet.util import splitArgs
 
 import topologies
-from emu.errors import ParameterError
-from emu.units import format_rate
+from core.errors import ParameterError
+from core.units import format_rate
 from topologies.base import FabricTopo, TopoSize
 
 

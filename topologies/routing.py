@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from topologies.base import FabricTopo
 
 LINK_KEYS = ("rate_bps", "delay_s", "tier", "buffer_bytes")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from topologies.base import FabricTopo
 
 HOST_NET = ipaddress.IPv4Network("10.0.0.0/16")

@@ -25,7 +25,7 @@
 #define OFF_PSN_WORD 50
 #define MAX_BURST 64
 
-struct roce_shape {             /* mirrors traffic/burst.py: _CShape */
+struct roce_shape {             /* mirrors engine/burst.py: _CShape */
 	const uint8_t *frame;       /* prototype frame */
 	uint32_t len;
 	uint32_t ts_off;            /* send timestamp, u64 big-endian */

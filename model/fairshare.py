@@ -1,13 +1,13 @@
 """Max-min fair shares over time, predicted from the configuration alone (a model).
 
 Input: every flow's routed paths, size and configured start time, and the link rates.
-The flows share the links max-min fairly (progressive filling, `emu.model.maxmin`) and
+The flows share the links max-min fairly (progressive filling, `model.maxmin`) and
 the allocation is recomputed whenever a flow starts or finishes (the fluid model of
-`emu.model.fluid`), so the schedule of who is active when, and at what rate, comes
+`model.fluid`), so the schedule of who is active when, and at what rate, comes
 from the configuration and not from measured start or end times.
 
 A flow released at ``start_s`` sends its first byte ``overhead_s`` later (the NIC's
-per-message cost, as in `emu.model.alphabeta`), drains at its max-min rate and
+per-message cost, as in `model.alphabeta`), drains at its max-min rate and
 completes one path latency after its last byte left. Sizes are payload bytes; the wire
 carries ``wire_factor`` times as much (RoCEv2 headers by default), and the rates are
 wire rates (``payload_rates_bps`` divides them back). This is the ideal congestion
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from emu.model.alphabeta import (
+from model.alphabeta import (
     DEFAULT_OVERHEAD_S,
     DEFAULT_PACKET_BYTES,
     path_latency_s,
     roce_wire_factor,
 )
-from emu.model.fluid import FluidJob, simulate
-from emu.model.maxmin import Choice, Link, as_capacities, make_flow, max_min_rates
+from model.fluid import FluidJob, simulate
+from model.maxmin import Choice, Link, as_capacities, make_flow, max_min_rates
 
 
 @dataclass(frozen=True)

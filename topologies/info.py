@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from emu.errors import FabricEmuError, ParameterError
-from emu.routing import bisection_bandwidth_bps, diameter_hops, topo_graph
-from emu.scaling import Scale
+from core.errors import FabricEmuError, ParameterError
+from core.scaling import Scale
 from topologies.base import FabricTopo, TopoSize
+from topologies.routing import bisection_bandwidth_bps, diameter_hops, topo_graph
 
 
 def describe_topology(topo: FabricTopo, scale: Scale) -> dict:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from scapy.utils import mac2str
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
+from core.units import format_time
 from emu.fabric import Fabric
 from emu.netns import in_netns
-from emu.units import format_time
 from traffic.pcap import DEFAULT_MAX_PCAP_BYTES, PcapError, iter_roce_pcap
 
 _IP_SRC, _IP_DST = 26, 30  # offsets in an Ethernet + IPv4 frame

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 
 _RATE_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _SIZE_UNITS = {

@@ -34,7 +34,7 @@ Pure checks over what a run measured; no kernel access. A run is *valid* when
   received at most the CNPs receivers sent; with CC off no sender reacted.
 
 Resource failures (rate, lag, CPU) come with a suggested scale factor: a larger S
-slows the fabric down, so the same machine keeps up. Scale rules: emu/scaling.py.
+slows the fabric down, so the same machine keeps up. Scale rules: core/scaling.py.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from mininet.log import error, output
 from mininet.net import Mininet
 from mininet.node import Node
 
-from emu.errors import FabricEmuError
+from core.errors import FabricEmuError
 from emu.fabric import Fabric
 from emu.netcheck import run_iperf3
 from emu.reachability import ping_all

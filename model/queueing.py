@@ -3,7 +3,7 @@ percentiles, the CC-off incast (a model).
 
 Scenario: N senders, each at line rate r, send S bytes each to one receiver
 behind a port of rate C with a drop-tail buffer of ``buffer_bytes``. Real units:
-rates bit/s, sizes bytes, times s. `emu.model.incast` puts the pieces together.
+rates bit/s, sizes bytes, times s. `model.incast` puts the pieces together.
 
 CC off (no rate control, no PFC)
     The queue grows at ``N r - C`` while all senders transmit (``t_send = S/r``),
@@ -26,8 +26,8 @@ CC off (no rate control, no PFC)
 
 DCQCN + ECN
     The marking curve p(q) (0 below Kmin, linear to Pmax at Kmax, 1 above) is here;
-    DCQCN's fixed point and reaction point are `emu.model.dcqcn`, its transient the
-    fluid model of `emu.model.incast_fluid`.
+    DCQCN's fixed point and reaction point are `model.dcqcn`, its transient the
+    fluid model of `model.incast_fluid`.
 
 Latency
     one-way latency = base + q / C with base = sum over hops of (propagation +

@@ -1,11 +1,11 @@
-"""Predicted metrics of an N->1 incast (a model): the pieces of `emu.model.queueing`
-and `emu.model.incast_fluid` put together, with C, r, buffer and hops read off a graph.
+"""Predicted metrics of an N->1 incast (a model): the pieces of `model.queueing`
+and `model.incast_fluid` put together, with C, r, buffer and hops read off a graph.
 
 CC off: the closed form of `queueing.incast_cc_off`. DCQCN: the fluid transient of
 `incast_fluid.incast_dcqcn` for completion, queue, latency, marks and CNPs, and the
 fixed point of `dcqcn.dcqcn_fixed_point` as the steady state long messages settle in
 (``q_star_bytes``, ``p_mark``, ...; none when the port keeps up). DCQCN is the model's
-own (`emu.model.dcqcn`), from the publications; nothing of the engine runs here.
+own (`model.dcqcn`), from the publications; nothing of the engine runs here.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 import networkx as nx
 
-from emu.model.alphabeta import DEFAULT_OVERHEAD_S
-from emu.model.dcqcn import DcqcnParams, dcqcn_fixed_point, dcqcn_params
-from emu.model.incast_fluid import incast_dcqcn
-from emu.model.queueing import (
+from model.alphabeta import DEFAULT_OVERHEAD_S
+from model.dcqcn import DcqcnParams, dcqcn_fixed_point, dcqcn_params
+from model.incast_fluid import incast_dcqcn
+from model.queueing import (
     DEFAULT_PACKET_BYTES,
     base_latency_s,
     incast_backlog_growth_bps,
@@ -50,7 +50,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     NAKs without queueing) defaults to the base plus the same hops back for a
     control frame.
     ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
-    set of `emu.model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`;
+    set of `model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`;
     ``dcqcn_reaction`` is the fluid's 'events' or 'mean-field' reaction point).
     """
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps

@@ -1,4 +1,4 @@
-"""Bursts of data frames: traffic/csrc/roce_burst.c through ctypes, or plain Python.
+"""Bursts of data frames: engine/csrc/roce_burst.c through ctypes, or plain Python.
 
 The engine asks for ``count`` frames of one QP shape with consecutive PSNs and
 one send timestamp; the compiled path patches them (the same bytes as
@@ -14,8 +14,8 @@ import errno
 import socket
 from pathlib import Path
 
+from core.errors import CapabilityError
 from emu.cbuild import compile_c
-from emu.errors import CapabilityError
 from traffic.roce import Shape
 
 #: Frames beyond this wait for the next call (bounds the loop's latency to other work).

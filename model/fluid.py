@@ -8,7 +8,7 @@ A job (a flow, or one message of a DAG) goes through:
     drain end + post_s       -> completion (e.g. propagation of the last byte)
 
 Between events every active job drains at its max-min fair rate
-(`emu.model.maxmin.fill_classes`). Rates are recomputed only when the set of
+(`model.maxmin.fill_classes`). Rates are recomputed only when the set of
 active jobs changes, and only in the connected components (jobs coupled by
 shared links) that the change touches: max-min allocations decompose over
 components. Jobs that finish within a relative 1e-9 of each other complete
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emu.model.maxmin import Link, fill_classes, fill_sparse
+from model.maxmin import Link, fill_classes, fill_sparse
 
 _DONE_REL = 1e-9
 #: Components with at most this many job classes are solved in plain Python.

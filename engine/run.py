@@ -12,9 +12,9 @@ Processes. The engine process opens every socket inside the hosts' namespaces
 (``emu.netns.in_netns``: one TPACKET_V2 receive ring per host, one send socket
 per host interface), then forks at most one worker per usable core; each worker
 inherits the sockets of *its* hosts only (a host belongs to exactly one worker)
-and is pinned to its own core. ``traffic/nic.py`` is the worker loop (event-driven: epoll, a timerfd at the
-earliest deadline, dependency counters), ``traffic/rawsock.py`` the socket
-plumbing, ``traffic/plan.py`` what workers are handed and share.
+and is pinned to its own core. ``engine/nic.py`` is the worker loop (event-driven: epoll, a timerfd at the
+earliest deadline, dependency counters), ``engine/rawsock.py`` the socket
+plumbing, ``engine/plan.py`` what workers are handed and share.
 
 Machine CPU. The engine reads /proc/stat when the clock starts and when the run
 ends: ``machine_busy`` is the fraction of every CPU of the machine that was not
@@ -25,7 +25,7 @@ Dependencies. A message may start once every dependency is **fully received**
 (its last byte delivered in order at the destination, as an RDMA WRITE's data
 is usable by the receiver) and not before ``t0 + start_s`` (real seconds,
 dilated by S). Completions cross workers through the completion rings and
-eventfds of ``traffic.plan``; the start clock ``t0`` is set by the engine once
+eventfds of ``engine.plan``; the start clock ``t0`` is set by the engine once
 every worker is ready. ``end_s`` of a message is that receive time;
 ``acked_s`` when the sender saw the final ACK.
 
@@ -58,14 +58,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from emu.errors import ParameterError
+from core.errors import ParameterError
 from emu.netns import in_netns
-from traffic import nic, plan, rawsock
-from traffic.burst import Burst
+from engine import nic, plan, rawsock
+from engine.burst import Burst
+from engine.rx import RxLib
 from traffic.dcqcn import DcqcnParams, get_params
 from traffic.messages import Workload
 from traffic.roce import ECN_CODES, Flow
-from traffic.rx import RxLib
 
 #: Real-time CNP interval used by receivers when the senders run without CC.
 _DEFAULT_CNP_INTERVAL_S = 50e-6
@@ -88,8 +88,8 @@ class EngineConfig:
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
     ``ring_bytes``: receive ring per host.
-    ``send_path``: 'compiled' (traffic/csrc/roce_burst.c, sendmmsg bursts, and
-    traffic/csrc/roce_rx.c, batched receive with the responder's go-back-N in C),
+    ``send_path``: 'compiled' (engine/csrc/roce_burst.c, sendmmsg bursts, and
+    engine/csrc/roce_rx.c, batched receive with the responder's go-back-N in C),
     'python' (Shape.write + send per frame, receive parsed in Python) or 'auto'
     (compiled if clang works).
     """
