@@ -40,13 +40,16 @@ from pathlib import Path
 from typing import Literal
 
 from core.errors import CapabilityError
+from core.frame import ROCE_UDP_PORT
 
 log = logging.getLogger(__name__)
 
 Kind = Literal["bpf", "shared"]
+#: The C sources take the frame geometry they need from core.frame, as -D flags.
+_GEOMETRY = [f"-DROCE_UDP_PORT={ROCE_UDP_PORT}"]
 _FLAGS: dict[str, list[str]] = {
-    "bpf": ["-O2", "-g", "-target", "bpf", "-c"],
-    "shared": ["-O2", "-shared", "-fPIC", "-Wall", "-Werror"],
+    "bpf": ["-O2", "-g", "-target", "bpf", "-c", *_GEOMETRY],
+    "shared": ["-O2", "-shared", "-fPIC", "-Wall", "-Werror", *_GEOMETRY],
 }
 _SUFFIX = {"bpf": ".o", "shared": ".so"}
 ROOT_CACHE_DIR = "/var/cache/fabricemu"

@@ -47,13 +47,12 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CapabilityError, ParameterError
 from core.scaling import Scale
+from emu.shaping import NETEM_RESOLUTION_S, NetemOptions, shape_port
 
 if TYPE_CHECKING:
     from topologies.addressing import AddressPlan
     from topologies.base import FabricTopo
 
-#: pyroute2's netem plugin takes the delay in whole microseconds (it truncates).
-NETEM_RESOLUTION_S = 1e-6
 #: The kernel's psched tick (64 ns since Linux 2.6.31); netem's legacy delay field is
 #: a u32 count of ticks, so the longest delay pyroute2 can express is 2^32-1 ticks.
 PSCHED_TICK_NS = 64
@@ -66,22 +65,6 @@ NETEM_LIMIT_MAX = 2**32 - 1
 DELAY_CHOICES = ("auto", "on", "off")
 _WORDS = {"auto": "auto", "on": "on", "true": "on", "yes": "on", "1": "on",
           "off": "off", "false": "off", "no": "off", "0": "off"}
-
-
-@dataclass(frozen=True)
-class NetemOptions:
-    """The netem qdisc of one port: emulated delay in whole µs and limit in packets."""
-
-    delay_us: int
-    limit: int
-
-    def tc_kwargs(self) -> dict[str, int]:
-        """Keyword arguments of ``ipr.tc('add', 'netem', ...)`` (pyroute2: delay in µs)."""
-        return {"delay": self.delay_us, "limit": self.limit}
-
-    def real_delay_s(self, scale: Scale) -> float:
-        """The real one-way delay this delay line emulates (after rounding)."""
-        return scale.to_real_time_s(self.delay_us * NETEM_RESOLUTION_S)
 
 
 def port_delay_s(link_delay_s: float, node_is_host: bool, peer_is_host: bool) -> float:
@@ -218,7 +201,6 @@ def _probe_in_scratch_ns() -> dict[str, Any]:
     from pyroute2.netlink.exceptions import NetlinkError
 
     from emu.runs import NamespaceSet
-    from emu.shaping import shape_port
 
     with NamespaceSet("netem probe") as scratch:
         ipr = scratch.create("probe")

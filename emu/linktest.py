@@ -13,11 +13,11 @@ import time
 
 from scapy.utils import mac2str
 
+from core.frame import MTU_PAYLOAD_BYTES
 from emu.fabric import Fabric
 from emu.netns import in_netns
 
 ETHERTYPE_TEST = 0x88B5
-FRAME_PAYLOAD_BYTES = 4096
 
 
 def measure_port_rate(fab: Fabric, node: str, peer: str, duration_s: float = 2.0,
@@ -34,7 +34,7 @@ def measure_port_rate(fab: Fabric, node: str, peer: str, duration_s: float = 2.0
         tx.setblocking(False)
         rx.setblocking(False)
         frame = (mac2str(rx_if.mac) + mac2str(tx_if.mac)
-                 + ETHERTYPE_TEST.to_bytes(2, "big") + bytes(FRAME_PAYLOAD_BYTES))
+                 + ETHERTYPE_TEST.to_bytes(2, "big") + bytes(MTU_PAYLOAD_BYTES))
         start = time.monotonic()
         first_t = last_t = 0.0
         counted_bytes = 0

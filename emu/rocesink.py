@@ -23,9 +23,9 @@ from pathlib import Path
 from pyroute2 import IPRoute
 
 from core.errors import CapabilityError
+from core.frame import ROCE_UDP_PORT
 from emu import netns as ns
 
-ROCE_UDP_PORT = 4791
 FILTER_NAME = "fabricemu_roce_sink"
 
 

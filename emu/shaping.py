@@ -19,6 +19,7 @@ port's queue gives, and the marker needs no change.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyroute2 import IPRoute
@@ -26,7 +27,7 @@ from pyroute2.netlink.rtnl import TC_H_ROOT
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 
 if TYPE_CHECKING:
-    from emu.delay import NetemOptions
+    from core.scaling import Scale
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct tc_fifo_qopt.
 _tc_plugins.setdefault("bfifo", _tc_plugins["pfifo"])
@@ -41,6 +42,24 @@ MIN_FRAME_BYTES = 60
 #: How late a dequeue may be and still be made up for (see htb_burst_bytes).
 HTB_CATCH_UP_S = 1e-3
 HTB_CATCH_UP_MAX_S = 4e-3
+#: pyroute2's netem plugin takes the delay in whole microseconds (it truncates).
+NETEM_RESOLUTION_S = 1e-6
+
+
+@dataclass(frozen=True)
+class NetemOptions:
+    """The netem qdisc of one port: emulated delay in whole µs and limit in packets."""
+
+    delay_us: int
+    limit: int
+
+    def tc_kwargs(self) -> dict[str, int]:
+        """Keyword arguments of ``ipr.tc('add', 'netem', ...)`` (pyroute2: delay in µs)."""
+        return {"delay": self.delay_us, "limit": self.limit}
+
+    def real_delay_s(self, scale: Scale) -> float:
+        """The real one-way delay this delay line emulates (after rounding)."""
+        return scale.to_real_time_s(self.delay_us * NETEM_RESOLUTION_S)
 
 
 def htb_burst_bytes(rate_emu_bps: float, mtu_bytes: int = MTU_BYTES) -> int:

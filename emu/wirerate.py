@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from core.frame import FRAME_BYTES
 from core.units import parse_rate_bps
 from emu.runs import NamespaceSet
 from emu.shaping import MTU_BYTES, htb_burst_bytes, port_qdisc_stats, shape_port
@@ -139,7 +140,7 @@ def _frame(frame_bytes: int) -> bytes:
     return _DST_MAC + _SRC_MAC + ETHERTYPE.to_bytes(2, "big") + bytes(frame_bytes - 14)
 
 
-def measure_shaped_rate(rate_emu_bps: float, frame_bytes: int = 4154, duration_s: float = 20.0,
+def measure_shaped_rate(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, duration_s: float = 20.0,
                         warmup_s: float = 1.0, overhead_bytes: int = 0,
                         reads: int = 10) -> RateMeasurement:
     """Steady frame-byte rate of a backlogged port shaped to ``rate_emu_bps``."""
@@ -169,7 +170,7 @@ def measure_shaped_rate(rate_emu_bps: float, frame_bytes: int = 4154, duration_s
         mid_s, d_bytes // frame_bytes, backlogged, drops)
 
 
-def measure_burst_credit(rate_emu_bps: float, frame_bytes: int = 4154, frames: int = 200,
+def measure_burst_credit(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, frames: int = 200,
                          overhead_bytes: int = 0) -> BurstCredit:
     """Bytes delivered beyond R x elapsed by an idle port given ``frames`` at once,
     read half-way through the transfer (the bucket's initial content shows up then)."""
@@ -217,7 +218,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rate", default="100M", help="emulated rate, e.g. 4M, 100M (bit/s)")
     ap.add_argument("--duration", type=float, default=20.0)
-    ap.add_argument("--frame", type=int, default=4154, help="frame bytes without FCS")
+    ap.add_argument("--frame", type=int, default=FRAME_BYTES, help="frame bytes without FCS")
     ap.add_argument("--overhead", type=int, default=0, help="bytes the shaper adds per frame")
     args = ap.parse_args()
     rate = parse_rate_bps(args.rate)

@@ -52,6 +52,7 @@ import traceback
 from array import array
 from typing import Any
 
+from core.frame import ETH_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, RETH_BYTES
 from engine.burst import MAX_BURST, Burst
 from engine.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
 from engine.rawsock import (
@@ -99,9 +100,8 @@ _TP_STATUS = struct.Struct("<I")
 _ROCE = struct.Struct(">15xBH24xBB2xII")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-_TS_OFF = 54                            # timestamp right after the BTH (MIDDLE/LAST)
-_TS_OFF_RETH = 70                       # after BTH + RETH (FIRST/ONLY)
-_IP_OVERHEAD_BYTES = 20 + 8 + 12 + 4    # IPv4, UDP, BTH, ICRC around the payload
+# IPv4, UDP, BTH and ICRC around the payload: an IP total length minus this is payload.
+_IP_OVERHEAD_BYTES = HEADER_BYTES - ETH_BYTES
 # A sender that fell behind its schedule (preempted on a busy machine) catches up
 # to keep the average rate exact, but never by more than this (emulated ns) or two
 # frames, whichever is longer: beyond that it restarts the schedule from now
@@ -710,15 +710,15 @@ class _WorkerLoop:
                     self.unknown_frames += 1
                 else:
                     reth = opcode in RETH_OPCODES
-                    ts = _U64.unpack_from(mm, f + (_TS_OFF_RETH if reth else _TS_OFF))[0]
-                    payload = ip_len - _IP_OVERHEAD_BYTES - (16 if reth else 0) - (flags >> 4 & 3)
+                    ts = _U64.unpack_from(mm, f + (OFF_TS_RETH if reth else OFF_TS))[0]
+                    payload = ip_len - _IP_OVERHEAD_BYTES - (RETH_BYTES if reth else 0) - (flags >> 4 & 3)
                     self._on_data(h, rq, psn, tos & 3 == ECN_CE, payload, ts, rx_ns)
             elif opcode == ACKNOWLEDGE:
                 qp = h.tx_qps.get(qpn)
                 if qp is None or qp.gbn is None:
                     self.unknown_frames += 1
                 else:
-                    self._on_ack(qp, psn, _U32.unpack_from(mm, f + _TS_OFF)[0] >> 24, rx_ns)
+                    self._on_ack(qp, psn, _U32.unpack_from(mm, f + OFF_TS)[0] >> 24, rx_ns)
             elif opcode == CNP:
                 qp = h.tx_qps.get(qpn)
                 if qp is None or qp.cc is None:

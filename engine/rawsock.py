@@ -30,6 +30,8 @@ import struct
 import time
 from dataclasses import dataclass
 
+from core.frame import ROCE_UDP_PORT
+
 # Linux constants (if_packet.h, filter.h, socket.h, timerfd.h).
 ETH_P_IP = 0x0800
 ETH_P_ALL = 0x0003
@@ -72,7 +74,7 @@ def _bpf_program(snap_bytes: int) -> list[tuple[int, int, int, int]]:
         (ld_h, 0, 0, 20),
         (jset, 2, 0, 0x3FFF),            # MF flag or fragment offset
         (ld_h, 0, 0, 36),
-        (jeq, 1, 0, 4791),
+        (jeq, 1, 0, ROCE_UDP_PORT),
         (ret, 0, 0, 0),
         (ret, 0, 0, snap_bytes),         # the return value is the snap length
     ]

@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import ParameterError
+from core.frame import MTU_PAYLOAD_BYTES
 from emu.netns import in_netns
 from engine import nic, plan, rawsock
 from engine.burst import Burst
@@ -95,7 +96,7 @@ class EngineConfig:
     """
 
     cc: str | DcqcnParams | None = "paper"
-    payload_bytes: int = 4096
+    payload_bytes: int = MTU_PAYLOAD_BYTES
     ecn: str = "ect0"
     workers: int | None = None
     ack_coalesce: int = 16

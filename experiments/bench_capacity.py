@@ -33,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.frame import MTU_PAYLOAD_BYTES
 from core.scaling import Scale
 from emu.netns import in_netns
 from engine.burst import MAX_BURST, Burst
@@ -66,7 +67,7 @@ def kernel_capacity(spec: str, scale: float, seconds: float) -> dict[str, float]
         for i, (src, dst) in enumerate(pairs):
             eg = fab.egress(src, dst)
             flow = Flow(eg.src_mac, eg.dst_mac, eg.src_ip, eg.dst_ip, 0xC000 | i, i + 1)
-            tmpl = QpTemplate(flow, 4096 * 3)
+            tmpl = QpTemplate(flow, MTU_PAYLOAD_BYTES * 3)
             shapes.append(tmpl.shapes[tmpl.opcode(1)])
             with in_netns(fab.endpoint(src).netns_path):
                 socks.append(open_tx_socket(eg.ifname))

@@ -16,7 +16,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from core.scaling import Scale
+from core.scaling import DEFAULT_SCALE, Scale
 from emu.fabric import Fabric
 from topologies.fattree import FatTree
 
@@ -55,7 +55,7 @@ def time_mininet(k: int, scale: Scale) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", default="4,8", help="fat-tree sizes, comma separated")
-    ap.add_argument("--scale", type=float, default=4000.0)
+    ap.add_argument("--scale", type=float, default=DEFAULT_SCALE)
     ap.add_argument("--marking", default="auto")
     ap.add_argument("--skip-mininet", action="store_true")
     args = ap.parse_args()

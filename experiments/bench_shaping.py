@@ -13,7 +13,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from core.scaling import Scale
+from core.scaling import DEFAULT_SCALE, Scale
 from core.units import format_rate
 from emu.fabric import Fabric
 from emu.linktest import measure_port_rate
@@ -23,7 +23,7 @@ from topologies.spec import build_topo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topo", default="fattree,4")
-    ap.add_argument("--scale", type=float, default=4000.0)
+    ap.add_argument("--scale", type=float, default=DEFAULT_SCALE)
     ap.add_argument("--duration", type=float, default=3.0)
     args = ap.parse_args()
     table = Table(title=f"{args.topo}, S = {args.scale:g}")

@@ -47,6 +47,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.errors import FabricEmuError, ParameterError
+from core.frame import FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES
 from core.units import parse_rate_bps, parse_size_bytes
 from experiments.fidelity import FidelityReport, combine
 
@@ -54,9 +55,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
 
-#: Full-size RoCEv2 frame on the wire (4096 payload + Eth/IP/UDP/BTH/ICRC), as the model.
-PACKET_BYTES = 4154
-PAYLOAD_BYTES = 4096
 
 #: The fixed delays of a real fabric that the model prices (model.alphabeta,
 #: topologies.base): per-hop serialization (a store-and-forward switch holds a frame
@@ -780,7 +778,7 @@ def emulated_fixed_delays(fab: Any) -> dict[str, dict[str, Any]]:
 
 def packet_time_s(rate_bps: float) -> float:
     """Real serialization time of one full RoCEv2 frame at ``rate_bps``."""
-    return 8.0 * PACKET_BYTES / rate_bps
+    return 8.0 * FRAME_BYTES / rate_bps
 
 
 def max_scale(fab: Any) -> float:
@@ -976,7 +974,7 @@ def gate(fab: Any, m: Measurement, workload: Any, *, cc: bool,
     samples = {str(port): list(zip(g.backlog_bytes.astype(float), g.vq_bytes.astype(float),
                                    strict=True))
                for port, g in queue.groupby("port")} if not queue.empty else {}
-    checks = queue_divergence_checks(samples, PACKET_BYTES)
+    checks = queue_divergence_checks(samples, FRAME_BYTES)
     failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     return FidelityReport(report.valid and not failed, [*report.reasons, *failed],
                           report.suggested_scale, [*report.checks, *checks])
@@ -1014,7 +1012,7 @@ def measure_deviations(fab: Any, m: Measurement, case: str, graph: Any | None = 
     A deviation (one row per measured shortfall beyond DEVIATION_TOLERANCE) names the
     parts not emulated (`emulated_fixed_delays`) and gives the real and the measured
     medians over the run's messages."""
-    from model.alphabeta import DEFAULT_OVERHEAD_S, ROCE_HEADER_BYTES
+    from model.alphabeta import DEFAULT_OVERHEAD_S
 
     graph = model_graph(fab) if graph is None else graph
     emulated = emulated_fixed_delays(fab)
@@ -1025,7 +1023,7 @@ def measure_deviations(fab: Any, m: Measurement, case: str, graph: Any | None = 
     for msg in msgs.itertuples():
         if msg.msg_id not in lowest.index:
             continue
-        frame = min(PAYLOAD_BYTES, int(msg.size_bytes)) + ROCE_HEADER_BYTES
+        frame = min(MTU_PAYLOAD_BYTES, int(msg.size_bytes)) + HEADER_BYTES
         sums = [hop_sum_s(graph, p, frame) for p in fab.routes.paths(msg.src, msg.dst)]
         parts.append(min(sums, key=lambda d: sum(d.values())))
         measured.append(float(lowest[msg.msg_id]))

@@ -5,7 +5,7 @@ Every host sends one message to a random other host (a derangement); each messag
 is one QP with its own UDP source port, so the switches' L4 hash picks its path.
 The kernel's hash is not reproducible from outside, so the model draws it: over
 ``samples`` independent uniform draws of every flow's path among its equal-cost
-paths, the fluid max-min model (`model.maxmin.flow_completion_times`) gives
+paths, the fluid max-min model (`model.fluid.flow_completion_times`) gives
 every flow's bandwidth time; the real fabric adds the NIC's per-message overhead
 before the first byte and the chosen path's latency (switch latency, propagation,
 store and forward) after the last (`model.alphabeta`), hence the completion
@@ -23,10 +23,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
 from experiments.common import (
-    PACKET_BYTES,
-    PAYLOAD_BYTES,
     SCALE_HELP,
     Option,
     Run,
@@ -85,11 +84,12 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
     """Per-flow completion time (real s) and throughput (payload bit/s) over random
     hash draws, on the real fabric."""
     from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s
-    from model.maxmin import flow_completion_times, make_flow
+    from model.fluid import flow_completion_times
+    from model.maxmin import make_flow
 
     rng = random.Random(seed)
     graph = model_graph(fab)
-    wire = PACKET_BYTES / PAYLOAD_BYTES
+    wire = FRAME_BYTES / MTU_PAYLOAD_BYTES
     msgs = workload.messages
     sizes = {m.msg_id: m.size_bytes * wire for m in msgs}
     paths = {m.msg_id: fab.routes.paths(m.src, m.dst) for m in msgs}
@@ -99,7 +99,7 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
                            choice=lambda _fid, ps: rng.randrange(len(ps))) for m in msgs]
         fct = flow_completion_times(graph, flows, sizes)
         for m, flow in zip(msgs, flows, strict=True):
-            last_bytes = min(PACKET_BYTES, sizes[m.msg_id])
+            last_bytes = min(FRAME_BYTES, sizes[m.msg_id])
             fct_s = DEFAULT_OVERHEAD_S + fct[m.msg_id] + path_latency_s(graph, flow.paths[0],
                                                                         last_bytes)
             rows.append({"sample": sample, "msg_id": m.msg_id, "fct_s": fct_s,

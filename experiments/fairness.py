@@ -23,10 +23,10 @@ import pandas as pd
 
 from core.ecn import Thresholds
 from core.errors import ParameterError
+from core.frame import MTU_PAYLOAD_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
 from core.units import parse_time_s
 from experiments.common import (
-    PAYLOAD_BYTES,
     SCALE_HELP,
     Measurement,
     Option,
@@ -158,7 +158,7 @@ def window_rate_bps(m: Measurement, flow: Any, t0_s: float, t1_s: float, settle:
     receiver by the flow's path latency, its first ``settle`` fraction skipped."""
     lo, hi = t0_s + latency_s + settle * (t1_s - t0_s), t1_s + latency_s
     pkts = m.latency[(m.latency.msg_id == flow) & (m.latency.t_s >= lo) & (m.latency.t_s < hi)]
-    return 8.0 * PAYLOAD_BYTES * len(pkts) / (hi - lo)
+    return 8.0 * MTU_PAYLOAD_BYTES * len(pkts) / (hi - lo)
 
 
 def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 
 import networkx as nx
 
+from core.frame import FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES
 from model.busbw import busbw_factor, normalize_collective
 from model.fluid import FluidJob, simulate
 from model.maxmin import (
@@ -116,18 +117,12 @@ DEFAULT_OVERHEAD_S = 1e-6
 #: How a hop forwards a frame (see the module doc); commodity Ethernet switches
 #: store and forward, low-latency data-centre switches cut through.
 FORWARDING = ("store-and-forward", "cut-through")
-#: RoCEv2 payload per packet (MTU 4096) and L2 header bytes counted by a shaper:
-#: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 (RETH on first packet ignored).
-ROCE_PAYLOAD_BYTES = 4096
-ROCE_HEADER_BYTES = 58
-#: A full RoCEv2 frame on the wire: the last packet a store-and-forward hop holds.
-DEFAULT_PACKET_BYTES = ROCE_PAYLOAD_BYTES + ROCE_HEADER_BYTES
 
 PathsLike = Callable[[str, str], Sequence[Sequence[str]]] | Mapping[tuple[str, str], Sequence[Sequence[str]]]
 
 
-def roce_wire_factor(payload_bytes: int = ROCE_PAYLOAD_BYTES,
-                     header_bytes: int = ROCE_HEADER_BYTES) -> float:
+def roce_wire_factor(payload_bytes: int = MTU_PAYLOAD_BYTES,
+                     header_bytes: int = HEADER_BYTES) -> float:
     """Wire bytes per payload byte of full-size RoCEv2 packets."""
     return (payload_bytes + header_bytes) / payload_bytes
 
@@ -147,7 +142,7 @@ def check_forwarding(forwarding: str) -> None:
 
 
 def path_latency_s(graph: nx.Graph, path: Sequence[str],
-                   packet_bytes: float = DEFAULT_PACKET_BYTES,
+                   packet_bytes: float = FRAME_BYTES,
                    forwarding: str = "store-and-forward") -> float:
     """Propagation and switch latency of a path plus, when storing and forwarding, the
     last packet's serialization at every hop but the bottleneck (see module doc)."""
@@ -192,7 +187,7 @@ class WorkloadPrediction:
 def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      mode: str = "spread", choice: Choice | None = None,
                      overhead_s: float = DEFAULT_OVERHEAD_S,
-                     packet_bytes: float = DEFAULT_PACKET_BYTES,
+                     packet_bytes: float = FRAME_BYTES,
                      forwarding: str = "store-and-forward", wire_factor: float | None = None,
                      nic_rate_bps: float | None = None,
                      collective: str | None = None) -> WorkloadPrediction:
@@ -364,7 +359,7 @@ def workload_bottleneck_rate_bps(workload: Workload, graph: nx.Graph, paths: Pat
 
 def step_alpha_s(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, str]], *,
                  overhead_s: float = DEFAULT_OVERHEAD_S,
-                 packet_bytes: float = DEFAULT_PACKET_BYTES,
+                 packet_bytes: float = FRAME_BYTES,
                  forwarding: str = "store-and-forward", mode: str = "spread",
                  choice: Choice | None = None) -> float:
     """Alpha of a synchronous step: overhead + the longest path latency among its flows."""
@@ -441,7 +436,7 @@ def predict_collective(collective: str, graph: nx.Graph, paths: PathsLike, ranks
                        size_bytes: float, *, algorithm: str = "ring", chunks: int = 1,
                        schedule: str = "pairwise", mode: str = "spread",
                        choice: Choice | None = None, overhead_s: float = DEFAULT_OVERHEAD_S,
-                       packet_bytes: float = DEFAULT_PACKET_BYTES,
+                       packet_bytes: float = FRAME_BYTES,
                        forwarding: str = "store-and-forward", wire_factor: float | None = None,
                        nic_rate_bps: float | None = None) -> CollectivePrediction:
     """Alpha-beta time of a collective, each step priced at its own bottleneck rate

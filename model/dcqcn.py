@@ -44,7 +44,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from model.queueing import DEFAULT_PACKET_BYTES, queue_for_mark_probability
+from core.frame import FRAME_BYTES
+from model.queueing import queue_for_mark_probability
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ class DcqcnFixedPoint:
 
 def dcqcn_fixed_point(n_flows: int, port_rate_bps: float, kmin_bytes: float,
                       kmax_bytes: float, pmax: float, params: str | DcqcnParams = "paper",
-                      packet_bytes: float = DEFAULT_PACKET_BYTES,
+                      packet_bytes: float = FRAME_BYTES,
                       line_rate_bps: float | None = None) -> DcqcnFixedPoint:
     """Fixed point of N flows of the fluid model sharing a port of rate C.
 

@@ -22,12 +22,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from model.alphabeta import (
-    DEFAULT_OVERHEAD_S,
-    DEFAULT_PACKET_BYTES,
-    path_latency_s,
-    roce_wire_factor,
-)
+from core.frame import FRAME_BYTES
+from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s, roce_wire_factor
 from model.fluid import FluidJob, simulate
 from model.maxmin import Choice, Link, as_capacities, make_flow, max_min_rates
 
@@ -72,7 +68,7 @@ def fair_share_schedule(graph: nx.Graph | Mapping[Link, float], flows: Sequence[
                         mode: str = "spread", choice: Choice | None = None,
                         overhead_s: float = DEFAULT_OVERHEAD_S,
                         wire_factor: float | None = None,
-                        packet_bytes: float = DEFAULT_PACKET_BYTES) -> FairShareSchedule:
+                        packet_bytes: float = FRAME_BYTES) -> FairShareSchedule:
     """Max-min fair shares of ``flows`` over time (see the module doc). ``graph`` (or
     directed link capacities, then without path latency) gives the link rates."""
     wire = roce_wire_factor() if wire_factor is None else wire_factor

@@ -23,9 +23,10 @@ import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import networkx as nx
 import numpy as np
 
-from model.maxmin import Link, fill_classes, fill_sparse
+from model.maxmin import Flow, Link, as_capacities, as_flow, fill_classes, fill_sparse
 
 _DONE_REL = 1e-9
 #: Components with at most this many job classes are solved in plain Python.
@@ -249,3 +250,29 @@ def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> Flui
         stuck = [j.job_id for j in job_list if j.job_id not in res.finish_s][:5]
         raise ValueError(f"dependency cycle: jobs never became ready, e.g. {stuck}")
     return res
+
+
+def flow_completion_times(capacities: Mapping[Link, float] | nx.Graph,
+                          flows: Iterable[Flow | tuple],
+                          sizes_bytes: Mapping[Hashable, float],
+                          start_s: Mapping[Hashable, float] | None = None,
+                          caps_bps: Mapping[Hashable, float] | None = None) -> dict[Hashable, float]:
+    """Fluid max-min model: each flow's completion time (finish − start, real s).
+
+    Flows start at ``start_s`` (default 0) and share links max-min fairly; the
+    allocation is recomputed at every start and finish. No latency term: this is
+    the pure bandwidth model (`model.alphabeta` adds alpha).
+    """
+    starts = start_s or {}
+    extra = caps_bps or {}
+    jobs = []
+    for item in flows:
+        f = as_flow(item)
+        jobs.append(FluidJob(
+            job_id=f.flow_id, fractions=f.fractions,
+            size_bits=8.0 * float(sizes_bytes[f.flow_id]),
+            cap_bps=min(f.cap_bps, float(extra.get(f.flow_id, math.inf))),
+            release_s=float(starts.get(f.flow_id, 0.0)),
+        ))
+    result = simulate(jobs, as_capacities(capacities))
+    return {j: result.finish_s[j] - result.ready_s[j] for j in result.finish_s}

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 import networkx as nx
 
+from core.frame import CNP_FRAME_BYTES, FRAME_BYTES
 from model.alphabeta import DEFAULT_OVERHEAD_S
 from model.dcqcn import DcqcnParams, dcqcn_fixed_point, dcqcn_params
 from model.incast_fluid import incast_dcqcn
 from model.queueing import (
-    DEFAULT_PACKET_BYTES,
     base_latency_s,
     incast_backlog_growth_bps,
     incast_cc_off,
@@ -28,10 +28,6 @@ from model.queueing import (
     time_to_fill_s,
 )
 
-#: A CNP on the wire (Ethernet, IPv4, UDP, BTH, 16 B pad, ICRC; an ACK is 62 B): what
-#: returns to the sender, so the way back costs little serialization.
-CONTROL_PACKET_BYTES = 74
-
 
 def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    buffer_bytes: float, sender_rate_bps: float | None = None,
@@ -39,7 +35,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    kmax_bytes: float | None = None, pmax: float | None = None,
                    dcqcn: str | DcqcnParams = "paper",
                    hop_rates_bps: Sequence[float] = (), hop_delays_s: Sequence[float] = (),
-                   packet_bytes: float = DEFAULT_PACKET_BYTES,
+                   packet_bytes: float = FRAME_BYTES,
                    overhead_s: float = DEFAULT_OVERHEAD_S,
                    base_rtt_s: float | None = None,
                    dcqcn_reaction: str = "events") -> dict[str, float | bool | str]:
@@ -56,7 +52,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps
     base_s = base_latency_s(hop_rates_bps, hop_delays_s, packet_bytes)
     alpha_s = overhead_s + base_s
-    rtt_s = base_s + base_latency_s(hop_rates_bps, hop_delays_s, CONTROL_PACKET_BYTES) \
+    rtt_s = base_s + base_latency_s(hop_rates_bps, hop_delays_s, CNP_FRAME_BYTES) \
         if base_rtt_s is None else base_rtt_s
     out: dict[str, float | bool | str] = {
         "n_senders": n_senders, "size_bytes": size_bytes, "port_rate_bps": port_rate_bps,

@@ -43,13 +43,9 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.frame import FRAME_BYTES
 from model.dcqcn import DcqcnParams, MeanFieldSender, ReactionPoint, dcqcn_params
-from model.queueing import (
-    DEFAULT_PACKET_BYTES,
-    QueueDist,
-    latency_percentiles_s,
-    mark_probability,
-)
+from model.queueing import QueueDist, latency_percentiles_s, mark_probability
 
 #: Bins of the packet-weighted queue distribution over [0, peak].
 QUEUE_BINS = 256
@@ -160,7 +156,7 @@ class DcqcnIncastFluid:
     """Fixed-step integration of DCQCN senders into one port (see the module doc)."""
 
     def __init__(self, port: Port, senders: Sequence[Sender], params: str | DcqcnParams, *,
-                 base_rtt_s: float = 0.0, packet_bytes: float = DEFAULT_PACKET_BYTES,
+                 base_rtt_s: float = 0.0, packet_bytes: float = FRAME_BYTES,
                  reaction: str = "events", step_s: float | None = None,
                  feedback_delay_s: float | None = None):
         if not senders:
@@ -338,7 +334,7 @@ def incast_dcqcn(n_senders: int, size_bytes: float, sender_rate_bps: float,
                  port_rate_bps: float, buffer_bytes: float, kmin_bytes: float,
                  kmax_bytes: float, pmax: float, params: str | DcqcnParams = "paper", *,
                  base_rtt_s: float = 0.0, alpha_s: float = 0.0,
-                 packet_bytes: float = DEFAULT_PACKET_BYTES, reaction: str = "events",
+                 packet_bytes: float = FRAME_BYTES, reaction: str = "events",
                  step_s: float | None = None) -> IncastDcqcn:
     """N identical senders of ``size_bytes`` at ``sender_rate_bps``, all from t = 0;
     completion includes ``alpha_s`` (see the module doc)."""

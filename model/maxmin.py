@@ -16,8 +16,8 @@ Model and assumptions:
 * Identical flows (same link fractions and cap) get identical rates in the
   max-min allocation, so the solver works on *classes* of flows with a
   multiplicity; that keeps all-to-all and ring steps cheap.
-* The fluid completion-time model (`flow_completion_times`) recomputes the
-  allocation whenever the set of active flows changes (see `model.fluid`).
+* The fluid completion-time model (`model.fluid.flow_completion_times`)
+  recomputes the allocation whenever the set of active flows changes.
 
 Units: rates in bit/s, sizes in bytes, times in real seconds.
 """
@@ -297,31 +297,3 @@ def max_min_rates(capacities: Mapping[Link, float] | nx.Graph,
     link_load = {link: float(load[j]) for j, link in enumerate(links)}
     util = {link: float(load[j] / link_cap[j]) for j, link in enumerate(links)}
     return MaxMinResult(rates, link_load, util, bottleneck)
-
-
-def flow_completion_times(capacities: Mapping[Link, float] | nx.Graph,
-                          flows: Iterable[Flow | tuple],
-                          sizes_bytes: Mapping[Hashable, float],
-                          start_s: Mapping[Hashable, float] | None = None,
-                          caps_bps: Mapping[Hashable, float] | None = None) -> dict[Hashable, float]:
-    """Fluid max-min model: each flow's completion time (finish − start, real s).
-
-    Flows start at ``start_s`` (default 0) and share links max-min fairly; the
-    allocation is recomputed at every start and finish. No latency term: this is
-    the pure bandwidth model (`model.alphabeta` adds alpha).
-    """
-    from model.fluid import FluidJob, simulate
-
-    starts = start_s or {}
-    extra = caps_bps or {}
-    jobs = []
-    for item in flows:
-        f = as_flow(item)
-        jobs.append(FluidJob(
-            job_id=f.flow_id, fractions=f.fractions,
-            size_bits=8.0 * float(sizes_bytes[f.flow_id]),
-            cap_bps=min(f.cap_bps, float(extra.get(f.flow_id, math.inf))),
-            release_s=float(starts.get(f.flow_id, 0.0)),
-        ))
-    result = simulate(jobs, as_capacities(capacities))
-    return {j: result.finish_s[j] - result.ready_s[j] for j in result.finish_s}

@@ -43,9 +43,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-#: Default RoCEv2 packet on the wire (4096 payload + 58 bytes of headers).
-DEFAULT_PACKET_BYTES = 4154
-
+from core.frame import FRAME_BYTES
 
 # ------------------------------------------------------------------- marking curve
 
@@ -135,7 +133,7 @@ class QueueDist:
 # ----------------------------------------------------------------------- latency
 
 def base_latency_s(hop_rates_bps: Sequence[float], hop_delays_s: Sequence[float],
-                   packet_bytes: float = DEFAULT_PACKET_BYTES) -> float:
+                   packet_bytes: float = FRAME_BYTES) -> float:
     """One packet, empty queues: per hop propagation + serialization (store-and-forward)."""
     if len(hop_rates_bps) != len(hop_delays_s):
         raise ValueError("one delay per hop rate is needed")
@@ -204,7 +202,7 @@ class IncastCcOff:
 def incast_cc_off(n_senders: int, size_bytes: float, sender_rate_bps: float,
                   port_rate_bps: float, buffer_bytes: float, *, alpha_s: float = 0.0,
                   base_rtt_s: float = 0.0,
-                  packet_bytes: float = DEFAULT_PACKET_BYTES) -> IncastCcOff:
+                  packet_bytes: float = FRAME_BYTES) -> IncastCcOff:
     """Incast without congestion control (see the module doc for the GBN estimate)."""
     n, r, c = n_senders, sender_rate_bps, port_rate_bps
     growth = incast_backlog_growth_bps(n, r, c)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import FabricEmuError, ParameterError
+from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
 from traffic.cc import CongestionControl, make_cc
 from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
 from traffic.dcqcn import DcqcnParams, get_params
@@ -77,8 +78,8 @@ REGISTRY: dict[str, Callable[..., CongestionControl]] = {
 
 #: Event methods -> (dummy arguments, in the order they are sent; the parameters they take).
 _EVENTS: dict[str, tuple[tuple[object, ...], str]] = {
-    "on_send": ((4154, 1e-6), "(n_bytes, now_s)"),
-    "on_ack": ((4096, 10e-6, False, (), 11e-6),
+    "on_send": ((FRAME_BYTES, 1e-6), "(n_bytes, now_s)"),
+    "on_ack": ((MTU_PAYLOAD_BYTES, 10e-6, False, (), 11e-6),
                "(bytes_acked, rtt_s, ecn_echo, int_records, now_s)"),
     "on_cnp": ((12e-6,), "(now_s)"),
     "on_timer": ((13e-6,), "(now_s)"),

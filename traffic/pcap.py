@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import FabricEmuError, ParameterError
+from core.frame import MTU_PAYLOAD_BYTES, ROCE_UDP_PORT
 from core.units import format_size
 from traffic import collectives
 from traffic.messages import Message, Workload
@@ -224,7 +225,7 @@ def iter_roce_pcap(path: str | Path, *, max_bytes: int = DEFAULT_MAX_PCAP_BYTES
         if not others:
             raise PcapError(f"{path} holds no frames")
         summary = ", ".join(f"{count} {what}" for what, count in others.most_common(5))
-        raise PcapError(f"{path} holds no RoCEv2 (UDP port 4791) frames; found "
+        raise PcapError(f"{path} holds no RoCEv2 (UDP port {ROCE_UDP_PORT}) frames; found "
                         f"{sum(others.values())} frames: {summary}")
 
 
@@ -302,7 +303,7 @@ def _schedule(workload: Workload, rate_bps: float, mtu_payload_bytes: int
     return per_nic
 
 
-def iter_workload_frames(workload: Workload, *, rate_bps: float, mtu_payload_bytes: int = 4096,
+def iter_workload_frames(workload: Workload, *, rate_bps: float, mtu_payload_bytes: int = MTU_PAYLOAD_BYTES,
                          ecn: str = "ect0") -> Iterator[tuple[float, bytes]]:
     """The RoCEv2 frames a fabric would carry for ``workload``, in time order, streamed.
 
@@ -345,7 +346,7 @@ def iter_workload_frames(workload: Workload, *, rate_bps: float, mtu_payload_byt
         yield t_s, frame
 
 
-def workload_to_frames(workload: Workload, *, rate_bps: float, mtu_payload_bytes: int = 4096,
+def workload_to_frames(workload: Workload, *, rate_bps: float, mtu_payload_bytes: int = MTU_PAYLOAD_BYTES,
                        ecn: str = "ect0") -> list[tuple[float, bytes]]:
     """``iter_workload_frames`` as a list (small workloads and tests)."""
     return list(iter_workload_frames(workload, rate_bps=rate_bps,
@@ -363,12 +364,12 @@ class CollectiveShape:
     def n_messages(self) -> int:
         return sum(self.message_sizes.values())
 
-    def n_frames(self, mtu_payload_bytes: int = 4096) -> int:
+    def n_frames(self, mtu_payload_bytes: int = MTU_PAYLOAD_BYTES) -> int:
         """Data packets plus one ACK per message."""
         return sum(count * (-(-size // mtu_payload_bytes) + 1)
                    for size, count in self.message_sizes.items())
 
-    def pcap_bytes(self, mtu_payload_bytes: int = 4096) -> int:
+    def pcap_bytes(self, mtu_payload_bytes: int = MTU_PAYLOAD_BYTES) -> int:
         """Exact size of the pcap file ``write_pcap`` makes of these messages."""
         total = _GLOBAL.size
         for size, count in self.message_sizes.items():
@@ -448,7 +449,7 @@ def collective_shape(name: str, ranks: int, size_bytes: int, *,
 
 
 def check_collective_size(shape: CollectiveShape, *, max_bytes: int, max_messages: int,
-                          mtu_payload_bytes: int = 4096) -> None:
+                          mtu_payload_bytes: int = MTU_PAYLOAD_BYTES) -> None:
     """Refuse a collective whose DAG or pcap would exceed the caps (before building it)."""
     if shape.n_messages > max_messages:
         raise PcapError(f"this collective is {shape.n_messages:,} messages, above the limit of "
@@ -482,7 +483,7 @@ class PcapSummary:
 
 
 def collective_pcap(collective_name: str, ranks: int, size_bytes: int, path: str | Path, *,
-                    rate_bps: float = 400e9, mtu_payload_bytes: int = 4096,
+                    rate_bps: float = 400e9, mtu_payload_bytes: int = MTU_PAYLOAD_BYTES,
                     max_bytes: int = DEFAULT_MAX_PCAP_BYTES,
                     max_messages: int = DEFAULT_MAX_MESSAGES, **opts: object) -> PcapSummary:
     """Write the pcap of one collective over hosts h1..h<ranks>, streaming it to disk.

@@ -5,7 +5,7 @@ per *shape* (opcode and payload length) of a QP.  The hot path only patches the
 varying bytes into that prototype with ``struct.pack_into`` and finishes the ICRC
 from precomputed CRC state, so no Scapy code runs per packet.
 
-Frame layout (IPv4, no options, UDP checksum 0 as RoCEv2 NICs send it)::
+Frame layout (`core.frame` declares it; IPv4, no options, UDP checksum 0)::
 
     off  len  field
       0   14  Ethernet (dst, src, 0x0800)
@@ -46,8 +46,22 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
 from core.errors import ParameterError
+from core.frame import (
+    AETH_BYTES,
+    CNP_PAD_BYTES,
+    ICRC_BYTES,
+    MIN_FRAME_BYTES,
+    MTU_PAYLOAD_BYTES,
+    OFF_AFTER_BTH,
+    OFF_BTH,
+    OFF_IP,
+    OFF_PSN_WORD,
+    RETH_BYTES,
+    ROCE_UDP_PORT,
+    TS_BYTES,
+    UDP_BYTES,
+)
 
-ROCE_UDP_PORT = 4791
 WRITE_FIRST = 0x06
 WRITE_MIDDLE = 0x07
 WRITE_LAST = 0x08
@@ -63,15 +77,6 @@ AETH_NAK_PSN_SEQ = 0x60  # syndrome: NAK, PSN sequence error
 ECN_CODES = {"not-ect": 0b00, "ect1": 0b01, "ect0": 0b10}
 ECN_CE = 0b11
 
-ETH_BYTES, IP_BYTES, UDP_BYTES, BTH_BYTES = 14, 20, 8, 12
-RETH_BYTES, AETH_BYTES, CNP_PAD_BYTES, ICRC_BYTES = 16, 4, 16, 4
-TS_BYTES = 8
-OFF_IP = ETH_BYTES
-OFF_UDP = OFF_IP + IP_BYTES
-OFF_BTH = OFF_UDP + UDP_BYTES
-OFF_PSN_WORD = OFF_BTH + 8  # AckReq<<31 | PSN, big-endian
-OFF_AFTER_BTH = OFF_BTH + BTH_BYTES  # RETH, AETH, CNP pad or payload
-MIN_FRAME_BYTES = OFF_AFTER_BTH + ICRC_BYTES
 
 
 class RETH(Packet):
@@ -266,7 +271,7 @@ class QpTemplate:
     states the real DMA length.  AckReq is set on LAST and ONLY.
     """
 
-    def __init__(self, flow: Flow, message_bytes: int, *, mtu_payload_bytes: int = 4096,
+    def __init__(self, flow: Flow, message_bytes: int, *, mtu_payload_bytes: int = MTU_PAYLOAD_BYTES,
                  va: int = 0, rkey: int = 0):
         if message_bytes <= 0:
             raise ParameterError("message_bytes", message_bytes, "must be positive")

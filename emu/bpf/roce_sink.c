@@ -18,7 +18,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define ROCE_UDP_PORT 4791
+#ifndef ROCE_UDP_PORT
+#error "ROCE_UDP_PORT comes from core/frame.py: build through emu.cbuild"
+#endif
 
 SEC("tc")
 int roce_sink(struct __sk_buff *skb)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from scapy.utils import mac2str
 
 from core.ecn import Thresholds
+from core.frame import ROCE_UDP_PORT
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.runs import NamespaceSet
@@ -35,7 +36,6 @@ _SYSCTLS = {
     "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
 }
 SRC_IP, SW_IN_IP, SW_OUT_IP, DST_IP = "10.77.1.1", "10.77.1.2", "10.77.2.1", "10.77.2.2"
-UDP_PORT = 4791  # RoCEv2's port: the frames look like the fabric's traffic
 
 
 def ip_checksum(header: bytes) -> int:
@@ -139,7 +139,7 @@ class MarkerRig:
         hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, ecn & 3, ip_len, ip_id & 0xFFFF, 0x4000,
                                     64, 17, 0, socket.inet_aton(SRC_IP), socket.inet_aton(DST_IP)))
         struct.pack_into("!H", hdr, 10, ip_checksum(bytes(hdr)))
-        udp = struct.pack("!HHHH", 49152 + (ip_id & 0x3FFF), UDP_PORT, ip_len - 20, 0)
+        udp = struct.pack("!HHHH", 49152 + (ip_id & 0x3FFF), ROCE_UDP_PORT, ip_len - 20, 0)
         return self.sw_mac + self.src_mac + b"\x08\x00" + bytes(hdr) + udp + bytes(ip_len - 28)
 
     def send(self, frames: list[bytes], rate_pps: float | None = None) -> float:
@@ -191,7 +191,7 @@ class MarkerRig:
                 return
             if len(buf) < 42 or buf[12:14] != b"\x08\x00" or buf[23] != 17:
                 continue
-            if struct.unpack_from("!H", buf, 36)[0] != UDP_PORT:
+            if struct.unpack_from("!H", buf, 36)[0] != ROCE_UDP_PORT:
                 continue
             ip = buf[14:34]
             rx.ip_id.append(struct.unpack_from("!H", ip, 4)[0])

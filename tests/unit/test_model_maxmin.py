@@ -5,9 +5,9 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
+from model.fluid import flow_completion_times
 from model.maxmin import (
     Flow,
-    flow_completion_times,
     link_capacities,
     make_flow,
     max_min_rates,

@@ -158,3 +158,19 @@ def test_bad_parameters(kwargs):
     flow = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 1, **flow_args)
     with pytest.raises(ParameterError):
         QpTemplate(flow, **{"message_bytes": 100, **kwargs})
+
+
+def test_scapy_frames_have_the_declared_geometry():
+    """core.frame is the one layout; Scapy's frames must have exactly its sizes."""
+    from core.frame import CNP_FRAME_BYTES, FRAME_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, TS_BYTES
+    from traffic.roce import cnp_packet, data_packet
+
+    flow = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 49152, 7,
+                "ect0", 26)
+    full = bytes(data_packet(flow, WRITE_MIDDLE, 4096, ts_ns=0x0102030405060708))
+    assert len(full) == FRAME_BYTES == 4154 and HEADER_BYTES == 58
+    assert full[OFF_TS:OFF_TS + TS_BYTES] == bytes(range(1, 9))
+    first = bytes(data_packet(flow, WRITE_FIRST, 4096, ts_ns=0x0102030405060708))
+    assert first[OFF_TS_RETH:OFF_TS_RETH + TS_BYTES] == bytes(range(1, 9))
+    assert len(bytes(cnp_packet(flow))) == CNP_FRAME_BYTES == 74
+    assert bytes(full)[36:38] == (4791).to_bytes(2, "big")

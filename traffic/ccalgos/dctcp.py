@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from core.frame import MTU_PAYLOAD_BYTES
 from traffic.ccalgos.common import fraction, positive, sent_after
 
 __all__ = ["Dctcp"]
@@ -52,7 +53,7 @@ class Dctcp:
     next_timer_s = math.inf
 
     def __init__(self, line_rate_bps: float, start_s: float = 0.0, *,
-                 g: float = 1 / 16, alpha_initial: float = 1.0, mtu_bytes: int = 4096,
+                 g: float = 1 / 16, alpha_initial: float = 1.0, mtu_bytes: int = MTU_PAYLOAD_BYTES,
                  base_rtt_s: float = 10e-6, initial_window_bytes: float | None = None,
                  min_window_bytes: float | None = None):
         self.line_rate_bps = positive("line_rate_bps", line_rate_bps)

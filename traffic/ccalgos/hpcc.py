@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from core.frame import MTU_PAYLOAD_BYTES
 from traffic.ccalgos.common import IntRecord, fraction, integer, positive, sent_after
 
 __all__ = ["Hpcc", "IntRecord"]
@@ -59,7 +60,7 @@ class Hpcc:
                  base_rtt_s: float = 10e-6, eta: float = 0.95, max_stage: int = 5,
                  w_ai_bytes: float | None = None, expected_flows: int = 100,
                  initial_window_bytes: float | None = None, initial_utilisation: float = 1.0,
-                 mtu_bytes: int = 4096, min_window_bytes: float | None = None):
+                 mtu_bytes: int = MTU_PAYLOAD_BYTES, min_window_bytes: float | None = None):
         self.line_rate_bps = positive("line_rate_bps", line_rate_bps)
         self.base_rtt_s = positive("base_rtt_s", base_rtt_s)
         self.eta = fraction("eta", eta)

@@ -30,6 +30,7 @@ import math
 from collections.abc import Sequence
 
 from core.errors import ParameterError
+from core.frame import MTU_PAYLOAD_BYTES
 from traffic.ccalgos.common import fraction, integer, nonnegative, positive
 
 __all__ = ["Swift"]
@@ -54,7 +55,7 @@ class Swift:
     next_timer_s = math.inf
 
     def __init__(self, line_rate_bps: float, start_s: float = 0.0, *,
-                 mtu_bytes: int = 4096, base_rtt_s: float = 10e-6,
+                 mtu_bytes: int = MTU_PAYLOAD_BYTES, base_rtt_s: float = 10e-6,
                  base_target_s: float = 5e-6, hop_scale_s: float = 2e-6, hops: int = 5,
                  fs_range_s: float = 10e-6, fs_min_cwnd: float = 0.1, fs_max_cwnd: float = 100.0,
                  ai_packets: float = 1.0, beta: float = 0.8, max_mdf: float = 0.5,
