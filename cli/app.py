@@ -78,7 +78,7 @@ def doctor(marking: MarkingOpt = "auto") -> None:
 
 def _default_scale_note() -> str:
     """The experiments' default S, where it is defined, and what it buys."""
-    from experiments.common import packet_time_s
+    from experiments.measure import packet_time_s
     from topologies.base import NIC_RATE_BPS
 
     frame_emu_ms = packet_time_s(NIC_RATE_BPS) * DEFAULT_SCALE * 1e3
@@ -271,7 +271,7 @@ def _experiment_help() -> str:
     return "\n".join(lines)
 
 
-def _finish(result) -> None:  # noqa: ANN001 - experiments.common.RunResult
+def _finish(result) -> None:  # noqa: ANN001 - experiments.rundir.RunResult
     console.print(f"results: {escape(str(result.run_dir))}")
     if not result.valid:
         console.print("[yellow]the fidelity gate marked this run INVALID (see summary); "

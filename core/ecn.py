@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import ParameterError
+from core.units import parse_size_bytes
 
 #: Reference point for default thresholds: Kmin 100 KB / Kmax 400 KB / Pmax 0.2 at
 #: 25 Gb/s, scaled linearly with the real link rate (common DCQCN/HPCC practice).
@@ -88,7 +89,6 @@ class Thresholds:
     @classmethod
     def from_text(cls, text: str, pmax: float = REF_PMAX, name: str = "thresholds") -> Thresholds:
         """``"100K/400K"`` (Kmin/Kmax, sizes as core.units reads them) -> Thresholds."""
-        from core.units import parse_size_bytes
 
         parts = text.split("/") if isinstance(text, str) else []
         if len(parts) != 2 or not all(p.strip() for p in parts):

@@ -12,6 +12,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from core.errors import CapabilityError
+from emu.delay import probe_netem
+from emu.ecmp import FIELDS_SYSCTL, SEED_SYSCTL, available_mechanisms
+from emu.ecn.backend import choose_backend, probe_backends
 from emu.runs import NamespaceSet
 
 # qdisc kind -> arguments that make a valid root qdisc of that kind
@@ -81,7 +85,6 @@ def _probe_qdiscs(checks: list[Check]) -> None:
                                 essential=(kind == "htb")))
     # netem is probed as the fabric uses it (a delay line over HTB, via pyroute2), so
     # "available" means link delay really can be emulated here.
-    from emu.delay import probe_netem
 
     netem = probe_netem()
     checks.append(Check("qdisc netem", bool(netem["ok"]),
@@ -100,8 +103,6 @@ def _multipath_policy() -> Check:
 
 
 def _ecmp_hash_seed() -> Check:
-    from emu.ecmp import FIELDS_SYSCTL, SEED_SYSCTL, available_mechanisms
-
     best = available_mechanisms()[0]
     if best == "seed":
         return Check("ECMP hash per switch", True,
@@ -150,7 +151,6 @@ def probe(marking: str = "auto") -> Capabilities:
         caps.marking_detail = "needs root to probe"
         return caps
     _probe_qdiscs(caps.checks)
-    from emu.ecn.backend import probe_backends
 
     def detail(b: dict) -> str:
         if b["ok"]:
@@ -161,8 +161,6 @@ def probe(marking: str = "auto") -> Capabilities:
     caps.checks.append(Check("clsact + cls_bpf marker", backends["bpf"]["ok"],
                              detail(backends["bpf"])))
     caps.checks.append(Check("RED marking", backends["red"]["ok"], detail(backends["red"])))
-    from core.errors import CapabilityError
-    from emu.ecn.backend import choose_backend
 
     try:
         caps.marking_backend = choose_backend(marking, backends)

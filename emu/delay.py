@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CapabilityError, ParameterError
 from core.scaling import Scale
+from emu.runs import NamespaceSet
 from emu.shaping import NETEM_RESOLUTION_S, NetemOptions, shape_port
 
 if TYPE_CHECKING:
@@ -200,7 +201,6 @@ def choose_delay(requested: bool | str = "auto", probe: dict[str, Any] | None = 
 def _probe_in_scratch_ns() -> dict[str, Any]:
     from pyroute2.netlink.exceptions import NetlinkError
 
-    from emu.runs import NamespaceSet
 
     with NamespaceSet("netem probe") as scratch:
         ipr = scratch.create("probe")

@@ -24,17 +24,22 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from core.ecn import ThresholdPolicy
 from core.errors import FabricEmuError, NotRootError, ParameterError
 from core.scaling import Scale
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
 from emu.ecmp import HashPlan, choose_mechanism, plan_hashing
-from emu.ecn.bpf import raise_fd_limit
+from emu.ecn.backend import choose_backend
+from emu.ecn.bpf import attach_bpf_marker, raise_fd_limit
+from emu.ecn.red import red_qdisc_options
 from emu.ipbatch import run_ip_batches
+from emu.pfc import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet, claim_session
 from emu.shaping import MTU_BYTES, shape_port
+from emu.telemetry import port_stats
 from topologies.addressing import AddressPlan, plan_addresses
 from topologies.base import FabricTopo
 from topologies.routing import Routes, compute_routes
@@ -218,14 +223,12 @@ class Fabric:
                               timeout=timeout_s, check=False)
 
     def port_stats(self):  # -> pandas.DataFrame
-        from emu.telemetry import port_stats
 
         stats = port_stats(self._ports, self.iprs_by_path())
         return self.pfc.merge(stats) if self.pfc is not None else stats
 
     def enable_pfc(self, config: Any = None) -> Any:
         """PFC lossless mode on this running fabric (``emu.pfc``); stopped with the fabric."""
-        from emu.pfc import PfcController
 
         if self.pfc is not None:
             raise FabricEmuError("PFC is already enabled on this fabric")
@@ -254,7 +257,6 @@ class Fabric:
         if self.marking_requested == "off":
             self.marking = "off"
             return
-        from emu.ecn.backend import choose_backend
 
         self.marking = choose_backend(self.marking_requested)
 
@@ -354,8 +356,6 @@ class Fabric:
                 delay = self.delays.netem.get((node, iface.peer_node))
                 marked = is_switch and self.marking != "off"
                 if marked and self.marking == "red":
-                    from emu.ecn.red import red_qdisc_options
-
                     # RED stays the leaf under HTB, below the delay line: it averages the
                     # port's queue, not the bytes in flight.
                     shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
@@ -368,7 +368,6 @@ class Fabric:
                     # On clsact egress, i.e. before the delay line: the marker's virtual
                     # queue is the real queue at leaf 10: shifted by the port's constant
                     # delay, so it marks as the port's queue does; nothing to change.
-                    from emu.ecn.bpf import attach_bpf_marker
 
                     port.marker = attach_bpf_marker(
                         port.netns_path, iface.ifname, rate_emu, iface.buffer_bytes,
@@ -378,7 +377,6 @@ class Fabric:
     def _threshold_policy(self) -> Any:
         if self.marking == "off":
             return None
-        from core.ecn import ThresholdPolicy
 
         if isinstance(self.thresholds, ThresholdPolicy):
             return self.thresholds

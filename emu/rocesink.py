@@ -25,6 +25,8 @@ from pyroute2 import IPRoute
 from core.errors import CapabilityError
 from core.frame import ROCE_UDP_PORT
 from emu import netns as ns
+from emu.cbuild import compile_c
+from emu.ecn.bpf import attach_clsact, load_object
 
 FILTER_NAME = "fabricemu_roce_sink"
 
@@ -78,9 +80,6 @@ def install_roce_sinks(hosts: Iterable[HostPorts]) -> RoceSinks:
 
 
 def _attach_bpf(hosts: list[HostPorts]) -> None:
-    from emu.cbuild import compile_c
-    from emu.ecn.bpf import attach_clsact, load_object
-
     obj = compile_c(sink_source(), "bpf", what="the RoCEv2 sink")
     (prog_fd,) = load_object(obj, "roce_sink", what="the RoCEv2 sink")
     try:  # one program, one filter per host interface; each filter holds the program

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 from pyroute2 import IPRoute
 
+from core.errors import ParameterError
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.shaping import LEAF_HANDLE
@@ -189,7 +190,6 @@ class QueueSampler:
     def __init__(self, ports: list[Port], iprs: dict[str, IPRoute] | None = None,
                  interval_s: float = 0.01, nice: int = 10) -> None:
         if not interval_s > 0:
-            from core.errors import ParameterError
             raise ParameterError("interval_s", interval_s, "must be positive")
         self.ports = list(ports)
         self.interval_s = float(interval_s)

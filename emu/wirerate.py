@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from core.frame import FRAME_BYTES
 from core.units import parse_rate_bps
+from emu.netns import in_netns
 from emu.runs import NamespaceSet
 from emu.shaping import MTU_BYTES, htb_burst_bytes, port_qdisc_stats, shape_port
 
@@ -107,7 +108,6 @@ class _Pair:
                ) -> threading.Thread:
         """A thread sending ``frame`` (``count`` times, or until ``stop``); it appends
         the monotonic time just before its first send to ``started``."""
-        from emu.netns import in_netns
 
         with in_netns(self.ns.path("a")):
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)

@@ -35,9 +35,12 @@ from rich.table import Table
 
 from core.frame import MTU_PAYLOAD_BYTES
 from core.scaling import Scale
+from emu.fabric import Fabric
 from emu.netns import in_netns
 from engine.burst import MAX_BURST, Burst
 from engine.rawsock import open_tx_socket
+from experiments.collective import run_collective
+from experiments.measure import fidelity_of
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 
@@ -58,7 +61,6 @@ def _blaster(socks: list[Any], shapes: list[Any], stop_at: float, counts: Any, w
 
 def kernel_capacity(spec: str, scale: float, seconds: float) -> dict[str, float]:
     """Delivered frames/s with every host blasting prebuilt frames (see the module doc)."""
-    from emu.fabric import Fabric
 
     with Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
         hosts = list(fab.hosts)
@@ -97,9 +99,6 @@ def kernel_capacity(spec: str, scale: float, seconds: float) -> dict[str, float]
 
 def engine_ring(spec: str, scale: float) -> dict[str, Any]:
     """The ring all-reduce of 4 MiB over every host at ``scale``, gated and priced."""
-    from emu.fabric import Fabric
-    from experiments.collective import run_collective
-    from experiments.common import fidelity_of
 
     with Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
         r = run_collective(fab, "allreduce-ring", RING_BYTES, "off", 16)

@@ -9,7 +9,7 @@ message DAG a priori for the real fabric (`model.alphabeta.predict_workload`
 with its defaults: fluid max-min over the routed paths, RoCEv2 headers on the wire,
 store-and-forward hops, the topology's switch latency and propagation, ~1 us NIC
 overhead per message). What the emulator does not reproduce of those fixed delays is
-measured per case and listed as a named deviation (`common.measure_deviations`),
+measured per case and listed as a named deviation (`experiments.measure.measure_deviations`),
 with the model's time without them beside it for attribution only; the headline
 comparison is always with the real fabric. The engine hashes every
 message onto one of its equal-cost paths (one QP, one UDP source port), so the
@@ -31,19 +31,20 @@ import numpy as np
 import pandas as pd
 
 from core.scaling import DEFAULT_SCALE, Scale
-from experiments.common import (
-    SCALE_HELP,
+from emu.fabric import Fabric
+from experiments.measure import (
     Measurement,
-    Option,
-    Run,
-    RunResult,
-    check_topology,
     emulated_fixed_delays,
     engine_config,
     gate,
     measure,
     measure_deviations,
     model_graph,
+)
+from experiments.options import (
+    SCALE_HELP,
+    Option,
+    check_topology,
     parse_cc,
     parse_collective,
     parse_int,
@@ -51,9 +52,15 @@ from experiments.common import (
     parse_scale,
     parse_sizes,
     parse_specs,
-    progress,
-    run_experiment,
     size_label,
+)
+from experiments.rundir import Run, RunResult, progress, run_experiment
+from model.alphabeta import (
+    DEFAULT_OVERHEAD_S,
+    predict_workload,
+    predict_workload_hashed,
+    roce_wire_factor,
+    workload_bottleneck_rate_bps,
 )
 from topologies.spec import build_topo
 from traffic import collectives
@@ -131,11 +138,6 @@ def build_workload(fab: Fabric, name: str, size_bytes: int) -> Any:
 def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                    hash_draws: int) -> CollectiveRun:
     """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it."""
-    from model.alphabeta import (
-        predict_workload,
-        predict_workload_hashed,
-        workload_bottleneck_rate_bps,
-    )
 
     workload = build_workload(fab, name, size_bytes)
     graph = model_graph(fab)
@@ -165,7 +167,6 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
 def emulable_pricing(fab: Fabric, graph: Any) -> tuple[Any, dict[str, Any]]:
     """The real-fabric graph and model options with every fixed delay the fabric does
     not emulate taken out: what the deviations account for, never the comparison."""
-    from model.alphabeta import DEFAULT_OVERHEAD_S, roce_wire_factor
 
     emulated = {k: v["emulated"] for k, v in emulated_fixed_delays(fab).items()}
     bare = graph.copy()
@@ -243,7 +244,6 @@ def nccl_row(fabric: str, name: str, size_bytes: int, r: CollectiveRun) -> dict[
 def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME) -> None:
     """Every collective on every fabric, each case committed as it ends (a resumed
     run skips the cases it has, and fabrics with none left)."""
-    from emu.fabric import Fabric
 
     total = len(opts["topos"]) * len(opts["collectives"]) * len(opts["sizes"])
     with progress(total, f"{prefix}{label}") as advance:

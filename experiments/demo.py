@@ -10,11 +10,9 @@ from typing import Any
 
 from core.scaling import DEFAULT_SCALE
 from experiments import collective, incast
-from experiments.common import (
+from experiments.options import (
     SCALE_HELP,
     Option,
-    Run,
-    RunResult,
     check_senders,
     check_thresholds,
     parse_dcqcn,
@@ -24,8 +22,8 @@ from experiments.common import (
     parse_sizes,
     parse_thresholds,
     parse_topo,
-    run_experiment,
 )
+from experiments.rundir import Run, RunResult, run_experiment
 
 NAME = "demo"
 

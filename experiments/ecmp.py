@@ -25,12 +25,8 @@ import pandas as pd
 
 from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
-from experiments.common import (
-    SCALE_HELP,
-    Option,
-    Run,
-    RunResult,
-    check_topology,
+from emu.fabric import Fabric
+from experiments.measure import (
     engine_config,
     fct_slowdown,
     gate,
@@ -38,16 +34,23 @@ from experiments.common import (
     measure,
     measure_deviations,
     model_graph,
+    record_slowdown,
+)
+from experiments.options import (
+    SCALE_HELP,
+    Option,
+    check_topology,
     parse_cc,
     parse_int,
     parse_list,
     parse_scale,
     parse_size,
     parse_topo,
-    progress,
-    record_slowdown,
-    run_experiment,
 )
+from experiments.rundir import Run, RunResult, progress, run_experiment
+from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s
+from model.fluid import flow_completion_times
+from model.maxmin import make_flow
 from topologies.spec import build_topo
 from traffic import collectives
 
@@ -83,9 +86,6 @@ def check(opts: dict[str, Any]) -> None:
 def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd.DataFrame:
     """Per-flow completion time (real s) and throughput (payload bit/s) over random
     hash draws, on the real fabric."""
-    from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s
-    from model.fluid import flow_completion_times
-    from model.maxmin import make_flow
 
     rng = random.Random(seed)
     graph = model_graph(fab)
@@ -108,8 +108,6 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    from emu.fabric import Fabric
-
     cases = {seed: f"{prefix}permutation seed={seed}" for seed in opts["seeds"]}
     with progress(len(cases), f"{prefix}ecmp") as advance:
         for case in cases.values():

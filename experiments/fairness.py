@@ -26,20 +26,21 @@ from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
 from core.units import parse_time_s
-from experiments.common import (
-    SCALE_HELP,
+from emu.fabric import Fabric
+from experiments.incast import nearest_senders
+from experiments.measure import (
     Measurement,
-    Option,
-    Run,
-    RunResult,
-    check_senders,
-    check_thresholds,
     engine_config,
     gate,
-    jain_index,
     measure,
     measure_deviations,
     model_graph,
+)
+from experiments.options import (
+    SCALE_HELP,
+    Option,
+    check_senders,
+    check_thresholds,
     parse_cc,
     parse_float,
     parse_int,
@@ -47,10 +48,9 @@ from experiments.common import (
     parse_size,
     parse_thresholds,
     parse_topo,
-    progress,
-    run_experiment,
 )
-from experiments.incast import nearest_senders
+from experiments.rundir import Run, RunResult, jain_index, progress, run_experiment
+from model.fairshare import FlowSpec, fair_share_schedule
 from topologies.spec import build_topo
 from traffic import collectives
 from traffic.messages import Workload
@@ -94,9 +94,6 @@ def staggered(workload: Workload, gap_s: float) -> Workload:
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    from emu.fabric import Fabric
-    from model.fairshare import FlowSpec, fair_share_schedule
-
     key = f"{prefix}fairness"
     if run.finished(key):  # one measurement: a resumed run has it or runs it all
         return

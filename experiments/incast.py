@@ -27,13 +27,8 @@ from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
-from experiments.common import (
-    SCALE_HELP,
-    Option,
-    Run,
-    RunResult,
-    check_senders,
-    check_thresholds,
+from emu.fabric import Fabric
+from experiments.measure import (
     engine_config,
     fct_slowdown,
     gate,
@@ -41,6 +36,13 @@ from experiments.common import (
     measure,
     measure_deviations,
     model_graph,
+    record_slowdown,
+)
+from experiments.options import (
+    SCALE_HELP,
+    Option,
+    check_senders,
+    check_thresholds,
     parse_choice,
     parse_dcqcn,
     parse_float,
@@ -50,11 +52,12 @@ from experiments.common import (
     parse_size,
     parse_thresholds,
     parse_topo,
-    progress,
-    record_slowdown,
-    run_experiment,
     size_label,
 )
+from experiments.rundir import Run, RunResult, progress, run_experiment
+from model.fairshare import FlowSpec, fair_share_schedule
+from model.incast import predict_incast_on_graph
+from model.queueing import incast_cc_off, mark_probability
 from topologies.spec import build_topo
 from traffic import collectives
 
@@ -95,7 +98,6 @@ def case_name(prefix: str, cc: str, t: Thresholds) -> str:
 
 def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:
     """Expected fraction of packets marked: E[p(q)] over the packet-weighted queue."""
-    from model.queueing import mark_probability
 
     qs = (dist.quantile((i + 0.5) / points) for i in range(points))
     return sum(mark_probability(q, t.kmin_bytes, t.kmax_bytes, t.pmax) for q in qs) / points
@@ -112,8 +114,6 @@ def nearest_senders(fab: Fabric, receiver: str, n: int) -> list[str]:
 def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc: str,
             t: Thresholds, dcqcn: str) -> dict[str, Any]:
     """Model metrics for one case, plus expected marks and CNPs."""
-    from model.incast import predict_incast_on_graph
-    from model.queueing import incast_cc_off
 
     graph = model_graph(fab)
     last_hop = fab.routes.paths(senders[0], receiver)[0][-2]
@@ -191,7 +191,6 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
 
 def slowdown_table(fab: Fabric, workload: Any, messages: pd.DataFrame) -> pd.DataFrame:
     """FCT slowdown by size bucket, measured and under the model's fair shares."""
-    from model.fairshare import FlowSpec, fair_share_schedule
 
     graph = model_graph(fab)
     msgs = [msg for msg in workload.messages if msg.src != msg.dst]
@@ -206,7 +205,6 @@ def slowdown_table(fab: Fabric, workload: Any, messages: pd.DataFrame) -> pd.Dat
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     """Every case of the incast experiment, recorded into ``run`` (each committed as
     it ends; cases a resumed run already has are skipped, fabrics with none left too)."""
-    from emu.fabric import Fabric
 
     topo = build_topo(opts["topo"])
     sweep = [Thresholds.from_text(x, opts["pmax"]) for x in opts["thresholds"]]

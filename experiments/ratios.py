@@ -17,22 +17,20 @@ import numpy as np
 import pandas as pd
 
 from core.scaling import DEFAULT_SCALE, Scale
+from emu.fabric import Fabric
 from experiments.collective import MAX_HASH_DRAWS, CollectiveRun, case_name, record, run_collective
 from experiments.collective import check as collective_check
-from experiments.common import (
+from experiments.options import (
     SCALE_HELP,
     Option,
-    Run,
-    RunResult,
     parse_cc,
     parse_collective,
     parse_int,
     parse_scale,
     parse_sizes,
     parse_specs,
-    progress,
-    run_experiment,
 )
+from experiments.rundir import Run, RunResult, progress, run_experiment
 from topologies.spec import build_topo
 
 if TYPE_CHECKING:  # the fabric loads when a run starts, not to parse options
@@ -78,8 +76,6 @@ def measured_tier_utilisation(r: CollectiveRun) -> dict[str, float]:
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    from emu.fabric import Fabric
-
     total = len(opts["topos"]) * len(opts["sizes"])
     with progress(total, f"{prefix}ratios") as advance:
         for spec in opts["topos"]:

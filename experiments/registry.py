@@ -18,7 +18,8 @@ from typing import Any
 from core.errors import ParameterError
 from experiments import collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
-from experiments.common import RunResult
+from experiments.report import render_report
+from experiments.rundir import RunResult
 
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
@@ -68,7 +69,6 @@ def demo(out: str | Path | None = None, quick: bool = False, scale: float | str 
 
 def report(run_dir: str | Path) -> list[Path]:
     """``emu report DIR``: re-render the plots and the table of a finished run."""
-    from experiments.report import render_report
 
     return render_report(run_dir)
 

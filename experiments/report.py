@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,14 @@ matplotlib.use("Agg")  # no display on a test runner or in a VM
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from core.errors import ParameterError  # noqa: E402
-from experiments.common import console  # noqa: E402
+
+# Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 _US = 1e6
 _GBPS = 1e-9

@@ -20,11 +20,9 @@ from typing import Any
 
 from core.scaling import DEFAULT_SCALE
 from experiments import collective
-from experiments.common import (
+from experiments.options import (
     SCALE_HELP,
     Option,
-    Run,
-    RunResult,
     check_topology,
     parse_cc,
     parse_collective,
@@ -33,8 +31,8 @@ from experiments.common import (
     parse_scale,
     parse_sizes,
     parse_topo,
-    run_experiment,
 )
+from experiments.rundir import Run, RunResult, run_experiment
 
 NAME = "sweep"
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from mininet.topo import Topo
 
 from core.errors import ParameterError
+from core.units import format_rate, parse_rate_bps, parse_time_s
 
 # Defaults of a modern AI fabric (real units).
 NIC_RATE_BPS = 400e9          # host NIC
@@ -136,14 +137,12 @@ def require_bool(name: str, value: object) -> bool:
 
 def require_rate(name: str, value: object) -> float:
     """Validate a real link rate (bit/s, > 0); accepts '400G'-style strings."""
-    from core.units import parse_rate_bps
 
     return parse_rate_bps(value, name)  # type: ignore[arg-type]
 
 
 def require_delay(name: str, value: object) -> float:
     """Validate a real delay (seconds, >= 0); accepts '1us'-style strings."""
-    from core.units import parse_time_s
 
     return parse_time_s(value, name)  # type: ignore[arg-type]
 
@@ -236,7 +235,6 @@ class FabricTopo(Topo):
 
     def describe(self) -> str:
         """One-line description with the parameters, for summaries."""
-        from core.units import format_rate
 
         def show(key: str, value: object) -> str:
             # Rates are stored in bit/s so that params() round-trips; print them as '400G'.

@@ -15,19 +15,18 @@ import shutil
 import time
 from typing import Any
 
+from core.ecn import Thresholds
 from core.errors import CapabilityError, ParameterError
+from emu.ecn.bpf import attach_bpf_marker, compile_marker
+from emu.ecn.red import red_qdisc_options
+from emu.runs import NamespaceSet
+from emu.shaping import shape_port
 
 BACKENDS = ("bpf", "red")
 CHOICES = ("auto", "bpf", "red", "off")
 
 
 def _probe_in_scratch_ns() -> dict[str, Any]:
-    from core.ecn import Thresholds
-    from emu.ecn.bpf import attach_bpf_marker, compile_marker
-    from emu.ecn.red import red_qdisc_options
-    from emu.runs import NamespaceSet
-    from emu.shaping import shape_port
-
     out: dict[str, Any] = {}
     with NamespaceSet("marking back-end probe") as scratch:
         ipr = scratch.create("probe")

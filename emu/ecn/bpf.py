@@ -33,6 +33,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from core.ecn import Thresholds
 from core.errors import CapabilityError, ParameterError
 from emu.cbuild import compile_c, system_library
+from emu.netns import in_netns
 from emu.shaping import htb_burst_bytes
 
 PROGRAM_NAME = "fabricemu_mark"
@@ -408,7 +409,6 @@ def _ipr_for(netns_path: str, ipr: IPRoute | None):
     if ipr is not None:
         yield ipr
         return
-    from emu.netns import in_netns
     with in_netns(netns_path):
         own = IPRoute()
     try:

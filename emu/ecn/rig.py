@@ -25,10 +25,11 @@ from scapy.utils import mac2str
 
 from core.ecn import Thresholds
 from core.frame import ROCE_UDP_PORT
+from emu.ecn.bpf import attach_bpf_marker
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.runs import NamespaceSet
-from emu.shaping import shape_port
+from emu.shaping import port_qdisc_stats, shape_port
 
 _ETH_P_IP = 0x0800
 _SYSCTLS = {
@@ -104,7 +105,6 @@ class MarkerRig:
         self.src_mac, self.sw_mac = _mac(ipr_s, "s0"), _mac(ipr_w, "w0")
         shape_port(ipr_w, self.w1_index, self.rate_emu_bps, self.buffer_bytes)
         if thresholds is not None:
-            from emu.ecn.bpf import attach_bpf_marker
             self.marker = attach_bpf_marker(self.namespaces.path("sw"), "w1", self.rate_emu_bps,
                                             self.buffer_bytes, thresholds, ipr=ipr_w,
                                             ifindex=self.w1_index, trace=trace)
@@ -201,7 +201,6 @@ class MarkerRig:
 
     def stop_receiver(self, settle_s: float = 0.2) -> Received:
         """Wait for the port to drain (backlog 0) and stop capturing."""
-        from emu.shaping import port_qdisc_stats
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if port_qdisc_stats(self.ipr_switch, self.w1_index)["backlog_bytes"] == 0:
@@ -215,7 +214,6 @@ class MarkerRig:
 
     def wait_idle(self, timeout_s: float = 30) -> None:
         """Until the real queue and the virtual queue are both empty."""
-        from emu.shaping import port_qdisc_stats
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             busy = port_qdisc_stats(self.ipr_switch, self.w1_index)["backlog_bytes"] > 0

@@ -171,7 +171,7 @@ class _FakeFabric:
 def test_model_graph_prices_the_real_fabric_with_or_without_netem(emulated):
     """The model keeps the topology's propagation and switch latency whether or not
     the fabric emulates them (what it does not emulate is a reported deviation)."""
-    from experiments.common import model_graph
+    from experiments.measure import model_graph
 
     topo = build_topo("leafspine,2,2,1")
     graph = model_graph(_FakeFabric(topo, emulated))

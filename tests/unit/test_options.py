@@ -11,11 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from core.errors import ParameterError
-from experiments import common
 from experiments import demo as demo_module
-from experiments.common import Run, parse_int, parse_list, resolve_options
+from experiments import rundir
 from experiments.fidelity import FidelityReport, combine
+from experiments.options import parse_int, parse_list, resolve_options
 from experiments.registry import EXPERIMENTS, cli_run, parse_sets
+from experiments.rundir import Run
 
 
 @pytest.fixture
@@ -170,7 +171,7 @@ def _record_options(monkeypatch) -> list[dict]:
         run.commit("case")
 
     monkeypatch.setattr(demo_module, "execute", execute)
-    monkeypatch.setattr(common, "capabilities", lambda: {})
+    monkeypatch.setattr(rundir, "capabilities", lambda: {})
     return seen
 
 

@@ -14,7 +14,7 @@ README = (ROOT / "README.md").read_text()
 
 def test_the_default_scale_in_the_readme_is_the_experiments_default():
     from core.scaling import DEFAULT_SCALE
-    from experiments.common import packet_time_s
+    from experiments.measure import packet_time_s
     from topologies.base import NIC_RATE_BPS
 
     m = re.search(r"S = (\d+) by default\*\*, so a 400G NIC is shaped\s+to ([\d.]+) Mb/s and "

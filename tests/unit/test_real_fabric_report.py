@@ -10,9 +10,9 @@ import math
 import pandas as pd
 import pytest
 
-from experiments.common import (
+from experiments.fidelity import FidelityReport, queue_divergence_checks
+from experiments.measure import (
     Measurement,
-    Run,
     emulated_fixed_delays,
     fct_slowdown,
     hop_sum_s,
@@ -21,9 +21,9 @@ from experiments.common import (
     model_graph,
     size_bucket,
 )
-from experiments.fidelity import FidelityReport, queue_divergence_checks
 from experiments.registry import EXPERIMENTS
 from experiments.report import crossover_bytes, render_report
+from experiments.rundir import Run
 from topologies.routing import compute_routes
 from topologies.spec import build_topo
 

@@ -13,21 +13,18 @@ import pandas as pd
 import pytest
 
 from core.errors import ParameterError
-from experiments.common import (
+from experiments.fidelity import FidelityReport
+from experiments.options import (
     Option,
-    Run,
-    error_rel,
-    jain_index,
     parse_scale,
     parse_sizes,
     parse_specs,
     resolve_options,
-    run_experiment,
     size_label,
 )
-from experiments.fidelity import FidelityReport
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
+from experiments.rundir import Run, error_rel, jain_index, run_experiment
 
 
 def test_error_rel():

@@ -11,16 +11,16 @@ import pandas as pd
 import pytest
 
 from core.errors import ParameterError
-from experiments import common
-from experiments.common import Run
+from experiments import rundir
 from experiments.fidelity import FidelityReport
 from experiments.report import render_report
+from experiments.rundir import Run
 
 
 @pytest.fixture
 def run_dir(tmp_path, monkeypatch) -> Path:
     """A small finished run with a queue and a latency plot."""
-    monkeypatch.setattr(common, "capabilities", lambda: {})
+    monkeypatch.setattr(rundir, "capabilities", lambda: {})
     run = Run("synthetic", tmp_path / "run", {"scale": 1e5}, quick=True)
     run.metric("c", "latency p99", "us", 2.0, 2.1)
     run.frame("queue", pd.DataFrame({"t_s": [0.0, 1e-6], "port": "p",

@@ -15,19 +15,11 @@ from pathlib import Path
 import pytest
 
 from core.errors import FabricEmuError, ParameterError
-from experiments import common
-from experiments.common import (
-    Option,
-    Run,
-    deferred_interrupts,
-    parse_list,
-    parse_scale,
-    parse_text,
-    prepare_out_dir,
-    run_experiment,
-)
+from experiments import rundir
 from experiments.fidelity import FidelityReport
+from experiments.options import Option, parse_list, parse_scale, parse_text
 from experiments.report import render_report
+from experiments.rundir import Run, deferred_interrupts, prepare_out_dir, run_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"cases": Option(["a", "b", "c"], "case names", parse=parse_list(parse_text)),
@@ -36,7 +28,7 @@ SPEC = {"cases": Option(["a", "b", "c"], "case names", parse=parse_list(parse_te
 
 @pytest.fixture(autouse=True)
 def no_probe(monkeypatch):
-    monkeypatch.setattr(common, "capabilities", lambda: {})
+    monkeypatch.setattr(rundir, "capabilities", lambda: {})
 
 
 def sweep(executed: list[str], fail_at: str | None = None):
@@ -65,7 +57,7 @@ def measured(out: Path) -> dict[str, float]:
 
 def test_default_names_are_unique_within_a_second(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(common.time, "strftime", lambda fmt, *a: "20260101-000000")
+    monkeypatch.setattr(rundir.time, "strftime", lambda fmt, *a: "20260101-000000")
     paths = [prepare_out_dir("incast", None, force=False, resume=False)[0] for _ in range(3)]
     assert len(set(paths)) == 3 and all(p.is_dir() for p in paths)
     assert [p.name for p in paths] == ["incast-20260101-000000", "incast-20260101-000000-2",
@@ -175,10 +167,11 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from experiments.fidelity import FidelityReport
-        from experiments import common
-        from experiments.common import Option, parse_list, parse_text, run_experiment
+        from experiments import rundir
+        from experiments.options import Option, parse_list, parse_scale, parse_text
+        from experiments.rundir import run_experiment
 
-        common.capabilities = lambda: {{}}
+        rundir.capabilities = lambda: {{}}
 
         def execute(run, opts):
             for case in ("a", "b", "c"):
@@ -188,7 +181,7 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
                     os.kill(os.getpid(), signal.SIGKILL)
                 run.commit(case)
 
-        run_experiment("s", {{"scale": Option(1e5, "S", parse=common.parse_scale)}}, execute,
+        run_experiment("s", {{"scale": Option(1e5, "S", parse=parse_scale)}}, execute,
                        {str(out)!r}, False, {{}})
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,

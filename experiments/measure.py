@@ -1,0 +1,351 @@
+"""Measuring a run on a live fabric: port counters, queue samples, the fidelity gate,
+the fixed delays the emulator lacks (as measured deviations) and FCT slowdown.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from core.ecn import ThresholdPolicy
+from core.frame import FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES
+from emu.telemetry import QueueSampler
+from engine.run import EngineConfig, run_workload
+from experiments.fidelity import (
+    FidelityReport,
+    MarkingCounts,
+    NicBusy,
+    PortQueue,
+    PortRate,
+    RunMeasures,
+    evaluate,
+    queue_divergence_checks,
+)
+from experiments.rundir import Run, emulated_fixed_delays
+from model.alphabeta import DEFAULT_OVERHEAD_S, PlainMessage, PlainWorkload, predict_workload
+from topologies.routing import topo_graph
+
+# ----------------------------------------------------------------------------- fabric
+
+def delay_emulated(fab: Any) -> bool:
+    return bool(fab.summary().get("delay_emulated", False))
+
+
+def model_graph(fab: Any) -> Any:
+    """The routed graph the model prices: the real fabric's link rates, propagation
+    (link ``delay_s``) and switch latency (node ``switch_latency_s``) as the topology
+    gives them, whatever the emulator reproduces (`emulated_fixed_delays`)."""
+
+    return topo_graph(fab.topo)
+
+
+def packet_time_s(rate_bps: float) -> float:
+    """Real serialization time of one full RoCEv2 frame at ``rate_bps``."""
+    return 8.0 * FRAME_BYTES / rate_bps
+
+
+def max_scale(fab: Any) -> float:
+    """Largest S at which the slowest link of the fabric is still shaped accurately."""
+    slowest = min(p.rate_bps for p in fab.ports())
+    return slowest / fab.scale.min_emulated_rate_bps
+
+
+# ----------------------------------------------------------------------------- measuring
+
+#: Per-port counters that are differenced over a traffic run.
+PORT_COUNTERS = ("tx_bytes", "tx_packets", "drops", "ecn_marked", "ect_packets", "marker_packets")
+
+
+@dataclass
+class Measurement:
+    """Everything measured in one traffic run, real-fabric units (times in real s)."""
+
+    messages: pd.DataFrame
+    latency: pd.DataFrame
+    rates: pd.DataFrame
+    queue: pd.DataFrame          # t_s, port, backlog_bytes, vq_bytes
+    ports: pd.DataFrame          # one row per port: counter deltas, max queue bounds
+    stats: dict
+    wall_s: float
+
+    @property
+    def completion_s(self) -> float:
+        """First start to last completion of the run's messages (real s)."""
+        return float(self.messages.end_s.max() - self.messages.start_s.min())
+
+    def port(self, name: str) -> pd.Series:
+        return self.ports.loc[name]
+
+
+def port_deltas(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """Counter deltas per port, and bounds of the highest queue a packet found there
+    from the marker's per-packet histogram (NaN without a BPF marker)."""
+    b = before.set_index("port")
+    a = after.set_index("port")
+    out = a[["node", "peer", "tier", "rate_bps", "buffer_bytes", "backend"]].copy()
+    for col in PORT_COUNTERS:
+        out[col] = (pd.to_numeric(a[col], errors="coerce").fillna(0)
+                    - pd.to_numeric(b[col], errors="coerce").fillna(0)).astype("int64")
+    lo, hi = [], []
+    for port in out.index:
+        h_after, h_before = a.at[port, "hist"], b.at[port, "hist"]
+        if h_after is None or not isinstance(h_after, list):
+            lo.append(math.nan)
+            hi.append(math.nan)
+            continue
+        bucket = float(a.at[port, "hist_bucket_bytes"])
+        delta = [x - y for x, y in zip(h_after, h_before or [0] * len(h_after), strict=True)]
+        seen = [i for i, d in enumerate(delta) if d > 0]
+        top = max(seen, default=None)
+        lo.append(0.0 if top is None else top * bucket)
+        # The last bucket also holds everything beyond it.
+        hi.append(0.0 if top is None else math.inf if top == len(delta) - 1 else (top + 1) * bucket)
+    out["max_queue_lo_bytes"] = lo
+    out["max_queue_hi_bytes"] = hi
+    return out
+
+
+def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any] = (),
+            sample_interval_s: float | None = None) -> Measurement:
+    """Run ``workload`` on ``fab`` with the engine, sampling the queues of ``watch``
+    ports every ``sample_interval_s`` (real s; default: one packet time of the
+    slowest watched port), and difference the port counters around the run."""
+
+    scale = fab.scale.factor
+    if sample_interval_s is None and watch:
+        sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
+    before = fab.port_stats()
+    sampler = QueueSampler(list(watch), fab.iprs_by_path(),
+                           interval_s=(sample_interval_s or 1.0) * scale) if watch else None
+    t0 = time.monotonic()
+    if sampler is not None:
+        sampler.start()
+    try:
+        result = run_workload(fab, workload, engine_config)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    wall_s = time.monotonic() - t0
+    after = fab.port_stats()
+    queue = sampler.frame() if sampler is not None else pd.DataFrame(
+        columns=["t_s", "port", "backlog_bytes", "vq_bytes"])
+    if sampler is not None and result.stats.get("t0_monotonic_ns"):
+        # On the engine's time base (t = 0 when it starts sending), like messages.csv.
+        queue["t_s"] += (sampler.start_ns - result.stats["t0_monotonic_ns"]) / 1e9
+    queue["t_s"] = queue["t_s"] / scale
+    return Measurement(result.messages, result.latency, result.rates, queue,
+                       port_deltas(before, after), dict(result.stats), wall_s)
+
+
+def engine_config(cc: str, **kw: Any) -> Any:
+    """The engine's configuration for a CC mode ('off' or a DCQCN PARAMS name)."""
+
+    return EngineConfig(cc=cc, **kw)
+
+
+def _thresholds_of(fab: Any, port: Any) -> Any:
+    policy = fab.thresholds if isinstance(fab.thresholds, ThresholdPolicy) else \
+        ThresholdPolicy(default=fab.thresholds)
+    return policy.for_port(port)
+
+
+def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
+                saturated: Mapping[str, float] | None = None) -> FidelityReport:
+    """The gate over one measured traffic run. ``saturated`` maps port names to the
+    real window (s) over which the model says the port sends at its full rate;
+    every host NIC is also checked not to exceed its rate over the whole run."""
+
+    ports = {p.name: p for p in fab.ports()}
+    windows = {p.name: (m.completion_s, False) for p in fab.ports()
+               if not p.is_switch and m.ports.at[p.name, "tx_bytes"] > 0}
+    windows.update({name: (w, True) for name, w in (saturated or {}).items()})
+    rates = []
+    for name, (window_s, busy) in windows.items():
+        achieved = 8.0 * float(m.ports.at[name, "tx_bytes"]) / window_s if window_s > 0 else 0.0
+        rates.append(PortRate(name, ports[name].rate_bps, achieved, expect_saturated=busy))
+    marked = [p for p in fab.ports() if p.marker is not None]
+    queues = []
+    for p in marked:
+        row = m.ports.loc[p.name]
+        if row.tx_packets > 0:
+            t = _thresholds_of(fab, p)
+            queues.append(PortQueue(p.name, t.kmin_bytes, t.kmax_bytes,
+                                    float(row.max_queue_lo_bytes), float(row.max_queue_hi_bytes),
+                                    int(row.ecn_marked)))
+    host_rate = max(p.rate_bps for p in fab.ports() if not p.is_switch)
+    switch_ports = m.ports[[ports[n].is_switch for n in m.ports.index]]
+    msgs = m.messages
+    marking = MarkingCounts(
+        marking=fab.marking != "off", cc=cc, marks=int(switch_ports.ecn_marked.sum()),
+        ce_received=int(msgs.ce_marked.sum()), cnps_sent=int(msgs.cnps_sent.sum()),
+        cnps_received=int(msgs.cnps_received.sum()),
+        rate_reductions=int((m.rates.groupby("msg_id").rate_bps.diff() < 0).sum()),
+        ports=queues)
+    st = m.stats
+    measures = RunMeasures(
+        scale=fab.scale.factor, wall_s=float(st["run_wall_s"]), cpu_s=float(sum(st["cpu_s"])),
+        workers=int(st["n_workers"]), pacing_lag_p99_s=float(st["pacing_lag_p99_emu_s"]),
+        packet_time_s=packet_time_s(host_rate), messages_expected=len(workload.messages),
+        messages_completed=int(msgs.completed.sum()), error=st.get("error"),
+        port_rates=rates, marking=marking, machine_busy=st.get("machine_busy"),
+        data_frames=int(st.get("data_packets_sent", 0)),
+        pacing_lag_total_s=float(st.get("pacing_lag_total_emu_s", 0.0)),
+        pacing_resets=int(st.get("pacing_resets", 0)),
+        pacing_dropped_s=float(st.get("pacing_dropped_emu_s", 0.0)),
+        nic_busy=[NicBusy(f"{n['host']}:{n['ifname']}", n["busy_emu_s"], n["scheduled_emu_s"])
+                  for n in st.get("nics", ())],
+        ring_drops=int(st.get("ring_drops", 0)), retransmitted=int(msgs.retransmitted.sum()),
+        fabric_drops=int(m.ports.drops.sum()))
+    return evaluate(measures, max_scale=max_scale(fab))
+
+
+def gate(fab: Any, m: Measurement, workload: Any, *, cc: bool,
+         saturated: Mapping[str, float] | None = None) -> FidelityReport:
+    """`fidelity_of` plus the real-queue check of every sampled port: the qdisc backlog
+    against the marker's virtual queue (`experiments.fidelity.queue_divergence_checks`),
+    both read by the QueueSampler in one pass."""
+
+    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated)
+    queue = m.queue
+    samples = {str(port): list(zip(g.backlog_bytes.astype(float), g.vq_bytes.astype(float),
+                                   strict=True))
+               for port, g in queue.groupby("port")} if not queue.empty else {}
+    checks = queue_divergence_checks(samples, FRAME_BYTES)
+    failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    return FidelityReport(report.valid and not failed, [*report.reasons, *failed],
+                          report.suggested_scale, [*report.checks, *checks])
+
+
+# ----------------------------------------------------------------------------- deviations
+
+#: A fixed delay counts as reproduced when the emulator's measured value reaches this
+#: fraction of the real fabric's (the issue's 5 % on unloaded one-way latency).
+DEVIATION_TOLERANCE = 0.05
+
+
+def hop_sum_s(graph: Any, path: Sequence[str], frame_bytes: float) -> dict[str, float]:
+    """One frame of ``frame_bytes`` crossing ``path`` on an idle real fabric, by part:
+    serialization at every hop (store and forward), switch latency, propagation."""
+    hops = list(zip(path[:-1], path[1:], strict=True))
+    return {"per-hop serialization": sum(8.0 * frame_bytes / float(graph.edges[u, v]["rate_bps"])
+                                         for u, v in hops),
+            "switch latency": sum(float(graph.nodes[n].get("switch_latency_s", 0.0))
+                                  for n in path[1:-1]),
+            "link propagation": sum(float(graph.edges[u, v].get("delay_s", 0.0))
+                                    for u, v in hops)}
+
+
+def measure_deviations(fab: Any, m: Measurement, case: str, graph: Any | None = None
+                       ) -> list[dict[str, Any]]:
+    """The fixed delays the emulator did not reproduce in one run, measured.
+
+    * path: a message's first frames see empty queues, so the lowest one-way latency
+      of its frames is the unloaded path delay; the real fabric's is the hop sum of
+      `hop_sum_s` for that frame size on the message's shortest route.
+    * NIC overhead: a message's first frame leaves first_tx_s - start_s after the
+      engine posts it; the real NIC needs alphabeta.DEFAULT_OVERHEAD_S.
+
+    A deviation (one row per measured shortfall beyond DEVIATION_TOLERANCE) names the
+    parts not emulated (`emulated_fixed_delays`) and gives the real and the measured
+    medians over the run's messages."""
+
+    graph = model_graph(fab) if graph is None else graph
+    emulated = emulated_fixed_delays(fab)
+    msgs = m.messages[m.messages.end_s.notna() & (m.messages.src != m.messages.dst)]
+    lowest = m.latency.groupby("msg_id").one_way_s.min() if not m.latency.empty else pd.Series()
+    parts: list[dict[str, float]] = []
+    measured: list[float] = []
+    for msg in msgs.itertuples():
+        if msg.msg_id not in lowest.index:
+            continue
+        frame = min(MTU_PAYLOAD_BYTES, int(msg.size_bytes)) + HEADER_BYTES
+        sums = [hop_sum_s(graph, p, frame) for p in fab.routes.paths(msg.src, msg.dst)]
+        parts.append(min(sums, key=lambda d: sum(d.values())))
+        measured.append(float(lowest[msg.msg_id]))
+    rows = []
+    if parts:
+        real = {k: float(pd.Series([d[k] for d in parts]).median()) for k in parts[0]}
+        rows.append(_deviation_row(
+            case, [k for k in real if not emulated[k]["emulated"]] or ["fixed path delay"],
+            "unloaded one-way latency of a message's first frames (median over messages)",
+            sum(real.values()), float(pd.Series(measured).median()),
+            "; ".join(f"{k} {v * 1e9:.0f} ns ({emulated[k]['how']})" for k, v in real.items())))
+    started = msgs[(msgs.first_tx_s >= 0) & (msgs.start_s >= 0)]
+    if not started.empty:
+        rows.append(_deviation_row(
+            case, ["NIC overhead"], "per-message NIC overhead: first frame on the wire after "
+            "the message is posted (median over messages)", DEFAULT_OVERHEAD_S,
+            float((started.first_tx_s - started.start_s).median()),
+            f"a real RDMA NIC needs ~{DEFAULT_OVERHEAD_S * 1e6:g} us per message "
+            f"({emulated['NIC overhead']['how']})"))
+    return [r for r in rows if r is not None]
+
+
+def _deviation_row(case: str, names: list[str], what: str, real_s: float, measured_s: float,
+                   detail: str) -> dict[str, Any] | None:
+    if measured_s >= (1 - DEVIATION_TOLERANCE) * real_s:
+        return None
+    return {"case": case, "name": " + ".join(names), "what": what, "real_s": real_s,
+            "measured_s": measured_s, "missing_s": real_s - measured_s,
+            "missing_rel": (real_s - measured_s) / real_s, "detail": detail}
+
+
+# ----------------------------------------------------------------------------- FCT slowdown
+
+#: Message size buckets of the FCT slowdown table: (label, largest size in the bucket).
+SIZE_BUCKETS = (("<=4KiB", 4 << 10), ("4KiB-64KiB", 64 << 10), ("64KiB-1MiB", 1 << 20),
+                ("1MiB-16MiB", 16 << 20), (">16MiB", math.inf))
+
+
+def size_bucket(size_bytes: float) -> str:
+    return next(label for label, top in SIZE_BUCKETS if size_bytes <= top)
+
+
+def ideal_fct_s(graph: Any, paths: Callable[[str, str], Sequence[Sequence[str]]], src: str,
+                dst: str, size_bytes: float) -> float:
+    """The real-fabric model's FCT of one message of ``size_bytes`` alone on an idle
+    fabric (NIC overhead, line rate, store-and-forward path latency)."""
+
+    alone = PlainWorkload("alone", (PlainMessage(0, src, dst, size_bytes),))
+    return predict_workload(alone, graph, paths).completion_s
+
+
+def fct_slowdown(messages: pd.DataFrame, ideal_s: Mapping[Any, float],
+                 predicted_s: Mapping[Any, Sequence[float]]) -> pd.DataFrame:
+    """FCT slowdown (FCT / ideal FCT of that size alone) by size bucket: p50 and p99
+    measured (messages.fct_s) and predicted (the model's FCTs of the same messages
+    under the workload's load; several per message when the model draws hashes)."""
+    rows = []
+    done = messages[messages.fct_s.notna()]
+    measured = pd.DataFrame({"bucket": [size_bucket(s) for s in done.size_bytes],
+                             "slowdown": [f / ideal_s[i] for i, f in zip(done.msg_id, done.fct_s,
+                                                                         strict=True)]})
+    model = pd.DataFrame([{"bucket": size_bucket(s), "slowdown": f / ideal_s[i]}
+                          for i, s in zip(messages.msg_id, messages.size_bytes, strict=True)
+                          for f in predicted_s.get(i, ())], columns=["bucket", "slowdown"])
+    for label, _ in SIZE_BUCKETS:
+        got = measured[measured.bucket == label].slowdown
+        want = model[model.bucket == label].slowdown
+        if got.empty and want.empty:
+            continue
+        rows.append({"bucket": label, "messages": len(got),
+                     "p50": got.quantile(0.5) if len(got) else math.nan,
+                     "p99": got.quantile(0.99) if len(got) else math.nan,
+                     "model_p50": want.quantile(0.5) if len(want) else math.nan,
+                     "model_p99": want.quantile(0.99) if len(want) else math.nan})
+    return pd.DataFrame(rows, columns=["bucket", "messages", "p50", "p99", "model_p50",
+                                       "model_p99"])
+
+
+def record_slowdown(run: Run, case: str, table: pd.DataFrame) -> None:
+    """fct_slowdown.csv rows and one summary metric per bucket and percentile."""
+    for row in table.itertuples():
+        for q in ("p50", "p99"):
+            run.metric(case, f"FCT slowdown {q} {row.bucket}", "x", getattr(row, q),
+                       getattr(row, f"model_{q}"))
+    run.frame("fct_slowdown", table, case=case)

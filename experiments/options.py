@@ -1,0 +1,259 @@
+"""Experiment options: parsed and bounded before any fabric is built or any directory made.
+
+Every experiment declares its options as `Option`s; `resolve_options` parses the
+defaults and the user's ``--set`` overrides and runs the cross-checks, so that a
+refused option leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.ecn import Thresholds
+from core.errors import ParameterError
+from core.scaling import Scale
+from core.units import parse_rate_bps, parse_size_bytes
+from topologies.spec import build_topo, topo_size
+from traffic.collectives import NAMES
+
+# ----------------------------------------------------------------------------- options
+
+#: Largest message an experiment sends: at S = 1e5 a 400G NIC sends 64 MiB in over two
+#: minutes of wall time, so a sweep of larger messages would run for hours.
+MAX_MESSAGE_BYTES = 64 << 20
+
+#: An option's parser: reads a ``--set`` string or an already typed value (defaults,
+#: the Python API, a resumed run's config.json) and returns the canonical value, or
+#: raises ParameterError. Parsers are idempotent on their own output.
+Parser = Callable[[Any], Any]
+
+
+def parse_text(value: Any) -> str:
+    """A non-empty string, stripped."""
+    if not isinstance(value, str) or not value.strip():
+        raise ParameterError("value", value, "must not be empty")
+    return value.strip()
+
+
+def parse_int(minimum: int = 1, maximum: int | None = None) -> Parser:
+    """Integer in [minimum, maximum]; '1.5', 'abc' and flags are refused."""
+    def parse(value: Any) -> int:
+        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+            number = int(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            raise ParameterError("value", value, "must be an integer")
+        if number < minimum or (maximum is not None and number > maximum):
+            bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+            raise ParameterError("value", value, f"must be {bound}")
+        return number
+    return parse
+
+
+def parse_float(minimum: float, maximum: float, *, open_low: bool = False,
+                open_high: bool = False) -> Parser:
+    """Finite real number in the interval (closed unless an end is marked open)."""
+    def parse(value: Any) -> float:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ParameterError("value", value, "must be a number") from None
+        low_ok = number > minimum if open_low else number >= minimum
+        high_ok = number < maximum if open_high else number <= maximum
+        if not (math.isfinite(number) and low_ok and high_ok):
+            interval = (f"{'(' if open_low else '['}{minimum:g}, "
+                        f"{maximum:g}{')' if open_high else ']'}")
+            raise ParameterError("value", value, f"must be a finite number in {interval}")
+        return number
+    return parse
+
+
+def parse_choice(*choices: str) -> Parser:
+    """One of ``choices``, case-insensitive, returned in lower case."""
+    def parse(value: Any) -> str:
+        word = value.strip().lower() if isinstance(value, str) else None
+        if word not in choices:
+            raise ParameterError("value", value, f"choose one of {' | '.join(choices)}")
+        return word
+    return parse
+
+
+def parse_list(item: Parser) -> Parser:
+    """``a;b;c`` (or a list) -> [item(a), ...], non-empty and without repeats (';'
+    because topology specs contain commas). An empty sweep would measure nothing."""
+    def parse(value: Any) -> list:
+        if isinstance(value, str):
+            parts: list = [x.strip() for x in value.split(";")]
+            if any(not x for x in parts) and value.strip():
+                raise ParameterError("value", value, "an empty item between ';'")
+            parts = [x for x in parts if x]
+        elif isinstance(value, (list, tuple)):
+            parts = list(value)
+        else:
+            raise ParameterError("value", value, "expected a ';'-separated list")
+        if not parts:
+            raise ParameterError("value", value, "an empty list: give at least one item")
+        items = [item(x) for x in parts]
+        repeated = sorted({str(x) for x in items if items.count(x) > 1})
+        if repeated:
+            raise ParameterError("value", value, f"listed twice: {', '.join(repeated)}")
+        return items
+    return parse
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    words = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False}
+    if not isinstance(value, str) or value.strip().lower() not in words:
+        raise ParameterError("flag", value, "must be true or false")
+    return words[value.strip().lower()]
+
+
+def parse_size(value: Any) -> int:
+    """A message size: 1 byte to MAX_MESSAGE_BYTES."""
+    size = parse_size_bytes(value, "size")
+    if not 1 <= size <= MAX_MESSAGE_BYTES:
+        raise ParameterError("size", value, f"must be 1 B to {MAX_MESSAGE_BYTES >> 20} MiB")
+    return size
+
+
+def parse_topo(value: Any) -> str:
+    """A topology spec, checked (name, arguments, size caps) without building it."""
+
+    spec = parse_text(value)
+    topo_size(spec)
+    return spec
+
+
+def parse_thresholds(value: Any) -> str:
+    """``KMIN/KMAX`` in bytes, e.g. ``100K/400K``; kept as text (Pmax is its own option)."""
+
+    text = parse_text(value)
+    Thresholds.from_text(text)
+    return text
+
+
+def parse_scale(value: Any) -> float:
+    """The time-dilation factor S, as core.scaling.Scale accepts it."""
+
+    return Scale(parse_float(1.0, 1e9, open_high=True)(value)).factor
+
+
+def parse_collective(value: Any) -> str:
+    return parse_choice(*NAMES)(value)
+
+
+#: Congestion control of collective, ECMP and fairness runs: a traffic.dcqcn.PARAMS name.
+parse_cc = parse_choice("off", "nic", "paper")
+#: DCQCN parameter set of the runs with DCQCN on.
+parse_dcqcn = parse_choice("paper", "nic")
+parse_sizes = parse_list(parse_size)
+parse_specs = parse_list(parse_topo)
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ";".join(format_value(v) for v in value)
+    if isinstance(value, float):
+        return repr(value)  # round-trips exactly
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One experiment option: default, ``--quick`` value and the parser of ``--set``
+    (which also validates defaults and typed values)."""
+
+    default: Any
+    help: str
+    quick: Any = None            # None: same as default
+    parse: Parser = parse_text
+
+    def value(self, quick: bool) -> Any:
+        return self.quick if quick and self.quick is not None else self.default
+
+    def format(self, value: Any) -> str:
+        """``--set`` text that parse() reads back to ``value``."""
+        return format_value(value)
+
+
+def resolve_options(spec: Mapping[str, Option], quick: bool, overrides: Mapping[str, Any],
+                    check: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Defaults (or quick values), then overrides, every value through its option's
+    parser, then ``check`` across options: all before anything is built."""
+    unknown = set(overrides) - set(spec)
+    if unknown:
+        raise ParameterError("option", ", ".join(sorted(unknown)),
+                             f"known options: {', '.join(sorted(spec))}")
+    opts = {}
+    for name, option in spec.items():
+        raw = overrides[name] if name in overrides else option.value(quick)
+        try:
+            opts[name] = option.parse(raw)
+        except ParameterError as e:
+            if e.value is raw or e.value == raw:
+                why = e.why
+            else:  # about a list item, or a quantity derived from the value
+                why = f"{'' if e.name == 'value' else e.name + '='}{e.value!r}: {e.why}"
+            raise ParameterError(name, raw, why) from None
+        except (TypeError, ValueError) as e:
+            raise ParameterError(name, raw, str(e)) from None
+    if check is not None:
+        check(opts)
+    return opts
+
+
+def check_topology(spec: str, scale: float, min_hosts: int = 2, option: str = "topo") -> int:
+    """The hosts of ``spec`` (its graph is built: pure data, within the size caps), at
+    least ``min_hosts``, and every link rate shaped accurately at ``scale``."""
+
+    topo = build_topo(spec)
+    hosts = len(topo.host_nodes())
+    if hosts < min_hosts:
+        raise ParameterError(option, spec, f"has {hosts} host(s); this experiment needs "
+                                           f"at least {min_hosts}")
+    topo.fabric_links()  # parallel links are refused here, not by the builder
+    rates = {info["rate_bps"] for _, _, info in topo.links(withInfo=True)}
+    for rate_bps in sorted(rates):
+        Scale(scale).rate_emu_bps(rate_bps)
+    return hosts
+
+
+def check_senders(spec: str, scale: float, senders: int, option: str) -> None:
+    """``senders`` hosts besides the receiver exist on ``spec``."""
+    hosts = check_topology(spec, scale)
+    if senders > hosts - 1:
+        raise ParameterError(option, senders, f"{spec} has {hosts} hosts, so at most "
+                                              f"{hosts - 1} besides the receiver")
+
+
+def check_thresholds(texts: Sequence[str], pmax: float) -> None:
+    """Every Kmin/Kmax with the run's Pmax makes a valid marking curve."""
+
+    for text in texts:
+        Thresholds.from_text(text, pmax)
+
+
+SCALE_HELP = "time-dilation factor S (emulated rate = real rate / S)"
+
+
+def parse_rate(text: str) -> float:
+    return parse_rate_bps(text, "rate")
+
+
+def size_label(size_bytes: int) -> str:
+    """Short exact label: 1MiB, 256KiB, 100KB, 4154B."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("MB", 10**6),
+                      ("KB", 10**3)):
+        if size_bytes >= div and size_bytes % div == 0:
+            return f"{size_bytes // div}{unit}"
+    return f"{size_bytes}B"

@@ -1,0 +1,576 @@
+"""The run directory: how a run starts, records and ends.
+
+A run directory holds
+
+* ``config.json``  everything needed to rerun (experiment, options, S, marking back
+  end, capabilities, versions, seed, git commit, the command line);
+* tidy CSVs, one row per measurement, in real-fabric units with S in config.json:
+  ``metrics.csv`` (= summary rows), and per experiment some of ``messages.csv``,
+  ``latency.csv``, ``queue.csv``, ``queue_model.csv`` (the model's queue
+  trajectory), ``rates.csv``, ``ports.csv``, ``collective.csv``, ``flows.csv``,
+  ``intervals.csv``; times on the engine's clock (0 = the engine starts sending);
+* ``summary.json``: every headline metric as ``{case, metric, unit, measured,
+  predicted, error_rel, valid}`` and the fidelity verdict of every case;
+* PNG plots re-rendered from the CSVs by :func:`render_report` (``emu report DIR``);
+* ``cases/NNN/``: one record per finished case, written as the case ends (what
+  ``--resume`` reloads). summary.json and config.json say ``status`` running,
+  stopped or finished; every file is replaced atomically (temporary file, rename).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from core.errors import FabricEmuError, ParameterError
+from experiments.fidelity import FidelityReport, combine
+from experiments.options import Option, format_value, resolve_options
+from experiments.report import console, render_report
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+
+# ----------------------------------------------------------------------------- versions
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "kernel": platform.release()}
+    for dist in ("fabricemu", "pyroute2", "scapy", "pandas", "numpy", "networkx", "matplotlib"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = "absent"
+    return out
+
+
+def git_commit() -> str | None:
+    """HEAD of the checkout (+ '-dirty'), None outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+def capabilities() -> dict:
+    """The capability probe (about a second); its failure is recorded, not fatal."""
+    try:
+        from emu.capabilities import probe
+
+        return probe().as_dict()
+    except Exception as e:  # a probe bug must not lose a finished measurement
+        return {"error": f"{type(e).__name__}: {e}"}
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def error_rel(measured: float | None, predicted: float | None) -> float | None:
+    """(measured - predicted) / predicted; 0 when both are 0; None when undefined."""
+    if measured is None or predicted is None or not math.isfinite(measured) \
+            or not math.isfinite(predicted):
+        return None
+    if predicted == 0:
+        return 0.0 if measured == 0 else None
+    return (measured - predicted) / abs(predicted)
+
+
+def jain_index(values: Sequence[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 = equal shares, 1/n = one takes all."""
+    xs = [float(v) for v in values]
+    sq = sum(x * x for x in xs)
+    return (sum(xs) ** 2) / (len(xs) * sq) if xs and sq > 0 else float("nan")
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if hasattr(x, "item"):  # numpy scalars
+        return _json_safe(x.item())
+    return x
+
+
+# ----------------------------------------------------------------------------- run dir
+
+@dataclass
+class RunResult:
+    """What ``run()`` returns: where the results are and the headline verdict."""
+
+    run_dir: Path
+    metrics: pd.DataFrame
+    fidelity: FidelityReport
+    cases: dict[str, FidelityReport] = field(default_factory=dict)
+
+    @property
+    def valid(self) -> bool:
+        return self.fidelity.valid
+
+    def metric(self, metric: str, case: str | None = None) -> dict:
+        """The summary row of ``metric`` (in ``case``); KeyError if absent."""
+        rows = self.metrics[(self.metrics.metric == metric)
+                            & ((self.metrics.case == case) if case is not None else True)]
+        if rows.empty:
+            raise KeyError(f"no metric {metric!r} in case {case!r}")
+        return rows.iloc[0].to_dict()
+
+
+class Run:
+    """Collects one experiment's measurements and writes its run directory.
+
+    Every finished case is committed (:meth:`commit`) to ``cases/NNN/`` at once and
+    the run's CSVs, summary.json (marked incomplete) and config.json are rewritten,
+    each atomically: a SIGKILL or an OOM loses only the case then running, and
+    ``--resume`` reloads the committed cases and runs the rest.
+    """
+
+    def __init__(self, experiment: str, out_dir: str | Path, options: Mapping[str, Any], *,
+                 quick: bool, seed: int = 0, spec: Mapping[str, Option] | None = None) -> None:
+        self.experiment = experiment
+        self.dir = Path(out_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.options = dict(options)
+        self.spec = spec
+        self.quick = quick
+        self.seed = seed
+        self.started = time.time()
+        self.units: list[_Unit] = []
+        self.pending = _Unit("")
+        self._environment: dict[str, Any] | None = None
+
+    # -- collecting ------------------------------------------------------------------
+    def metric(self, case: str, metric: str, unit: str, measured: float | None,
+               predicted: float | None) -> None:
+        """One headline metric beside its prediction (validity is the case's verdict)."""
+        self.pending.rows.append({"case": case, "metric": metric, "unit": unit,
+                                  "measured": _json_safe(measured),
+                                  "predicted": _json_safe(predicted),
+                                  "error_rel": error_rel(measured, predicted)})
+
+    def frame(self, name: str, df: pd.DataFrame, **labels: Any) -> None:
+        """Append rows to ``name.csv`` with constant label columns in front."""
+        if df is None or df.empty:
+            return
+        df = df.copy()
+        for i, (k, v) in enumerate(labels.items()):
+            df.insert(i, k, v)
+        self.pending.frames.setdefault(name, []).append(df)
+
+    def fidelity(self, case: str, report: FidelityReport) -> None:
+        self.pending.cases[case] = report
+
+    def deviations(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Named emulation deviations (`measure_deviations`): listed in summary.json,
+        deviations.csv and the printed report, never folded into the model."""
+        self.pending.deviations.extend(dict(r) for r in rows)
+
+    def fabric(self, name: str, fab: Any) -> None:
+        """Record a fabric's summary (topology, S, marking back end, build time)."""
+        self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None,
+                                      "fixed_delays": emulated_fixed_delays(fab)}
+
+    def note(self, text: str) -> None:
+        self.pending.notes.append(text)
+
+    @property
+    def rows(self) -> list[dict]:
+        return [r for u in (*self.units, self.pending) for r in u.rows]
+
+    @property
+    def cases(self) -> dict[str, FidelityReport]:
+        return {c: r for u in (*self.units, self.pending) for c, r in u.cases.items()}
+
+    # -- committing ------------------------------------------------------------------
+    def finished(self, key: str) -> bool:
+        """Whether case ``key`` is already committed (a resumed run skips it)."""
+        return any(u.key == key for u in self.units)
+
+    def commit(self, key: str) -> None:
+        """Case ``key`` ended: write what it recorded now (see the class docstring)."""
+        unit, self.pending = self.pending, _Unit("")
+        unit.key = key
+        with deferred_interrupts():
+            unit.save(self.dir / CASES_DIR, len(self.units))
+            self.units.append(unit)
+            self._write(status="running")
+
+    def resume(self) -> int:
+        """Load the cases a previous run into this directory committed; their count."""
+        self.units = _Unit.load_all(self.dir / CASES_DIR)
+        return len(self.units)
+
+    # -- writing ---------------------------------------------------------------------
+    def environment(self) -> dict[str, Any]:
+        """Capabilities, versions and commit: probed once per run."""
+        if self._environment is None:
+            self._environment = {"capabilities": capabilities(), "versions": versions(),
+                                 "git_commit": git_commit()}
+        return self._environment
+
+    def _write(self, status: str, stopped: str | None = None) -> RunResult:
+        """metrics.csv, the frame CSVs, config.json and summary.json, each atomically."""
+        units = self.units
+        cases = {c: r for u in units for c, r in u.cases.items()}
+        reports = list(cases.values())
+        if status != "finished":
+            reason = stopped or (f"incomplete: {len(units)} case(s) finished so far; the run "
+                                 "is still going or was killed")
+            reports.append(FidelityReport(False, [reason], float(self.options.get("scale", 1.0))))
+        verdict = combine(reports)
+        rows = [dict(r) for u in units for r in u.rows]
+        for row in rows:
+            row["valid"] = cases[row["case"]].valid if row["case"] in cases else verdict.valid
+        metrics = pd.DataFrame(rows, columns=["case", "metric", "unit", "measured",
+                                              "predicted", "error_rel", "valid"])
+        write_csv_atomic(self.dir / "metrics.csv", metrics)
+        names = dict.fromkeys(name for u in units for name in u.frames)
+        for name in names:
+            parts = [df for u in units for df in u.frames.get(name, [])]
+            write_csv_atomic(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
+        fabrics = {k: v for u in units for k, v in u.fabrics.items()}
+        deviations = [{k: _json_safe(v) for k, v in d.items()} for u in units
+                      for d in u.deviations]
+        if deviations:
+            write_csv_atomic(self.dir / "deviations.csv", pd.DataFrame(deviations))
+        config = {
+            "experiment": self.experiment, "quick": self.quick, "status": status,
+            "options": self.options, "scale": self.options.get("scale"), "seed": self.seed,
+            "fabrics": fabrics,
+            # Which real-fabric fixed delays each fabric emulated (the model prices all).
+            "fixed_delays": {k: v.get("fixed_delays") for k, v in fabrics.items()},
+            **self.environment(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+            "duration_s": time.time() - self.started,
+            "notes": [n for u in units for n in u.notes],
+            "rerun": rerun_command(self.experiment, self.options, self.dir, self.spec,
+                                   self.quick),
+            "invocation": {"executable": sys.executable, "argv": " ".join(sys.argv),
+                           "cwd": os.getcwd()},
+        }
+        write_text_atomic(self.dir / "config.json", json.dumps(config, indent=2, default=str))
+        summary = {
+            "experiment": self.experiment, "valid": verdict.valid, "status": status,
+            "suggested_scale": verdict.suggested_scale, "reasons": verdict.reasons,
+            "cases": {c: r.as_dict() for c, r in cases.items()},
+            "metrics": [{k: _json_safe(v) for k, v in r.items()} for r in rows],
+            "deviations": deviations,
+        }
+        write_text_atomic(self.dir / "summary.json",
+                          json.dumps(summary, indent=2, default=str))
+        return RunResult(self.dir, metrics, verdict, cases)
+
+    def start(self) -> None:
+        """config.json before the first case: what is running and how to rerun it."""
+        with deferred_interrupts():
+            self._write(status="running")
+
+    def finish(self, show: bool = True, stopped: str | None = None) -> RunResult:
+        """Write the run directory and render it. ``stopped`` (the reason) marks a run
+        that did not finish: the case then running is dropped, the run is invalid."""
+        with deferred_interrupts():
+            if stopped is None and not self.pending.empty():
+                unit, self.pending = self.pending, _Unit("(rest)")
+                unit.save(self.dir / CASES_DIR, len(self.units))
+                self.units.append(unit)
+            result = self._write("stopped" if stopped else "finished", stopped)
+
+        render_report(self.dir, show=show)
+        return result
+
+    def discard(self, created: bool) -> None:
+        """Remove what this run wrote when it finished no case (and the directory
+        itself if the run created it): a failed start leaves nothing behind."""
+        for name in ("config.json", "summary.json", "metrics.csv"):
+            (self.dir / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            (self.dir / CASES_DIR).rmdir()
+        if created:
+            with contextlib.suppress(OSError):
+                self.dir.rmdir()
+
+
+#: Subdirectory of a run directory with one record per committed case.
+CASES_DIR = "cases"
+
+
+@dataclass
+class _Unit:
+    """What one finished case (or cases measured together) recorded."""
+
+    key: str
+    rows: list[dict] = field(default_factory=list)
+    frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict)
+    cases: dict[str, FidelityReport] = field(default_factory=dict)
+    fabrics: dict[str, dict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    deviations: list[dict] = field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not (self.rows or self.frames or self.cases or self.notes or self.deviations)
+
+    def save(self, root: Path, index: int) -> None:
+        """``root/NNN/`` (unit.json and one CSV per frame), renamed into place whole."""
+        root.mkdir(exist_ok=True)
+        final = root / f"{index:03d}"
+        tmp = root / f".{index:03d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name, parts in self.frames.items():
+            pd.concat(parts, ignore_index=True).to_csv(tmp / f"{name}.csv", index=False)
+        record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
+                  "cases": {c: r.as_dict() for c, r in self.cases.items()},
+                  "fabrics": self.fabrics, "notes": self.notes, "deviations": self.deviations}
+        (tmp / "unit.json").write_text(json.dumps(record, indent=1, default=str))
+        os.replace(tmp, final)
+
+    @classmethod
+    def load_all(cls, root: Path) -> list[_Unit]:
+        units = []
+        if not root.is_dir():
+            return units
+        for path in sorted(p for p in root.iterdir() if re.fullmatch(r"[0-9]{3}", p.name)):
+            try:
+                record = json.loads((path / "unit.json").read_text())
+                frames = {name: [pd.read_csv(path / f"{name}.csv")]
+                          for name in record["frames"]}
+                units.append(cls(record["key"], list(record["rows"]), frames,
+                                 {c: FidelityReport.from_dict(r)
+                                  for c, r in record["cases"].items()},
+                                 dict(record["fabrics"]), list(record["notes"]),
+                                 list(record.get("deviations", []))))
+            except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as e:
+                raise FabricEmuError(f"cannot resume: {path} is damaged ({e}); use --force "
+                                     "to start over") from None
+            if len(units) != int(path.name) + 1:
+                raise FabricEmuError(f"cannot resume: {root} misses case records before "
+                                     f"{path.name}; use --force to start over")
+        return units
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename: readers see the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then deliver them: a
+    second Ctrl-C while results are written cannot leave them half written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught:
+            os.kill(os.getpid(), caught[0])
+
+
+def rerun_command(experiment: str, options: Mapping[str, Any], out: Path,
+                  spec: Mapping[str, Option] | None = None, quick: bool = False) -> str:
+    """The `emu run` line that reproduces the run: every option, as its parser reads it."""
+    def fmt(name: str, value: Any) -> str:
+        return spec[name].format(value) if spec and name in spec else format_value(value)
+
+    words = ["emu", "run", experiment] + (["--quick"] if quick else [])
+    if "scale" in options:
+        words += ["--scale", fmt("scale", options["scale"])]
+    for name, value in options.items():
+        if name != "scale":
+            words += ["--set", f"{name}={fmt(name, value)}"]
+    return shlex.join([*words, "--out", str(out)])
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() or (path / CASES_DIR).is_dir()
+
+
+#: What a run writes into its directory; --force removes these and nothing else.
+_RUN_OUTPUTS = ("*.csv", "*.png", "config.json", "summary.json", ".*.tmp")
+
+
+def prepare_out_dir(name: str, out: str | Path | None, *, force: bool,
+                    resume: bool) -> tuple[Path, bool]:
+    """The run directory and whether this run created it.
+
+    No ``out``: ``runs/NAME-YYYYmmdd-HHMMSS`` made with an exclusive mkdir, with
+    ``-2``, ``-3``, ... if another run took the name. A given ``out`` that exists
+    and is not empty is refused unless ``force`` (its run outputs are removed first)
+    or ``resume`` (kept: the caller reloads the finished cases)."""
+    if force and resume:
+        raise ParameterError("--force/--resume", "both", "give one of them")
+    if out is None:
+        base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        for n in itertools.count(1):
+            path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+            try:
+                path.mkdir(parents=True)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise FabricEmuError(f"cannot create the run directory {path}: "
+                                     f"{e.strerror}") from None
+            return path, True
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ParameterError("--out", str(path), "exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        if not (force or resume):
+            raise ParameterError("--out", str(path), "is not empty; add --force to start "
+                                 "over or --resume to keep its finished cases")
+        if not _is_run_dir(path):
+            raise ParameterError("--out", str(path), "is not empty and is not a run "
+                                 "directory (no config.json); refusing to write into it")
+        if force:
+            for pattern in _RUN_OUTPUTS:
+                for old in path.glob(pattern):
+                    old.unlink()
+            shutil.rmtree(path / CASES_DIR, ignore_errors=True)
+        return path, False
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FabricEmuError(f"cannot create the run directory {path}: {e.strerror}") from None
+    return path, created
+
+
+@contextlib.contextmanager
+def progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
+    """A rich progress bar over ``total`` cases; yields ``advance(label)``."""
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                   TextColumn("{task.completed}/{task.total} {task.fields[label]}"),
+                   TimeElapsedColumn(), console=console, transient=False,
+                   disable=not console.is_terminal)
+    with bar:
+        task = bar.add_task(description, total=total, label="")
+
+        def advance(label: str) -> None:
+            bar.update(task, advance=1, label=label)
+
+        yield advance
+
+
+def run_experiment(name: str, options: Mapping[str, Option],
+                   execute: Callable[[Run, dict[str, Any]], None], out_dir: str | Path | None,
+                   quick: bool, overrides: Mapping[str, Any], *,
+                   check: Callable[[dict[str, Any]], None] | None = None,
+                   force: bool = False, resume: bool = False) -> RunResult:
+    """What every experiment's ``run()`` does: parse and check every option, prepare
+    the run directory (nothing is created if an option is refused), execute, finish."""
+    opts = resolve_options(options, quick, overrides, check)
+    if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
+        opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
+    path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
+    rec = Run(name, path, opts, quick=quick, spec=options)
+    try:
+        if resume:
+            rec.resume()
+        rec.start()
+        execute(rec, opts)
+    except BaseException as e:
+        # A long sweep keeps what its finished cases measured: the run directory is
+        # written, marked invalid with the reason, and the error still propagates.
+        if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
+            console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
+                          f"--out {path} to run the rest", style="yellow", markup=False)
+            reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
+            with contextlib.suppress(Exception):
+                rec.finish(show=False, stopped=reason)
+        else:
+            rec.discard(created)
+        raise
+    return rec.finish()
+
+
+def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
+                     opts: dict[str, Any], overrides: Mapping[str, Any],
+                     check: Callable[[dict[str, Any]], None] | None
+                     ) -> tuple[dict[str, Any], bool]:
+    """The options of the run being resumed; options given now must agree with them."""
+    try:
+        config = json.loads((out / "config.json").read_text())
+        experiment, stored, quick = config["experiment"], config["options"], config["quick"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FabricEmuError(f"cannot resume {out}: unreadable config.json ({e}); use "
+                             "--force to start over") from None
+    if experiment != name:
+        raise ParameterError("--resume", str(out), f"holds a {experiment!r} run, not {name!r}")
+    try:
+        resumed = resolve_options(options, bool(quick), stored, check)
+    except ParameterError as e:
+        raise FabricEmuError(f"cannot resume {out}: its options no longer parse ({e})") from None
+    for key in overrides:
+        if opts[key] != resumed[key]:
+            raise ParameterError(key, overrides[key], f"the run being resumed has {key}="
+                                 f"{options[key].format(resumed[key])}; drop the option or "
+                                 "use --force to start over")
+    return resumed, bool(quick)
+
+
+#: The fixed delays of a real fabric that the model prices (model.alphabeta,
+#: topologies.base): per-hop serialization (a store-and-forward switch holds a frame
+#: until it has all of it), switch pipeline latency (node ``switch_latency_s``), link
+#: propagation (link ``delay_s``) and the NIC's per-message overhead. The model always
+#: prices all four; what the emulator lacks is reported as a deviation, measured.
+FIXED_DELAYS = ("per-hop serialization", "switch latency", "link propagation",
+                "NIC overhead")
+
+
+def emulated_fixed_delays(fab: Any) -> dict[str, dict[str, Any]]:
+    """Which of FIXED_DELAYS this fabric emulates, and how (recorded in config.json).
+
+    A fabric (or the engine driving it) that emulates more declares it in its summary
+    under ``emulated_fixed_delays`` ({name: how}); otherwise propagation is emulated
+    where netem delays the links and the other three are not. The hops are veths into
+    HTB ports whose bucket releases a frame as soon as it holds its tokens: a frame is
+    serialized once, at the bottleneck, and no switch adds pipeline latency."""
+    summary = fab.summary()
+    declared = dict(summary.get("emulated_fixed_delays") or {})
+    out = {name: {"emulated": False, "how": "not emulated"} for name in FIXED_DELAYS}
+    if summary.get("delay_emulated"):
+        out["link propagation"] = {"emulated": True, "how": "netem delay lines, dilated by S"}
+    else:
+        out["link propagation"]["how"] = str(summary.get("delay_detail") or "not emulated")
+    out["per-hop serialization"]["how"] = ("not emulated: frames cut through every hop "
+                                           "(serialized once, at the bottleneck shaper)")
+    for name, how in declared.items():
+        if name in out and how:
+            out[name] = {"emulated": True, "how": str(how)}
+    return out
