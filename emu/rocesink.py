@@ -25,8 +25,8 @@ from pyroute2 import IPRoute
 from core.errors import CapabilityError
 from core.frame import ROCE_UDP_PORT
 from emu import netns as ns
+from emu.bpfload import attach_clsact, load_object
 from emu.cbuild import compile_c
-from emu.ecn.bpf import attach_clsact, load_object
 
 FILTER_NAME = "fabricemu_roce_sink"
 

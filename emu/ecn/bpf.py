@@ -3,26 +3,23 @@
 * Compile: ``clang -O2 -g -target bpf`` on first use into a cache keyed by the hash
   of the source and the compiler (never a committed binary); the object is checked
   (owner, mode, recorded sha256) before it is loaded, see :mod:`emu.cbuild`.
-* Load: libbpf (``libbpf.so.1``, by absolute path from the linker cache) through
-  ctypes, one bpf_object per port, so the maps of a port are its own (isolated
-  between ports and between fabrics).
-* Attach: pyroute2 netlink, clsact egress, cls_bpf direct-action, through an
-  IPRoute bound to the port's namespace (no fork of ``tc``).
+* Load: :func:`emu.bpfload.load_object`, one bpf_object per port, so the maps of a
+  port are its own (isolated between ports and between fabrics).
+* Attach: :func:`emu.bpfload.attach_clsact` on clsact egress, through an IPRoute
+  bound to the port's namespace.
 * Clean-up: nothing is pinned. After attaching we keep only the map fds we read
   (3 per port) and close the object; the tc filter holds the program, the program
   holds its maps. Deleting the namespace (the veth) drops the filter, and closing
   our fds (or the process dying, also by SIGKILL) frees everything, so ``emu clean``
-  only has to delete namespaces. ``remove_pins`` exists for runs that pin on purpose.
+  only has to delete namespaces.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
 import resource
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,23 +28,18 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from core.ecn import Thresholds
-from core.errors import CapabilityError, ParameterError
-from emu.cbuild import compile_c, system_library
+from core.errors import ParameterError
+from emu.bpfload import BPF_F_LOCK, attach_clsact, detach_clsact, libbpf, load_object, program_id
+from emu.cbuild import compile_c
 from emu.netns import in_netns
 from emu.shaping import htb_burst_bytes
 
 PROGRAM_NAME = "fabricemu_mark"
 FILTER_NAME = "fabricemu_marker"
-#: Explicit tc priority: the kernel refuses to delete a filter by handle without one.
-FILTER_PRIO = 1
 HIST_BUCKETS = 32
 SCALE = 8_000_000_000  # scaled bytes per byte in the virtual queue (see marker.c)
 FLAG_TRACE = 1
 TRACE_ENTRIES = 65536
-PIN_ROOT = "/sys/fs/bpf/fabricemu"
-_CLSACT_EGRESS = 0xFFFFFFF3
-_CLSACT_INGRESS = 0xFFFFFFF2
-_BPF_F_LOCK = 4
 _U64_MAX = 2**64 - 1
 
 
@@ -82,78 +74,7 @@ def compile_marker(out_dir: Path | None = None) -> Path:
     return compile_c(marker_source(), "bpf", what="the bpf ECN marker", out_dir=out_dir)
 
 
-# --- libbpf through ctypes ------------------------------------------------------------
-
-_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-
-
-def _load_libbpf() -> ctypes.CDLL:
-    """libbpf.so.1 by absolute path from the linker cache (root-owned, see
-    :func:`emu.cbuild.system_library`), never through a search path."""
-    errors = []
-    for path in system_library("libbpf.so.1"):
-        try:
-            return ctypes.CDLL(str(path), use_errno=True)
-        except OSError as e:  # e.g. another architecture's copy
-            errors.append(str(e))
-    why = "; ".join(errors) or "not in the dynamic linker's cache"
-    raise CapabilityError(f"the bpf ECN marker needs libbpf.so.1 (apt install libbpf1): {why}")
-
-
-class _Libbpf:
-    """The handful of libbpf calls we use, with libbpf's log captured for error messages."""
-
-    def __init__(self) -> None:
-        self.lib = lib = _load_libbpf()
-        vp, cp, i, u32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32
-        for name, res, args in (
-            ("bpf_object__open_file", vp, [cp, vp]),
-            ("bpf_object__load", i, [vp]),
-            ("bpf_object__close", None, [vp]),
-            ("bpf_object__find_program_by_name", vp, [vp, cp]),
-            ("bpf_object__find_map_by_name", vp, [vp, cp]),
-            ("bpf_program__fd", i, [vp]),
-            ("bpf_map__fd", i, [vp]),
-            ("bpf_map__set_max_entries", i, [vp, u32]),
-            ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
-            ("bpf_map_lookup_elem", i, [i, vp, vp]),
-            ("bpf_map_lookup_elem_flags", i, [i, vp, vp, ctypes.c_uint64]),
-            ("bpf_obj_get_info_by_fd", i, [i, vp, ctypes.POINTER(u32)]),
-            ("bpf_prog_get_fd_by_id", i, [u32]),
-            ("libbpf_num_possible_cpus", i, []),
-            ("libbpf_set_print", vp, [_PRINT_FN]),
-        ):
-            fn = getattr(lib, name)
-            fn.restype, fn.argtypes = res, args
-        libc = ctypes.CDLL(None)
-        self._vsnprintf = libc.vsnprintf
-        self._vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
-        self.log: list[str] = []
-        self._printer = _PRINT_FN(self._print)  # keep a reference: libbpf stores the pointer
-        lib.libbpf_set_print(self._printer)
-        self.ncpus = lib.libbpf_num_possible_cpus()
-        self.lock = threading.Lock()
-
-    def _print(self, level: int, fmt: bytes, args: int) -> int:
-        if level >= 2:  # LIBBPF_DEBUG: dozens of lines per load, never needed for errors
-            return 0
-        buf = ctypes.create_string_buffer(2048)
-        # va_list is an array type on x86_64/aarch64, so it arrives here as a pointer.
-        self._vsnprintf(buf, len(buf), fmt, args)
-        self.log.append(buf.value.decode(errors="replace"))
-        del self.log[:-200]
-        return 0
-
-
-_libbpf: _Libbpf | None = None
-
-
-def libbpf() -> _Libbpf:
-    global _libbpf
-    if _libbpf is None:
-        _libbpf = _Libbpf()
-    return _libbpf
-
+# --- loading ------------------------------------------------------------------------
 
 def raise_fd_limit() -> int:
     """Raise RLIMIT_NOFILE's soft limit to the hard limit (3 fds per marked port)."""
@@ -174,62 +95,11 @@ class _Loaded:
     trace_fd: int
 
 
-def _prog_id(fd: int) -> int:
-    info = (ctypes.c_uint32 * 64)()  # struct bpf_prog_info: u32 type, u32 id, ...
-    size = ctypes.c_uint32(ctypes.sizeof(info))
-    if libbpf().lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) != 0:
-        return 0
-    return int(info[1])
-
-
-def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, what: str,
-                small_maps: tuple[str, ...] = ()) -> list[int]:
-    """Open and load a BPF object; return dup'ed fds of ``program`` and ``maps``.
-
-    The object itself is closed again: whoever attaches the program holds it.
-    ``small_maps`` are shrunk to one entry before loading (optional features).
-    """
-    lb = libbpf()
-    with lb.lock:  # libbpf's log buffer is shared
-        lb.log.clear()
-        obj = lb.lib.bpf_object__open_file(str(obj_path).encode(), None)
-        if not obj:
-            err = ctypes.get_errno()
-            raise CapabilityError(f"libbpf cannot open {obj_path}: {os.strerror(err)}")
-        try:
-            for name in small_maps:
-                lb.lib.bpf_map__set_max_entries(
-                    lb.lib.bpf_object__find_map_by_name(obj, name.encode()), 1)
-            ret = lb.lib.bpf_object__load(obj)
-            if ret != 0:
-                tail = "\n".join(lb.log[-15:])
-                raise CapabilityError(f"the kernel refused {what} ({os.strerror(-ret)}):\n{tail}")
-            fds = [lb.lib.bpf_program__fd(lb.lib.bpf_object__find_program_by_name(
-                obj, program.encode()))] + [
-                lb.lib.bpf_map__fd(lb.lib.bpf_object__find_map_by_name(obj, n.encode()))
-                for n in maps]
-            return [os.dup(fd) for fd in fds]
-        finally:
-            lb.lib.bpf_object__close(obj)
-
-
 def _load(obj_path: Path, trace: bool) -> _Loaded:
     """Load one marker object (its own maps) for one port."""
     fds = load_object(obj_path, PROGRAM_NAME, ("cfg", "vq", "stats", "trace"),
                       what="the ECN marker", small_maps=() if trace else ("trace",))
-    return _Loaded(fds[0], _prog_id(fds[0]), *fds[1:])
-
-
-def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingress: bool) -> None:
-    """Attach a direct-action cls_bpf filter on the port's clsact hook (adding clsact)."""
-    try:
-        ipr.tc("add", "clsact", ifindex)
-    except NetlinkError as e:
-        if e.code != errno.EEXIST:
-            raise
-    ipr.tc("add-filter", "bpf", ifindex, ":1", fd=prog_fd, name=name,
-           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, classid=1,
-           direct_action=True, prio=FILTER_PRIO)
+    return _Loaded(fds[0], program_id(fds[0]), *fds[1:])
 
 
 # --- the per-port handle ---------------------------------------------------------------
@@ -320,7 +190,7 @@ class PortMarker:
         st = _VqState()
         key = ctypes.c_uint32(0)
         if libbpf().lib.bpf_map_lookup_elem_flags(
-                self._fd("vq_fd"), ctypes.byref(key), ctypes.byref(st), _BPF_F_LOCK) != 0:
+                self._fd("vq_fd"), ctypes.byref(key), ctypes.byref(st), BPF_F_LOCK) != 0:
             raise OSError(ctypes.get_errno(), "bpf_map_lookup_elem(vq)")
         return st
 
@@ -382,7 +252,7 @@ class PortMarker:
         if self._fds is None:
             return
         with contextlib.suppress(NetlinkError, OSError), _ipr_for(self.netns_path, ipr) as r:
-            r.tc("del-filter", "bpf", self.ifindex, ":1", parent=_CLSACT_EGRESS, prio=FILTER_PRIO)
+            detach_clsact(r, self.ifindex, ingress=False)
         self.close()
 
     def close(self) -> None:
@@ -464,24 +334,3 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
     loaded.prog_fd = -1
     return marker
 
-
-def program_alive(prog_id: int) -> bool:
-    """Whether a BPF program with this id still exists (clean-up checks)."""
-    fd = libbpf().lib.bpf_prog_get_fd_by_id(prog_id)
-    if fd < 0:
-        return False
-    os.close(fd)
-    return True
-
-
-def remove_pins(run_id: str) -> bool:
-    """Remove /sys/fs/bpf/fabricemu/<run_id> (markers pin nothing by default)."""
-    path = Path(PIN_ROOT) / run_id
-    if not path.exists():
-        return False
-    for p in sorted(path.rglob("*"), reverse=True):
-        with contextlib.suppress(OSError):
-            p.rmdir() if p.is_dir() else p.unlink()
-    with contextlib.suppress(OSError):
-        path.rmdir()
-    return True

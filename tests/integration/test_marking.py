@@ -173,7 +173,7 @@ def test_packets_above_the_buffer_are_dropped():
 def test_ports_do_not_share_marking_state(rig):
     """A second rig (another 'fabric') sees none of the first one's queue, marks or thresholds."""
     from core.ecn import Thresholds
-    from emu.ecn.bpf import program_alive
+    from emu.bpfload import program_alive
     from emu.ecn.rig import MarkerRig
     other = MarkerRig("iso", RATE_EMU_BPS, BUFFER_BYTES, Thresholds.step(1))
     try:

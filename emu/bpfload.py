@@ -1,0 +1,184 @@
+"""A small libbpf loader through ctypes: load BPF objects, attach them to tc, read their maps.
+
+* libbpf (``libbpf.so.1``) is loaded by absolute path from the linker cache
+  (:func:`emu.cbuild.system_library`), never through a search path; its log is
+  captured for error messages.
+* :func:`load_object` opens and loads an object and returns dup'ed fds of one
+  program and its maps, then closes the object: whoever attaches the program holds it.
+* :func:`attach_clsact` / :func:`detach_clsact`: a direct-action cls_bpf filter on a
+  port's clsact hook, through a pyroute2 IPRoute (no fork of ``tc``).
+* Nothing is pinned by default; :func:`remove_pins` exists for runs that pin on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import threading
+from pathlib import Path
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from core.errors import CapabilityError
+from emu.cbuild import system_library
+
+#: Explicit tc priority: the kernel refuses to delete a filter by handle without one.
+FILTER_PRIO = 1
+PIN_ROOT = "/sys/fs/bpf/fabricemu"
+#: bpf_map_lookup_elem_flags: read a value under its bpf_spin_lock.
+BPF_F_LOCK = 4
+_CLSACT_EGRESS = 0xFFFFFFF3
+_CLSACT_INGRESS = 0xFFFFFFF2
+
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+
+def _load_libbpf() -> ctypes.CDLL:
+    """libbpf.so.1 by absolute path from the linker cache (root-owned, see
+    :func:`emu.cbuild.system_library`), never through a search path."""
+    errors = []
+    for path in system_library("libbpf.so.1"):
+        try:
+            return ctypes.CDLL(str(path), use_errno=True)
+        except OSError as e:  # e.g. another architecture's copy
+            errors.append(str(e))
+    why = "; ".join(errors) or "not in the dynamic linker's cache"
+    raise CapabilityError(f"the bpf ECN marker needs libbpf.so.1 (apt install libbpf1): {why}")
+
+
+class _Libbpf:
+    """The handful of libbpf calls we use, with libbpf's log captured for error messages."""
+
+    def __init__(self) -> None:
+        self.lib = lib = _load_libbpf()
+        vp, cp, i, u32 = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32
+        for name, res, args in (
+            ("bpf_object__open_file", vp, [cp, vp]),
+            ("bpf_object__load", i, [vp]),
+            ("bpf_object__close", None, [vp]),
+            ("bpf_object__find_program_by_name", vp, [vp, cp]),
+            ("bpf_object__find_map_by_name", vp, [vp, cp]),
+            ("bpf_program__fd", i, [vp]),
+            ("bpf_map__fd", i, [vp]),
+            ("bpf_map__set_max_entries", i, [vp, u32]),
+            ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
+            ("bpf_map_lookup_elem", i, [i, vp, vp]),
+            ("bpf_map_lookup_elem_flags", i, [i, vp, vp, ctypes.c_uint64]),
+            ("bpf_obj_get_info_by_fd", i, [i, vp, ctypes.POINTER(u32)]),
+            ("bpf_prog_get_fd_by_id", i, [u32]),
+            ("libbpf_num_possible_cpus", i, []),
+            ("libbpf_set_print", vp, [_PRINT_FN]),
+        ):
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        libc = ctypes.CDLL(None)
+        self._vsnprintf = libc.vsnprintf
+        self._vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+        self.log: list[str] = []
+        self._printer = _PRINT_FN(self._print)  # keep a reference: libbpf stores the pointer
+        lib.libbpf_set_print(self._printer)
+        self.ncpus = lib.libbpf_num_possible_cpus()
+        self.lock = threading.Lock()
+
+    def _print(self, level: int, fmt: bytes, args: int) -> int:
+        if level >= 2:  # LIBBPF_DEBUG: dozens of lines per load, never needed for errors
+            return 0
+        buf = ctypes.create_string_buffer(2048)
+        # va_list is an array type on x86_64/aarch64, so it arrives here as a pointer.
+        self._vsnprintf(buf, len(buf), fmt, args)
+        self.log.append(buf.value.decode(errors="replace"))
+        del self.log[:-200]
+        return 0
+
+
+_libbpf: _Libbpf | None = None
+
+
+def libbpf() -> _Libbpf:
+    global _libbpf
+    if _libbpf is None:
+        _libbpf = _Libbpf()
+    return _libbpf
+
+
+def program_id(fd: int) -> int:
+    """The kernel's id of the program behind ``fd`` (0 if it cannot be read)."""
+    info = (ctypes.c_uint32 * 64)()  # struct bpf_prog_info: u32 type, u32 id, ...
+    size = ctypes.c_uint32(ctypes.sizeof(info))
+    if libbpf().lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) != 0:
+        return 0
+    return int(info[1])
+
+
+def program_alive(prog_id: int) -> bool:
+    """Whether a BPF program with this id still exists (clean-up checks)."""
+    fd = libbpf().lib.bpf_prog_get_fd_by_id(prog_id)
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, what: str,
+                small_maps: tuple[str, ...] = ()) -> list[int]:
+    """Open and load a BPF object; return dup'ed fds of ``program`` and ``maps``.
+
+    The object itself is closed again: whoever attaches the program holds it.
+    ``small_maps`` are shrunk to one entry before loading (optional features).
+    """
+    lb = libbpf()
+    with lb.lock:  # libbpf's log buffer is shared
+        lb.log.clear()
+        obj = lb.lib.bpf_object__open_file(str(obj_path).encode(), None)
+        if not obj:
+            err = ctypes.get_errno()
+            raise CapabilityError(f"libbpf cannot open {obj_path}: {os.strerror(err)}")
+        try:
+            for name in small_maps:
+                lb.lib.bpf_map__set_max_entries(
+                    lb.lib.bpf_object__find_map_by_name(obj, name.encode()), 1)
+            ret = lb.lib.bpf_object__load(obj)
+            if ret != 0:
+                tail = "\n".join(lb.log[-15:])
+                raise CapabilityError(f"the kernel refused {what} ({os.strerror(-ret)}):\n{tail}")
+            fds = [lb.lib.bpf_program__fd(lb.lib.bpf_object__find_program_by_name(
+                obj, program.encode()))] + [
+                lb.lib.bpf_map__fd(lb.lib.bpf_object__find_map_by_name(obj, n.encode()))
+                for n in maps]
+            return [os.dup(fd) for fd in fds]
+        finally:
+            lb.lib.bpf_object__close(obj)
+
+
+def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingress: bool) -> None:
+    """Attach a direct-action cls_bpf filter on the port's clsact hook (adding clsact)."""
+    try:
+        ipr.tc("add", "clsact", ifindex)
+    except NetlinkError as e:
+        if e.code != errno.EEXIST:
+            raise
+    ipr.tc("add-filter", "bpf", ifindex, ":1", fd=prog_fd, name=name,
+           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, classid=1,
+           direct_action=True, prio=FILTER_PRIO)
+
+
+def detach_clsact(ipr: IPRoute, ifindex: int, *, ingress: bool) -> None:
+    """Delete the filter :func:`attach_clsact` added (clsact itself stays)."""
+    ipr.tc("del-filter", "bpf", ifindex, ":1",
+           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, prio=FILTER_PRIO)
+
+
+def remove_pins(run_id: str) -> bool:
+    """Remove /sys/fs/bpf/fabricemu/<run_id> (nothing is pinned by default)."""
+    path = Path(PIN_ROOT) / run_id
+    if not path.exists():
+        return False
+    for p in sorted(path.rglob("*"), reverse=True):
+        with contextlib.suppress(OSError):
+            p.rmdir() if p.is_dir() else p.unlink()
+    with contextlib.suppress(OSError):
+        path.rmdir()
+    return True
