@@ -19,6 +19,7 @@ allocations are cached by their multiset of job classes (steps repeat).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,103 +65,107 @@ class FluidResult:
 
 def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> FluidResult:
     """Run the fluid model; raises ValueError on unknown deps or a dependency cycle."""
-    job_list = list(jobs)
-    n = len(job_list)
-    pos = {j.job_id: i for i, j in enumerate(job_list)}
-    if len(pos) != n:
-        raise ValueError("job ids must be unique")
+    return _FluidRun(jobs, capacities).run()
 
-    # Classes: identical link fractions + cap => identical max-min rate.
-    class_key: dict[tuple, int] = {}
-    job_class = np.empty(n, dtype=np.int64)
-    cls_fracs: list[Mapping[Link, float]] = []
-    cls_cap: list[float] = []
-    for i, job in enumerate(job_list):
-        key = (tuple(sorted(job.fractions.items())), job.cap_bps)
-        if key not in class_key:
-            class_key[key] = len(cls_fracs)
-            cls_fracs.append(job.fractions)
-            cls_cap.append(job.cap_bps)
-        job_class[i] = class_key[key]
-    links = sorted({link for fr in cls_fracs for link in fr})
-    missing = [link for link in links if link not in capacities]
-    if missing:
-        raise ValueError(f"paths use links that are not in the topology: {missing[:3]}")
-    lidx = {link: k for k, link in enumerate(links)}
-    coef_all = np.zeros((len(cls_fracs), len(links)))
-    for c, fr in enumerate(cls_fracs):
-        for link, frac in fr.items():
-            coef_all[c, lidx[link]] = frac
-    cap_all = np.array(cls_cap, dtype=float)
-    link_cap_all = np.array([capacities[link] for link in links], dtype=float)
-    has_link = (coef_all > 0).any(axis=1)
 
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    waiting = np.zeros(n, dtype=np.int64)
-    for i, job in enumerate(job_list):
-        for d in job.deps:
-            if d not in pos:
-                raise ValueError(f"job {job.job_id!r} depends on unknown job {d!r}")
-            dependents[pos[d]].append(i)
-            waiting[i] += 1
+class _FluidRun:
+    """One `simulate` call: job classes, per-class link coefficients and dependency
+    counters built once, then an event loop that drains the jobs (`run`)."""
 
-    size = np.array([max(0.0, float(j.size_bits)) for j in job_list])
-    remaining = size.copy()
-    res = FluidResult()
-    heap: list[tuple[float, int, int, int]] = []   # (time, seq, kind, job); kind 0 start, 1 finish
-    seq = 0
+    def __init__(self, jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> None:
+        self.job_list = job_list = list(jobs)
+        n = len(job_list)
+        pos = {j.job_id: i for i, j in enumerate(job_list)}
+        if len(pos) != n:
+            raise ValueError("job ids must be unique")
 
-    def push(t: float, kind: int, i: int) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (t, seq, kind, i))
-        seq += 1
+        # Classes: identical link fractions + cap => identical max-min rate.
+        class_key: dict[tuple, int] = {}
+        self.job_class = job_class = np.empty(n, dtype=np.int64)
+        cls_fracs: list[Mapping[Link, float]] = []
+        cls_cap: list[float] = []
+        for i, job in enumerate(job_list):
+            key = (tuple(sorted(job.fractions.items())), job.cap_bps)
+            if key not in class_key:
+                class_key[key] = len(cls_fracs)
+                cls_fracs.append(job.fractions)
+                cls_cap.append(job.cap_bps)
+            job_class[i] = class_key[key]
+        links = sorted({link for fr in cls_fracs for link in fr})
+        missing = [link for link in links if link not in capacities]
+        if missing:
+            raise ValueError(f"paths use links that are not in the topology: {missing[:3]}")
+        lidx = {link: k for k, link in enumerate(links)}
+        self.coef_all = coef_all = np.zeros((len(cls_fracs), len(links)))
+        for c, fr in enumerate(cls_fracs):
+            for link, frac in fr.items():
+                coef_all[c, lidx[link]] = frac
+        self.cap_all = np.array(cls_cap, dtype=float)
+        self.link_cap_all = np.array([capacities[link] for link in links], dtype=float)
+        self.has_link = (coef_all > 0).any(axis=1)
 
-    def make_ready(i: int, t: float) -> None:
-        job = job_list[i]
+        self.dependents: list[list[int]] = [[] for _ in range(n)]
+        self.waiting = np.zeros(n, dtype=np.int64)
+        for i, job in enumerate(job_list):
+            for d in job.deps:
+                if d not in pos:
+                    raise ValueError(f"job {job.job_id!r} depends on unknown job {d!r}")
+                self.dependents[pos[d]].append(i)
+                self.waiting[i] += 1
+
+        self.size = np.array([max(0.0, float(j.size_bits)) for j in job_list])
+        self.remaining = self.size.copy()
+        self.res = FluidResult()
+        # (time, seq, kind, job); kind 0 start, 1 finish
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = itertools.count()
+
+        # Max-min allocations decompose over connected components of the job-link
+        # graph, so a change only needs the components of the links it touches.
+        self.cls_links = [tuple(np.flatnonzero(coef_all[c] > 0).tolist())
+                          for c in range(len(cls_fracs))]
+        self.cls_rows = [[(k, float(coef_all[c, k])) for k in ks]
+                         for c, ks in enumerate(self.cls_links)]
+        self.link_cap_list = self.link_cap_all.tolist()
+        self.link_jobs: list[set[int]] = [set() for _ in links]
+        self.rate = np.zeros(n)
+        self.cache: dict[tuple, np.ndarray] = {}
+        self.active: set[int] = set()
+        self.touched: set[int] = set()     # links whose component must be recomputed
+
+    def push(self, t: float, kind: int, i: int) -> None:
+        heapq.heappush(self.heap, (t, next(self.seq), kind, i))
+
+    def make_ready(self, i: int, t: float) -> None:
+        job = self.job_list[i]
         ready = max(t, float(job.release_s))
-        res.ready_s[job.job_id] = ready
-        push(ready + job.pre_s, 0, i)
+        self.res.ready_s[job.job_id] = ready
+        self.push(ready + job.pre_s, 0, i)
 
-    for i in range(n):
-        if waiting[i] == 0:
-            make_ready(i, 0.0)
-
-    # Max-min allocations decompose over connected components of the job-link
-    # graph, so a change only needs the components of the links it touches.
-    cls_links = [tuple(np.flatnonzero(coef_all[c] > 0).tolist()) for c in range(len(cls_fracs))]
-    cls_rows = [[(k, float(coef_all[c, k])) for k in ks] for c, ks in enumerate(cls_links)]
-    link_cap_list = link_cap_all.tolist()
-    link_jobs: list[set[int]] = [set() for _ in links]
-    rate = np.zeros(n)
-    cache: dict[tuple, np.ndarray] = {}
-    active: set[int] = set()
-    touched: set[int] = set()          # links whose component must be recomputed
-    act = np.empty(0, dtype=np.int64)
-    act_rate = np.empty(0)
-    dirty = False
-    now = 0.0
-
-    def solve(component: list[int]) -> None:
+    def solve(self, component: list[int]) -> None:
+        job_class = self.job_class
         comp = np.array(component, dtype=np.int64)
         classes, counts = np.unique(job_class[comp], return_counts=True)
         key = (classes.tobytes(), counts.tobytes())
-        cls_rate = cache.get(key)
+        cls_rate = self.cache.get(key)
         if cls_rate is None:
             if len(classes) <= _SMALL_COMPONENT:
+                cls_rows = self.cls_rows
                 cls_rate = np.array(fill_sparse([cls_rows[c] for c in classes.tolist()],
-                                                counts.tolist(), link_cap_list,
-                                                cap_all[classes].tolist()))
+                                                counts.tolist(), self.link_cap_list,
+                                                self.cap_all[classes].tolist()))
             else:
-                coef = coef_all[classes]
+                coef = self.coef_all[classes]
                 cols = coef.any(axis=0)
                 cls_rate, _ = fill_classes(coef[:, cols], counts.astype(float),
-                                           link_cap_all[cols], cap_all[classes],
+                                           self.link_cap_all[cols], self.cap_all[classes],
                                            want_bottleneck=False)
-            cache[key] = cls_rate
-            res.recomputations += 1
-        rate[comp] = cls_rate[np.searchsorted(classes, job_class[comp])]
+            self.cache[key] = cls_rate
+            self.res.recomputations += 1
+        self.rate[comp] = cls_rate[np.searchsorted(classes, job_class[comp])]
 
-    def recompute(seeds: set[int]) -> None:
+    def recompute(self, seeds: set[int]) -> None:
+        link_jobs, cls_links, job_class = self.link_jobs, self.cls_links, self.job_class
         seen_links: set[int] = set()
         for seed in seeds:
             if seed in seen_links:
@@ -177,79 +182,101 @@ def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> Flui
                                 seen_links.add(k)
                                 stack.append(k)
             if component:
-                solve(component)
+                self.solve(component)
 
-    def activate(i: int) -> None:
-        active.add(i)
-        ks = cls_links[job_class[i]]
+    def activate(self, i: int) -> None:
+        self.active.add(i)
+        ks = self.cls_links[self.job_class[i]]
+        link_jobs = self.link_jobs
         for k in ks:
             link_jobs[k].add(i)
-        touched.update(ks)
+        self.touched.update(ks)
         if not ks:                     # no link: only its cap limits it
-            rate[i] = cap_all[job_class[i]]
+            self.rate[i] = self.cap_all[self.job_class[i]]
 
-    def deactivate(i: int) -> None:
-        active.discard(i)
-        ks = cls_links[job_class[i]]
+    def deactivate(self, i: int) -> None:
+        self.active.discard(i)
+        ks = self.cls_links[self.job_class[i]]
+        link_jobs = self.link_jobs
         for k in ks:
             link_jobs[k].discard(i)
-        touched.update(ks)
+        self.touched.update(ks)
 
-    while heap or active:
-        if dirty:
-            recompute(touched)
-            touched.clear()
-            act = np.fromiter(active, dtype=np.int64, count=len(active))
-            act_rate = rate[act]
-            dirty = False
+    def run(self) -> FluidResult:
+        """Drain every job, event by event; ValueError if a dependency cycle stalls some."""
+        # The loop runs once per event: attributes bound to locals.
+        job_list, res, heap, active, touched = (self.job_list, self.res, self.heap,
+                                                self.active, self.touched)
+        size, remaining, rate = self.size, self.remaining, self.rate
+        job_class, cap_all, has_link = self.job_class, self.cap_all, self.has_link
+        dependents, waiting = self.dependents, self.waiting
+        push, make_ready = self.push, self.make_ready
+        activate, deactivate = self.activate, self.deactivate
 
-        t_drain = math.inf
-        if active:
-            t_drain = now + float(np.min(remaining[act] / act_rate))
-        t_event = heap[0][0] if heap else math.inf
-        t_next = min(t_drain, t_event)
-        if math.isinf(t_next):
-            raise RuntimeError("fluid simulation stalled (a job has no rate)")
-        if active:
-            remaining[act] -= act_rate * (t_next - now)
-            now = t_next
-            done = remaining[act] <= _DONE_REL * size[act]
-            if t_drain <= t_event:
-                done[np.argmin(remaining[act] / act_rate)] = True
-            if done.any():
-                for i in act[done].tolist():
-                    remaining[i] = 0.0
-                    res.drained_s[job_list[i].job_id] = now
-                    push(now + job_list[i].post_s, 1, i)
-                    deactivate(i)
-                dirty = True
-        else:
-            now = t_next
+        for i in range(len(job_list)):
+            if waiting[i] == 0:
+                make_ready(i, 0.0)
 
-        # Events due now (a relative 1e-12 window absorbs float noise in sums of times).
-        while heap and heap[0][0] <= now + 1e-12 * max(now, 1e-9):
-            t, _, kind, i = heapq.heappop(heap)
-            job = job_list[i]
-            if kind == 0:
-                res.start_s[job.job_id] = t
-                if size[i] == 0 or (not has_link[job_class[i]] and math.isinf(cap_all[job_class[i]])):
-                    res.drained_s[job.job_id] = t
-                    push(t + job.post_s, 1, i)
-                else:
-                    activate(i)
+        act = np.empty(0, dtype=np.int64)
+        act_rate = np.empty(0)
+        dirty = False
+        now = 0.0
+        while heap or active:
+            if dirty:
+                self.recompute(touched)
+                touched.clear()
+                act = np.fromiter(active, dtype=np.int64, count=len(active))
+                act_rate = rate[act]
+                dirty = False
+
+            t_drain = math.inf
+            if active:
+                t_drain = now + float(np.min(remaining[act] / act_rate))
+            t_event = heap[0][0] if heap else math.inf
+            t_next = min(t_drain, t_event)
+            if math.isinf(t_next):
+                raise RuntimeError("fluid simulation stalled (a job has no rate)")
+            if active:
+                remaining[act] -= act_rate * (t_next - now)
+                now = t_next
+                done = remaining[act] <= _DONE_REL * size[act]
+                if t_drain <= t_event:
+                    done[np.argmin(remaining[act] / act_rate)] = True
+                if done.any():
+                    for i in act[done].tolist():
+                        remaining[i] = 0.0
+                        res.drained_s[job_list[i].job_id] = now
+                        push(now + job_list[i].post_s, 1, i)
+                        deactivate(i)
                     dirty = True
             else:
-                res.finish_s[job.job_id] = t
-                for k in dependents[i]:
-                    waiting[k] -= 1
-                    if waiting[k] == 0:
-                        make_ready(k, t)
-            now = max(now, t)
+                now = t_next
 
-    if len(res.finish_s) != n:
-        stuck = [j.job_id for j in job_list if j.job_id not in res.finish_s][:5]
-        raise ValueError(f"dependency cycle: jobs never became ready, e.g. {stuck}")
-    return res
+            # Events due now (a relative 1e-12 window absorbs float noise in sums of times).
+            while heap and heap[0][0] <= now + 1e-12 * max(now, 1e-9):
+                t, _, kind, i = heapq.heappop(heap)
+                job = job_list[i]
+                if kind == 0:
+                    res.start_s[job.job_id] = t
+                    if size[i] == 0 or (not has_link[job_class[i]]
+                                        and math.isinf(cap_all[job_class[i]])):
+                        res.drained_s[job.job_id] = t
+                        push(t + job.post_s, 1, i)
+                    else:
+                        activate(i)
+                        dirty = True
+                else:
+                    res.finish_s[job.job_id] = t
+                    for k in dependents[i]:
+                        waiting[k] -= 1
+                        if waiting[k] == 0:
+                            make_ready(k, t)
+                now = max(now, t)
+
+        if len(res.finish_s) != len(job_list):
+            stuck = [j.job_id for j in job_list if j.job_id not in res.finish_s][:5]
+            raise ValueError(f"dependency cycle: jobs never became ready, e.g. {stuck}")
+        return res
 
 
 def flow_completion_times(capacities: Mapping[Link, float] | nx.Graph,
