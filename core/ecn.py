@@ -131,6 +131,15 @@ class ThresholdPolicy:
         object.__setattr__(self, "per_tier", {k: Thresholds.parse(v) for k, v in self.per_tier.items()})
         object.__setattr__(self, "per_port", {k: Thresholds.parse(v) for k, v in self.per_port.items()})
 
+    @classmethod
+    def of(cls, value: ThresholdPolicy | Thresholds | Mapping[str, Any] | tuple | None
+           ) -> ThresholdPolicy:
+        """The policy a fabric's ``thresholds`` setting means: a policy as it is, None
+        (thresholds by rate) or one Thresholds for every port."""
+        if isinstance(value, ThresholdPolicy):
+            return value
+        return cls(default=None if value is None else Thresholds.parse(value))
+
     def for_port(self, port: Any) -> Thresholds:
         """Thresholds of a Port (anything with node, ifname, tier, rate_bps)."""
         name = f"{port.node}:{port.ifname}"

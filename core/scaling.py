@@ -12,6 +12,7 @@ units with S beside them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from core.errors import ParameterError
 from core.units import format_rate
@@ -71,9 +72,23 @@ class Scale:
         """Emulated duration of a real duration (timers, latencies, intervals)."""
         return time_real_s * self.factor
 
+    def emu_ns(self, time_real_s: float) -> int:
+        """A real time as whole nanoseconds of the engine's (emulated) clock."""
+        return round(time_real_s * self.factor * 1e9)
+
+    @property
+    def emu_ns_per_real_s(self) -> float:
+        """Emulated ns per real second: the one factor hot loops hold as a local."""
+        return self.factor * 1e9
+
     # emulated -> real
-    def to_real_time_s(self, time_emu_s: float) -> float:
+    def to_real_time_s(self, time_emu_s: Any) -> Any:
+        """Real duration of an emulated one (a number or an array)."""
         return time_emu_s / self.factor
+
+    def real_s_of_emu_ns(self, ns: Any) -> Any:
+        """Real seconds of emulated nanoseconds (a number or an array)."""
+        return ns / (self.factor * 1e9)
 
     def to_real_rate_bps(self, rate_emu_bps: float) -> float:
         return rate_emu_bps * self.factor

@@ -80,8 +80,36 @@ def format_rate(rate_bps: float) -> str:
     return f"{rate_bps:.4g}"
 
 
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True,
+               "0": False, "false": False, "no": False, "off": False}
+
+
+def parse_bool(value: object, name: str = "flag") -> bool:
+    """True/False, 1/0, or a word (true/yes/on, false/no/off): ``mn --topo x,flag=False``
+    and ``--set flag=off`` both pass strings."""
+    if isinstance(value, bool):
+        return value
+    key = str(value).strip().lower() if isinstance(value, (int, str)) else None
+    if key not in _BOOL_WORDS:
+        raise ParameterError(name, value, "must be true or false")
+    return _BOOL_WORDS[key]
+
+
+#: Below this a size that no unit divides is written in bytes (4154B), above it rounded.
+_EXACT_BYTES_BELOW = 100_000
+
+
 def format_size(size_bytes: float) -> str:
-    """1048576 -> '1MiB', 4096 -> '4KiB'."""
+    """Exact where a unit divides the size (1MiB, 256KiB, 100KB), in bytes below 100 KB
+    (4154B), else to 4 significant digits (1.118GiB): labels and messages alike."""
+    if float(size_bytes).is_integer():
+        n = int(size_bytes)
+        for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("MB", 10**6),
+                          ("KB", 10**3)):
+            if n >= div and n % div == 0:
+                return f"{n // div}{unit}"
+        if n < _EXACT_BYTES_BELOW:
+            return f"{n}B"
     for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
         if size_bytes >= factor:
             return f"{size_bytes / factor:.4g}{unit}"

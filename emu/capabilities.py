@@ -65,9 +65,9 @@ def _which(tool: str, essential: bool = False) -> Check:
 
 def _probe_qdiscs(checks: list[Check]) -> None:
     with NamespaceSet("capability probe") as scratch:
-        ipr = scratch.create("probe")
+        scratch.create("probe")
         try:
-            ipr.link("add", ifname="probe0", kind="veth", peer={"ifname": "probe1"})
+            scratch.veth("probe", "probe0", "probe", "probe1", up=False)
             veth = Check("veth", True, "veth pairs", essential=True)
         except Exception as e:  # noqa: BLE001 - any failure means no veth
             veth = Check("veth", False, str(e), essential=True)

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import CapabilityError, ParameterError
 from core.scaling import Scale
+from core.units import parse_bool
 from emu.runs import NamespaceSet
 from emu.shaping import NETEM_RESOLUTION_S, NetemOptions, shape_port
 
@@ -64,8 +65,6 @@ MIN_FRAME_BYTES = 64
 NETEM_LIMIT_FLOOR = 1000
 NETEM_LIMIT_MAX = 2**32 - 1
 DELAY_CHOICES = ("auto", "on", "off")
-_WORDS = {"auto": "auto", "on": "on", "true": "on", "yes": "on", "1": "on",
-          "off": "off", "false": "off", "no": "off", "0": "off"}
 
 
 def port_delay_s(link_delay_s: float, node_is_host: bool, peer_is_host: bool) -> float:
@@ -173,11 +172,12 @@ def plan_delays(topo: FabricTopo, plan: AddressPlan, scale: Scale) -> DelayPlan:
 
 def parse_delay_request(value: bool | str) -> str:
     """'auto' | 'on' | 'off' from True/False or a word (CLI and topology-style flags)."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, str) and value.strip().lower() in _WORDS:
-        return _WORDS[value.strip().lower()]
-    raise ParameterError("delay", value, "expected auto, on (True) or off (False)")
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return "on" if parse_bool(value, "delay") else "off"
+    except ParameterError:
+        raise ParameterError("delay", value, "expected auto, on (True) or off (False)") from None
 
 
 def choose_delay(requested: bool | str = "auto", probe: dict[str, Any] | None = None
@@ -201,11 +201,9 @@ def choose_delay(requested: bool | str = "auto", probe: dict[str, Any] | None = 
 def _probe_in_scratch_ns() -> dict[str, Any]:
     from pyroute2.netlink.exceptions import NetlinkError
 
-
     with NamespaceSet("netem probe") as scratch:
         ipr = scratch.create("probe")
-        ipr.link("add", ifname="p0", kind="veth", peer="p1")
-        idx = ipr.link_lookup(ifname="p0")[0]
+        idx, _ = scratch.veth("probe", "p0", "probe", "p1", up=False)
         try:
             shape_port(ipr, idx, 10e6, 100_000, delay=NetemOptions(1000, NETEM_LIMIT_FLOOR))
         except NetlinkError as e:

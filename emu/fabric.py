@@ -377,10 +377,7 @@ class Fabric:
     def _threshold_policy(self) -> Any:
         if self.marking == "off":
             return None
-
-        if isinstance(self.thresholds, ThresholdPolicy):
-            return self.thresholds
-        return ThresholdPolicy(default=self.thresholds)
+        return ThresholdPolicy.of(self.thresholds)
 
     def _install_roce_sinks(self) -> None:
         self.roce_sinks = install_roce_sinks(

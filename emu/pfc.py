@@ -34,15 +34,18 @@ import time
 from collections import defaultdict
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from core.errors import CapabilityError, FabricEmuError, ParameterError
+from core.scaling import Scale
 from emu.pfcgate import FRAME_MAX_BYTES, PAUSED_BURST_BYTES, NetlinkTc, TbfGate
 from emu.ports import Port
 from emu.telemetry import QdiscReader
+from topologies.base import FabricTopo
+from topologies.routing import Routes
 from traffic.pfc import (
     PRIORITY,
     ActionQueue,
@@ -104,16 +107,28 @@ class PfcConfig:
 Key = tuple[str, str]  # (node, peer): the port of node toward peer
 
 
+class PfcFabric(Protocol):
+    """What the controller reads from the fabric that builds it (`emu.fabric.Fabric`)."""
+
+    scale: Scale
+    switches: list[str]
+    routes: Routes
+    topo: FabricTopo
+    delay_emulated: bool
+
+    def ports(self) -> list[Port]: ...
+
+
 class PfcController:
     """PFC on one running fabric. ``start()`` installs the gates and the polling thread;
     ``stop()`` resumes every port and (``restore=True``) puts the bfifo leaves back."""
 
-    def __init__(self, fab: Any, config: PfcConfig | None = None) -> None:
+    def __init__(self, fab: PfcFabric, config: PfcConfig | None = None) -> None:
         if config is not None and not isinstance(config, PfcConfig):
             raise ParameterError("pfc", config, "expected a PfcConfig (or None)")
         self.fab = fab
         self.config = config or PfcConfig()
-        self.scale = float(fab.scale.factor)
+        self.scale = fab.scale
         self.ports: dict[Key, Port] = {}
         self.thresholds: dict[Key, PfcThresholds] = {}
         self.egress_feeders: dict[Key, frozenset[Key]] = {}
@@ -148,7 +163,7 @@ class PfcController:
         switches = set(fab.switches)
         self.ports = {(p.node, p.peer_node): p for p in fab.ports()}
         next_hops = fab.routes.next_hops
-        reaction_real_s = self.config.reaction_budget_wall_s / self.scale
+        reaction_real_s = self.scale.to_real_time_s(self.config.reaction_budget_wall_s)
         neighbours: dict[str, list[str]] = defaultdict(list)
         for node, peer in self.ports:
             neighbours[node].append(peer)
@@ -165,8 +180,8 @@ class PfcController:
                 self.config.xon_bytes, self.config.xon_gap_bytes)
         gate_keys = sorted({g for feed in self.egress_feeders.values() for g in feed})
         for g in gate_keys:
-            prop_s = 2 * self._link_delay_s(*g) * self.scale if fab.delay_emulated else 0.0
-            self.delay_ns[g] = round(prop_s * 1e9)
+            self.delay_ns[g] = self.scale.emu_ns(2 * self._link_delay_s(*g)) \
+                if fab.delay_emulated else 0
         self.hyst = Hysteresis(self.egress_feeders, self.thresholds)
         self.ledger = PauseLedger(gate_keys)
         self.applied = {g: False for g in gate_keys}
@@ -362,7 +377,7 @@ class PfcController:
             rows.append({
                 "node": p.node, "ifname": p.ifname, "port": p.name, "pfc_priority": self.config.priority,
                 "pfc_gate": gate, "pause_events": self.ledger.events.get(key, 0),
-                "paused_s_emu": paused_ns / 1e9, "paused_s_real": paused_ns / 1e9 / self.scale,
+                "paused_s_emu": paused_ns / 1e9, "paused_s_real": self.scale.real_s_of_emu_ns(paused_ns),
                 "pfc_kicks": self.kicks.get(key, 0),
                 "xoff_events": self.hyst.xoff_events.get(key, 0),
                 "xoff_bytes": th.xoff_bytes if th else pd.NA,
@@ -390,7 +405,7 @@ class PfcController:
         react, change, read = self._reaction_ns, self._change_ns, self._read_ns
         span_s = max(0, (self._t_end_ns or time.monotonic_ns()) - self._t_start_ns) / 1e9
         out: dict[str, Any] = {
-            "priority": self.config.priority, "scale": self.scale,
+            "priority": self.config.priority, "scale": self.scale.factor,
             "gates": len(self.gates), "egresses": len(self.egress_feeders),
             "propagation_emulated": bool(self.fab.delay_emulated),
             "polls": self.polls, "poll_period_mean_s": span_s / self.polls if self.polls else float("nan"),
@@ -401,7 +416,7 @@ class PfcController:
             "kicks": sum(self.kicks.values()),
             "late_reactions": sum(1 for r in react if r > budget_ns),
             "reaction_budget_wall_s": self.config.reaction_budget_wall_s,
-            "reaction_budget_real_s": self.config.reaction_budget_wall_s / self.scale,
+            "reaction_budget_real_s": self.scale.to_real_time_s(self.config.reaction_budget_wall_s),
             "cpu_fraction": cpu_s / wall_s if wall_s else float("nan"),
             "error": self.error,
         }
@@ -409,5 +424,5 @@ class PfcController:
             for label, q in (("p50", 50), ("p99", 99), ("max", 100)):
                 wall = pct(ns, q)
                 out[f"{name}_wall_{label}_s"] = wall
-                out[f"{name}_real_{label}_s"] = wall / self.scale
+                out[f"{name}_real_{label}_s"] = self.scale.to_real_time_s(wall)
         return out

@@ -263,6 +263,32 @@ class NamespaceSet:
             raise FabricEmuError(f"namespace {e.filename} exists already") from e
         return self.iprs[node]
 
+    def veth(self, a: str, ifname_a: str, b: str, ifname_b: str, *, mtu: int | None = None,
+             mac_a: str | None = None, mac_b: str | None = None, up: bool = True
+             ) -> tuple[int, int]:
+        """A veth pair ``ifname_a`` (in namespace ``a``) <-> ``ifname_b`` (in ``b``, which
+        may be ``a``), both created by :meth:`create` first; returns the two ifindexes."""
+        ipr_a, ipr_b = self.iprs[a], self.iprs[b]
+        peer: dict[str, object] = {"ifname": ifname_b}
+        fd = os.open(self.path(b), os.O_RDONLY) if b != a else None
+        try:
+            if fd is not None:
+                peer["net_ns_fd"] = fd
+            ipr_a.link("add", ifname=ifname_a, kind="veth", peer=peer)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        indexes = []
+        for ipr, ifname, mac in ((ipr_a, ifname_a, mac_a), (ipr_b, ifname_b, mac_b)):
+            index = ipr.link_lookup(ifname=ifname)[0]
+            attrs: dict[str, object] = {k: v for k, v in (("mtu", mtu), ("address", mac)) if v}
+            if up:
+                attrs["state"] = "up"
+            if attrs:
+                ipr.link("set", index=index, **attrs)
+            indexes.append(index)
+        return indexes[0], indexes[1]
+
     def close(self) -> None:
         for ipr in self.iprs.values():
             with contextlib.suppress(Exception):

@@ -85,12 +85,8 @@ class _Pair:
         try:
             self.ipr_a = self.ns.create("a")
             self.ipr_b = self.ns.create("b")
-            self.ipr_a.link("add", ifname="a0", kind="veth", peer={"ifname": "b0",
-                            "net_ns_fd": self.ns.path("b")}, address=_SRC_MAC.hex(":"))
-            self.a0 = self.ipr_a.link_lookup(ifname="a0")[0]
-            self.b0 = self.ipr_b.link_lookup(ifname="b0")[0]
-            self.ipr_b.link("set", index=self.b0, address=_DST_MAC.hex(":"), mtu=MTU_BYTES, state="up")
-            self.ipr_a.link("set", index=self.a0, mtu=MTU_BYTES, state="up")
+            self.a0, self.b0 = self.ns.veth("a", "a0", "b", "b0", mtu=MTU_BYTES,
+                                            mac_a=_SRC_MAC.hex(":"), mac_b=_DST_MAC.hex(":"))
             shape_port(self.ipr_a, self.a0, rate_emu_bps, buffer_bytes, overhead_bytes=overhead_bytes)
         except BaseException:
             self.ns.close()

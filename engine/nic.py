@@ -53,6 +53,7 @@ from array import array
 from typing import Any
 
 from core.frame import ETH_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, RETH_BYTES
+from core.scaling import Scale
 from engine.burst import MAX_BURST, Burst
 from engine.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
 from engine.rawsock import (
@@ -115,15 +116,16 @@ _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent che
 # ----------------------------------------------------------------------------- state
 
 class _Nic:
-    __slots__ = ("host", "ifname", "sock", "rate_emu_bps", "ns_per_bit", "sched", "qps",
+    __slots__ = ("host", "ifname", "sock", "rate_bps", "rate_emu_bps", "ns_per_bit", "sched", "qps",
                  "backlog", "bits_sent", "period_start", "ideal_end", "actual_end",
                  "dropped", "period_dropped", "busy_ns", "ideal_ns")
 
-    def __init__(self, plan: NicPlan, sock: socket.socket, scale: float):
+    def __init__(self, plan: NicPlan, sock: socket.socket, scale: Scale):
         self.host = plan.host
         self.ifname = plan.ifname
         self.sock = sock
-        self.rate_emu_bps = plan.rate_bps / scale
+        self.rate_bps = plan.rate_bps
+        self.rate_emu_bps = scale.rate_emu_bps(plan.rate_bps)
         self.ns_per_bit = 1e9 / self.rate_emu_bps
         self.sched = Schedule(_MAX_CATCHUP_NS)
         self.qps: list[_SendQp] = []    # QPs with something to send now
@@ -265,7 +267,7 @@ class _WorkerLoop:
         self.shared = shared
         self.parent_pid = parent_pid
         self.scale = plan.scale
-        self.scale_ns = plan.scale * 1e9
+        self.scale_ns = plan.scale.emu_ns_per_real_s
         self.nics = {(n.host, n.ifname): _Nic(n, tx_socks[(n.host, n.ifname)], plan.scale)
                      for n in plan.nics}
         self.hosts = {h: _Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
@@ -456,7 +458,7 @@ class _WorkerLoop:
         nic = qp.nic
         assert nic is not None
         qp.gbn = gbn.GbnSender(qp.n, timeout_s=p.rto_s)
-        qp.cc = make_cc(p.cc, nic.rate_emu_bps * self.scale, start_s=self.real_s(now))
+        qp.cc = make_cc(p.cc, nic.rate_bps, start_s=self.real_s(now))
         qp.tx_ns = array("q", bytes(8 * qp.n))
         qp.start_ns = now
         qp.next_trace_ns = now

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.scaling import Scale
 from traffic.roce import Flow
 
 #: Worker state codes in the shared ``status`` array.
@@ -55,7 +56,7 @@ class WorkerPlan:
     receives: list[MsgPlan]
     n_messages: int
     n_workers: int
-    scale: float
+    scale: Scale
     cc: Any
     payload_bytes: int
     ack_coalesce: int

@@ -53,20 +53,37 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
+from core.scaling import Scale
+from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns
+from emu.ports import Port
 from engine import nic, plan, rawsock
 from engine.burst import Burst
 from engine.rx import RxLib
 from traffic.dcqcn import DcqcnParams, get_params
 from traffic.messages import Workload
 from traffic.roce import ECN_CODES, Flow
+
+
+class LiveFabric(Protocol):
+    """What the engine needs from a built fabric (`emu.fabric.Fabric` is one)."""
+
+    hosts: list[str]
+    scale: Scale
+
+    def ports(self) -> list[Port]: ...
+
+    def egress(self, src_host: str, dst_host: str) -> Egress: ...
+
+    def endpoint(self, host: str) -> HostEndpoint: ...
+
 
 #: Real-time CNP interval used by receivers when the senders run without CC.
 _DEFAULT_CNP_INTERVAL_S = 50e-6
@@ -151,7 +168,7 @@ class EngineResult:
 
 # ----------------------------------------------------------------------------- planning
 
-def _check_workload(fab: Any, workload: Workload) -> dict[int, int]:
+def _check_workload(fab: LiveFabric, workload: Workload) -> dict[int, int]:
     """Validate the DAG; return msg_id -> index."""
     hosts = set(fab.hosts)
     index: dict[int, int] = {}
@@ -194,14 +211,14 @@ def _check_workload(fab: Any, workload: Workload) -> dict[int, int]:
     return index
 
 
-def _port_of(fab: Any, host: str, ifname: str) -> Any:
+def _port_of(fab: LiveFabric, host: str, ifname: str) -> Port:
     for port in fab.ports():
         if port.node == host and port.ifname == ifname:
             return port
     raise ParameterError("host", host, f"no shaped port {ifname}")
 
 
-def _auto_rto_s(fab: Any) -> float:
+def _auto_rto_s(fab: LiveFabric) -> float:
     drain_s = max(p.buffer_bytes * 8 / p.rate_bps for p in fab.ports())
     return 3 * drain_s
 
@@ -217,7 +234,7 @@ def _assign(loads: dict[str, int], n_workers: int) -> list[list[str]]:
     return bins
 
 
-def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, int],
+def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dict[int, int],
            rt_offset_ns: int) -> list[plan.WorkerPlan]:
     scale = fab.scale
     msgs: list[plan.MsgPlan] = []
@@ -233,7 +250,7 @@ def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, 
         msgs.append(plan.MsgPlan(
             index=i, msg_id=m.msg_id, src=m.src, dst=m.dst, size_bytes=int(m.size_bytes),
             deps=tuple(index[d] for d in m.deps),
-            start_emu_ns=int(scale.time_emu_s(m.start_s) * 1e9),
+            start_emu_ns=scale.emu_ns(m.start_s),
             flow=flow, reply_flow=reply, reply_ifname=back.ifname, ifname=eg.ifname))
         n_packets = -(-m.size_bytes // config.payload_bytes)
         loads[m.src] += n_packets
@@ -258,7 +275,7 @@ def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, 
                   for h in sorted(mine) for ifn in sorted(nic_keys[h])],
             sends=[p for p in msgs if p.src in mine],
             receives=receives,
-            n_messages=len(msgs), n_workers=n_workers, scale=float(scale.factor),
+            n_messages=len(msgs), n_workers=n_workers, scale=scale,
             cc=params, payload_bytes=config.payload_bytes, ack_coalesce=config.ack_coalesce,
             rto_s=rto_s, cnp_interval_s=cnp_interval_s,
             latency_sample_every=config.latency_sample_every,
@@ -270,7 +287,7 @@ def _plans(fab: Any, workload: Workload, config: EngineConfig, index: dict[int, 
 
 # ----------------------------------------------------------------------------- sockets
 
-def _open_sockets(fab: Any, plans: list[plan.WorkerPlan], ring: rawsock.RingSpec
+def _open_sockets(fab: LiveFabric, plans: list[plan.WorkerPlan], ring: rawsock.RingSpec
                   ) -> tuple[dict[str, socket.socket], dict[tuple[str, str], socket.socket]]:
     rx: dict[str, socket.socket] = {}
     tx: dict[tuple[str, str], socket.socket] = {}
@@ -299,7 +316,7 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated()
 
 
-def run_workload(fab: Any, workload: Workload, config: EngineConfig | None = None
+def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | None = None
                  ) -> EngineResult:
     """Send every message of ``workload`` through ``fab``; see the module docstring."""
     config = config or EngineConfig()
@@ -482,13 +499,12 @@ _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "f
                     "step", "tag"]
 
 
-def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[plan.WorkerPlan],
+def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: list[plan.WorkerPlan],
             reports: dict[int, dict], error: str | None, wall_s: float) -> EngineResult:
-    s = float(fab.scale.factor)
-    ns_to_real = 1e-9 / s
+    scale = fab.scale
 
     def real(ns: int) -> float:
-        return ns * ns_to_real if ns >= 0 else float("nan")
+        return scale.real_s_of_emu_ns(ns) if ns >= 0 else float("nan")
 
     sends: dict[int, dict] = {}
     receives: dict[int, dict] = {}
@@ -550,14 +566,14 @@ def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[plan
     msg_ids = np.array([m.msg_id for m in workload.messages], dtype=np.int64)
     if lat_parts:
         lat = np.concatenate(lat_parts)
-        latency = pd.DataFrame({"msg_id": msg_ids[lat[:, 0]], "t_s": lat[:, 1] * ns_to_real,
-                                "one_way_s": lat[:, 2] * ns_to_real, "ce": lat[:, 3] != 0})
+        latency = pd.DataFrame({"msg_id": msg_ids[lat[:, 0]], "t_s": scale.real_s_of_emu_ns(lat[:, 1]),
+                                "one_way_s": scale.real_s_of_emu_ns(lat[:, 2]), "ce": lat[:, 3] != 0})
         latency = latency.sort_values("t_s", ignore_index=True)
     else:
         latency = pd.DataFrame(columns=["msg_id", "t_s", "one_way_s", "ce"])
     rates = pd.DataFrame(rate_rows, columns=["index", "t_ns", "rate_bps", "target_rate_bps",
                                              "alpha"])
-    rates.insert(0, "t_s", rates.pop("t_ns") * ns_to_real)
+    rates.insert(0, "t_s", scale.real_s_of_emu_ns(rates.pop("t_ns")))
     rates.insert(1, "msg_id", msg_ids[rates.pop("index").to_numpy(dtype=np.int64)]
                  if len(rates) else pd.Series(dtype=np.int64))
     rates = rates.sort_values(["t_s", "msg_id"], ignore_index=True)
@@ -569,7 +585,7 @@ def _result(fab: Any, workload: Workload, config: EngineConfig, plans: list[plan
     run_wall = max((w.get("wall_s", 0.0) for w in workers), default=0.0)
     stats = {
         "completed": completed, "error": error, "wall_s": wall_s, "run_wall_s": run_wall,
-        "scale": s, "workers": workers, "n_workers": len(plans),
+        "scale": scale.factor, "workers": workers, "n_workers": len(plans),
         "packets_sent": sum(w.get("packets_sent", 0) for w in workers),
         "packets_received": sum(w.get("packets_received", 0) for w in workers),
         "data_packets_sent": data_sent,

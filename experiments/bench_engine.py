@@ -21,18 +21,19 @@ scale), so the engine's send path is limited by its own CPU, not by a shaper.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 from rich.console import Console
 from rich.table import Table
 
+from core.frame import HEADER_BYTES
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet
+from emu.shaping import MTU_BYTES
 from engine.run import EngineConfig, run_workload
 from traffic.messages import Message, Workload
 from traffic.roce import Flow, QpTemplate
@@ -58,13 +59,8 @@ class VethRig:
         try:
             iprs = {h: self.namespaces.create(h) for h in self.hosts}
             ifindex: dict[str, int] = {}
-            fd = os.open(self.namespaces.path("b"), os.O_RDONLY)
-            try:
-                iprs["a"].link("add", ifname=IFNAME["a"], kind="veth", address=MAC["a"],
-                               mtu=9000, peer={"ifname": IFNAME["b"], "net_ns_fd": fd,
-                                               "address": MAC["b"], "mtu": 9000})
-            finally:
-                os.close(fd)
+            self.namespaces.veth("a", IFNAME["a"], "b", IFNAME["b"], mtu=MTU_BYTES,
+                                 mac_a=MAC["a"], mac_b=MAC["b"], up=False)
             for h, ipr in iprs.items():
                 idx = ipr.link_lookup(ifname=IFNAME[h])[0]
                 ipr.addr("add", index=idx, address=IP[h], prefixlen=24)
@@ -137,7 +133,7 @@ def pacing(rig: VethRig, rate_emu_bps: float, payload: int, packets: int) -> dic
     wl = Workload("pace", [Message(1, "a", "b", payload * packets)], ["a", "b"], 1)
     r = run_workload(rig, wl, EngineConfig(cc=None, payload_bytes=payload, timeout_s=120))
     row = r.messages.iloc[0]
-    frame_bits = (payload + 58) * 8  # MIDDLE frames; the FIRST (+16 B RETH) is not timed
+    frame_bits = (payload + HEADER_BYTES) * 8  # MIDDLE frames; the FIRST (+16 B RETH) is not timed
     span_emu_s = (row["last_tx_s"] - row["first_tx_s"]) * S
     achieved = (row["packets_sent"] - 1) * frame_bits / span_emu_s
     return {"configured": rate_emu_bps, "achieved": achieved,

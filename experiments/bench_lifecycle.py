@@ -42,7 +42,7 @@ def time_mininet(k: int, scale: Scale) -> tuple[float, float]:
     def shaped_link(node1, node2, rate_bps: float, **opts):
         # Same emulated rate as fabricemu; TCLink takes Mbit/s and refuses > 1000.
         opts = {k: v for k, v in opts.items() if k not in ("delay_s", "tier", "buffer_bytes")}
-        return TCLink(node1, node2, bw=rate_bps / scale.factor / 1e6, **opts)
+        return TCLink(node1, node2, bw=scale.rate_emu_bps(rate_bps) / 1e6, **opts)
 
     t0 = time.perf_counter()
     net = Mininet(topo=FatTree(k), switch=LinuxBridge, link=shaped_link, controller=None)

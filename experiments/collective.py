@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from core.scaling import DEFAULT_SCALE, Scale
+from core.units import format_size
 from emu.fabric import Fabric
 from experiments.measure import (
     Measurement,
@@ -52,7 +53,6 @@ from experiments.options import (
     parse_scale,
     parse_sizes,
     parse_specs,
-    size_label,
 )
 from experiments.rundir import Run, RunResult, progress, run_experiment
 from model.alphabeta import (
@@ -188,7 +188,7 @@ def bottleneck_tier(fab: Fabric, m: Measurement) -> str:
 
 
 def case_name(fabric: str, name: str, size_bytes: int) -> str:
-    return f"{fabric} {name} {size_label(size_bytes)}"
+    return f"{fabric} {name} {format_size(size_bytes)}"
 
 
 def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
@@ -199,7 +199,7 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
     run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9)
     report = gate(fab, r.measurement, r.workload, cc=cc != "off")
     run.fidelity(case, report)
-    effect = (f"{name} {size_label(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
+    effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
     run.deviations([{**d, "effect": effect} for d in measure_deviations(fab, r.measurement,

@@ -27,6 +27,7 @@ from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
+from core.units import format_size
 from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
@@ -52,7 +53,6 @@ from experiments.options import (
     parse_size,
     parse_thresholds,
     parse_topo,
-    size_label,
 )
 from experiments.rundir import Run, RunResult, progress, run_experiment
 from model.fairshare import FlowSpec, fair_share_schedule
@@ -93,7 +93,7 @@ def check(opts: dict[str, Any]) -> None:
 
 
 def case_name(prefix: str, cc: str, t: Thresholds) -> str:
-    return f"{prefix}cc={cc} K={size_label(t.kmin_bytes)}/{size_label(t.kmax_bytes)}"
+    return f"{prefix}cc={cc} K={format_size(t.kmin_bytes)}/{format_size(t.kmax_bytes)}"
 
 
 def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:

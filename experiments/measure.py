@@ -14,6 +14,7 @@ import pandas as pd
 
 from core.ecn import ThresholdPolicy
 from core.frame import FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES
+from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
 from engine.run import EngineConfig, run_workload
 from experiments.fidelity import (
@@ -32,11 +33,11 @@ from topologies.routing import topo_graph
 
 # ----------------------------------------------------------------------------- fabric
 
-def delay_emulated(fab: Any) -> bool:
+def delay_emulated(fab: Fabric) -> bool:
     return bool(fab.summary().get("delay_emulated", False))
 
 
-def model_graph(fab: Any) -> Any:
+def model_graph(fab: Fabric) -> Any:
     """The routed graph the model prices: the real fabric's link rates, propagation
     (link ``delay_s``) and switch latency (node ``switch_latency_s``) as the topology
     gives them, whatever the emulator reproduces (`emulated_fixed_delays`)."""
@@ -49,7 +50,7 @@ def packet_time_s(rate_bps: float) -> float:
     return 8.0 * FRAME_BYTES / rate_bps
 
 
-def max_scale(fab: Any) -> float:
+def max_scale(fab: Fabric) -> float:
     """Largest S at which the slowest link of the fabric is still shaped accurately."""
     slowest = min(p.rate_bps for p in fab.ports())
     return slowest / fab.scale.min_emulated_rate_bps
@@ -110,18 +111,16 @@ def port_deltas(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any] = (),
+def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[Any] = (),
             sample_interval_s: float | None = None) -> Measurement:
     """Run ``workload`` on ``fab`` with the engine, sampling the queues of ``watch``
     ports every ``sample_interval_s`` (real s; default: one packet time of the
     slowest watched port), and difference the port counters around the run."""
-
-    scale = fab.scale.factor
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
     sampler = QueueSampler(list(watch), fab.iprs_by_path(),
-                           interval_s=(sample_interval_s or 1.0) * scale) if watch else None
+                           interval_s=fab.scale.time_emu_s(sample_interval_s or 1.0)) if watch else None
     t0 = time.monotonic()
     if sampler is not None:
         sampler.start()
@@ -137,7 +136,7 @@ def measure(fab: Any, workload: Any, engine_config: Any, *, watch: Sequence[Any]
     if sampler is not None and result.stats.get("t0_monotonic_ns"):
         # On the engine's time base (t = 0 when it starts sending), like messages.csv.
         queue["t_s"] += (sampler.start_ns - result.stats["t0_monotonic_ns"]) / 1e9
-    queue["t_s"] = queue["t_s"] / scale
+    queue["t_s"] = fab.scale.to_real_time_s(queue["t_s"])
     return Measurement(result.messages, result.latency, result.rates, queue,
                        port_deltas(before, after), dict(result.stats), wall_s)
 
@@ -148,13 +147,11 @@ def engine_config(cc: str, **kw: Any) -> Any:
     return EngineConfig(cc=cc, **kw)
 
 
-def _thresholds_of(fab: Any, port: Any) -> Any:
-    policy = fab.thresholds if isinstance(fab.thresholds, ThresholdPolicy) else \
-        ThresholdPolicy(default=fab.thresholds)
-    return policy.for_port(port)
+def _thresholds_of(fab: Fabric, port: Any) -> Any:
+    return ThresholdPolicy.of(fab.thresholds).for_port(port)
 
 
-def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
+def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
                 saturated: Mapping[str, float] | None = None) -> FidelityReport:
     """The gate over one measured traffic run. ``saturated`` maps port names to the
     real window (s) over which the model says the port sends at its full rate;
@@ -204,7 +201,7 @@ def fidelity_of(fab: Any, m: Measurement, workload: Any, *, cc: bool,
     return evaluate(measures, max_scale=max_scale(fab))
 
 
-def gate(fab: Any, m: Measurement, workload: Any, *, cc: bool,
+def gate(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
          saturated: Mapping[str, float] | None = None) -> FidelityReport:
     """`fidelity_of` plus the real-queue check of every sampled port: the qdisc backlog
     against the marker's virtual queue (`experiments.fidelity.queue_divergence_checks`),
@@ -240,7 +237,7 @@ def hop_sum_s(graph: Any, path: Sequence[str], frame_bytes: float) -> dict[str, 
                                     for u, v in hops)}
 
 
-def measure_deviations(fab: Any, m: Measurement, case: str, graph: Any | None = None
+def measure_deviations(fab: Fabric, m: Measurement, case: str, graph: Any | None = None
                        ) -> list[dict[str, Any]]:
     """The fixed delays the emulator did not reproduce in one run, measured.
 

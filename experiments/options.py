@@ -108,16 +108,6 @@ def parse_list(item: Parser) -> Parser:
     return parse
 
 
-def parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    words = {"1": True, "true": True, "yes": True, "on": True,
-             "0": False, "false": False, "no": False, "off": False}
-    if not isinstance(value, str) or value.strip().lower() not in words:
-        raise ParameterError("flag", value, "must be true or false")
-    return words[value.strip().lower()]
-
-
 def parse_size(value: Any) -> int:
     """A message size: 1 byte to MAX_MESSAGE_BYTES."""
     size = parse_size_bytes(value, "size")
@@ -248,12 +238,3 @@ SCALE_HELP = "time-dilation factor S (emulated rate = real rate / S)"
 
 def parse_rate(text: str) -> float:
     return parse_rate_bps(text, "rate")
-
-
-def size_label(size_bytes: int) -> str:
-    """Short exact label: 1MiB, 256KiB, 100KB, 4154B."""
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("MB", 10**6),
-                      ("KB", 10**3)):
-        if size_bytes >= div and size_bytes % div == 0:
-            return f"{size_bytes // div}{unit}"
-    return f"{size_bytes}B"

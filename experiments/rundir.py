@@ -42,6 +42,7 @@ import pandas as pd
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.errors import FabricEmuError, ParameterError
+from emu.fabric import Fabric
 from experiments.fidelity import FidelityReport, combine
 from experiments.options import Option, format_value, resolve_options
 from experiments.report import console, render_report
@@ -186,7 +187,7 @@ class Run:
         deviations.csv and the printed report, never folded into the model."""
         self.pending.deviations.extend(dict(r) for r in rows)
 
-    def fabric(self, name: str, fab: Any) -> None:
+    def fabric(self, name: str, fab: Fabric) -> None:
         """Record a fabric's summary (topology, S, marking back end, build time)."""
         self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None,
                                       "fixed_delays": emulated_fixed_delays(fab)}
@@ -553,7 +554,7 @@ FIXED_DELAYS = ("per-hop serialization", "switch latency", "link propagation",
                 "NIC overhead")
 
 
-def emulated_fixed_delays(fab: Any) -> dict[str, dict[str, Any]]:
+def emulated_fixed_delays(fab: Fabric) -> dict[str, dict[str, Any]]:
     """Which of FIXED_DELAYS this fabric emulates, and how (recorded in config.json).
 
     A fabric (or the engine driving it) that emulates more declares it in its summary

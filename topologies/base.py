@@ -18,13 +18,10 @@ Link options (``topo.linkInfo(a, b)``) carry *real* values:
     buffer_bytes -- real per-port egress buffer (bytes are not dilated)
 
 Stock Mininet ignores these keys with its default ``Link`` class, so
-``mn --custom topologies/fattree.py --topo fattree,4`` works unchanged.
-
-``mn --custom`` exec()s a topology file with /usr/bin/python3 (no ``__file__``,
-repo root not on ``sys.path``, no venv). So each topology file first puts its
-own checkout's root on ``sys.path`` (found from the code object's file name), and
-this module and what it imports (``core.errors``, ``core.units``) use only the
-standard library and Mininet. mn also copies every global name of a custom file
+``mn --custom topologies/mn.py --topo fattree,4`` works unchanged (``topologies.mn``
+is the entry point). ``mn`` runs /usr/bin/python3 without the venv, so this module,
+the topology files and what they import (``core.errors``, ``core.units``) use only
+the standard library and Mininet. mn also copies every global name of a custom file
 into its own globals, so topology files must not define names that mn uses
 (``info``, ``error``, ``Host``, ``version``, ...).
 """
@@ -123,16 +120,6 @@ def require_positive(name: str, value: object) -> float:
     if not number > 0 or number == float("inf"):
         raise ParameterError(name, value, "must be a positive finite number")
     return number
-
-
-def require_bool(name: str, value: object) -> bool:
-    """Validate a flag; ``mn --topo x,flag=False`` passes the string 'False'."""
-    words = {"true": True, "yes": True, "on": True, "1": True,
-             "false": False, "no": False, "off": False, "0": False}
-    key = str(value).strip().lower()
-    if isinstance(value, (bool, int, str)) and key in words:
-        return words[key]
-    raise ParameterError(name, value, "must be true or false")
 
 
 def require_rate(name: str, value: object) -> float:

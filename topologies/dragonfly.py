@@ -18,16 +18,8 @@ two routers are joined twice as long as m_d <= a, i.e. g >= h + 1.
 
 from __future__ import annotations
 
-import os
-import sys
-
-# `mn --custom` exec()s this file without __file__ and without the repo on sys.path.
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sys._getframe().f_code.co_filename)))
-if _REPO_ROOT not in sys.path:
-    sys.path.insert(0, _REPO_ROOT)
-
-from core.errors import ParameterError  # noqa: E402
-from topologies.base import (  # noqa: E402
+from core.errors import ParameterError
+from topologies.base import (
     CORE_LINK_DELAY_S,
     FABRIC_LINK_DELAY_S,
     HOST_LINK_DELAY_S,

@@ -8,15 +8,9 @@ port eth0 is its NIC (to its rail leaf), eth1 its NVLink port.
 from __future__ import annotations
 
 import math
-import os
-import sys
 
-# `mn --custom` exec()s this file without __file__ and without the repo on sys.path.
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(sys._getframe().f_code.co_filename)))
-if _REPO_ROOT not in sys.path:
-    sys.path.insert(0, _REPO_ROOT)
-
-from topologies.base import (  # noqa: E402
+from core.units import parse_bool
+from topologies.base import (
     FABRIC_LINK_DELAY_S,
     HOST_LINK_DELAY_S,
     LEAF_SPINE_RATE_BPS,
@@ -26,7 +20,6 @@ from topologies.base import (  # noqa: E402
     FabricTopo,
     Rate,
     TopoSize,
-    require_bool,
     require_int,
     require_rate,
 )
@@ -58,7 +51,7 @@ class RailOptimized(FabricTopo):
              fabric_rate: Rate = LEAF_SPINE_RATE_BPS, **_rates: object) -> TopoSize:
         servers = require_int("servers", servers)
         gpus = require_int("gpus", gpus)
-        nvlink = require_bool("nvlink", nvlink)
+        nvlink = parse_bool(nvlink, "nvlink")
         spines = cls._spines(servers, spines, host_rate, fabric_rate)
         hosts = servers * gpus
         return TopoSize(hosts=hosts, switches=spines + gpus + (servers if nvlink else 0),
@@ -70,7 +63,7 @@ class RailOptimized(FabricTopo):
               nvlink_rate: Rate = NVLINK_RATE_BPS) -> None:
         servers = require_int("servers", servers)
         gpus = require_int("gpus", gpus)
-        nvlink = require_bool("nvlink", nvlink)
+        nvlink = parse_bool(nvlink, "nvlink")
         host_bps = require_rate("host_rate", host_rate)
         fabric_bps = require_rate("fabric_rate", fabric_rate)
         nvlink_bps = require_rate("nvlink_rate", nvlink_rate)

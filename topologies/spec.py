@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 
 from mininet.util import splitArgs
 
-import topologies
 from core.errors import ParameterError
 from core.units import format_rate
 from topologies.base import FabricTopo, TopoSize
 
+#: The files that define topologies (a ``topos`` dict each). The package's other
+#: modules (spec, routing, addressing, info) need networkx and more, which the
+#: system Python that ``mn --custom`` runs may lack, so they are not scanned.
+FABRIC_MODULES = ("dragonfly", "fattree", "railopt", "torus")
+
 
 def registry() -> dict[str, type[FabricTopo]]:
-    """Every topology name -> class, merged from the ``topos`` dicts of the
-    modules of the ``topologies`` package (the files ``mn --custom`` loads)."""
+    """Every topology name -> class, merged from the ``topos`` dicts of
+    FABRIC_MODULES (what ``mn --custom topologies/mn.py`` offers)."""
     found: dict[str, type[FabricTopo]] = {}
-    for module_info in sorted(pkgutil.iter_modules(topologies.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"topologies.{module_info.name}")
+    for name in FABRIC_MODULES:
+        module = importlib.import_module(f"topologies.{name}")
         for name, cls in getattr(module, "topos", {}).items():
             if name in found and found[name] is not cls:
                 raise RuntimeError(f"topology name {name!r} is defined twice "

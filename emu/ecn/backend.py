@@ -30,9 +30,7 @@ def _probe_in_scratch_ns() -> dict[str, Any]:
     out: dict[str, Any] = {}
     with NamespaceSet("marking back-end probe") as scratch:
         ipr = scratch.create("probe")
-        ipr.link("add", ifname="p0", kind="veth", peer="p1")
-        idx = ipr.link_lookup(ifname="p0")[0]
-        ipr.link("set", index=idx, state="up")
+        idx, _ = scratch.veth("probe", "p0", "probe", "p1")
         rate, buf, t = 10e6, 100_000, Thresholds(10_000, 40_000, 0.2)
         try:
             obj = compile_marker()

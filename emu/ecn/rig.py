@@ -14,7 +14,6 @@ bits, header checksum), independently of the marker's own counters.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import struct
 import threading
@@ -29,7 +28,7 @@ from emu.ecn.bpf import attach_bpf_marker
 from emu.netns import in_netns
 from emu.ports import Port
 from emu.runs import NamespaceSet
-from emu.shaping import port_qdisc_stats, shape_port
+from emu.shaping import MTU_BYTES, port_qdisc_stats, shape_port
 
 _ETH_P_IP = 0x0800
 _SYSCTLS = {
@@ -84,18 +83,8 @@ class MarkerRig:
         ipr_s = self.namespaces.create("snd", _SYSCTLS)
         ipr_w = self.namespaces.create("sw", {**_SYSCTLS, "net.ipv4.ip_forward": 1})
         ipr_r = self.namespaces.create("rcv", _SYSCTLS)
-        fd_w = os.open(self.namespaces.path("sw"), os.O_RDONLY)
-        fd_r = os.open(self.namespaces.path("rcv"), os.O_RDONLY)
-        try:
-            ipr_s.link("add", ifname="s0", kind="veth", peer={"ifname": "w0", "net_ns_fd": fd_w})
-            ipr_w.link("add", ifname="w1", kind="veth", peer={"ifname": "r0", "net_ns_fd": fd_r})
-        finally:
-            os.close(fd_w)
-            os.close(fd_r)
-        for ipr, ifs in ((ipr_s, ["s0"]), (ipr_w, ["w0", "w1"]), (ipr_r, ["r0"])):
-            for ifname in ifs:
-                idx = ipr.link_lookup(ifname=ifname)[0]
-                ipr.link("set", index=idx, state="up", mtu=9000)
+        self.namespaces.veth("snd", "s0", "sw", "w0", mtu=MTU_BYTES)
+        self.namespaces.veth("sw", "w1", "rcv", "r0", mtu=MTU_BYTES)
         self.w1_index = ipr_w.link_lookup(ifname="w1")[0]
         ipr_s.addr("add", index=ipr_s.link_lookup(ifname="s0")[0], address=SRC_IP, prefixlen=24)
         ipr_w.addr("add", index=ipr_w.link_lookup(ifname="w0")[0], address=SW_IN_IP, prefixlen=24)

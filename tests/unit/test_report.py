@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from core.errors import ParameterError
+from core.units import format_size
 from experiments.fidelity import FidelityReport
 from experiments.options import (
     Option,
@@ -20,7 +21,6 @@ from experiments.options import (
     parse_sizes,
     parse_specs,
     resolve_options,
-    size_label,
 )
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
@@ -68,7 +68,7 @@ def test_parse_sets():
 
 
 def test_size_label():
-    assert [size_label(x) for x in (1 << 20, 256 << 10, 100_000, 4154)] == \
+    assert [format_size(x) for x in (1 << 20, 256 << 10, 100_000, 4154)] == \
         ["1MiB", "256KiB", "100KB", "4154B"]
 
 

@@ -260,19 +260,30 @@ def test_topology_file_runs_standalone(name):
 @pytest.mark.skipif(subprocess.run(["/usr/bin/python3", "-c", "import mininet"],
                                    capture_output=True).returncode != 0,
                     reason="/usr/bin/python3 has no Mininet")
-def test_topology_files_load_like_mn_custom(tmp_path):
-    """mn --custom exec()s the file with the system Python, from any cwd, no __file__."""
+def test_topologies_load_like_mn_custom(tmp_path):
+    """mn --custom exec()s topologies/mn.py with the system Python, from any cwd, no __file__."""
     script = (
         "import sys\nfrom mininet.util import buildTopo\n"
-        "for path, spec in zip(sys.argv[1::2], sys.argv[2::2]):\n"
-        "    customs = {}\n"
-        "    exec(compile(open(path).read(), path, 'exec'), customs, customs)\n"
+        "customs = {}\n"
+        "exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'), customs, customs)\n"
+        "for spec in sys.argv[2:]:\n"
         "    print(len(buildTopo(customs['topos'], spec).hosts()))\n")
-    specs = {"fattree": "fattree,4", "railopt": "railopt,2,4", "dragonfly": "dragonfly,1,2,1",
-             "torus": "torus,3,3"}
-    argv = [arg for name in TOPO_FILES for arg in (str(REPO / "topologies" / f"{name}.py"),
-                                                   specs[name])]
+    specs = ["fattree,4", "railopt,2,4", "dragonfly,1,2,1", "torus,3,3", "leafspine,2,2,3"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run(["/usr/bin/python3", "-I", "-c", script, *argv], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["16", "8", "6", "9"]
+    out = subprocess.run(["/usr/bin/python3", "-I", "-c", script, str(REPO / "topologies" / "mn.py"),
+                          *specs], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["16", "8", "6", "9", "6"]
+
+
+def test_every_topology_file_is_registered():
+    """A file that defines ``topos`` but is missing from FABRIC_MODULES would be invisible."""
+    import ast
+
+    from topologies.spec import FABRIC_MODULES
+
+    defines = sorted(p.stem for p in (REPO / "topologies").glob("*.py")
+                     if any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "topos"
+                                                              for t in n.targets)
+                            for n in ast.parse(p.read_text()).body) and p.stem != "mn")
+    assert defines == sorted(FABRIC_MODULES)
