@@ -103,13 +103,29 @@ class Thresholds:
         return {"kmin_bytes": self.kmin_bytes, "kmax_bytes": self.kmax_bytes, "pmax": self.pmax}
 
 
+def marking_curve(queue_bytes: float, kmin_bytes: float, kmax_bytes: float, pmax: float
+                  ) -> float:
+    """The curve (module doc) on plain numbers: what the model uses, and the marker's."""
+    if queue_bytes <= kmin_bytes:
+        return 0.0
+    if queue_bytes > kmax_bytes:
+        return 1.0
+    return pmax * (queue_bytes - kmin_bytes) / (kmax_bytes - kmin_bytes)
+
+
+def marking_curve_queue(p: float, kmin_bytes: float, kmax_bytes: float, pmax: float) -> float:
+    """The curve's inverse on [Kmin, Kmax]: the queue that is marked with probability p
+    (p above Pmax pins the queue at Kmax)."""
+    if p <= 0:
+        return float(kmin_bytes)
+    if p >= pmax or kmax_bytes == kmin_bytes:
+        return float(kmax_bytes)
+    return kmin_bytes + (p / pmax) * (kmax_bytes - kmin_bytes)
+
+
 def mark_probability(queue_bytes: float, t: Thresholds) -> float:
     """Probability that an ECT packet finding ``queue_bytes`` queued is marked CE."""
-    if queue_bytes <= t.kmin_bytes:
-        return 0.0
-    if queue_bytes > t.kmax_bytes:
-        return 1.0
-    return t.pmax * (queue_bytes - t.kmin_bytes) / (t.kmax_bytes - t.kmin_bytes)
+    return marking_curve(queue_bytes, t.kmin_bytes, t.kmax_bytes, t.pmax)
 
 
 @dataclass(frozen=True)

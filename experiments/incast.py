@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from core.ecn import Thresholds
+from core.ecn import Thresholds, mark_probability
 from core.errors import ParameterError
 from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
@@ -57,7 +57,7 @@ from experiments.options import (
 from experiments.rundir import Run, RunResult, progress, run_experiment
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast import predict_incast_on_graph
-from model.queueing import incast_cc_off, mark_probability
+from model.queueing import incast_cc_off
 from topologies.spec import build_topo
 from traffic import collectives
 
@@ -100,7 +100,7 @@ def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:
     """Expected fraction of packets marked: E[p(q)] over the packet-weighted queue."""
 
     qs = (dist.quantile((i + 0.5) / points) for i in range(points))
-    return sum(mark_probability(q, t.kmin_bytes, t.kmax_bytes, t.pmax) for q in qs) / points
+    return sum(mark_probability(q, t) for q in qs) / points
 
 
 def nearest_senders(fab: Fabric, receiver: str, n: int) -> list[str]:

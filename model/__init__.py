@@ -1,7 +1,9 @@
 """Analytical model of the real fabric: pure functions, real-fabric units.
 
-It shares no code with the engine (`traffic/`) or the fabric (`emu.ecn`, ...): the
-inputs are plain data (graphs, paths, sizes, times, parameters).
+It shares no code with the protocol code (`traffic/`), the fabric (`emu/`) or the
+engine (`engine/`): the inputs are plain data (graphs, paths, sizes, times,
+parameters). From the vocabulary floor (`core/`) it takes the frame geometry and the
+ECN marking curve, which are configuration (docs/architecture.md says why that is safe).
 
 * `maxmin`     -- max-min fair rates over routed paths (progressive filling) and
                   fluid flow completion times;
@@ -10,8 +12,7 @@ inputs are plain data (graphs, paths, sizes, times, parameters).
                   the real fabric's fixed delays by default;
 * `fairshare`  -- max-min fair shares over time from configured flows and starts;
 * `busbw`      -- NCCL-tests algbw / busbw conventions;
-* `queueing`   -- marking curve, queue distributions, latency percentiles, the
-                  CC-off incast;
+* `queueing`   -- queue distributions, latency percentiles, the CC-off incast;
 * `dcqcn`      -- DCQCN from the publications: parameter sets, reaction point, the
                   fluid (mean-field) equations and their fixed point;
 * `incast_fluid` -- DCQCN senders into one port as a fluid from the first byte

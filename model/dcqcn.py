@@ -44,8 +44,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from core.ecn import marking_curve_queue
 from core.frame import FRAME_BYTES
-from model.queueing import queue_for_mark_probability
 
 
 @dataclass(frozen=True)
@@ -355,7 +355,7 @@ def dcqcn_fixed_point(n_flows: int, port_rate_bps: float, kmin_bytes: float,
     alpha = mark_window_probability(p_star, prm.alpha_timer_s * rc)
     a_cnp = mark_window_probability(p_star, tau * rc)
     rt = rc + rc * alpha * a_cnp / (tau * (e_b + e_t))
-    q_star = queue_for_mark_probability(p_star, kmin_bytes, kmax_bytes, pmax)
+    q_star = marking_curve_queue(p_star, kmin_bytes, kmax_bytes, pmax)
     return DcqcnFixedPoint(
         p_mark=p_star, alpha=alpha, rate_bps=rc * pkt_bits, target_rate_bps=rt * pkt_bits,
         queue_bytes=q_star, queue_delay_s=8.0 * q_star / port_rate_bps,

@@ -43,9 +43,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.ecn import marking_curve
 from core.frame import FRAME_BYTES
 from model.dcqcn import DcqcnParams, MeanFieldSender, ReactionPoint, dcqcn_params
-from model.queueing import QueueDist, latency_percentiles_s, mark_probability
+from model.queueing import QueueDist, latency_percentiles_s
 
 #: Bins of the packet-weighted queue distribution over [0, peak].
 QUEUE_BINS = 256
@@ -238,7 +239,7 @@ class DcqcnIncastFluid:
             accepted = 1.0 - drop / in_bytes if in_bytes > 0 else 1.0
             dropped += drop
             q_mid = 0.5 * (q + q1)
-            p_mid = mark_probability(q_mid, port.kmin_bytes, port.kmax_bytes, port.pmax)
+            p_mid = marking_curve(q_mid, port.kmin_bytes, port.kmax_bytes, port.pmax)
             depart_s = t + h / 2 + q_mid / c_Bps
             hist.add(in_bytes * accepted, q, q1)
             for i in range(n):

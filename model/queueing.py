@@ -1,5 +1,5 @@
-"""Incast queueing primitives: the marking curve, queue distributions and latency
-percentiles, the CC-off incast (a model).
+"""Incast queueing primitives: queue distributions and latency percentiles, the
+CC-off incast (a model).
 
 Scenario: N senders, each at line rate r, send S bytes each to one receiver
 behind a port of rate C with a drop-tail buffer of ``buffer_bytes``. Real units:
@@ -25,7 +25,8 @@ CC off (no rate control, no PFC)
     Packets accepted while the buffer is full see a full queue.
 
 DCQCN + ECN
-    The marking curve p(q) (0 below Kmin, linear to Pmax at Kmax, 1 above) is here;
+    The marking curve p(q) (0 below Kmin, linear to Pmax at Kmax, 1 above) is the
+    configuration's, `core.ecn.marking_curve`, shared with the marker's definition;
     DCQCN's fixed point and reaction point are `model.dcqcn`, its transient the
     fluid model of `model.incast_fluid`.
 
@@ -44,29 +45,6 @@ from dataclasses import dataclass
 import networkx as nx
 
 from core.frame import FRAME_BYTES
-
-# ------------------------------------------------------------------- marking curve
-
-def mark_probability(queue_bytes: float, kmin_bytes: float, kmax_bytes: float,
-                     pmax: float) -> float:
-    """The DCQCN/WRED marking curve on the instantaneous queue: 0 up to Kmin, rising
-    linearly to Pmax at Kmax, 1 above (Kmin = Kmax: step marking above K)."""
-    if queue_bytes <= kmin_bytes:
-        return 0.0
-    if queue_bytes > kmax_bytes:
-        return 1.0
-    return pmax * (queue_bytes - kmin_bytes) / (kmax_bytes - kmin_bytes)
-
-
-def queue_for_mark_probability(p: float, kmin_bytes: float, kmax_bytes: float,
-                               pmax: float) -> float:
-    """Inverse of the curve on [Kmin, Kmax]; p above Pmax pins the queue at Kmax."""
-    if p <= 0:
-        return float(kmin_bytes)
-    if p >= pmax or kmax_bytes == kmin_bytes:
-        return float(kmax_bytes)
-    return kmin_bytes + (p / pmax) * (kmax_bytes - kmin_bytes)
-
 
 # ------------------------------------------------------------- queue distribution
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from core.ecn import marking_curve as mark_probability
 from model.dcqcn import (
     NIC,
     PAPER,
@@ -21,7 +22,6 @@ from model.dcqcn import (
     mark_window_probability,
 )
 from model.incast_fluid import DcqcnIncastFluid, Port, Sender
-from model.queueing import mark_probability
 
 G = 1e9
 US = 1e-6

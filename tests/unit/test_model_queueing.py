@@ -8,6 +8,7 @@ import math
 import networkx as nx
 import pytest
 
+from core.ecn import marking_curve as mark_probability
 from model.incast import predict_incast, predict_incast_on_graph
 from model.queueing import (
     QueueDist,
@@ -16,7 +17,6 @@ from model.queueing import (
     incast_cc_off,
     incast_completion_time_s,
     latency_percentiles_s,
-    mark_probability,
     time_to_fill_s,
 )
 
