@@ -8,6 +8,10 @@ Written from the publications, independently of the engine (`traffic/`):
   TIMELY", CoNEXT 2016: the fluid model (delay-differential equations) and its fixed
   point.
 
+Parameters: `core.dcqcn` (the paper's set and the ConnectX defaults), the same numbers
+the engine is configured with. Not modelled: ``rate_reduce_monitor_period_s`` (NIC:
+4 us), which cannot bind while a QP's CNPs are at least ``cnp_interval_s`` = 4 us apart.
+
 Units: rates bit/s, sizes bytes, times s (real fabric). The fluid equations count
 packets, so rates are turned into packets/s with the packet size.
 
@@ -42,92 +46,11 @@ the paper.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from core.dcqcn import PARAMETER_SETS, DcqcnParams
 from core.ecn import marking_curve_queue
 from core.frame import FRAME_BYTES
-
-
-@dataclass(frozen=True)
-class DcqcnParams:
-    """DCQCN knobs of the reaction and notification points (real units).
-
-    ``reference_rate_bps``: the increase steps R_AI and R_HAI are given for this line
-    rate and scale with the sender's (`at_line_rate`); None = absolute steps.
-    ``clamp_target_rate``: True = every cut sets R_T <- R_C (the paper); False = only a
-    cut after an increase event (or the first cut) does, so back-to-back CNPs keep the
-    pre-congestion target (ConnectX ``clamp_tgt_rate`` 0 with
-    ``clamp_tgt_rate_after_time_inc`` 1).
-    """
-
-    g: float
-    alpha_initial: float
-    alpha_timer_s: float          # K
-    rate_timer_s: float           # T
-    byte_counter_bytes: float     # B
-    fast_recovery_steps: int      # F
-    rate_ai_bps: float            # R_AI
-    rate_hai_bps: float           # R_HAI
-    min_rate_bps: float
-    cnp_interval_s: float         # tau: at most one CNP per QP per interval
-    clamp_target_rate: bool = True
-    reference_rate_bps: float | None = None
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.g <= 1.0:
-            raise ValueError(f"g must be in (0, 1], not {self.g!r}")
-        if not 0.0 <= self.alpha_initial <= 1.0:
-            raise ValueError(f"alpha_initial must be in [0, 1], not {self.alpha_initial!r}")
-        for name in ("alpha_timer_s", "rate_timer_s", "byte_counter_bytes", "cnp_interval_s",
-                     "min_rate_bps"):
-            value = getattr(self, name)
-            if not 0.0 < value < math.inf:
-                raise ValueError(f"{name} must be a positive finite number, not {value!r}")
-        for name in ("rate_ai_bps", "rate_hai_bps"):
-            value = getattr(self, name)
-            if not 0.0 <= value < math.inf:
-                raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
-        if self.fast_recovery_steps < 0 or int(self.fast_recovery_steps) != self.fast_recovery_steps:
-            raise ValueError(f"fast_recovery_steps must be an integer >= 0, not "
-                             f"{self.fast_recovery_steps!r}")
-
-    def at_line_rate(self, line_rate_bps: float) -> DcqcnParams:
-        """The same knobs with the increase steps of a sender at ``line_rate_bps``."""
-        if self.reference_rate_bps is None:
-            return self
-        factor = line_rate_bps / self.reference_rate_bps
-        return replace(self, rate_ai_bps=self.rate_ai_bps * factor,
-                       rate_hai_bps=self.rate_hai_bps * factor, reference_rate_bps=None)
-
-
-#: SIGCOMM'15, section 5 / table of parameters: g = 1/256, K = 55 us, T = 55 us,
-#: B = 10 MB, F = 5, R_AI = 40 Mb/s and R_HAI = 200 Mb/s for its 40 Gb/s NICs, CNP
-#: interval 50 us, alpha starting at 1. The increase steps are read as fractions of
-#: the 40G line (line/1000, line/200), so recovery takes as many steps at 400G; the
-#: paper has no minimum rate, 1 Mb/s is the NIC's.
-PAPER = DcqcnParams(
-    g=1 / 256, alpha_initial=1.0, alpha_timer_s=55e-6, rate_timer_s=55e-6,
-    byte_counter_bytes=10 * 2**20, fast_recovery_steps=5, rate_ai_bps=40e6,
-    rate_hai_bps=200e6, min_rate_bps=1e6, cnp_interval_s=50e-6, clamp_target_rate=True,
-    reference_rate_bps=40e9)
-
-#: NVIDIA ConnectX-4/5/6 firmware defaults as `mlxconfig -d <dev> query` lists them
-#: (same knob names in Linux drivers/infiniband/hw/mlx5, ``roce_rp``/``roce_np``):
-#: RPG_TIME_RESET 300 us, RPG_BYTE_RESET 32767 B, RPG_THRESHOLD 1, RPG_AI_RATE 5 Mb/s,
-#: RPG_HAI_RATE 50 Mb/s, RPG_MIN_RATE 1 Mb/s, RPG_GD 11 (cut by alpha/2),
-#: DCE_TCP_RTT 1 us (alpha timer), INITIAL_ALPHA_VALUE 1023 (of 1024),
-#: MIN_TIME_BETWEEN_CNPS 4 us, CLAMP_TGT_RATE 0, CLAMP_TGT_RATE_AFTER_TIME_INC 1,
-#: RATE_TO_SET_ON_FIRST_CNP 0 (plain cut), RPG_MIN_DEC_FAC 50 (never binds: a cut is at
-#: most 1/2). Not modelled: RATE_REDUCE_MONITOR_PERIOD 4 us, which cannot bind when CNPs
-#: of a QP are >= 4 us apart, as here. DCE_TCP_G 1019 encodes the alpha gain by a
-#: formula NVIDIA does not publish; g = 1/256 (the paper's) stands for it (the literal
-#: (1024 - 1019)/1024 = 1/204.8 is within 25 %).
-NIC = DcqcnParams(
-    g=1 / 256, alpha_initial=1023 / 1024, alpha_timer_s=1e-6, rate_timer_s=300e-6,
-    byte_counter_bytes=32767, fast_recovery_steps=1, rate_ai_bps=5e6, rate_hai_bps=50e6,
-    min_rate_bps=1e6, cnp_interval_s=4e-6, clamp_target_rate=False, reference_rate_bps=None)
-
-PARAMETER_SETS: dict[str, DcqcnParams] = {"paper": PAPER, "nic": NIC}
 
 
 def dcqcn_params(spec: str | DcqcnParams) -> DcqcnParams:
@@ -159,10 +82,11 @@ class ReactionPoint:
         self.timer_events = 0                     # i: rate-timer events since the cut
         self.byte_events = 0                      # j: byte-counter events since the cut
         self.bytes_counted = 0.0
-        self.increased = False                    # an increase event since the last cut
+        self.increased_by_bytes = False           # a byte-counter increase since the cut
+        self.increased_by_timer = False           # a rate-timer increase since the cut
         self.cut_before = False
         self.next_alpha_s = start_s + params.alpha_timer_s
-        self.next_rate_s = start_s + params.rate_timer_s
+        self.next_rate_s = start_s + params.rate_increase_timer_s
         self.cuts = 0
 
     def advance(self, now_s: float) -> None:
@@ -172,14 +96,14 @@ class ReactionPoint:
             n = math.floor((now_s - self.next_alpha_s) / k) + 1
             self.alpha *= (1.0 - self.p.g) ** n
             self.next_alpha_s += n * k
-        period = self.p.rate_timer_s
+        period = self.p.rate_increase_timer_s
         while self.next_rate_s <= now_s:
             at_line = self.rate_bps >= self.line_rate_bps and self.target_bps >= self.line_rate_bps
             if at_line:   # increases change nothing but the count: skip them at once
                 n = math.floor((now_s - self.next_rate_s) / period) + 1
                 self.timer_events += n
                 self.next_rate_s += n * period
-                self.increased = True
+                self.increased_by_timer = True
             else:
                 self.next_rate_s += period
                 self._increase(by_timer=True)
@@ -195,17 +119,19 @@ class ReactionPoint:
         """A CNP arrived at ``now_s``: timers due before it fire first, then the cut."""
         self.advance(now_s)
         p = self.p
-        if p.clamp_target_rate or self.increased or not self.cut_before:
+        if p.clamp_target_rate or not self.cut_before or self.increased_by_bytes or (
+                p.clamp_target_rate_after_time_inc and self.increased_by_timer):
             self.target_bps = self.rate_bps
-        self.rate_bps = max(self.rate_bps * (1.0 - 0.5 * self.alpha),
-                            min(p.min_rate_bps, self.line_rate_bps))
+        cut = p.rate_on_first_cnp_bps if p.rate_on_first_cnp_bps > 0 and not self.cut_before \
+            else self.rate_bps * (1.0 - 0.5 * self.alpha)
+        self.rate_bps = max(cut, min(p.min_rate_bps, self.line_rate_bps))
         self.alpha = (1.0 - p.g) * self.alpha + p.g
         self.timer_events = self.byte_events = 0
         self.bytes_counted = 0.0
-        self.increased = False
+        self.increased_by_bytes = self.increased_by_timer = False
         self.cut_before = True
         self.next_alpha_s = now_s + p.alpha_timer_s
-        self.next_rate_s = now_s + p.rate_timer_s
+        self.next_rate_s = now_s + p.rate_increase_timer_s
         self.cuts += 1
 
     def _increase(self, by_timer: bool) -> None:
@@ -219,9 +145,10 @@ class ReactionPoint:
         self.rate_bps = min(0.5 * (self.target_bps + self.rate_bps), self.line_rate_bps)
         if by_timer:
             self.timer_events += 1
+            self.increased_by_timer = True
         else:
             self.byte_events += 1
-        self.increased = True
+            self.increased_by_bytes = True
 
 
 # ------------------------------------------------------------- fluid model (CoNEXT'16)
@@ -246,10 +173,10 @@ def increase_event_rates(p: float, rate_pps: float, params: DcqcnParams,
     if rate_pps <= 0:
         return 0.0, 0.0, 0.0, 0.0
     b_pkts = params.byte_counter_bytes / packet_bytes
-    t_pkts = params.rate_timer_s * rate_pps
+    t_pkts = params.rate_increase_timer_s * rate_pps
     f = params.fast_recovery_steps
     if p <= 0.0:
-        e_b, e_t = rate_pps / b_pkts, 1.0 / params.rate_timer_s
+        e_b, e_t = rate_pps / b_pkts, 1.0 / params.rate_increase_timer_s
         return e_b, e_t, e_b, e_t
     if p >= 1.0:
         return 0.0, 0.0, 0.0, 0.0

@@ -186,7 +186,7 @@ class DcqcnIncastFluid:
                      pkt_s)
         band_bytes = max(port.kmax_bytes - port.kmin_bytes, self.packet_bytes)
         fill_s = 8.0 * band_bytes / sum(s.line_rate_bps for s in self.senders)
-        return min(prm.cnp_interval_s / 10, prm.alpha_timer_s / 10, prm.rate_timer_s / 10,
+        return min(prm.cnp_interval_s / 10, prm.alpha_timer_s / 10, prm.rate_increase_timer_s / 10,
                    loop_s / 4, fill_s / 50)
 
     def run(self, until_s: float = math.inf) -> IncastDcqcn:

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from core.dcqcn import NIC, PAPER, DcqcnParams
 from core.ecn import marking_curve as mark_probability
 from model.dcqcn import (
-    NIC,
-    PAPER,
-    DcqcnParams,
     MeanFieldSender,
     ReactionPoint,
     dcqcn_fixed_point,
@@ -148,7 +146,7 @@ def test_mean_field_recovery_without_marks():
 def _conext_derivatives(p, alpha, rt, rc, prm, pkt):
     """CoNEXT'16 right-hand sides written out again, packets/s (R_AI in packets/s)."""
     tau, k, b, t, f = (prm.cnp_interval_s, prm.alpha_timer_s, prm.byte_counter_bytes / pkt,
-                       prm.rate_timer_s, prm.fast_recovery_steps)
+                       prm.rate_increase_timer_s, prm.fast_recovery_steps)
     r_ai = prm.rate_ai_bps / (8 * pkt)
     a_tau = 1 - (1 - p) ** (tau * rc)
     a_k = 1 - (1 - p) ** (k * rc)
