@@ -1,4 +1,10 @@
-"""`emu`: the command-line entry point (doctor, topo, net, clean, ...)."""
+"""`emu`: the command-line entry point (doctor, topo, net, clean, ...).
+
+The top floor. Each command imports the floors it uses inside its function, on
+purpose: `emu --help`, `emu clean` and a refused option must answer in ~0.15 s,
+and importing the experiments, the engine and the fabric (pandas, scapy, pyroute2,
+matplotlib) costs ~1.5 s on a 2-core VM.
+"""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@ switches are L3 routers with one /31 per link and static (multipath) routes to
 every host's /32; every egress direction is shaped to R/S with a byte FIFO of
 the real buffer, behind a netem delay line of the dilated link delay where the
 kernel has sch_netem (``emu.delay``); switch ports mark ECN (bpf or red back end).
-All configuration goes through one netlink socket per namespace (pyroute2), no
-fork per command.
+Links, addresses and routes go in as one ``ip -batch`` per namespace (``emu.ipbatch``:
+one process per node, not per command); qdiscs, BPF filters and the reads of the
+telemetry go through one netlink socket per namespace (pyroute2).
 """
 
 from __future__ import annotations
