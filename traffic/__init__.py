@@ -1,1 +1,1 @@
-"""Traffic: RoCEv2 packets, the NIC model (DCQCN, go-back-N), collectives, engine."""
+"""Protocol logic, pure: RoCEv2 frames, DCQCN, go-back-N, congestion control, PFC state, pacing, collectives."""
