@@ -28,8 +28,11 @@ Event loop. The CPU cost follows frames and events, never the wall clock:
 
 Pacing. Each QP and each NIC keeps a ``Schedule`` of absolute due times; the
 lag of every frame behind its due time is recorded, and a stall that drops
-schedule debt is counted (resets, dropped ns). Per NIC, the time it was busy is
-compared with the time its schedule allotted the same frames (rate check).
+schedule debt is counted (resets, dropped ns). Per NIC, the time it was busy (first
+frame out to last frame out of each busy period) is compared with the time its
+schedule allotted the same frames (rate check). The wait before a period's first
+frame is the wake-up lag, judged by the lag checks, not the rate: counted here it
+would fail every single-frame message on the worker's wake latency alone.
 
 Clocks. Data frames carry the send time as CLOCK_MONOTONIC ns (``traffic.roce``);
 receive times are the ring's kernel timestamps converted with the parent's
@@ -117,7 +120,7 @@ _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent che
 
 class _Nic:
     __slots__ = ("host", "ifname", "sock", "rate_bps", "rate_emu_bps", "ns_per_bit", "sched", "qps",
-                 "backlog", "bits_sent", "period_start", "ideal_end", "actual_end",
+                 "backlog", "bits_sent", "period_start", "period_first_out", "ideal_end", "actual_end",
                  "dropped", "period_dropped", "busy_ns", "ideal_ns")
 
     def __init__(self, plan: NicPlan, sock: socket.socket, scale: Scale):
@@ -134,6 +137,7 @@ class _Nic:
         # Busy periods: from the first due slot to the end of the last frame, as it
         # happened (actual) and as the schedules allotted it (ideal).
         self.period_start = -1
+        self.period_first_out = 0
         self.ideal_end = 0
         self.actual_end = 0
         self.dropped = 0                # schedule debt dropped by resets, all periods
@@ -556,6 +560,7 @@ class _WorkerLoop:
             dropped = best.sched.dropped_ns + nic.sched.dropped_ns - dropped
             if nic.period_start < 0:
                 nic.period_start = sched
+                nic.period_first_out = now
                 nic.period_dropped = 0
             nic.period_dropped += dropped
             end = sched + n * step
@@ -585,7 +590,7 @@ class _WorkerLoop:
         """``nic`` has nothing left to send: close its busy period."""
         if nic.period_start < 0:
             return
-        nic.busy_ns += nic.actual_end - nic.period_start
+        nic.busy_ns += nic.actual_end - nic.period_first_out
         nic.ideal_ns += nic.ideal_end - nic.period_dropped - nic.period_start
         nic.dropped += nic.period_dropped
         nic.period_start = -1

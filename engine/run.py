@@ -60,6 +60,7 @@ import pandas as pd
 
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
+from core.messages import Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns
@@ -68,7 +69,6 @@ from engine import nic, plan, rawsock
 from engine.burst import Burst
 from engine.rx import RxLib
 from traffic.dcqcn import DcqcnParams, get_params
-from traffic.messages import Workload
 from traffic.roce import ECN_CODES, Flow
 
 
@@ -600,7 +600,7 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
         "ring_drops": sum(w.get("ring_drops", 0) for w in workers),
         "retransmitted": int(messages["retransmitted"].sum()),
         "timeouts": int(messages["timeouts"].sum()),
-        # Per host NIC: busy time (first due slot to last frame out, per busy period)
+        # Per host NIC: busy time (first frame out to last frame out, per busy period)
         # against the time its schedules allotted the same frames (emulated s).
         "nics": [{"host": n["host"], "ifname": n["ifname"], "bits_sent": n["bits_sent"],
                   "busy_emu_s": n["busy_emu_ns"] * 1e-9,

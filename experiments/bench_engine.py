@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.frame import HEADER_BYTES
+from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns
@@ -35,7 +36,6 @@ from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet
 from emu.shaping import MTU_BYTES
 from engine.run import EngineConfig, run_workload
-from traffic.messages import Message, Workload
 from traffic.roce import Flow, QpTemplate
 
 IFNAME = {"a": "fetest-va", "b": "fetest-vb"}

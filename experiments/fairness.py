@@ -24,6 +24,7 @@ import pandas as pd
 from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
+from core.messages import Workload
 from core.scaling import DEFAULT_SCALE, Scale
 from core.units import parse_time_s
 from emu.fabric import Fabric
@@ -53,7 +54,6 @@ from experiments.rundir import Run, RunResult, jain_index, progress, run_experim
 from model.fairshare import FlowSpec, fair_share_schedule
 from topologies.spec import build_topo
 from traffic import collectives
-from traffic.messages import Workload
 
 NAME = "fairness"
 

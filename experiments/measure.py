@@ -14,6 +14,7 @@ import pandas as pd
 
 from core.ecn import ThresholdPolicy
 from core.frame import FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES
+from core.messages import Message, Workload
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
 from engine.run import EngineConfig, run_workload
@@ -28,7 +29,7 @@ from experiments.fidelity import (
     queue_divergence_checks,
 )
 from experiments.rundir import Run, emulated_fixed_delays
-from model.alphabeta import DEFAULT_OVERHEAD_S, PlainMessage, PlainWorkload, predict_workload
+from model.alphabeta import DEFAULT_OVERHEAD_S, predict_workload
 from topologies.routing import topo_graph
 
 # ----------------------------------------------------------------------------- fabric
@@ -308,7 +309,7 @@ def ideal_fct_s(graph: Any, paths: Callable[[str, str], Sequence[Sequence[str]]]
     """The real-fabric model's FCT of one message of ``size_bytes`` alone on an idle
     fabric (NIC overhead, line rate, store-and-forward path latency)."""
 
-    alone = PlainWorkload("alone", (PlainMessage(0, src, dst, size_bytes),))
+    alone = Workload("alone", [Message(0, src, dst, int(size_bytes))], [src, dst], int(size_bytes))
     return predict_workload(alone, graph, paths).completion_s
 
 

@@ -2,8 +2,9 @@
 
 It shares no code with the protocol code (`traffic/`), the fabric (`emu/`) or the
 engine (`engine/`): the inputs are plain data (graphs, paths, sizes, times,
-parameters). From the vocabulary floor (`core/`) it takes the frame geometry and the
-ECN marking curve, which are configuration (docs/architecture.md says why that is safe).
+parameters). From the vocabulary floor (`core/`) it takes the message type, the frame geometry,
+the ECN marking curve and the DCQCN parameters: data and configuration
+(docs/architecture.md says why that is safe).
 
 * `maxmin`     -- max-min fair rates over routed paths (progressive filling) and
                   fluid flow completion times;

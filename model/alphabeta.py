@@ -55,7 +55,7 @@ from model.maxmin import (
 
 class Message(Protocol):
     """What the model reads of one message (any object with these attributes, e.g. a
-    compiled `traffic.messages.Message` or a `PlainMessage`)."""
+    `core.messages.Message`)."""
 
     @property
     def msg_id(self) -> Hashable: ...
@@ -74,8 +74,7 @@ class Message(Protocol):
 
 
 class Workload(Protocol):
-    """What the model reads of a message DAG (e.g. `traffic.messages.Workload` or a
-    `PlainWorkload`): its messages, ranks, nominal size, name and meta."""
+    """What the model reads of a message DAG (e.g. `core.messages.Workload`): its messages, ranks, nominal size, name and meta."""
 
     @property
     def name(self) -> str: ...
@@ -88,29 +87,6 @@ class Workload(Protocol):
     @property
     def meta(self) -> Mapping[str, Any]: ...
 
-
-@dataclass(frozen=True)
-class PlainMessage:
-    """A message as plain data, for callers that build DAGs without the engine."""
-
-    msg_id: Hashable
-    src: str
-    dst: str
-    size_bytes: float
-    deps: tuple[Hashable, ...] = ()
-    start_s: float = 0.0
-    step: int = 0
-
-
-@dataclass(frozen=True)
-class PlainWorkload:
-    """A message DAG as plain data (``meta['collective']`` names it for busbw)."""
-
-    name: str
-    messages: tuple[PlainMessage, ...]
-    ranks: tuple[str, ...] = ()
-    size_bytes: float = 0.0
-    meta: Mapping[str, Any] = field(default_factory=dict)
 
 #: Per-message software/NIC overhead of a real RDMA NIC (post WQE -> wire, CQE).
 DEFAULT_OVERHEAD_S = 1e-6

@@ -37,7 +37,7 @@ import random
 from collections.abc import Callable, Hashable, Sequence
 
 from core.errors import ParameterError
-from traffic.messages import Message, Workload
+from core.messages import Message, Workload
 
 NAMES = ("allreduce-ring", "allreduce-hd", "allreduce-hier", "allgather", "reducescatter",
          "alltoall", "broadcast", "incast", "permutation")

@@ -32,9 +32,9 @@ from typing import BinaryIO
 
 from core.errors import FabricEmuError, ParameterError
 from core.frame import MTU_PAYLOAD_BYTES, ROCE_UDP_PORT
+from core.messages import Message, Workload
 from core.units import format_size
 from traffic import collectives
-from traffic.messages import Message, Workload
 from traffic.roce import AETH_ACK, Flow, QpTemplate, ResponderTemplate, parse_frame
 
 LINKTYPE_ETHERNET = 1

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from core.errors import CapabilityError
+from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.ecn import Thresholds
 from emu.fabric import Fabric
@@ -24,7 +25,6 @@ from emu.telemetry import QueueSampler
 from engine.run import EngineConfig, run_workload
 from topologies.fattree import FatTree, LeafSpine
 from traffic import collectives
-from traffic.messages import Message, Workload
 
 pytestmark = [
     pytest.mark.root,
@@ -181,7 +181,7 @@ _CHILD = textwrap.dedent("""
     from core.scaling import Scale
     from topologies.fattree import LeafSpine
     from engine.run import EngineConfig, run_workload
-    from traffic.messages import Message, Workload
+    from core.messages import Message, Workload
     with Fabric(LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G"),
                 Scale(20000), marking="off") as fab:
         wl = Workload("long", [Message(1, "h1", "h2", 256 << 20)], ["h1", "h2"], 1)

@@ -187,9 +187,6 @@ def test_collective_quick(tmp_path, netns_guard):
     assert (tmp_path / "busbw_vs_size.png").exists() and (tmp_path / "nccl_sweep.png").exists()
 
 
-@pytest.mark.xfail(reason="known gate gap (issue 11): the per-NIC busy-rate check judges single-frame "
-                   "messages (8 B), whose 'rate' is the worker's wake latency, and marks the run "
-                   "INVALID; the gate refuses the run rather than passing it", strict=False)
 def test_sweep_quick(tmp_path, netns_guard):
     t0 = time.monotonic()
     result = registry.cli_run("sweep", tmp_path, quick=True)

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from core.errors import ParameterError
+from core.messages import Workload
 from traffic.collectives import NAMES, build, busbw_factor
-from traffic.messages import Workload
 
 NS = (2, 3, 4, 8)
 SIZES = (1, 1000, 4096, 1 << 20)

@@ -8,9 +8,8 @@ import random
 import networkx as nx
 import pytest
 
+from core.messages import Message, Workload
 from model.alphabeta import (
-    PlainMessage,
-    PlainWorkload,
     allgather_time_s,
     alltoall_time_s,
     bottleneck_rate_bps,
@@ -31,8 +30,6 @@ from model.busbw import algbw_bps, busbw_bps, busbw_factor
 
 G = 1e9
 MIB = 1 << 20
-# The model takes plain data (anything Workload-shaped); no engine import needed.
-Message, Workload = PlainMessage, PlainWorkload
 #: Payload only and no store-and-forward bubble, as most hand computations below
 #: assume; the model's defaults are the real fabric's (test_real_fabric_defaults).
 IDEAL = dict(packet_bytes=0.0, wire_factor=1.0)
