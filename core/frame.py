@@ -44,3 +44,8 @@ HEADER_BYTES = OFF_AFTER_BTH + ICRC_BYTES
 FRAME_BYTES = HEADER_BYTES + MTU_PAYLOAD_BYTES
 #: A CNP: BTH + 16 bytes of padding + ICRC, 74 bytes.
 CNP_FRAME_BYTES = OFF_AFTER_BTH + CNP_PAD_BYTES + ICRC_BYTES
+#: What an Ethernet wire spends per frame beyond the frame's bytes: preamble and SFD 8,
+#: FCS 4, inter-frame gap 12. A link of rate R carries R x L / (L + 24) of frame bytes.
+WIRE_OVERHEAD_BYTES = 24
+#: A full-size data frame's time on the wire, in bytes: 4178.
+WIRE_FRAME_BYTES = FRAME_BYTES + WIRE_OVERHEAD_BYTES

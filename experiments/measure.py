@@ -13,12 +13,21 @@ from typing import Any
 import pandas as pd
 
 from core.ecn import ThresholdPolicy
-from core.frame import FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES
+from core.frame import (
+    FRAME_BYTES,
+    HEADER_BYTES,
+    MTU_PAYLOAD_BYTES,
+    WIRE_FRAME_BYTES,
+    WIRE_OVERHEAD_BYTES,
+)
 from core.messages import Message, Workload
+from emu.ecmp import ecmp_check
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
+from emu.wirerate import capacity_bound_bps
 from engine.run import EngineConfig, run_workload
 from experiments.fidelity import (
+    Check,
     FidelityReport,
     MarkingCounts,
     NicBusy,
@@ -47,8 +56,9 @@ def model_graph(fab: Fabric) -> Any:
 
 
 def packet_time_s(rate_bps: float) -> float:
-    """Real serialization time of one full RoCEv2 frame at ``rate_bps``."""
-    return 8.0 * FRAME_BYTES / rate_bps
+    """Real serialization time of one full RoCEv2 frame at ``rate_bps`` (its wire time,
+    Ethernet's preamble, FCS and gap included)."""
+    return 8.0 * WIRE_FRAME_BYTES / rate_bps
 
 
 def max_scale(fab: Fabric) -> float:
@@ -152,6 +162,14 @@ def _thresholds_of(fab: Fabric, port: Any) -> Any:
     return ThresholdPolicy.of(fab.thresholds).for_port(port)
 
 
+#: How far a rate over a measured window (engine start to last completion) may be off:
+#: the window's edges are known to a wake-up, far below 1 %.
+MEASURED_WINDOW_UNCERTAINTY = 0.01
+#: A window the model says a port is saturated over is as uncertain as the model (its
+#: error bound for a valid run, 5 %).
+MODEL_WINDOW_UNCERTAINTY = 0.05
+
+
 def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
                 saturated: Mapping[str, float] | None = None) -> FidelityReport:
     """The gate over one measured traffic run. ``saturated`` maps port names to the
@@ -162,10 +180,19 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
     windows = {p.name: (m.completion_s, False) for p in fab.ports()
                if not p.is_switch and m.ports.at[p.name, "tx_bytes"] > 0}
     windows.update({name: (w, True) for name, w in (saturated or {}).items()})
+    # Busy periods per port: at most one per message (an upper bound loosens the
+    # capacity bound, so it never fails a run for bursts the shaper really allows).
+    periods = max(1, len(workload.messages))
     rates = []
     for name, (window_s, busy) in windows.items():
-        achieved = 8.0 * float(m.ports.at[name, "tx_bytes"]) / window_s if window_s > 0 else 0.0
-        rates.append(PortRate(name, ports[name].rate_bps, achieved, expect_saturated=busy))
+        carried = float(m.ports.at[name, "tx_bytes"])
+        achieved = 8.0 * carried / window_s if window_s > 0 else 0.0
+        capacity = capacity_bound_bps(ports[name].rate_bps, carried, fab.scale.factor,
+                                      busy_periods=periods)
+        rates.append(PortRate(name, ports[name].rate_bps, achieved, expect_saturated=busy,
+                              capacity_bps=capacity,
+                              uncertainty=MODEL_WINDOW_UNCERTAINTY if busy else
+                              MEASURED_WINDOW_UNCERTAINTY))
     marked = [p for p in fab.ports() if p.marker is not None]
     queues = []
     for p in marked:
@@ -214,9 +241,29 @@ def gate(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
                                    strict=True))
                for port, g in queue.groupby("port")} if not queue.empty else {}
     checks = queue_divergence_checks(samples, FRAME_BYTES)
+    ecmp = ecmp_hashing_check(fab, m, workload)
+    if ecmp is not None:
+        checks.append(ecmp)
     failed = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
     return FidelityReport(report.valid and not failed, [*report.reasons, *failed],
                           report.suggested_scale, [*report.checks, *checks])
+
+
+def ecmp_hashing_check(fab: Fabric, m: Measurement, workload: Any) -> Check | None:
+    """Did the switches hash independently, as the model assumes (`emu.ecmp.ecmp_check`
+    on the bytes each switch egress sent)? None for fabrics routed without ECMP."""
+    if fab.topo.routing != "ecmp" or not workload.messages:
+        return None
+    sent = {(p.node, p.peer_node): float(m.ports.at[p.name, "tx_bytes"])
+            for p in fab.ports() if p.is_switch and p.name in m.ports.index}
+    largest = max(int(msg.size_bytes) for msg in workload.messages)
+    # One message is one flow (its own QP and UDP source port); what it puts on a port.
+    flow_bytes = largest + max(1, math.ceil(largest / MTU_PAYLOAD_BYTES)) * HEADER_BYTES
+    result = ecmp_check(fab.routes, fab.switches, sent, flow_bytes)
+    detail = "; ".join(result.reasons) if result.reasons else (
+        f"{result.groups_checked} ECMP groups consistent with independent hashing "
+        f"({result.groups_skipped} shared with other routes, not judged)")
+    return Check("ECMP hashing", result.ok, result.groups_checked, None, detail)
 
 
 # ----------------------------------------------------------------------------- deviations
@@ -261,7 +308,7 @@ def measure_deviations(fab: Fabric, m: Measurement, case: str, graph: Any | None
     for msg in msgs.itertuples():
         if msg.msg_id not in lowest.index:
             continue
-        frame = min(MTU_PAYLOAD_BYTES, int(msg.size_bytes)) + HEADER_BYTES
+        frame = min(MTU_PAYLOAD_BYTES, int(msg.size_bytes)) + HEADER_BYTES + WIRE_OVERHEAD_BYTES
         sums = [hop_sum_s(graph, p, frame) for p in fab.routes.paths(msg.src, msg.dst)]
         parts.append(min(sums, key=lambda d: sum(d.values())))
         measured.append(float(lowest[msg.msg_id]))

@@ -16,9 +16,11 @@ Model and assumptions (real-fabric units):
   the whole message if it is smaller. B is the message's max-min fair rate, which
   changes whenever other messages start or finish (fluid model).
 * The defaults describe a real RoCEv2 fabric: store-and-forward switches, full
-  4154-byte frames, RoCEv2 headers on the wire and ~1 us NIC overhead per message.
-* ``wire_factor`` (>= 1) scales bytes on the wire per payload byte (headers);
-  the default `roce_wire_factor()` adds RoCEv2 headers, 1.0 prices payload only.
+  4154-byte frames that take 4178 bytes of wire time (preamble, FCS and inter-frame
+  gap), RoCEv2 headers on the wire and ~1 us NIC overhead per message.
+* ``wire_factor`` (>= 1) scales bytes on the wire per payload byte (headers and
+  Ethernet's per-frame overhead); the default `roce_wire_factor()` adds both, 1.0
+  prices payload only.
 * ECMP: 'spread' splits each message evenly over its equal-cost paths (the ideal);
   'hashed' puts it on one path chosen by ``choice`` (flow id = msg_id), as the
   engine does with one QP and UDP source port per message;
@@ -40,7 +42,7 @@ from typing import Any, Protocol
 
 import networkx as nx
 
-from core.frame import FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES
+from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from model.busbw import busbw_factor, normalize_collective
 from model.fluid import FluidJob, simulate
 from model.maxmin import (
@@ -98,8 +100,8 @@ PathsLike = Callable[[str, str], Sequence[Sequence[str]]] | Mapping[tuple[str, s
 
 
 def roce_wire_factor(payload_bytes: int = MTU_PAYLOAD_BYTES,
-                     header_bytes: int = HEADER_BYTES) -> float:
-    """Wire bytes per payload byte of full-size RoCEv2 packets."""
+                     header_bytes: int = HEADER_BYTES + WIRE_OVERHEAD_BYTES) -> float:
+    """Wire bytes per payload byte of full-size RoCEv2 packets (4178 / 4096)."""
     return (payload_bytes + header_bytes) / payload_bytes
 
 
@@ -118,7 +120,7 @@ def check_forwarding(forwarding: str) -> None:
 
 
 def path_latency_s(graph: nx.Graph, path: Sequence[str],
-                   packet_bytes: float = FRAME_BYTES,
+                   packet_bytes: float = WIRE_FRAME_BYTES,
                    forwarding: str = "store-and-forward") -> float:
     """Propagation and switch latency of a path plus, when storing and forwarding, the
     last packet's serialization at every hop but the bottleneck (see module doc)."""
@@ -163,7 +165,7 @@ class WorkloadPrediction:
 def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      mode: str = "spread", choice: Choice | None = None,
                      overhead_s: float = DEFAULT_OVERHEAD_S,
-                     packet_bytes: float = FRAME_BYTES,
+                     packet_bytes: float = WIRE_FRAME_BYTES,
                      forwarding: str = "store-and-forward", wire_factor: float | None = None,
                      nic_rate_bps: float | None = None,
                      collective: str | None = None) -> WorkloadPrediction:
@@ -335,7 +337,7 @@ def workload_bottleneck_rate_bps(workload: Workload, graph: nx.Graph, paths: Pat
 
 def step_alpha_s(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, str]], *,
                  overhead_s: float = DEFAULT_OVERHEAD_S,
-                 packet_bytes: float = FRAME_BYTES,
+                 packet_bytes: float = WIRE_FRAME_BYTES,
                  forwarding: str = "store-and-forward", mode: str = "spread",
                  choice: Choice | None = None) -> float:
     """Alpha of a synchronous step: overhead + the longest path latency among its flows."""
@@ -412,7 +414,7 @@ def predict_collective(collective: str, graph: nx.Graph, paths: PathsLike, ranks
                        size_bytes: float, *, algorithm: str = "ring", chunks: int = 1,
                        schedule: str = "pairwise", mode: str = "spread",
                        choice: Choice | None = None, overhead_s: float = DEFAULT_OVERHEAD_S,
-                       packet_bytes: float = FRAME_BYTES,
+                       packet_bytes: float = WIRE_FRAME_BYTES,
                        forwarding: str = "store-and-forward", wire_factor: float | None = None,
                        nic_rate_bps: float | None = None) -> CollectivePrediction:
     """Alpha-beta time of a collective, each step priced at its own bottleneck rate

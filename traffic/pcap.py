@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import FabricEmuError, ParameterError
-from core.frame import MTU_PAYLOAD_BYTES, ROCE_UDP_PORT
+from core.frame import MTU_PAYLOAD_BYTES, ROCE_UDP_PORT, WIRE_OVERHEAD_BYTES
 from core.messages import Message, Workload
 from core.units import format_size
 from traffic import collectives
@@ -44,7 +44,6 @@ _PCAPNG_MAGIC = 0x0A0D0D0A
 _GLOBAL = struct.Struct("IHHiIII")  # magic, version 2.4, tz, sigfigs, snaplen, linktype
 _RECORD = struct.Struct("IIII")     # seconds, fraction, captured length, original length
 _SNAPLEN = 65535
-ETH_OVERHEAD_BYTES = 24  # preamble 8 + FCS 4 + inter-frame gap 12: time on the wire
 QPN_BASE = 0x100
 DEFAULT_MAX_PCAP_BYTES = 1 << 30
 DEFAULT_MAX_MESSAGES = 20_000
@@ -292,7 +291,7 @@ def _schedule(workload: Workload, rate_bps: float, mtu_payload_bytes: int
         m = by_id[msg_id]
         t_s = start_s = max(ready_s, nic_free_s.get(m.src, 0.0))
         for frame_bytes in _packet_lengths(m.size_bytes, mtu_payload_bytes):
-            t_s += (frame_bytes + ETH_OVERHEAD_BYTES) * 8 / rate_bps
+            t_s += (frame_bytes + WIRE_OVERHEAD_BYTES) * 8 / rate_bps
         per_nic.setdefault(m.src, []).append((start_s, seq, m))
         nic_free_s[m.src] = done_s[msg_id] = t_s
         for nxt in dependents[msg_id]:
@@ -335,7 +334,7 @@ def iter_workload_frames(workload: Workload, *, rate_bps: float, mtu_payload_byt
         for i in range(tpl.n_packets):
             frame = bytes(tpl.write(i, i, round(t_s * 1e9)))
             yield t_s, seq, i, frame
-            t_s += (len(frame) + ETH_OVERHEAD_BYTES) * 8 / rate_bps
+            t_s += (len(frame) + WIRE_OVERHEAD_BYTES) * 8 / rate_bps
         ack = ResponderTemplate(flow.reversed(qpn)).write_ack(tpl.n_packets - 1, 1, AETH_ACK)
         yield t_s, seq, tpl.n_packets, bytes(ack)
 

@@ -110,6 +110,19 @@ def test_port_faster_than_configured_means_shaper_leaks():
     assert any("shaper" in r for r in rep.reasons)
 
 
+def test_rate_above_capacity_beyond_the_windows_uncertainty_fails():
+    # capacity 404G (the idle bucket's burst on top of 400G): 408G is within the
+    # measured window's 1 %, 410G is not; a window the model gives allows 5 %.
+    def verdict(achieved, uncertainty):
+        return evaluate(measures(port_rates=[PortRate("h1:eth0", 400e9, achieved,
+                                                      capacity_bps=404e9,
+                                                      uncertainty=uncertainty)])).valid
+    assert verdict(408e9, 0.01) and not verdict(410e9, 0.01)
+    assert verdict(420e9, 0.05) and not verdict(425e9, 0.05)
+    # without a stated capacity the configured rate is the capacity
+    assert not evaluate(measures(port_rates=[PortRate("h1:eth0", 400e9, 405e9)])).valid
+
+
 def test_incomplete_traffic_or_engine_error_fails():
     assert not evaluate(measures(messages_completed=7)).valid
     rep = evaluate(measures(error="worker died"))

@@ -275,8 +275,9 @@ def test_path_latency_store_and_forward():
     g.add_edge("l1", "h1", rate_bps=400 * G, delay_s=0.5e-6)
     assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000) == pytest.approx(2.12e-6)
     assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 0) == pytest.approx(2e-6)
-    # default: a full 4154-B RoCEv2 frame, 83.08 ns at 400G and 41.54 ns at 800G
-    assert path_latency_s(g, ("h0", "l0", "l1", "h1")) == pytest.approx(2e-6 + 124.62e-9)
+    # default: a full 4154-B RoCEv2 frame, 4178 B of wire time (preamble, FCS, gap):
+    # 83.56 ns at 400G and 41.78 ns at 800G
+    assert path_latency_s(g, ("h0", "l0", "l1", "h1")) == pytest.approx(2e-6 + 125.34e-9)
     # cut-through forwards the head on arrival: propagation only, whatever the packet
     assert path_latency_s(g, ("h0", "l0", "l1", "h1"), 4000,
                           forwarding="cut-through") == pytest.approx(2e-6)
@@ -314,7 +315,7 @@ def test_ring_step_bubble_is_store_and_forward_only():
 
 
 def test_wire_factor_and_nic_cap():
-    assert roce_wire_factor() == pytest.approx(4154 / 4096)
+    assert roce_wire_factor() == pytest.approx(4178 / 4096)
     g = star(2, delay_s=0.0)
     wl = Workload("sendrecv", [Message(0, "h0", "h1", MIB)], ["h0", "h1"], MIB)
     plain = predict_workload(wl, g, star_paths, overhead_s=0.0, **IDEAL)
@@ -359,13 +360,14 @@ def test_64_rank_ring_dag_matches_the_closed_form():
 
 def test_real_fabric_defaults():
     # The natural call prices a real RoCEv2 fabric: 1 us NIC overhead per message,
-    # store-and-forward of full 4154-B frames, headers on the wire. Ring all-reduce,
-    # 4 hosts on one 400G switch, 0.5 us per link and a 0.6 us switch, S = 4 MiB:
-    # a step sends 1 MiB of payload = 1 MiB x 4154/4096 on the wire = 21.26647 us;
-    # alpha = 1 us + 2 x 0.5 us + 0.6 us + one frame at 400G (83.08 ns) = 2.68308 us.
+    # store-and-forward of full frames, headers and Ethernet overhead on the wire
+    # (4178 B per 4096 B of payload). Ring all-reduce, 4 hosts on one 400G switch,
+    # 0.5 us per link and a 0.6 us switch, S = 4 MiB: a step sends 1 MiB of payload
+    # = 1 MiB x 4178/4096 on the wire = 21.39136 us; alpha = 1 us + 2 x 0.5 us +
+    # 0.6 us + one frame at 400G (83.56 ns) = 2.68356 us.
     g, ranks = star(4), [f"h{i}" for i in range(4)]
     g.nodes["sw"]["switch_latency_s"] = 0.6e-6
-    step_s = MIB * 8 * 4154 / 4096 / (400 * G) + 2.68308e-6
+    step_s = MIB * 8 * 4178 / 4096 / (400 * G) + 2.68356e-6
     pred = predict_collective("allreduce", g, star_paths, ranks, 4 * MIB)
     assert pred.time_s == pytest.approx(6 * step_s)
     dag = predict_workload(ring_allreduce_workload(ranks, 4 * MIB), g, star_paths)

@@ -45,13 +45,13 @@ def test_three_staggered_flows_into_one_receiver_by_hand():
 
 
 def test_defaults_price_headers_and_the_nic():
-    # one flow alone: 1 us NIC overhead before the first byte, payload x 4154/4096 on
+    # one flow alone: 1 us NIC overhead before the first byte, payload x 4178/4096 on
     # the wire, the payload rate is the wire rate / the same factor
     g = star(2)
     sched = fair_share_schedule(g, [FlowSpec("a", [("h1", "sw", "h0")], MIB)])
     assert sched.first_byte_s["a"] == pytest.approx(1e-6)
-    assert sched.last_byte_s["a"] == pytest.approx(1e-6 + MIB * 8 * 4154 / 4096 / (400 * G))
+    assert sched.last_byte_s["a"] == pytest.approx(1e-6 + MIB * 8 * 4178 / 4096 / (400 * G))
     (iv,) = sched.intervals
-    assert iv.payload_rates_bps["a"] == pytest.approx(400 * G * 4096 / 4154)
+    assert iv.payload_rates_bps["a"] == pytest.approx(400 * G * 4096 / 4178)
     with pytest.raises(ValueError):
         fair_share_schedule(g, [FlowSpec("a", [("h1", "sw", "h0")], MIB)] * 2)

@@ -16,10 +16,10 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.utils import rdpcap, wrpcap
 
 from core.errors import FabricEmuError, ParameterError
+from core.frame import WIRE_OVERHEAD_BYTES
 from traffic import collectives
 from traffic.pcap import (
     DEFAULT_MAX_PCAP_BYTES,
-    ETH_OVERHEAD_BYTES,
     PcapError,
     collective_pcap,
     collective_shape,
@@ -94,7 +94,7 @@ def test_schedule_respects_deps_and_line_rate():
         qpn_span[p.dqpn].append(t_s)
         src_mac = frame[6:12]
         assert t_s >= busy_until.get(src_mac, 0.0) - 1e-15  # one NIC, never faster than line rate
-        busy_until[src_mac] = t_s + (len(frame) + ETH_OVERHEAD_BYTES) * 8 / RATE_BPS
+        busy_until[src_mac] = t_s + (len(frame) + WIRE_OVERHEAD_BYTES) * 8 / RATE_BPS
     for m in workload.messages:
         start = min(qpn_span[0x100 + m.msg_id])
         for d in m.deps:

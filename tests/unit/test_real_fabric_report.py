@@ -28,7 +28,7 @@ from topologies.routing import compute_routes
 from topologies.spec import build_topo
 
 NS = 1e-9
-SER_400G_NS = 8 * 4154 / 400e9 / NS  # 83.08 ns: one full RoCEv2 frame at 400G
+SER_400G_NS = 8 * 4178 / 400e9 / NS  # 83.56 ns: one full RoCEv2 frame's wire time at 400G
 
 
 class _Fabric:
@@ -64,7 +64,7 @@ def test_topologies_carry_switch_latency_and_pure_propagation():
 
 def test_hop_sum_by_part():
     graph = model_graph(_Fabric("leafspine,2,1,1"))
-    parts = hop_sum_s(graph, ["h1", "l1", "s1", "l2", "h2"], 4154)
+    parts = hop_sum_s(graph, ["h1", "l1", "s1", "l2", "h2"], 4178)
     # 4 hops at 400G, 3 switches of 600 ns, 15 + 150 + 150 + 15 ns of cable
     assert parts["per-hop serialization"] == pytest.approx(4 * SER_400G_NS * NS)
     assert parts["switch latency"] == pytest.approx(1800 * NS)
@@ -118,9 +118,9 @@ def test_real_queue_against_the_virtual_queue():
 def test_ideal_fct_is_the_real_fabric_alone():
     fab = _Fabric("leafspine,2,1,1")
     got = ideal_fct_s(model_graph(fab), fab.routes.paths, "h1", "h2", 1 << 20)
-    # 1 us NIC + 1 MiB x 4154/4096 at 400G (21.268 us) + 3 of 4 frames stored and
-    # forwarded (249.2 ns) + 1.8 us switches + 330 ns cable
-    assert got == pytest.approx(1e-6 + 21.26848e-6 + 3 * SER_400G_NS * NS + 1.8e-6 + 330 * NS)
+    # 1 us NIC + 1 MiB x 4178/4096 at 400G (21.391 us) + 3 of 4 frames stored and
+    # forwarded (250.7 ns) + 1.8 us switches + 330 ns cable
+    assert got == pytest.approx(1e-6 + 21.39136e-6 + 3 * SER_400G_NS * NS + 1.8e-6 + 330 * NS)
 
 
 def test_fct_slowdown_by_bucket():
