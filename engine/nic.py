@@ -29,10 +29,10 @@ Event loop. The CPU cost follows frames and events, never the wall clock:
 Pacing. Each QP and each NIC keeps a ``Schedule`` of absolute due times; the
 lag of every frame behind its due time is recorded, and a stall that drops
 schedule debt is counted (resets, dropped ns). Per NIC, the time it was busy (first
-frame out to last frame out of each busy period) is compared with the time its
-schedule allotted the same frames (rate check). The wait before a period's first
-frame is the wake-up lag, judged by the lag checks, not the rate: counted here it
-would fail every single-frame message on the worker's wake latency alone.
+frame out to last frame out of each busy period of at least _RATE_PERIOD_FRAMES full
+frames) is compared with the time its schedule allotted the same frames (rate check).
+The wait before a period's first frame, and short periods, are wake-up lag, judged by
+the lag checks: counted here they would fail every small message on wake latency.
 
 Clocks. Data frames carry the send time as CLOCK_MONOTONIC ns (``traffic.roce``);
 receive times are the ring's kernel timestamps converted with the parent's
@@ -55,7 +55,7 @@ import traceback
 from array import array
 from typing import Any
 
-from core.frame import ETH_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, RETH_BYTES
+from core.frame import ETH_BYTES, FRAME_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, RETH_BYTES
 from core.scaling import Scale
 from engine.burst import MAX_BURST, Burst
 from engine.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
@@ -113,6 +113,11 @@ _IP_OVERHEAD_BYTES = HEADER_BYTES - ETH_BYTES
 _MAX_CATCHUP_NS = 20_000_000
 _RX_BUDGET = 64                         # frames per ring per turn: due sends interleave
 _EARLY_NS = 20_000                      # deadlines this close are served in the same turn
+# Busy periods shorter than this many full frames at the NIC's rate have no rate to
+# speak of: their timing is the wake-up lag, which the lag checks judge against a
+# full frame's time. Judged by their "rate", a 1 ms wake-up on a 33 us 8-byte frame
+# would fail a run whose latencies it moves by 2 %.
+_RATE_PERIOD_FRAMES = 4
 _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent checks
 
 
@@ -121,6 +126,7 @@ _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent che
 class _Nic:
     __slots__ = ("host", "ifname", "sock", "rate_bps", "rate_emu_bps", "ns_per_bit", "sched", "qps",
                  "backlog", "bits_sent", "period_start", "period_first_out", "ideal_end", "actual_end",
+                 "rate_period_ns",
                  "dropped", "period_dropped", "busy_ns", "ideal_ns")
 
     def __init__(self, plan: NicPlan, sock: socket.socket, scale: Scale):
@@ -130,6 +136,7 @@ class _Nic:
         self.rate_bps = plan.rate_bps
         self.rate_emu_bps = scale.rate_emu_bps(plan.rate_bps)
         self.ns_per_bit = 1e9 / self.rate_emu_bps
+        self.rate_period_ns = _RATE_PERIOD_FRAMES * 8 * FRAME_BYTES * self.ns_per_bit
         self.sched = Schedule(_MAX_CATCHUP_NS)
         self.qps: list[_SendQp] = []    # QPs with something to send now
         self.backlog: list[bytes] = []  # frames the qdisc pushed back, sent first
@@ -559,10 +566,13 @@ class _WorkerLoop:
             nic.sched.sent(now, n, line)
             dropped = best.sched.dropped_ns + nic.sched.dropped_ns - dropped
             if nic.period_start < 0:
+                # A busy period starts: its first frame's wait (and any debt dropped
+                # for it) is wake-up lag, judged by the lag checks, not the rate.
                 nic.period_start = sched
                 nic.period_first_out = now
                 nic.period_dropped = 0
-            nic.period_dropped += dropped
+            else:
+                nic.period_dropped += dropped
             end = sched + n * step
             if end > nic.ideal_end:
                 nic.ideal_end = end
@@ -590,8 +600,10 @@ class _WorkerLoop:
         """``nic`` has nothing left to send: close its busy period."""
         if nic.period_start < 0:
             return
-        nic.busy_ns += nic.actual_end - nic.period_first_out
-        nic.ideal_ns += nic.ideal_end - nic.period_dropped - nic.period_start
+        ideal = nic.ideal_end - nic.period_dropped - nic.period_start
+        if ideal >= nic.rate_period_ns:
+            nic.busy_ns += nic.actual_end - nic.period_first_out
+            nic.ideal_ns += ideal
         nic.dropped += nic.period_dropped
         nic.period_start = -1
 

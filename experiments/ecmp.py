@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
+from core.frame import WIRE_FRAME_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
 from emu.fabric import Fabric
 from experiments.measure import (
@@ -48,7 +48,7 @@ from experiments.options import (
     parse_topo,
 )
 from experiments.rundir import Run, RunResult, progress, run_experiment
-from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s
+from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s, roce_wire_factor
 from model.fluid import flow_completion_times
 from model.maxmin import make_flow
 from topologies.spec import build_topo
@@ -89,7 +89,7 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
 
     rng = random.Random(seed)
     graph = model_graph(fab)
-    wire = FRAME_BYTES / MTU_PAYLOAD_BYTES
+    wire = roce_wire_factor()
     msgs = workload.messages
     sizes = {m.msg_id: m.size_bytes * wire for m in msgs}
     paths = {m.msg_id: fab.routes.paths(m.src, m.dst) for m in msgs}
@@ -99,7 +99,7 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
                            choice=lambda _fid, ps: rng.randrange(len(ps))) for m in msgs]
         fct = flow_completion_times(graph, flows, sizes)
         for m, flow in zip(msgs, flows, strict=True):
-            last_bytes = min(FRAME_BYTES, sizes[m.msg_id])
+            last_bytes = min(WIRE_FRAME_BYTES, sizes[m.msg_id])
             fct_s = DEFAULT_OVERHEAD_S + fct[m.msg_id] + path_latency_s(graph, flow.paths[0],
                                                                         last_bytes)
             rows.append({"sample": sample, "msg_id": m.msg_id, "fct_s": fct_s,

@@ -16,7 +16,8 @@ Pure checks over what a run measured; no kernel access. A run is *valid* when
   The lag is also judged as it accumulated: the mean lag per frame stays below
   half a packet time, and no stall made a schedule drop its debt (a reset);
 * every host NIC that was busy sent at the rate its schedule allotted it during
-  its busy periods: busy time (first frame out to last frame out) at most
+  its busy periods of at least a few full frames (shorter ones are wake-up lag,
+  judged above): busy time (first frame out to last frame out) at most
   1 / (1 - rate_under) times the time the schedule gave the same frames. The
   schedule runs at min(line rate, congestion-control rate), the sender's share
   the model allocates to it when the network does not push back;

@@ -25,7 +25,7 @@ import pandas as pd
 
 from core.ecn import Thresholds, mark_probability
 from core.errors import ParameterError
-from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
+from core.frame import MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES
 from core.scaling import DEFAULT_SCALE, Scale
 from core.units import format_size
 from emu.fabric import Fabric
@@ -55,6 +55,7 @@ from experiments.options import (
     parse_topo,
 )
 from experiments.rundir import Run, RunResult, progress, run_experiment
+from model.alphabeta import roce_wire_factor
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast import predict_incast_on_graph
 from model.queueing import incast_cc_off
@@ -118,23 +119,23 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
     graph = model_graph(fab)
     last_hop = fab.routes.paths(senders[0], receiver)[0][-2]
     port = fab.port(last_hop, receiver)
-    common = dict(packet_bytes=FRAME_BYTES, kmin_bytes=t.kmin_bytes, kmax_bytes=t.kmax_bytes,
+    common = dict(packet_bytes=WIRE_FRAME_BYTES, kmin_bytes=t.kmin_bytes, kmax_bytes=t.kmax_bytes,
                   pmax=t.pmax)
     n = len(senders)
     packets = n * -(-size_bytes // MTU_PAYLOAD_BYTES)
-    wire_bytes = size_bytes * FRAME_BYTES / MTU_PAYLOAD_BYTES
+    wire_bytes = size_bytes * roce_wire_factor()  # time on the wire, Ethernet overhead included
     if cc == "off":
         pred = predict_incast_on_graph(graph, fab.routes.paths, senders, receiver, wire_bytes,
                                        cc="off", **common)
         dist = incast_cc_off(n, wire_bytes, pred["sender_rate_bps"], port.rate_bps,
-                             port.buffer_bytes, packet_bytes=FRAME_BYTES).queue
+                             port.buffer_bytes, packet_bytes=WIRE_FRAME_BYTES).queue
         pred["cnps"] = None  # receivers send CNPs with CC off too, but no model for them
         pred["marks"] = packets * mark_fraction(dist, t)
     else:
         pred = predict_incast_on_graph(graph, fab.routes.paths, senders, receiver, wire_bytes,
                                        cc="dcqcn", dcqcn=dcqcn, **common)
         pred["marks"] = pred["ecn_marks"]
-    pred["drops"] = pred["dropped_bytes"] / FRAME_BYTES
+    pred["drops"] = pred["dropped_bytes"] / WIRE_FRAME_BYTES
     pred["goodput_bps"] = 8.0 * n * size_bytes / pred["completion_s"]
     pred["port"] = port
     return pred

@@ -191,7 +191,8 @@ class Run:
     def fabric(self, name: str, fab: Fabric) -> None:
         """Record a fabric's summary (topology, S, marking back end, build time)."""
         self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None,
-                                      "fixed_delays": emulated_fixed_delays(fab)}
+                                      "fixed_delays": emulated_fixed_delays(fab),
+                                      "emulation_gaps": emulation_gaps(fab)}
 
     def note(self, text: str) -> None:
         self.pending.notes.append(text)
@@ -262,6 +263,7 @@ class Run:
             "fabrics": fabrics,
             # Which real-fabric fixed delays each fabric emulated (the model prices all).
             "fixed_delays": {k: v.get("fixed_delays") for k, v in fabrics.items()},
+            "emulation_gaps": {k: v.get("emulation_gaps") for k, v in fabrics.items()},
             **self.environment(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "duration_s": time.time() - self.started,
@@ -572,13 +574,16 @@ def emulated_fixed_delays(fab: Fabric) -> dict[str, dict[str, Any]]:
         out["link propagation"]["how"] = str(summary.get("delay_detail") or "not emulated")
     out["per-hop serialization"]["how"] = ("not emulated: frames cut through every hop "
                                            "(serialized once, at the bottleneck shaper)")
-    # Not a delay, but the same kind of gap: what a real wire spends per frame beyond
-    # its bytes, which the model prices (4178 B of wire time per 4154 B frame).
-    out["Ethernet overhead"] = {"emulated": False, "how": (
-        f"not emulated: shapers charge frame bytes only, so an emulated link carries "
-        f"{WIRE_FRAME_BYTES / FRAME_BYTES - 1:.2%} more full frames than a real one "
-        f"(preamble, FCS and gap: {WIRE_OVERHEAD_BYTES} B a frame)")}
     for name, how in declared.items():
         if name in out and how:
             out[name] = {"emulated": True, "how": str(how)}
     return out
+
+
+def emulation_gaps(fab: Fabric) -> dict[str, dict[str, Any]]:
+    """What else the model prices and this fabric does not reproduce (config.json)."""
+    return {"Ethernet overhead": {"emulated": False, "how": (
+        f"not emulated: shapers charge frame bytes only, so an emulated link carries "
+        f"{WIRE_FRAME_BYTES / FRAME_BYTES - 1:.2%} more full frames than a real one "
+        f"(preamble, FCS and gap: {WIRE_OVERHEAD_BYTES} B a frame, which the model "
+        "prices)")}}

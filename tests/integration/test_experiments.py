@@ -70,6 +70,8 @@ def _check_summary(run_dir, result) -> dict:
         assert set(delays) == {"per-hop serialization", "switch latency", "link propagation",
                                "NIC overhead"}, fabric
         assert all(isinstance(d["emulated"], bool) and d["how"] for d in delays.values())
+    for fabric, gaps in config["emulation_gaps"].items():
+        assert set(gaps) == {"Ethernet overhead"} and all(g["how"] for g in gaps.values()), fabric
     return summary
 
 
