@@ -145,8 +145,13 @@ def test_step_marking_when_kmin_equals_kmax(rig):
     from core.ecn import Thresholds
     t = Thresholds.step(40_000)
     rows, *_ = _run(rig, t, 1200, lower=15_000, upper=70_000)
-    low = [r for q, _, r, _ in rows if q <= 40_000]
-    high = [r for q, _, r, _ in rows if q > 40_000]
+    # The marking decision is judged on every packet the marker traced and the receiver
+    # got; a packet the receiving socket missed on a loaded machine says nothing about
+    # marking (the buffer never fills here, so nothing is dropped in the fabric).
+    seen = [(q, r) for q, _, r, _ in rows if q is not None and r is not None]
+    assert len(seen) >= 0.98 * len(rows)
+    low = [r for q, r in seen if q <= 40_000]
+    high = [r for q, r in seen if q > 40_000]
     assert len(low) > 200 and len(high) > 200
     assert all(r != 3 for r in low) and all(r == 3 for r in high)
 
