@@ -25,7 +25,7 @@ elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,9 +54,10 @@ from experiments.options import (
     parse_sizes,
     parse_specs,
 )
-from experiments.rundir import Run, RunResult, progress, run_experiment
+from experiments.rundir import Run, progress
 from model.alphabeta import (
     DEFAULT_OVERHEAD_S,
+    WorkloadPrediction,
     predict_workload,
     predict_workload_hashed,
     roce_wire_factor,
@@ -64,10 +65,6 @@ from model.alphabeta import (
 )
 from topologies.spec import build_topo
 from traffic import collectives
-
-if TYPE_CHECKING:  # the fabric and the model load when a run starts, not to parse options
-    from emu.fabric import Fabric
-    from model.alphabeta import WorkloadPrediction
 
 NAME = "collective"
 
@@ -264,10 +261,3 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                     record(run, prefix + spec, name, size, r, fab, opts["cc"])
                     run.commit(case)
                     advance(case)
-
-
-def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
-        resume: bool = False, **overrides: Any) -> RunResult:
-    """Run the collective sweep into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
-                          force=force, resume=resume)

@@ -23,7 +23,7 @@ from experiments.options import (
     parse_thresholds,
     parse_topo,
 )
-from experiments.rundir import Run, RunResult, run_experiment
+from experiments.rundir import Run
 
 NAME = "demo"
 
@@ -60,10 +60,3 @@ def execute(run: Run, opts: dict[str, Any]) -> None:
         "topos": [opts["topo"]], "collectives": ["allreduce-ring"], "sizes": opts["sizes"],
         "cc": "off", "hash_draws": collective.OPTIONS["hash_draws"].default,
         "scale": opts["scale"]})
-
-
-def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
-        resume: bool = False, **overrides: Any) -> RunResult:
-    """Run the demo into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
-                          force=force, resume=resume)

@@ -18,7 +18,7 @@ distribution of per-flow throughput is compared with that pooled distribution
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,15 +47,12 @@ from experiments.options import (
     parse_size,
     parse_topo,
 )
-from experiments.rundir import Run, RunResult, progress, run_experiment
+from experiments.rundir import Run, progress
 from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s, roce_wire_factor
 from model.fluid import flow_completion_times
 from model.maxmin import make_flow
 from topologies.spec import build_topo
 from traffic import collectives
-
-if TYPE_CHECKING:  # the fabric loads when a run starts, not to parse options
-    from emu.fabric import Fabric
 
 NAME = "ecmp"
 
@@ -155,10 +152,3 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                     m.messages, ideal, model.groupby("msg_id").fct_s.apply(list).to_dict()))
                 run.commit(case)
                 advance(case)
-
-
-def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
-        resume: bool = False, **overrides: Any) -> RunResult:
-    """Run the ECMP permutation experiment into ``out_dir``."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
-                          force=force, resume=resume)

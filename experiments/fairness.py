@@ -50,7 +50,7 @@ from experiments.options import (
     parse_thresholds,
     parse_topo,
 )
-from experiments.rundir import Run, RunResult, jain_index, progress, run_experiment
+from experiments.rundir import Run, jain_index, progress
 from model.fairshare import FlowSpec, fair_share_schedule
 from topologies.spec import build_topo
 from traffic import collectives
@@ -156,10 +156,3 @@ def window_rate_bps(m: Measurement, flow: Any, t0_s: float, t1_s: float, settle:
     lo, hi = t0_s + latency_s + settle * (t1_s - t0_s), t1_s + latency_s
     pkts = m.latency[(m.latency.msg_id == flow) & (m.latency.t_s >= lo) & (m.latency.t_s < hi)]
     return 8.0 * MTU_PAYLOAD_BYTES * len(pkts) / (hi - lo)
-
-
-def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
-        resume: bool = False, **overrides: Any) -> RunResult:
-    """Run the fairness experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
-                          force=force, resume=resume)

@@ -19,7 +19,7 @@ queue the model does not have.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
@@ -54,17 +54,13 @@ from experiments.options import (
     parse_thresholds,
     parse_topo,
 )
-from experiments.rundir import Run, RunResult, progress, run_experiment
+from experiments.rundir import Run, progress
 from model.alphabeta import roce_wire_factor
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast import predict_incast_on_graph
-from model.queueing import incast_cc_off
+from model.queueing import QueueDist, incast_cc_off
 from topologies.spec import build_topo
 from traffic import collectives
-
-if TYPE_CHECKING:  # the fabric and the models load when a run starts, not to parse options
-    from emu.fabric import Fabric
-    from model.queueing import QueueDist
 
 NAME = "incast"
 
@@ -229,10 +225,3 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                              opts["dcqcn"])
                     run.commit(case)
                     advance(case)
-
-
-def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
-        resume: bool = False, **overrides: Any) -> RunResult:
-    """Run the incast experiment into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
-                          force=force, resume=resume)

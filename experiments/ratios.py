@@ -11,14 +11,20 @@ uniform one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from core.scaling import DEFAULT_SCALE, Scale
 from emu.fabric import Fabric
-from experiments.collective import MAX_HASH_DRAWS, CollectiveRun, case_name, record, run_collective
+from experiments.collective import (
+    MAX_HASH_DRAWS,
+    CollectiveRun,
+    case_name,
+    record,
+    run_collective,
+)
 from experiments.collective import check as collective_check
 from experiments.options import (
     SCALE_HELP,
@@ -30,13 +36,12 @@ from experiments.options import (
     parse_sizes,
     parse_specs,
 )
-from experiments.rundir import Run, RunResult, progress, run_experiment
+from experiments.rundir import Run, progress
 from topologies.spec import build_topo
 
-if TYPE_CHECKING:  # the fabric loads when a run starts, not to parse options
-    from emu.fabric import Fabric
-
 NAME = "ratios"
+#: A tier-ratio run is collective runs on several fabrics: the same option checks.
+check = collective_check
 
 OPTIONS: dict[str, Option] = {
     "topos": Option(
@@ -109,10 +114,3 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                     run.frame("tiers", frame)
                     run.commit(case)
                     advance(case)
-
-
-def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
-        resume: bool = False, **overrides: Any) -> RunResult:
-    """Run the tier-ratio comparison into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides,
-                          check=collective_check, force=force, resume=resume)

@@ -19,8 +19,10 @@ from core.errors import ParameterError
 from experiments import collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.report import render_report
-from experiments.rundir import RunResult
+from experiments.rundir import RunResult, run_experiment
 
+#: Each module declares NAME, OPTIONS (name -> Option), check(opts) and
+#: execute(run, opts); `cli_run` runs it through `experiments.rundir.run_experiment`.
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "demo": demo_module,
@@ -56,8 +58,10 @@ def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
         if "scale" in opts:
             raise ParameterError("--scale", scale, "S is also given as --set scale=; give it once")
         opts["scale"] = scale
-    return EXPERIMENTS[name].run(None if out is None else str(out), quick=quick, force=force,
-                                 resume=resume, **opts)
+    module = EXPERIMENTS[name]
+    return run_experiment(module.NAME, module.OPTIONS, module.execute,
+                          None if out is None else str(out), quick, opts, check=module.check,
+                          force=force, resume=resume)
 
 
 def demo(out: str | Path | None = None, quick: bool = False, scale: float | str | None = None,

@@ -32,7 +32,7 @@ from experiments.options import (
     parse_sizes,
     parse_topo,
 )
-from experiments.rundir import Run, RunResult, run_experiment
+from experiments.rundir import Run
 
 NAME = "sweep"
 
@@ -61,10 +61,3 @@ def check(opts: dict[str, Any]) -> None:
 def execute(run: Run, opts: dict[str, Any]) -> None:
     collective.execute(run, {**{k: v for k, v in opts.items() if k != "topo"},
                              "topos": [opts["topo"]]}, prefix="", label=NAME)
-
-
-def run(out_dir: str | None = None, quick: bool = False, *, force: bool = False,
-        resume: bool = False, **overrides: Any) -> RunResult:
-    """Run the size sweep into ``out_dir``; ``overrides`` are OPTIONS values."""
-    return run_experiment(NAME, OPTIONS, execute, out_dir, quick, overrides, check=check,
-                          force=force, resume=resume)

@@ -54,11 +54,11 @@ def test_options_quick_and_overrides():
         resolve_options(spec, False, {"bogus": "1"})
 
 
-def test_every_experiment_has_quick_scale_and_run():
+def test_every_experiment_declares_what_the_registry_runs():
     for name, mod in EXPERIMENTS.items():
-        assert "scale" in mod.OPTIONS, name
-        assert callable(mod.run), name
-        resolve_options(mod.OPTIONS, True, {})
+        assert mod.NAME == name and "scale" in mod.OPTIONS, name
+        assert callable(mod.check) and callable(mod.execute), name
+        mod.check(resolve_options(mod.OPTIONS, True, {}))
 
 
 def test_parse_sets():
