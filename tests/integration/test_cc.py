@@ -111,6 +111,52 @@ def test_a_users_class_from_a_file_runs_and_reacts(fab):
     assert (result.messages.ecn_echoes > 0).all()
 
 
+_TIMER_CC = """
+import math
+
+
+class Cc:
+    window_bytes = None
+
+    def __init__(self, line_rate_bps, start_s=0.0):
+        self.rate_bps, self.cnps_received, self.fired = line_rate_bps, 0, 0
+        self.next_timer_s = start_s + 20e-6
+
+    def on_send(self, n_bytes, now_s): pass
+    def on_ack(self, bytes_acked, rtt_s, ecn_echo, int_records, now_s): pass
+    def on_cnp(self, now_s): self.cnps_received += 1
+
+    def on_timer(self, now_s):  # halve three times, 20 us apart, then no timer
+        self.fired += 1
+        self.rate_bps /= 2
+        self.next_timer_s = now_s + 20e-6 if self.fired < 3 else math.inf
+
+    def trace(self):
+        return self.rate_bps, self.rate_bps, float(self.fired)
+"""
+
+
+def test_a_users_timer_fires_in_the_engine(fab, tmp_path):
+    (tmp_path / "timer_cc.py").write_text(_TIMER_CC)
+    result, _ = _incast(fab, f"{tmp_path / 'timer_cc.py'}:Cc")
+    g = result.rates.groupby("msg_id")
+    assert (g.alpha.max() == 3).all()                       # three timer events per QP ...
+    assert (g.rate_bps.min() == LINE_BPS / 8).all()         # ... each halving the rate
+
+
+def test_per_message_acks_keep_a_window_open(fab):
+    """One ACK per message: the window-filling frame's AckReq and the delayed ACK keep
+    DCTCP's window moving; no retransmission timer fires."""
+    wl = Workload("incast", [Message(i, f"h{i}", "h5", 512 * KIB) for i in range(1, 5)],
+                  ["h1", "h2", "h3", "h4", "h5"], 512 * KIB)
+    result = run_workload(fab, wl, EngineConfig(cc="dctcp", ack_coalesce="message",
+                                                timeout_s=120))
+    m = result.messages
+    assert result.completed, result.stats["error"]
+    assert m.timeouts.sum() == 0 and m.retransmitted.sum() == 0
+    assert (m.ecn_echoes > 0).all()
+
+
 def test_dcqcn_keeps_its_acks_and_reacts_to_cnps_only(fab):
     result, _ = _incast(fab, "paper")
     m = result.messages
