@@ -56,7 +56,7 @@ class Burst:
                 self._lib.roce_burst.restype = ctypes.c_int
                 self._lib.roce_burst.argtypes = [
                     ctypes.c_int, ctypes.POINTER(_CShape), ctypes.c_void_p, ctypes.c_uint32,
-                    ctypes.c_uint32, ctypes.c_uint64]
+                    ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint32]
                 self.detail = "sendmmsg (compiled)"
             except (CapabilityError, OSError) as e:
                 if send_path == "compiled":
@@ -78,17 +78,19 @@ class Burst:
         return entry[0]
 
     def send(self, sock: socket.socket | None, shape: Shape, psn: int, count: int,
-             ts_ns: int) -> int:
-        """Send frames for PSNs ``psn .. psn+count-1``; 0 if the NIC queue refused the first."""
+             ts_ns: int, ackreq_last: bool = False) -> int:
+        """Send frames for PSNs ``psn .. psn+count-1``; 0 if the NIC queue refused the first.
+        ``ackreq_last`` sets AckReq on the last one (the sender solicits an ACK)."""
         if not 0 < count <= MAX_BURST:
             raise ValueError(f"burst of {count} frames: expected 1..{MAX_BURST}")
         if len(shape.buf) > _MAX_FRAME_BYTES:
             raise ValueError(f"frame of {len(shape.buf)} bytes exceeds {_MAX_FRAME_BYTES}")
         self._last = (count, len(shape.buf))
         if self._lib is None:
-            return self._send_python(sock, shape, psn, count, ts_ns)
+            return self._send_python(sock, shape, psn, count, ts_ns, ackreq_last)
         n = self._lib.roce_burst(sock.fileno() if sock is not None else _NO_SOCKET,
-                                 ctypes.byref(self._cshape(shape)), self._buf, psn, count, ts_ns)
+                                 ctypes.byref(self._cshape(shape)), self._buf, psn, count, ts_ns,
+                                 int(ackreq_last))
         if n < 0:
             if -n in (errno.EAGAIN, errno.ENOBUFS):
                 return 0
@@ -96,11 +98,12 @@ class Burst:
         return n
 
     def _send_python(self, sock: socket.socket | None, shape: Shape, psn: int, count: int,
-                     ts_ns: int) -> int:
+                     ts_ns: int, ackreq_last: bool) -> int:
         length = len(shape.buf)
         view = memoryview(self._buf).cast("B")
         for i in range(count):  # all frames first, as the compiled path does
-            view[i * length:(i + 1) * length] = shape.write((psn + i) & 0xFFFFFF, ts_ns)
+            ackreq = 1 if ackreq_last and i == count - 1 else None  # None: the shape's
+            view[i * length:(i + 1) * length] = shape.write((psn + i) & 0xFFFFFF, ts_ns, ackreq)
         if sock is None:
             return count
         for i in range(count):

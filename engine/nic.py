@@ -4,10 +4,15 @@ One worker process owns the raw sockets of a set of emulated hosts. For each hos
 it runs the RoCEv2 NIC model:
 
 * **requester** (one per message = one RC QP): go-back-N sequencing
-  (``traffic.gbn.GbnSender``) paced at the rate of its congestion control
-  (``traffic.cc``), and on top of that the host NIC's line rate shared by its QPs;
-* **responder**: go-back-N receive (``GbnReceiver``), coalesced ACKs and NAKs,
-  CNPs from a ``NotificationPoint`` (at most one per QP per CNP interval).
+  (``traffic.gbn.GbnSender``) paced at the rate of its congestion control and held
+  to its window (one object per QP from the plan's ``traffic.ccload.CcFactory``,
+  fed sends, ACKs with their RTT and ECN echo, CNPs and its own timer), and on top
+  of that the host NIC's line rate shared by its QPs. The frame that fills the
+  window carries AckReq, so the responder ACKs it at once;
+* **responder**: go-back-N receive (``GbnReceiver``), coalesced ACKs and NAKs
+  carrying the ECN echo in BTH BECN, a delayed ACK when a delivered frame has
+  waited ``ack_delay_s`` for its ACK, CNPs from a ``NotificationPoint`` (at most
+  one per QP per CNP interval).
 
 Protocol decisions are all taken by those pure objects; this module moves frames
 and converts clocks. They get REAL-fabric time, ``(t_emu_ns - t0_ns) / S``.
@@ -45,6 +50,7 @@ import contextlib
 import ctypes
 import errno
 import gc
+import math
 import os
 import select
 import signal
@@ -68,18 +74,21 @@ from engine.rawsock import (
     slot_offsets,
 )
 from engine.rx import (
+    ARG_BECN,
+    ARG_COMPLETE,
+    ARG_ECHO,
     EV_ACK,
     EV_ACK_IN,
     EV_CE,
     EV_CNP_IN,
     EV_DONE,
     EV_NAK,
+    EV_PENDING,
     RxLib,
     RxRing,
     RxState,
 )
 from traffic import gbn
-from traffic.cc import make_cc
 from traffic.dcqcn import NotificationPoint
 from traffic.pacing import Deadlines, DepCounter, Schedule
 from traffic.roce import (
@@ -153,10 +162,19 @@ class _Nic:
         self.ideal_ns = 0
 
 
+class _CcTimer:
+    """The deadline key of a QP's congestion-control timer (``next_timer_s``)."""
+
+    __slots__ = ("qp",)
+
+    def __init__(self, qp: _SendQp):
+        self.qp = qp
+
+
 class _SendQp:
     __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "cc", "nic",
                  "sched", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
-                 "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns")
+                 "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns", "timer", "echoes")
 
     def __init__(self, plan: MsgPlan, payload_bytes: int):
         self.plan = plan
@@ -183,15 +201,17 @@ class _SendQp:
         self.bytes_sent = 0
         self.next_trace_ns = 0
         self.tx_ns = array("q")         # latest send time of every packet (RTT samples)
+        self.timer = _CcTimer(self)
+        self.echoes = 0                 # ACKs and NAKs received with the ECN echo
 
 
 class _RecvQp:
     __slots__ = ("plan", "gbn", "resp", "nic", "done_ns", "bytes", "ce", "cnps", "seen",
                  "first_rx_ns")
 
-    def __init__(self, plan: MsgPlan, n_packets: int, ack_coalesce: int, nic: _Nic):
+    def __init__(self, plan: MsgPlan, n_packets: int, ack_coalesce: int, ce_ack: bool, nic: _Nic):
         self.plan = plan
-        self.gbn = gbn.GbnReceiver(n_packets, ack_coalesce)
+        self.gbn = gbn.GbnReceiver(n_packets, ack_coalesce, ce_ack=ce_ack)
         self.resp = ResponderTemplate(plan.reply_flow)
         self.nic = nic
         self.done_ns = -1
@@ -279,6 +299,8 @@ class _WorkerLoop:
         self.parent_pid = parent_pid
         self.scale = plan.scale
         self.scale_ns = plan.scale.emu_ns_per_real_s
+        self.ack_delay_ns = None if plan.ack_delay_s is None \
+            else int(plan.ack_delay_s * self.scale_ns)
         self.nics = {(n.host, n.ifname): _Nic(n, tx_socks[(n.host, n.ifname)], plan.scale)
                      for n in plan.nics}
         self.hosts = {h: _Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
@@ -289,15 +311,17 @@ class _WorkerLoop:
             self.hosts[qp.plan.src].tx_qps[qp.plan.index + 1] = qp
         for m in plan.receives:
             n_packets = -(-m.size_bytes // plan.payload_bytes)
-            rq = _RecvQp(m, n_packets, plan.ack_coalesce, self.nics[(m.dst, m.reply_ifname)])
+            rq = _RecvQp(m, n_packets, plan.ack_coalesce or n_packets, plan.ce_ack,
+                         self.nics[(m.dst, m.reply_ifname)])
             self.hosts[m.dst].rx_qps[m.index + 1] = rq
         self.rx: RxState | None = None
         if rx_lib.available:
             self.rx = RxState(rx_lib, plan.n_messages + 1, _RX_BUDGET)
             for host_id, h in enumerate(self.hosts.values()):
                 h.ring = RxRing(h.mm, h.offsets, host_id)
-                self.rx.add_qps(host_id, [(qpn, rq.gbn.total_packets, plan.ack_coalesce)
-                                          for qpn, rq in h.rx_qps.items()])
+                self.rx.add_qps(host_id, [(qpn, rq.gbn.total_packets, rq.gbn.ack_coalesce)
+                                          for qpn, rq in h.rx_qps.items()], plan.ce_ack,
+                                ack_timer=plan.ack_delay_s is not None)
             self._receive = self._receive_compiled  # type: ignore[method-assign]
         self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in self.senders})
         self.deadlines = Deadlines()
@@ -416,6 +440,12 @@ class _WorkerLoop:
         if isinstance(key, _Nic):
             self._service(key, now)
             return
+        if isinstance(key, _CcTimer):
+            self._on_cc_timer(key.qp, now)
+            return
+        if isinstance(key, _RecvQp):
+            self._delayed_ack(key)
+            return
         qp: _SendQp = key
         if qp.gbn is None:
             self._start(qp, now)
@@ -469,10 +499,11 @@ class _WorkerLoop:
         nic = qp.nic
         assert nic is not None
         qp.gbn = gbn.GbnSender(qp.n, timeout_s=p.rto_s)
-        qp.cc = make_cc(p.cc, nic.rate_bps, start_s=self.real_s(now))
+        qp.cc = p.cc(nic.rate_bps, self.real_s(now))  # the real line rate: CC never sees S
         qp.tx_ns = array("q", bytes(8 * qp.n))
         qp.start_ns = now
         qp.next_trace_ns = now
+        self._arm_cc_timer(qp)
         self._wake(qp, now)
 
     def _wake(self, qp: _SendQp, now: int) -> None:
@@ -494,6 +525,23 @@ class _WorkerLoop:
         deadline = qp.gbn.deadline_s
         if deadline is not None:
             self.deadlines.arm(qp, self.t0_ns + int(deadline * self.scale_ns))
+
+    def _arm_cc_timer(self, qp: _SendQp) -> None:
+        """Arm (or disarm) ``qp``'s CC timer at its ``next_timer_s`` (read after its events)."""
+        t_s = qp.cc.next_timer_s
+        if t_s < math.inf and qp.acked_ns < 0:
+            self.deadlines.arm(qp.timer, self.t0_ns + int(t_s * self.scale_ns))
+        else:
+            self.deadlines.disarm(qp.timer)
+
+    def _on_cc_timer(self, qp: _SendQp, now: int) -> None:
+        if qp.acked_ns >= 0:
+            return
+        qp.cc.on_timer(self.real_s(now))
+        self._trace(qp, now)
+        self._arm_cc_timer(qp)
+        if qp.idle and qp.gbn.next_index < qp.gbn.total_packets:
+            self._wake(qp, now)  # its window may have opened
 
     # -- sending -----------------------------------------------------------------------
     def _service(self, nic: _Nic, now: int) -> None:
@@ -537,8 +585,10 @@ class _WorkerLoop:
             # slot: the bucket would let them onto the wire early.
             due = 1 + lag // step if len(qps) == 1 and 0 < lag < _MAX_CATCHUP_NS else 1
             window = cc.window_bytes
-            if window is not None:
-                due = min(due, int(window // (bits >> 3)) - g.in_flight)
+            allowed = 0
+            if window is not None:  # payload bytes in flight; one frame at least
+                allowed = max(1, int(window // self.plan.payload_bytes))
+                due = min(due, allowed - g.in_flight)
             run = g.take(t_real, min(due, limit, MAX_BURST)) if due > 0 else None
             if run is None:  # window full or everything sent: wait for ACKs or the RTO
                 best.idle = True
@@ -546,7 +596,10 @@ class _WorkerLoop:
                 self._arm_rto(best)
                 continue
             psn, n = run
-            sent = 0 if nic.backlog else burst.send(nic.sock, shape, psn, n, now)
+            # The frame that fills the window asks for an ACK (AckReq): coalesced
+            # ACKs would otherwise hold it shut until the retransmission timer.
+            solicit = window is not None and g.in_flight >= allowed
+            sent = 0 if nic.backlog else burst.send(nic.sock, shape, psn, n, now, solicit)
             self.packets_sent += sent
             if n == 1:
                 lags.append(lag)
@@ -669,7 +722,10 @@ class _WorkerLoop:
             if kind in (EV_ACK, EV_NAK):
                 rq = h.rx_qps[e.qpn]
                 syndrome = AETH_ACK if kind == EV_ACK else AETH_NAK_PSN_SEQ
-                self._send_ctrl(rq.nic, rq.resp.write_ack(e.psn, e.arg, syndrome))
+                self._send_ctrl(rq.nic, rq.resp.write_ack(e.psn, e.arg & ARG_COMPLETE, syndrome,
+                                                          bool(e.arg & ARG_ECHO)))
+            elif kind == EV_PENDING:
+                self._arm_delayed_ack(h.rx_qps[e.qpn], e.rx_ns)
             elif kind == EV_CE:
                 rq = h.rx_qps[e.qpn]
                 if h.np.on_packet(rq.plan.index, True, self.real_s(e.rx_ns)):
@@ -684,7 +740,7 @@ class _WorkerLoop:
                 if qp is None or qp.gbn is None:
                     self.unknown_frames += 1
                 else:
-                    self._on_ack(qp, e.psn, e.arg, e.rx_ns)
+                    self._on_ack(qp, e.psn, e.arg & 0xFF, e.rx_ns, bool(e.arg & ARG_BECN))
             elif kind == EV_CNP_IN:
                 qp = h.tx_qps.get(e.qpn)
                 if qp is None or qp.cc is None:
@@ -692,6 +748,7 @@ class _WorkerLoop:
                 else:
                     qp.cc.on_cnp(self.real_s(e.rx_ns))
                     self._trace(qp, e.rx_ns)
+                    self._arm_cc_timer(qp)
             else:
                 self.unknown_frames += 1
 
@@ -731,13 +788,15 @@ class _WorkerLoop:
                     reth = opcode in RETH_OPCODES
                     ts = _U64.unpack_from(mm, f + (OFF_TS_RETH if reth else OFF_TS))[0]
                     payload = ip_len - _IP_OVERHEAD_BYTES - (RETH_BYTES if reth else 0) - (flags >> 4 & 3)
-                    self._on_data(h, rq, psn, tos & 3 == ECN_CE, payload, ts, rx_ns)
+                    self._on_data(h, rq, psn, tos & 3 == ECN_CE, psn_word >> 31, payload, ts,
+                                  rx_ns)
             elif opcode == ACKNOWLEDGE:
                 qp = h.tx_qps.get(qpn)
                 if qp is None or qp.gbn is None:
                     self.unknown_frames += 1
-                else:
-                    self._on_ack(qp, psn, _U32.unpack_from(mm, f + OFF_TS)[0] >> 24, rx_ns)
+                else:  # the AETH syndrome; BTH BECN is the ECN echo
+                    self._on_ack(qp, psn, _U32.unpack_from(mm, f + OFF_TS)[0] >> 24, rx_ns,
+                                 bool(qp_word >> 30 & 1))
             elif opcode == CNP:
                 qp = h.tx_qps.get(qpn)
                 if qp is None or qp.cc is None:
@@ -745,6 +804,7 @@ class _WorkerLoop:
                 else:
                     qp.cc.on_cnp(self.real_s(rx_ns))
                     self._trace(qp, rx_ns)
+                    self._arm_cc_timer(qp)
             else:
                 self.unknown_frames += 1
             set_status(mm, off, 0)
@@ -754,9 +814,12 @@ class _WorkerLoop:
                 idx = 0
         h.idx = idx
 
-    def _on_data(self, h: _Host, rq: _RecvQp, psn: int, ce: bool, payload: int, ts_ns: int,
-                 rx_ns: int) -> None:
-        action = rq.gbn.on_packet(psn)
+    def _on_data(self, h: _Host, rq: _RecvQp, psn: int, ce: bool, ackreq: int, payload: int,
+                 ts_ns: int, rx_ns: int) -> None:
+        action = rq.gbn.on_packet(psn, ce, bool(ackreq))
+        if action.flush:  # the CE state changed: ACK the frames before with theirs
+            self._send_ctrl(rq.nic, rq.resp.write_ack((psn - 1) & gbn.PSN_MASK, 0, AETH_ACK,
+                                                      not ce))
         if rq.first_rx_ns < 0:
             rq.first_rx_ns = rx_ns
         if action.deliver:
@@ -773,13 +836,32 @@ class _WorkerLoop:
         if action.reply != gbn.NONE:
             complete = rq.gbn.complete
             syndrome = AETH_ACK if action.reply == gbn.ACK else AETH_NAK_PSN_SEQ
-            self._send_ctrl(rq.nic, rq.resp.write_ack(action.psn, int(complete), syndrome))
+            self._send_ctrl(rq.nic, rq.resp.write_ack(action.psn, int(complete), syndrome,
+                                                      action.echo))
+        elif action.deliver and rq.gbn.unacknowledged == 1:
+            self._arm_delayed_ack(rq, rx_ns)
         if rq.done_ns < 0 and rq.gbn.complete:
             rq.done_ns = rx_ns
             self._finished(h, rq)
 
-    def _on_ack(self, qp: _SendQp, psn: int, syndrome: int, rx_ns: int) -> None:
+    def _arm_delayed_ack(self, rq: _RecvQp, rx_ns: int) -> None:
+        """The first frame left waiting for its ACK arrived at ``rx_ns``."""
+        if self.ack_delay_ns is not None:
+            self.deadlines.arm(rq, rx_ns + self.ack_delay_ns)
+
+    def _delayed_ack(self, rq: _RecvQp) -> None:
+        """ACK what ``rq`` delivered and has not acknowledged yet, if anything."""
+        if self.rx is not None:
+            pending = self.rx.ack_pending(rq.plan.index + 1)
+        else:
+            action = rq.gbn.ack_pending()
+            pending = None if action is None else (action.psn, action.echo)
+        if pending is not None:
+            self._send_ctrl(rq.nic, rq.resp.write_ack(pending[0], 0, AETH_ACK, pending[1]))
+
+    def _on_ack(self, qp: _SendQp, psn: int, syndrome: int, rx_ns: int, echo: bool) -> None:
         g = qp.gbn
+        qp.echoes += echo
         t = self.real_s(rx_ns)
         una = g.acked_packets
         progress = g.on_nak(psn, t) if syndrome & 96 == AETH_NAK_PSN_SEQ else g.on_ack(psn, t)
@@ -791,11 +873,13 @@ class _WorkerLoop:
             size = qp.plan.size_bytes
             newest = acked - 1
             qp.cc.on_ack(min(acked * payload, size) - min(una * payload, size),
-                         (rx_ns - qp.tx_ns[newest]) / self.scale_ns, False, (), t)
+                         (rx_ns - qp.tx_ns[newest]) / self.scale_ns, echo, (), t)
+            self._arm_cc_timer(qp)
         if g.done:
             if qp.acked_ns < 0:
                 qp.acked_ns = rx_ns
                 self.deadlines.disarm(qp)
+                self.deadlines.disarm(qp.timer)
                 if not qp.idle:
                     qp.idle = True
                     qp.nic.qps.remove(qp)
@@ -837,6 +921,7 @@ class _WorkerLoop:
             "naks": q.gbn.naks if q.gbn else 0,
             "timeouts": q.gbn.timeouts if q.gbn else 0,
             "cnps_received": q.cc.cnps_received if q.cc else 0,
+            "ecn_echoes": q.echoes,
         } for q in self.senders]
         receives = [{
             "index": rq.plan.index, "received_ns": rel(rq.done_ns),

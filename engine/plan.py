@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.scaling import Scale
+from traffic.ccload import CcFactory
 from traffic.roce import Flow
 
 #: Worker state codes in the shared ``status`` array.
@@ -57,9 +58,11 @@ class WorkerPlan:
     n_messages: int
     n_workers: int
     scale: Scale
-    cc: Any
+    cc: CcFactory           # builds each sending QP's algorithm at its NIC's real line rate
     payload_bytes: int
-    ack_coalesce: int
+    ack_coalesce: int       # frames per ACK; 0: one per message
+    ce_ack: bool            # ACK at once on a CE state change (exact ECN echo)
+    ack_delay_s: float | None  # delayed ACK after this long (real s); None: never
     rto_s: float
     cnp_interval_s: float
     latency_sample_every: int

@@ -4,7 +4,7 @@
 result = run_workload(fab, workload, EngineConfig(cc="paper"))
 result.messages   # one row per message (times in REAL seconds from t0)
 result.latency    # one row per sampled data packet: one-way delay (REAL s), CE
-result.rates      # DCQCN rate trace per QP (REAL bit/s)
+result.rates      # congestion-control trace per QP: rate, target, alpha (REAL units)
 result.stats      # per-worker counters, pacing lag, CPU, completed/error
 ```
 
@@ -44,6 +44,7 @@ is an engine property and is reported in emulated seconds.
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -68,7 +69,7 @@ from emu.ports import Port
 from engine import nic, plan, rawsock
 from engine.burst import Burst
 from engine.rx import RxLib
-from traffic.dcqcn import DcqcnParams, get_params
+from traffic.ccload import CcFactory, validate_cc
 from traffic.roce import ECN_CODES, Flow
 
 
@@ -85,8 +86,13 @@ class LiveFabric(Protocol):
     def endpoint(self, host: str) -> HostEndpoint: ...
 
 
-#: Real-time CNP interval used by receivers when the senders run without CC.
+#: Real-time CNP interval used by receivers when the senders do not run DCQCN.
 _DEFAULT_CNP_INTERVAL_S = 50e-6
+#: ``EngineConfig.ack_coalesce`` for one ACK per message (plus solicited ones).
+ACK_PER_MESSAGE = "message"
+#: The delayed-ACK timer of ACK-clocked algorithms (real s): 3 frame times at 100G,
+#: so a flow at line rate is ACKed by coalescing, a stalled or slow one within 1 µs.
+DEFAULT_ACK_DELAY_S = 1e-6
 _READY_TIMEOUT_S = 120.0     # building the Scapy templates of a big DAG takes a while
 _STOP_GRACE_S = 3.0
 _START_DELAY_NS = 2_000_000  # t0 a little after "all ready", so every worker is waiting
@@ -96,9 +102,25 @@ _START_DELAY_NS = 2_000_000  # t0 a little after "all ready", so every worker is
 class EngineConfig:
     """How the engine runs a workload (times are REAL-fabric seconds unless noted).
 
-    ``cc``: a ``traffic.dcqcn.PARAMS`` name ('paper', 'nic', 'off'), DcqcnParams,
-    or None (off: every QP at line rate; receivers still send CNPs, at the paper's
-    interval, and senders count but ignore them).
+    ``cc``: any setting ``traffic.ccload`` resolves (docs/congestion-control.md): a
+    built-in name ('off', 'dcqcn' = 'paper', 'nic', 'dctcp', 'timely', 'swift'), a
+    user's class as 'path/to/file.py:Class', a DcqcnParams, a ``CcFactory`` (with
+    constructor parameters) or None (off: every QP at line rate). It is validated
+    here (``validate_cc``), before any socket or process exists; 'hpcc' is refused
+    (no switch writes INT records yet). Each QP gets its own instance, built at the
+    NIC's real line rate. Receivers send CNPs whatever the senders run (at DCQCN's
+    CNP interval, the paper's 50 us when the senders do not run DCQCN).
+    ``ack_coalesce``: the responder ACKs every that many in-order frames, or only a
+    message's last frame with 'message'; also at once for a frame with AckReq,
+    which the sender sets on the frame that fills its congestion window.
+    ``ack_on_ce_change``: the responder ACKs at once when the CE state of arriving
+    frames changes (DCTCP's receiver), so each ACK's ECN echo (the BECN bit)
+    covers all of its frames exactly. ``ack_delay_s``: the longest a delivered
+    frame waits for its ACK (real s, the delayed-ACK timer; ``math.inf``: no
+    timer), so a sender whose window closed between two coalesced ACKs never
+    waits for its retransmission timer. None (both): on, with a 1 µs delay,
+    unless ``cc`` is DCQCN or off, which read CNPs only and keep the ACKs they
+    always had (every ``ack_coalesce`` frames, at the last, on AckReq).
     ``rto_s``: go-back-N retransmission timeout; None derives it from the fabric
     (three times the longest time a full port buffer takes to drain, so that a
     full queue never causes a spurious timeout).
@@ -112,23 +134,24 @@ class EngineConfig:
     (compiled if clang works).
     """
 
-    cc: str | DcqcnParams | None = "paper"
+    cc: object = "paper"
     payload_bytes: int = MTU_PAYLOAD_BYTES
     ecn: str = "ect0"
     workers: int | None = None
-    ack_coalesce: int = 16
+    ack_coalesce: int | str = 16
+    ack_on_ce_change: bool | None = None
+    ack_delay_s: float | None = None
     rto_s: float | None = None
     timeout_s: float = 300.0
     latency_sample_every: int = 1
     rate_trace_interval_s: float = 5e-6
     ring_bytes: int = 4 << 20
     send_path: str = "auto"
+    #: The validated ``cc`` (set in __post_init__).
+    cc_factory: CcFactory = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.cc, str):
-            get_params(self.cc)  # validates the name
-        elif self.cc is not None and not isinstance(self.cc, DcqcnParams):
-            raise ParameterError("cc", self.cc, "expected a PARAMS name, DcqcnParams or None")
+        object.__setattr__(self, "cc_factory", validate_cc(self.cc))
         if not 8 <= self.payload_bytes <= 8192:
             raise ParameterError("payload_bytes", self.payload_bytes, "expected 8..8192")
         if self.ecn not in ECN_CODES:
@@ -137,8 +160,17 @@ class EngineConfig:
             raise ParameterError("workers", self.workers, "must be >= 1 (or None)")
         if self.send_path not in ("auto", "compiled", "python"):
             raise ParameterError("send_path", self.send_path, "expected auto, compiled or python")
-        if self.ack_coalesce < 1:
-            raise ParameterError("ack_coalesce", self.ack_coalesce, "must be >= 1")
+        if self.ack_coalesce != ACK_PER_MESSAGE and (
+                isinstance(self.ack_coalesce, bool) or not isinstance(self.ack_coalesce, int)
+                or self.ack_coalesce < 1):
+            raise ParameterError("ack_coalesce", self.ack_coalesce,
+                                 f"expected a frame count >= 1 or {ACK_PER_MESSAGE!r}")
+        if self.ack_delay_s is not None and not self.ack_delay_s > 0:
+            raise ParameterError("ack_delay_s", self.ack_delay_s,
+                                 "must be positive (math.inf: no timer; None: by the cc)")
+        if self.ack_on_ce_change not in (None, True, False):
+            raise ParameterError("ack_on_ce_change", self.ack_on_ce_change,
+                                 "expected True, False or None (by the cc)")
         if self.rto_s is not None and not self.rto_s > 0:
             raise ParameterError("rto_s", self.rto_s, "must be positive (or None)")
         if not self.timeout_s > 0:
@@ -150,8 +182,18 @@ class EngineConfig:
                                  "must be positive")
 
     @property
-    def params(self) -> DcqcnParams | None:
-        return get_params(self.cc) if isinstance(self.cc, str) else self.cc
+    def ack_timer_s(self) -> float | None:
+        """The delayed-ACK timer (real s), None for none (see ``ack_delay_s``)."""
+        if self.ack_delay_s is None:
+            return None if self.cc_factory.cnp_driven else DEFAULT_ACK_DELAY_S
+        return self.ack_delay_s if math.isfinite(self.ack_delay_s) else None
+
+    @property
+    def ce_ack(self) -> bool:
+        """Whether responders ACK at once on a CE state change (see ``ack_on_ce_change``)."""
+        if self.ack_on_ce_change is None:
+            return not self.cc_factory.cnp_driven
+        return self.ack_on_ce_change
 
 
 @dataclass
@@ -259,7 +301,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
         nic_keys[m.dst].add(back.ifname)
     cpus = sorted(os.sched_getaffinity(0))
     n_workers = min(config.workers or len(cpus), len(cpus), len(loads))
-    params = config.params
+    params = config.cc_factory.dcqcn_params
     cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
     rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)
     plans = []
@@ -276,7 +318,9 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             sends=[p for p in msgs if p.src in mine],
             receives=receives,
             n_messages=len(msgs), n_workers=n_workers, scale=scale,
-            cc=params, payload_bytes=config.payload_bytes, ack_coalesce=config.ack_coalesce,
+            cc=config.cc_factory, payload_bytes=config.payload_bytes,
+            ack_coalesce=0 if config.ack_coalesce == ACK_PER_MESSAGE else config.ack_coalesce,
+            ce_ack=config.ce_ack, ack_delay_s=config.ack_timer_s,
             rto_s=rto_s, cnp_interval_s=cnp_interval_s,
             latency_sample_every=config.latency_sample_every,
             rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns,
@@ -495,7 +539,8 @@ def _reap(procs: list[Any]) -> None:
 
 _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
                     "acked_s", "first_tx_s", "last_tx_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
-                    "cnps_sent", "cnps_received", "ce_marked", "bytes_received", "completed",
+                    "cnps_sent", "cnps_received", "ecn_echoes", "ce_marked", "bytes_received",
+                    "completed",
                     "step", "tag"]
 
 
@@ -557,7 +602,8 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
             "packets": sd.get("packets", 0), "packets_sent": sd.get("packets_sent", 0),
             "retransmitted": sd.get("retransmitted", 0), "naks": sd.get("naks", 0),
             "timeouts": sd.get("timeouts", 0), "cnps_sent": rd.get("cnps_sent", 0),
-            "cnps_received": sd.get("cnps_received", 0), "ce_marked": rd.get("ce_marked", 0),
+            "cnps_received": sd.get("cnps_received", 0), "ecn_echoes": sd.get("ecn_echoes", 0),
+            "ce_marked": rd.get("ce_marked", 0),
             "bytes_received": rd.get("bytes_received", 0),
             "completed": sd.get("acked_ns", -1) >= 0 and end >= 0,
             "step": m.step, "tag": m.tag,
@@ -609,7 +655,7 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
         "cpu_s": [w.get("cpu_s", 0.0) for w in workers],
         "rto_s": plans[0].rto_s if plans else None,
         "cnp_interval_s": plans[0].cnp_interval_s if plans else None,
-        "cc": config.cc if isinstance(config.cc, str) or config.cc is None else "custom",
+        "cc": config.cc_factory.name,
         "payload_bytes": config.payload_bytes,
     }
     return EngineResult(messages, latency, rates, stats)

@@ -5,7 +5,8 @@ responder state of every QP it receives (the C mirror of ``gbn.GbnReceiver``,
 one slot per QPN) and the buffers one call fills. ``RxState.read`` reads up to a
 budget of frames from one host's ring and returns how many; the events it
 leaves in ``events[:n_events]`` are what Python must act on (ACKs and NAKs to
-send, CE-marked frames, completed messages, the senders' ACK and CNP frames) and
+send with their ECN echo, CE-marked frames, completed messages, the senders' ACK
+frames with their echo and CNP frames) and
 ``latency[:n_latency]`` the latency samples, 4 int64 each. Without clang the
 worker keeps its pure-Python receive path (same counters, same frames).
 """
@@ -20,8 +21,12 @@ from pathlib import Path
 from core.errors import CapabilityError
 from emu.cbuild import compile_c
 
-EV_ACK, EV_NAK, EV_CE, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN = range(1, 8)
-_EVENTS_PER_FRAME = 3
+EV_ACK, EV_NAK, EV_CE, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING = range(1, 9)
+#: Bits of an event's ``arg``: EV_ACK/EV_NAK complete and ECN echo; EV_ACK_IN the
+#: AETH syndrome (low byte) and the ACK's BECN (ECN echo).
+ARG_COMPLETE, ARG_ECHO, ARG_BECN = 1, 2, 0x100
+_EVENTS_PER_FRAME = 4       # an ACK flushed on a CE change, a CE mark, a reply or pending, done
+_PSN_MASK = 0xFFFFFF
 _LATENCY_PER_FRAME = 4
 
 
@@ -29,6 +34,8 @@ class _RxQp(ctypes.Structure):
     _fields_ = [("host", ctypes.c_uint32), ("total", ctypes.c_uint32),
                 ("coalesce", ctypes.c_uint32), ("expected", ctypes.c_uint32),
                 ("since_ack", ctypes.c_uint32), ("nak_out", ctypes.c_uint32),
+                ("ce_ack", ctypes.c_uint32), ("unreported", ctypes.c_uint32),
+                ("echo", ctypes.c_uint32), ("ack_timer", ctypes.c_uint32),
                 ("delivered", ctypes.c_uint64), ("duplicates", ctypes.c_uint64),
                 ("out_of_order", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("ce", ctypes.c_uint64), ("seen", ctypes.c_uint64),
@@ -101,12 +108,26 @@ class RxState:
         self.n_events = ctypes.c_uint32(0)
         self.n_latency = ctypes.c_uint32(0)
 
-    def add_qps(self, host_id: int, qps: Iterable[tuple[int, int, int]]) -> None:
-        """Register ``(qpn, total_packets, ack_coalesce)`` received by host ``host_id``."""
+    def add_qps(self, host_id: int, qps: Iterable[tuple[int, int, int]],
+                ce_ack: bool = False, ack_timer: bool = False) -> None:
+        """Register ``(qpn, total_packets, ack_coalesce)`` received by host ``host_id``;
+        ``ce_ack``: ACK at once when the CE state changes (``gbn.GbnReceiver``);
+        ``ack_timer``: report the first frame left waiting for its ACK (EV_PENDING)."""
         for qpn, total, coalesce in qps:
             q = self.qps[qpn]
             q.host, q.total, q.coalesce = host_id + 1, total, coalesce
+            q.ce_ack, q.ack_timer = int(ce_ack), int(ack_timer)
             q.first_rx_ns = q.done_ns = -1
+
+    def ack_pending(self, qpn: int) -> tuple[int, bool] | None:
+        """The delayed ACK of ``qpn`` (``gbn.GbnReceiver.ack_pending`` on the C state):
+        (PSN, ECN echo) of an ACK of everything delivered, or None if nothing waits."""
+        q = self.qps[qpn]
+        if not q.unreported:
+            return None
+        echo = bool(q.echo)
+        q.since_ack = q.unreported = q.echo = 0
+        return (q.expected - 1) & _PSN_MASK, echo
 
     def read(self, ring: RxRing, rt_offset_ns: int, t0_ns: int, sample_every: int) -> int:
         return self._fn(ring.base, ring.offsets, ring.n_slots, ctypes.byref(ring.idx),

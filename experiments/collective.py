@@ -43,6 +43,7 @@ from experiments.measure import (
     model_graph,
 )
 from experiments.options import (
+    CC_HELP,
     SCALE_HELP,
     Option,
     check_topology,
@@ -82,7 +83,7 @@ OPTIONS: dict[str, Option] = {
                           parse=parse_list(parse_collective)),
     "sizes": Option([256 << 10, 1 << 20, 4 << 20], "buffer sizes (NCCL-tests size)",
                     quick=[256 << 10, 1 << 20], parse=parse_sizes),
-    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),

@@ -37,6 +37,7 @@ from experiments.measure import (
     record_slowdown,
 )
 from experiments.options import (
+    CC_HELP,
     SCALE_HELP,
     Option,
     check_topology,
@@ -70,7 +71,7 @@ OPTIONS: dict[str, Option] = {
     "seeds": Option([1, 2], "permutation seeds (';'-separated)", quick=[1],
                     parse=parse_list(parse_int(0, 2**32 - 1))),
     "samples": Option(300, "random hash draws of the model", parse=parse_int(1, MAX_SAMPLES)),
-    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "cc": Option("off", CC_HELP, parse=parse_cc),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }
 

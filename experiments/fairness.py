@@ -38,6 +38,7 @@ from experiments.measure import (
     model_graph,
 )
 from experiments.options import (
+    CC_HELP,
     SCALE_HELP,
     Option,
     check_senders,
@@ -74,7 +75,7 @@ OPTIONS: dict[str, Option] = {
     "gap": Option(20e-6, "real seconds between flow starts", quick=10e-6, parse=parse_gap),
     "settle": Option(0.3, "fraction of each interval skipped while DCQCN converges",
                      parse=parse_float(0, 1, open_high=True)),
-    "cc": Option("nic", "congestion control: nic | paper | off", parse=parse_cc),
+    "cc": Option("nic", CC_HELP, parse=parse_cc),
     "thresholds": Option("100K/400K", "Kmin/Kmax (bytes)", parse=parse_thresholds),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),

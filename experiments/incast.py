@@ -1,11 +1,13 @@
-"""Incast: N senders -> 1 receiver, congestion control off and DCQCN over a Kmin/Kmax sweep.
+"""Incast: N senders -> 1 receiver, congestion control off and DCQCN (or any cc setting)
+over a Kmin/Kmax sweep.
 
 Measured per case: completion time, goodput, one-way latency p50/p99/p99.9, the
 receiver port's queue over time and its peak, ECN marks, CNPs, drops and
 retransmissions; each beside `model.incast.predict_incast_on_graph` for the real
 fabric (its switch latency, propagation, store and forward and NIC overhead; DCQCN:
 the model's own fluid transient from the first byte; its steady state, the fixed
-point, goes into the run's notes). FCT slowdown by size bucket (fct_slowdown.csv):
+point, goes into the run's notes; other algorithms are measured only, as the model
+has none of them). FCT slowdown by size bucket (fct_slowdown.csv):
 each flow's FCT over the model's FCT of that size alone on an idle fabric, beside
 the model's max-min fair shares (`model.fairshare`). The fixed delays the
 emulator lacks are measured and listed as deviations.
@@ -40,11 +42,12 @@ from experiments.measure import (
     record_slowdown,
 )
 from experiments.options import (
+    CC_CHOICES,
     SCALE_HELP,
     Option,
     check_senders,
     check_thresholds,
-    parse_choice,
+    parse_cc,
     parse_dcqcn,
     parse_float,
     parse_int,
@@ -61,6 +64,7 @@ from model.incast import predict_incast_on_graph
 from model.queueing import QueueDist, incast_cc_off
 from topologies.spec import build_topo
 from traffic import collectives
+from traffic.ccload import resolve_cc
 
 NAME = "incast"
 
@@ -72,9 +76,10 @@ OPTIONS: dict[str, Option] = {
     "senders": Option(3, "number of senders (the hosts nearest the receiver)",
                       parse=parse_int(1)),
     "size": Option(2 << 20, "bytes per sender", quick=1 << 20, parse=parse_size),
-    "cc": Option(["off", "dcqcn"], "congestion control modes to run (off;dcqcn)",
-                 parse=parse_list(parse_choice("off", "dcqcn"))),
-    "dcqcn": Option("paper", "DCQCN parameter set: paper | nic", parse=parse_dcqcn),
+    "cc": Option(["off", "dcqcn"], f"congestion control settings to run, ';'-separated "
+                 f"({CC_CHOICES}; dcqcn uses the dcqcn option's set)",
+                 parse=parse_list(parse_cc)),
+    "dcqcn": Option("paper", "DCQCN parameter set of cc=dcqcn: paper | nic", parse=parse_dcqcn),
     "thresholds": Option(["100K/400K", "400K/1.6M"], "Kmin/Kmax sweep (bytes) for the "
                          "DCQCN runs; CC off runs with the first", quick=["100K/400K"],
                          parse=parse_list(parse_thresholds)),
@@ -90,7 +95,13 @@ def check(opts: dict[str, Any]) -> None:
 
 
 def case_name(prefix: str, cc: str, t: Thresholds) -> str:
-    return f"{prefix}cc={cc} K={format_size(t.kmin_bytes)}/{format_size(t.kmax_bytes)}"
+    return (f"{prefix}cc={resolve_cc(cc).name} "
+            f"K={format_size(t.kmin_bytes)}/{format_size(t.kmax_bytes)}")
+
+
+def dcqcn_set(cc: str, dcqcn: str) -> str | None:
+    """The DCQCN parameter set a cc setting runs (``dcqcn``: the option's), else None."""
+    return dcqcn if cc == "dcqcn" else cc if cc in ("paper", "nic") else None
 
 
 def mark_fraction(dist: QueueDist, t: Thresholds, points: int = 400) -> float:
@@ -108,13 +119,18 @@ def nearest_senders(fab: Fabric, receiver: str, n: int) -> list[str]:
     return sorted(others, key=lambda h: (dist[h], fab.hosts.index(h)))[:n]
 
 
+def bottleneck_port(fab: Fabric, senders: list[str], receiver: str) -> Any:
+    """The receiver's last-hop port, where an incast fans in."""
+    return fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
+
+
 def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc: str,
             t: Thresholds, dcqcn: str) -> dict[str, Any]:
-    """Model metrics for one case, plus expected marks and CNPs."""
+    """Model metrics for one case (``cc`` 'off' or 'dcqcn' with the parameter set
+    ``dcqcn``), plus expected marks and CNPs."""
 
     graph = model_graph(fab)
-    last_hop = fab.routes.paths(senders[0], receiver)[0][-2]
-    port = fab.port(last_hop, receiver)
+    port = bottleneck_port(fab, senders, receiver)
     common = dict(packet_bytes=WIRE_FRAME_BYTES, kmin_bytes=t.kmin_bytes, kmax_bytes=t.kmax_bytes,
                   pmax=t.pmax)
     n = len(senders)
@@ -133,56 +149,67 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
         pred["marks"] = pred["ecn_marks"]
     pred["drops"] = pred["dropped_bytes"] / WIRE_FRAME_BYTES
     pred["goodput_bps"] = 8.0 * n * size_bytes / pred["completion_s"]
-    pred["port"] = port
     return pred
 
 
 def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
              size_bytes: int, cc: str, t: Thresholds, dcqcn: str) -> None:
-    """Run one incast on ``fab`` and record it beside the model."""
-    pred = predict(fab, senders, receiver, size_bytes, cc, t, dcqcn)
-    port = pred["port"]
+    """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
+    other algorithms are measured only)."""
+    dcqcn_params = dcqcn_set(cc, dcqcn)
+    model_cc = "off" if cc == "off" else None if dcqcn_params is None else "dcqcn"
+    pred: dict[str, Any] = {} if model_cc is None else \
+        predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_params or dcqcn)
+    port = bottleneck_port(fab, senders, receiver)
+
+    def model(key: str, factor: float = 1.0) -> float | None:
+        return pred[key] * factor if pred.get(key) is not None else None
+
+    if model_cc is None:
+        run.note(f"{case}: the model has no {resolve_cc(cc).name}; its metrics are measured "
+                 "only (FCT slowdown against the ideal congestion control's fair shares)")
     if "q_star_bytes" in pred:
         run.note(
             f"{case}: predictions from the DCQCN fluid transient; its steady state (fixed "
             f"point, Zhu et al. 2016) is q* = {pred['q_star_bytes'] / 1e3:.1f} KB at "
             f"p* = {pred['p_mark']:.3g}{' (pinned at Kmax)' if pred['marking_saturated'] else ''}")
     workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
-    m = measure(fab, workload, engine_config("off" if cc == "off" else dcqcn), watch=[port])
+    m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc), watch=[port])
     done = m.messages.end_s.notna().all()
     completion_s = m.completion_s if done else float("nan")
     at_port = m.port(port.name)
     lat_us = m.latency.one_way_s * 1e6
-    run.metric(case, "completion time", "us", completion_s * 1e6, pred["completion_s"] * 1e6)
+    run.metric(case, "completion time", "us", completion_s * 1e6, model("completion_s", 1e6))
     run.metric(case, "goodput", "Gb/s", 8e-9 * len(senders) * size_bytes / completion_s,
-               pred["goodput_bps"] * 1e-9)
+               model("goodput_bps", 1e-9))
     for q, key in ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")):
         run.metric(case, f"latency {key}", "us", float(lat_us.quantile(q)),
-                   pred[f"latency_{key.replace('.', '')}_s"] * 1e6)
+                   model(f"latency_{key.replace('.', '')}_s", 1e6))
     peak_bytes = float(m.queue[m.queue.port == port.name].backlog_bytes.max())
-    run.metric(case, "peak queue", "KB", peak_bytes / 1e3, pred["max_queue_bytes"] / 1e3)
-    run.metric(case, "ECN marks", "packets", float(at_port.ecn_marked), pred["marks"])
-    if pred["cnps"] is not None:
-        run.metric(case, "CNPs", "packets", float(m.messages.cnps_sent.sum()), pred["cnps"])
-    run.metric(case, "drops", "packets", float(at_port.drops), pred["drops"])
-    if not pred["drops"]:
+    run.metric(case, "peak queue", "KB", peak_bytes / 1e3, model("max_queue_bytes", 1e-3))
+    run.metric(case, "ECN marks", "packets", float(at_port.ecn_marked), model("marks"))
+    if model_cc is None or pred["cnps"] is not None:
+        run.metric(case, "CNPs", "packets", float(m.messages.cnps_sent.sum()), model("cnps"))
+    run.metric(case, "drops", "packets", float(at_port.drops), model("drops"))
+    if pred and not pred["drops"]:
         run.metric(case, "retransmissions", "packets", float(m.messages.retransmitted.sum()), 0.0)
     labels = {"case": case, "cc": cc, "kmin_bytes": t.kmin_bytes, "kmax_bytes": t.kmax_bytes}
     run.frame("messages", m.messages, **labels)
     run.frame("latency", m.latency, **labels)
     run.frame("rates", m.rates, **labels)
     run.frame("queue", m.queue, **labels)
-    run.frame("queue_model", pd.DataFrame(pred["queue_trace"], columns=["t_s", "queue_bytes"]),
-              port=port.name, **labels)
+    if pred:
+        run.frame("queue_model", pd.DataFrame(pred["queue_trace"], columns=["t_s", "queue_bytes"]),
+                  port=port.name, **labels)
     run.frame("ports", m.ports.reset_index(), **labels)
     # Without CC and without drops the model keeps the port busy from first to last
     # byte; a port idling then means the machine, not the network, held traffic back.
     busy = cc == "off" and not pred["drops"]
     run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
                             saturated={port.name: completion_s} if busy else {}))
-    run.deviations([{**d, "effect": f"completion: model {pred['completion_s'] * 1e6:.2f} us, "
-                     f"measured {completion_s * 1e6:.2f} us"}
-                    for d in measure_deviations(fab, m, case)])
+    effect = f"completion: measured {completion_s * 1e6:.2f} us" + (
+        f", model {pred['completion_s'] * 1e6:.2f} us" if pred else "")
+    run.deviations([{**d, "effect": effect} for d in measure_deviations(fab, m, case)])
     record_slowdown(run, case, slowdown_table(fab, workload, m.messages))
 
 

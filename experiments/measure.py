@@ -153,7 +153,7 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
 
 
 def engine_config(cc: str, **kw: Any) -> Any:
-    """The engine's configuration for a CC mode ('off' or a DCQCN PARAMS name)."""
+    """The engine's configuration for a cc setting (``experiments.options.parse_cc``)."""
 
     return EngineConfig(cc=cc, **kw)
 

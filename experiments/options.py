@@ -18,6 +18,7 @@ from core.errors import ParameterError
 from core.scaling import Scale
 from core.units import parse_rate_bps, parse_size_bytes
 from topologies.spec import build_topo, topo_size
+from traffic.ccload import validate_cc
 from traffic.collectives import NAMES
 
 # ----------------------------------------------------------------------------- options
@@ -142,8 +143,19 @@ def parse_collective(value: Any) -> str:
     return parse_choice(*NAMES)(value)
 
 
-#: Congestion control of collective, ECMP and fairness runs: a traffic.dcqcn.PARAMS name.
-parse_cc = parse_choice("off", "nic", "paper")
+def parse_cc(value: Any) -> str:
+    """A congestion-control setting, checked by ``traffic.ccload.validate_cc`` (the
+    engine's own check): a built-in name, returned in lower case, or
+    ``path/to/file.py:Class``, returned with the path made absolute (a rerun from
+    elsewhere loads the same file)."""
+    if not isinstance(value, str):
+        raise ParameterError("value", value, f"expected {CC_CHOICES}")
+    return str(validate_cc(value).spec)
+
+
+#: What ``parse_cc`` accepts, for option help texts.
+CC_CHOICES = "off | dcqcn (= paper) | nic | dctcp | timely | swift | path/to/file.py:Class"
+CC_HELP = f"congestion control: {CC_CHOICES}"
 #: DCQCN parameter set of the runs with DCQCN on.
 parse_dcqcn = parse_choice("paper", "nic")
 parse_sizes = parse_list(parse_size)

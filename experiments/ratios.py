@@ -27,6 +27,7 @@ from experiments.collective import (
 )
 from experiments.collective import check as collective_check
 from experiments.options import (
+    CC_HELP,
     SCALE_HELP,
     Option,
     parse_cc,
@@ -53,7 +54,7 @@ OPTIONS: dict[str, Option] = {
     "collective": Option("alltoall", "the collective (all-to-all loads every tier)",
                          parse=parse_collective),
     "sizes": Option([4 << 20], "buffer sizes", quick=[1 << 20], parse=parse_sizes),
-    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),

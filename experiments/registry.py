@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from core.errors import ParameterError
-from experiments import collective, ecmp, fairness, incast, ratios, sweep
+from experiments import cc, collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.report import render_report
 from experiments.rundir import RunResult, run_experiment
@@ -25,7 +25,7 @@ from experiments.rundir import RunResult, run_experiment
 #: execute(run, opts); `cli_run` runs it through `experiments.rundir.run_experiment`.
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
-    "fairness": fairness, "sweep": sweep, "demo": demo_module,
+    "fairness": fairness, "sweep": sweep, "cc": cc, "demo": demo_module,
 }
 
 

@@ -311,6 +311,48 @@ def nccl_table(df: pd.DataFrame) -> Table:
     return table
 
 
+#: cc.csv columns of each scenario's comparison table: (column, header).
+CC_TABLE_COLUMNS = {
+    "incast": (("cc", "cc"), ("pfc", "PFC"), ("completion_us", "incast completion (us)"),
+               ("drops", "drops"), ("pauses", "PAUSEs"), ("latency_p99_us", "p99 latency (us)"),
+               ("peak_queue_KB", "peak queue (KB)"), ("retransmitted", "retransmitted"),
+               ("ecn_echoes", "ECN echoes"), ("victim_fct_us", "victim FCT (us)"),
+               ("victim_gbps", "victim (Gb/s)"), ("valid", "valid")),
+    "fairness": (("cc", "cc"), ("jain", "Jain index"), ("aggregate_gbps", "aggregate (Gb/s)"),
+                 ("smallest_gbps", "smallest share (Gb/s)"),
+                 ("convergence_us", "convergence (us)"), ("retransmitted", "retransmitted"),
+                 ("ecn_echoes", "ECN echoes"), ("valid", "valid")),
+}
+
+
+CC_COUNTS = ("drops", "pauses", "retransmitted", "ecn_echoes")
+
+
+def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
+    """The congestion-control comparison (cc.csv): one table per scenario, one row per
+    case, with the case's fidelity verdict."""
+    tables = []
+    for scenario, columns in CC_TABLE_COLUMNS.items():
+        rows = df[df.scenario == scenario]
+        if rows.empty:
+            continue
+        table = Table(title=f"congestion control, {scenario} (real-fabric units, measured)")
+        for col, header in columns:
+            table.add_column(header, justify="left" if col == "cc" else "right")
+        for r in rows.to_dict("records"):
+            rep = cases.get(r["case"])
+            r["valid"] = "[green]yes[/]" if isinstance(rep, dict) and rep.get("valid") \
+                else "[red]no[/]"
+            r["pfc"] = "on" if str(r.get("pfc")) == "True" else "off"
+            for col in CC_COUNTS:  # counts read back as floats where a scenario has none
+                if isinstance(r.get(col), float) and math.isfinite(r[col]):
+                    r[col] = int(r[col])
+            table.add_row(*(r[col] if col in ("valid", "pfc") else escape(_fmt(r.get(col)))
+                            for col, _ in columns))
+        tables.append(table)
+    return tables
+
+
 def deviations_table(deviations: list) -> Table:
     """Named emulation deviations: what the emulator lacks and its measured size."""
     table = Table(title="emulation deviations (what the emulator did not reproduce, measured)")
@@ -381,6 +423,11 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
         nccl = read_csv(nccl_csv, *CSV_COLUMNS["nccl.csv"])
         if not nccl.empty:
             console.print(nccl_table(nccl))
+    cc_csv = run_dir / "cc.csv"
+    if cc_csv.exists():
+        for table in cc_tables(read_csv(cc_csv, ("case", "scenario", "cc"), ()),
+                               summary["cases"]):
+            console.print(table)
     deviations = summary.get("deviations")
     if isinstance(deviations, list) and deviations:
         console.print(deviations_table(deviations))

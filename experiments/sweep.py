@@ -21,6 +21,7 @@ from typing import Any
 from core.scaling import DEFAULT_SCALE
 from experiments import collective
 from experiments.options import (
+    CC_HELP,
     SCALE_HELP,
     Option,
     check_topology,
@@ -46,7 +47,7 @@ OPTIONS: dict[str, Option] = {
                           parse=parse_list(parse_collective)),
     "sizes": Option(SIZES, "message sizes (NCCL-tests size)", quick=[8, 64 << 10, 1 << 20],
                     parse=parse_sizes),
-    "cc": Option("off", "congestion control: off | nic | paper", parse=parse_cc),
+    "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, collective.MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),

@@ -12,11 +12,13 @@ Events the engine delivers (all optional to act on):
 * ``on_ack(bytes_acked, rtt_s, ecn_echo, int_records, now_s)``: a cumulative ACK
   acknowledged ``bytes_acked`` new payload bytes. ``rtt_s`` is the real round trip
   of the newest acknowledged frame (send stamp to ACK arrival); ``ecn_echo`` is
-  whether the ACK echoes congestion (RoCEv2 ACKs do not; CNPs do); ``int_records``
-  are per-hop telemetry records, oldest hop first, empty when the fabric writes none.
+  the ACK's ECN echo (BTH BECN, ``traffic.roce``): a frame it newly acknowledges
+  arrived CE-marked; ``int_records`` are per-hop telemetry records, oldest hop
+  first, empty when the fabric writes none (no emulated switch writes them yet).
 * ``on_cnp(now_s)``: a congestion notification packet for this QP arrived.
 * ``on_timer(now_s)``: called at (or soon after) ``next_timer_s`` when that is
-  finite. Algorithms whose timers only matter when the rate is next used (DCQCN
+  finite (the engine reads it after the QP starts and after every ACK, CNP and
+  timer event). Algorithms whose timers only matter when the rate is next used (DCQCN
   fires its due timers inside every event) keep ``next_timer_s`` infinite.
 
 What the engine reads back after each event:

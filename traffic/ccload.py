@@ -13,6 +13,10 @@ rate, feeds it one event of each kind and checks what the engine reads back, so 
 typo, an import error, a missing method or property, a failing constructor or a
 non-positive rate is a one-line ``ParameterError`` before anything is built.
 The factory it returns builds one algorithm per QP: ``factory(line_rate_bps, start_s)``.
+
+An algorithm that declares ``needs_int_records = True`` (HPCC) is refused: no switch
+of the emulated fabric writes in-band telemetry yet, and an algorithm that expects
+per-hop records would run blind on empty ones.
 """
 
 from __future__ import annotations
@@ -47,16 +51,18 @@ class _Dcqcn:
     def __init__(self, base: str | DcqcnParams):
         self.base = base
 
-    def __call__(self, line_rate_bps: float, start_s: float = 0.0,
-                 **changes: Any) -> CongestionControl:
+    def params(self, **changes: Any) -> DcqcnParams:
         params = get_params(self.base) if isinstance(self.base, str) else self.base
         assert params is not None
         try:
-            params = params.with_(**changes) if changes else params
+            return params.with_(**changes) if changes else params
         except TypeError:  # a name that is no DcqcnParams field
             raise ParameterError("DCQCN parameters", sorted(changes),
                                  "expected fields of traffic.dcqcn.DcqcnParams") from None
-        return make_cc(params, line_rate_bps, start_s)
+
+    def __call__(self, line_rate_bps: float, start_s: float = 0.0,
+                 **changes: Any) -> CongestionControl:
+        return make_cc(self.params(**changes), line_rate_bps, start_s)
 
 
 def _line_rate(line_rate_bps: float, start_s: float = 0.0) -> CongestionControl:
@@ -105,6 +111,19 @@ class CcFactory:
 
     def __call__(self, line_rate_bps: float, start_s: float = 0.0) -> CongestionControl:
         return self.constructor(line_rate_bps, start_s, **self.params)
+
+    @property
+    def dcqcn_params(self) -> DcqcnParams | None:
+        """The DCQCN parameter set this factory builds with (None: not DCQCN)."""
+        if not isinstance(self.constructor, _Dcqcn):
+            return None
+        return self.constructor.params(**self.params)
+
+    @property
+    def cnp_driven(self) -> bool:
+        """DCQCN or off: the settings that react to CNPs only (or to nothing), whose
+        receivers ACK as before ECN echo existed."""
+        return isinstance(self.constructor, _Dcqcn) or self.constructor is _line_rate
 
     def __reduce__(self) -> tuple[Any, ...]:
         return resolve_cc, (self.spec, self.params)
@@ -227,9 +246,10 @@ def validate_cc(spec: object, params: Mapping[str, object] | None = None,
     """``resolve_cc``, then build one instance and drive it once through every event.
 
     Raises ParameterError (one line, naming what is wrong) for an unknown name, a
-    file that does not load, a constructor that fails, a missing or uncallable
-    event method or one with the wrong arguments, a missing read-back property,
-    an event that raises, or a rate that is not positive and finite.
+    file that does not load, a constructor that fails, an algorithm that needs INT
+    records, a missing or uncallable event method or one with the wrong arguments,
+    a missing read-back property, an event that raises, or a rate that is not
+    positive and finite.
     """
     factory = resolve_cc(spec, params)
     label = factory.name
@@ -250,6 +270,9 @@ def validate_cc(spec: object, params: Mapping[str, object] | None = None,
                                  f"{wanted}") from None
         except ValueError:  # no signature to inspect (a builtin): calling it will tell
             pass
+    if getattr(cc, "needs_int_records", False):
+        raise ParameterError("cc", spec, f"{label} needs in-band telemetry (per-hop INT "
+                             "records), not available yet: no emulated switch writes them")
     _check_read_back(spec, cc, "after construction")
     for method, (args, _) in _EVENTS.items():
         try:

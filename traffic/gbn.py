@@ -4,10 +4,24 @@ The sender numbers packets 0..total_packets-1 internally and puts
 ``PSN = (start_psn + index) mod 2**24`` on the wire (the 24-bit BTH PSN). The
 receiver ACKs cumulatively (ACK PSN p = everything up to and including p was
 delivered), coalescing ACKs to one per ``ack_coalesce`` packets plus the last
-one; on a gap it sends **one** NAK (sequence error) carrying the expected PSN and
-stays silent until the gap is filled, like RC responders; duplicates are
-re-ACKed with the latest delivered PSN. The sender goes back to the NAKed PSN,
-or to the oldest unacknowledged PSN after ``timeout_s`` without progress.
+one and any packet that carries AckReq (the sender solicits an ACK); on a gap it
+sends **one** NAK (sequence error) carrying the expected PSN and stays silent
+until the gap is filled, like RC responders; duplicates are re-ACKed with the
+latest delivered PSN. The sender goes back to the NAKed PSN, or to the oldest
+unacknowledged PSN after ``timeout_s`` without progress.
+
+ECN echo. Every ACK or NAK says whether a packet it newly acknowledges (delivered
+in order since the previous ACK or NAK) arrived CE-marked (``Action.echo``). With
+``ce_ack`` the receiver is DCTCP's two-state ACK machine (Alizadeh et al. 2010,
+section 3.1): a delivered packet whose CE state differs from that of the packets
+still waiting for their ACK first sends an ACK for those (``Action.flush``), so an
+ACK's echo covers all of its packets exactly and the sender's marked fraction is
+exact under coalescing.
+
+Delayed ACK. ``ack_pending()`` ACKs what was delivered and not yet acknowledged; the
+engine calls it when the first such packet has waited its ACK delay, so that a
+sender whose window closed between two coalesced ACKs is not left waiting for its
+retransmission timer.
 
 PSN comparisons use serial-number arithmetic on 24 bits: a PSN is "ahead" of
 another if the forward distance is below 2**23. That requires fewer than 2**23
@@ -218,29 +232,39 @@ class GbnSender:
 
 
 class Action(NamedTuple):
-    """What the receiver does with a packet: deliver it? reply ACK/NAK with ``psn``?"""
+    """What the receiver does with a packet: deliver it? reply ACK/NAK with ``psn``?
+
+    ``echo``: the reply's ECN echo. ``flush``: before anything else, ACK the packets
+    before this one (PSN ``psn - 1``), echoing the opposite of this packet's CE state
+    (``ce_ack`` only)."""
 
     deliver: bool
     reply: int  # NONE, ACK or NAK
     psn: int  # the ACK/NAK PSN (meaningless when reply is NONE)
+    echo: bool = False
+    flush: bool = False
 
 
 class GbnReceiver:
     """Responder side of one message (see the module docstring for the rules)."""
 
     __slots__ = (
-        "total_packets", "ack_coalesce", "start_psn",
-        "_expected", "_since_ack", "_nak_outstanding",
+        "total_packets", "ack_coalesce", "start_psn", "ce_ack",
+        "_expected", "_since_ack", "_nak_outstanding", "_unreported", "_echo",
         "delivered", "duplicates", "out_of_order", "acks_sent", "naks_sent",
     )
 
-    def __init__(self, total_packets: int, ack_coalesce: int = 1, start_psn: int = 0):
+    def __init__(self, total_packets: int, ack_coalesce: int = 1, start_psn: int = 0,
+                 ce_ack: bool = False):
         self.total_packets = _check_count("total_packets", total_packets, 1)
         self.ack_coalesce = _check_count("ack_coalesce", ack_coalesce, 1)
         self.start_psn = _check_psn(start_psn)
+        self.ce_ack = bool(ce_ack)
         self._expected = 0  # index of the next in-order packet
         self._since_ack = 0
         self._nak_outstanding = False
+        self._unreported = 0  # delivered since the last ACK or NAK
+        self._echo = False    # one of those arrived CE-marked
         self.delivered = 0
         self.duplicates = 0
         self.out_of_order = 0
@@ -255,20 +279,48 @@ class GbnReceiver:
     def expected_psn(self) -> int:
         return (self.start_psn + self._expected) & PSN_MASK
 
-    def on_packet(self, psn: int) -> Action:
-        """A data packet with ``psn`` arrived."""
+    def _reported(self) -> bool:
+        """The echo of a reply that acknowledges everything delivered so far."""
+        echo = self._echo
+        self._echo = False
+        self._unreported = 0
+        return echo
+
+    @property
+    def unacknowledged(self) -> int:
+        """Packets delivered since the last ACK or NAK."""
+        return self._unreported
+
+    def ack_pending(self) -> Action | None:
+        """The delayed ACK: ACK everything delivered so far, or None if nothing waits."""
+        if not self._unreported:
+            return None
+        self._since_ack = 0
+        self.acks_sent += 1
+        return Action(False, ACK, (self.start_psn + self._expected - 1) & PSN_MASK,
+                      self._reported())
+
+    def on_packet(self, psn: int, ce: bool = False, ackreq: bool = False) -> Action:
+        """A data packet with ``psn`` arrived (``ce``: CE-marked; ``ackreq``: AckReq set)."""
         exp = self._expected
         d = (psn - self.start_psn - exp) & PSN_MASK
         if d == 0 and exp < self.total_packets:
+            flush = self.ce_ack and self._unreported > 0 and ce != self._echo
+            if flush:  # the CE state changed: ACK the earlier packets with their state
+                self._reported()
+                self._since_ack = 0
+                self.acks_sent += 1
             self._expected = exp + 1
             self.delivered += 1
             self._nak_outstanding = False
             self._since_ack += 1
-            if self._since_ack >= self.ack_coalesce or exp + 1 == self.total_packets:
+            self._unreported += 1
+            self._echo = self._echo or ce
+            if self._since_ack >= self.ack_coalesce or exp + 1 == self.total_packets or ackreq:
                 self._since_ack = 0
                 self.acks_sent += 1
-                return Action(True, ACK, psn)
-            return Action(True, NONE, psn)
+                return Action(True, ACK, psn, self._reported(), flush)
+            return Action(True, NONE, psn, False, flush)
         if 0 < d < _HALF and exp + d < self.total_packets:
             # Ahead of the expected PSN: a gap. NAK once, then stay quiet.
             self.out_of_order += 1
@@ -276,9 +328,9 @@ class GbnReceiver:
                 return Action(False, NONE, 0)
             self._nak_outstanding = True
             self.naks_sent += 1
-            return Action(False, NAK, (self.start_psn + exp) & PSN_MASK)
+            return Action(False, NAK, (self.start_psn + exp) & PSN_MASK, self._reported())
         # Behind (already delivered) or outside the message: re-ACK the latest delivered.
         self.duplicates += 1
         self._since_ack = 0
         self.acks_sent += 1
-        return Action(False, ACK, (self.start_psn + exp - 1) & PSN_MASK)
+        return Action(False, ACK, (self.start_psn + exp - 1) & PSN_MASK, self._reported())

@@ -11,13 +11,23 @@ Frame layout (`core.frame` declares it; IPv4, no options, UDP checksum 0)::
       0   14  Ethernet (dst, src, 0x0800)
      14   20  IPv4 (TOS = DSCP<<2 | ECN, TTL 64, DF, id 0)
      34    8  UDP (sport = QP entropy, dport 4791, checksum 0)
-     42   12  BTH: 42 opcode, 46 FECN/BECN, 47-49 dst QPN, 50 AckReq<<7, 51-53 PSN
+     42   12  BTH: 42 opcode, 46 FECN/BECN (ACK: BECN = ECN echo), 47-49 dst QPN,
+                 50 AckReq<<7, 51-53 PSN
      54   16  RETH (RDMA WRITE FIRST/ONLY only): VA 64, R_Key 32, DMA length 32
      54|70 8  payload starts with the send timestamp, ns of CLOCK_MONOTONIC, big-endian
      ...      payload (zeros), padded to 4 bytes (BTH PadCnt) as IBTA requires
     -4     4  ICRC (CRC-32 value stored little-endian, as Scapy encodes it)
 
 ACK frames carry AETH (syndrome 8, MSN 24) at 54; CNPs carry 16 zero bytes at 54.
+
+ECN echo.  An ACK (or NAK) whose acknowledged frames arrived CE-marked has the BECN
+bit of its BTH set (byte 46, bit 6: IBTA's backward explicit congestion notification,
+unused by RoCEv2 ACKs otherwise). The ICRC masks BTH byte 4 to ones, so the bit
+costs no CRC work: ``Shape.write_ack(..., echo=True)`` sets it on a sealed frame.
+
+AckReq.  Set on LAST and ONLY; the engine also sets it on the data frame that fills
+its congestion window, and the responder ACKs such a frame at once (a requester
+soliciting an ACK, as IBTA defines the bit), so coalesced ACKs never stall a window.
 
 ICRC trick.  The ICRC is CRC-32 over ``0xff*8 + IP + UDP + BTH + rest`` with the
 IP TOS, TTL and checksum, the UDP checksum and BTH byte 4 (FECN, BECN, resv6) set
@@ -70,6 +80,10 @@ ACKNOWLEDGE = 0x11
 CNP = CNP_OPCODE  # 0x81
 DATA_OPCODES = (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY)
 RETH_OPCODES = (WRITE_FIRST, WRITE_ONLY)
+
+#: BTH byte 4 (FECN 0x80, BECN 0x40): on an ACK, BECN is the ECN echo.
+OFF_BECN = OFF_BTH + 4
+BECN_BIT = 0x40
 
 AETH_ACK = 0x00          # syndrome: ACK, credit field 0
 AETH_NAK_PSN_SEQ = 0x60  # syndrome: NAK, PSN sequence error
@@ -190,7 +204,7 @@ class Shape:
     ``buf`` is preallocated and reused: send it (or copy it) before the next call.
     """
 
-    __slots__ = ("buf", "opcode", "payload_bytes", "ackreq", "_ts_off", "_aeth_off",
+    __slots__ = ("buf", "opcode", "payload_bytes", "ackreq", "_ts_off", "_aeth_off", "_becn",
                  "_prefix_crc", "_t0", "_t1", "_t2", "_t3", "_k", "_window", "_icrc_off")
 
     def __init__(self, frame: bytes, window_end: int):
@@ -202,6 +216,7 @@ class Shape:
         hdr = {ACKNOWLEDGE: AETH_BYTES, WRITE_FIRST: RETH_BYTES, WRITE_ONLY: RETH_BYTES}
         self._ts_off = OFF_AFTER_BTH + hdr.get(self.opcode, 0)
         self._aeth_off = OFF_AFTER_BTH
+        self._becn = self.buf[OFF_BECN]
         self.payload_bytes = self._icrc_off - self._ts_off - (frame[OFF_BTH + 1] >> 4 & 3)
         # The prefix ends at the PSN word: everything before it is constant per shape.
         self._prefix_crc = zlib.crc32(_masked(frame, OFF_PSN_WORD))
@@ -229,8 +244,9 @@ class Shape:
         self._seal()
         return self.buf
 
-    def write_ack(self, psn: int, syndrome: int, msn: int) -> bytearray:
-        """ACK frame: patch PSN, AETH syndrome and MSN, ICRC."""
+    def write_ack(self, psn: int, syndrome: int, msn: int, echo: bool = False) -> bytearray:
+        """ACK frame: patch PSN, AETH syndrome and MSN, ICRC; ``echo`` sets BECN (ECN echo)."""
+        self.buf[OFF_BECN] = self._becn | BECN_BIT if echo else self._becn
         _pack_be32(self.buf, OFF_PSN_WORD, psn & 0xFFFFFF)
         _pack_be32(self.buf, self._aeth_off, syndrome << 24 | msn & 0xFFFFFF)
         self._seal()
@@ -251,9 +267,10 @@ def data_packet(flow: Flow, opcode: int, payload_bytes: int, *, psn: int = 0, ts
     return flow.scapy(pkt / Raw(payload))
 
 
-def ack_packet(flow: Flow, *, psn: int = 0, syndrome: int = AETH_ACK, msn: int = 0) -> Packet:
-    """Scapy ACKNOWLEDGE packet (BTH + AETH)."""
-    return flow.scapy(BTH(opcode=ACKNOWLEDGE, dqpn=flow.dqpn, psn=psn)
+def ack_packet(flow: Flow, *, psn: int = 0, syndrome: int = AETH_ACK, msn: int = 0,
+               echo: bool = False) -> Packet:
+    """Scapy ACKNOWLEDGE packet (BTH + AETH); ``echo`` sets BECN (ECN echo)."""
+    return flow.scapy(BTH(opcode=ACKNOWLEDGE, dqpn=flow.dqpn, psn=psn, becn=int(echo))
                       / AETH(syndrome=syndrome, msn=msn))
 
 
@@ -322,9 +339,11 @@ class ResponderTemplate:
         self.ack = Shape(bytes(ack), OFF_AFTER_BTH + AETH_BYTES)
         self.cnp = bytes(cnp_packet(flow))  # nothing in a CNP varies
 
-    def write_ack(self, psn: int, msn: int, syndrome: int = AETH_ACK) -> bytearray:
-        """ACK (or NAK with ``syndrome=AETH_NAK_PSN_SEQ``) for ``psn``."""
-        return self.ack.write_ack(psn, syndrome, msn)
+    def write_ack(self, psn: int, msn: int, syndrome: int = AETH_ACK,
+                  echo: bool = False) -> bytearray:
+        """ACK (or NAK with ``syndrome=AETH_NAK_PSN_SEQ``) for ``psn``; ``echo``: the
+        frames it acknowledges arrived CE-marked (BECN set)."""
+        return self.ack.write_ack(psn, syndrome, msn, echo)
 
 
 class RoceFrame(NamedTuple):

@@ -81,11 +81,12 @@ int roce_burst_max(void)
 
 /*
  * Write frames for PSNs psn, psn+1, ... (24-bit wrap) into buf (count * len
- * bytes) and, if fd >= 0, send them. Returns the number of frames the kernel
+ * bytes) and, if fd >= 0, send them; `ackreq_last` sets AckReq on the last
+ * frame (the sender solicits an ACK). Returns the number of frames the kernel
  * took (count when fd < 0), or -errno if it took none.
  */
 int roce_burst(int fd, const struct roce_shape *s, uint8_t *buf, uint32_t psn,
-	       uint32_t count, uint64_t ts_ns)
+	       uint32_t count, uint64_t ts_ns, uint32_t ackreq_last)
 {
 	struct mmsghdr msgs[MAX_BURST];
 	struct iovec iov[MAX_BURST];
@@ -98,7 +99,9 @@ int roce_burst(int fd, const struct roce_shape *s, uint8_t *buf, uint32_t psn,
 		uint32_t c;
 
 		memcpy(f, s->frame, s->len);
-		put_be32(f + OFF_PSN_WORD, s->ackreq << 31 | ((psn + i) & 0xFFFFFF));
+		uint32_t ackreq = s->ackreq | (ackreq_last && i + 1 == count);
+
+		put_be32(f + OFF_PSN_WORD, ackreq << 31 | ((psn + i) & 0xFFFFFF));
 		put_be64(f + s->ts_off, ts_ns);
 		c = crc32_update(s->prefix_crc, f + OFF_PSN_WORD, s->window_end - OFF_PSN_WORD);
 		put_le32(f + s->icrc_off, a[c & 0xFF] ^ a[256 + (c >> 8 & 0xFF)] ^

@@ -5,13 +5,19 @@
  *
  * Per data frame the state machine is traffic/gbn.py's GbnReceiver (the
  * reference; tests/unit/test_rx.py checks this file against it frame by frame):
- * in-order frames are delivered and ACKed every `coalesce` frames and at the
- * last one; the first frame past a gap is NAKed once; anything else is a
- * duplicate, re-ACKed with the latest delivered PSN. Only what Python must act
- * on comes back, as events in arrival order: an ACK or NAK to send, a CE-marked
- * frame (the notification point decides on a CNP), a completed message, and the
- * ACK and CNP frames that belong to the host's senders. Latency samples go to
- * their own buffer.
+ * in-order frames are delivered and ACKed every `coalesce` frames, at the
+ * last one and at one carrying AckReq; the first frame past a gap is NAKed
+ * once; anything else is a duplicate, re-ACKed with the latest delivered PSN.
+ * Every ACK and NAK carries the ECN echo of the frames it newly acknowledges;
+ * with `ce_ack` a delivered frame whose CE state differs from that of the
+ * frames awaiting their ACK first ACKs those (DCTCP's receiver); with
+ * `ack_timer` the first delivered frame left waiting for its ACK is reported
+ * (EV_PENDING: Python arms the delayed-ACK timer). Only what
+ * Python must act on comes back, as events in arrival order: an ACK or NAK to
+ * send (arg: bit 0 complete, bit 1 ECN echo), a CE-marked frame (the
+ * notification point decides on a CNP), a completed message, and the ACK
+ * (arg: AETH syndrome, bit 8 the BECN echo) and CNP frames that belong to the
+ * host's senders. Latency samples go to their own buffer.
  *
  * Frames are the ring's header-only snaps (engine/rawsock.py); the payload
  * length comes from the IPv4 total length.
@@ -25,7 +31,7 @@
 #define IP_OVERHEAD 44          /* IPv4 20 + UDP 8 + BTH 12 + ICRC 4 */
 
 enum { EV_ACK = 1, EV_NAK = 2, EV_CE = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
-       EV_UNKNOWN = 7 };
+       EV_UNKNOWN = 7, EV_PENDING = 8 };
 
 struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t host;              /* owning host + 1; 0: not a QP this worker receives */
@@ -34,6 +40,10 @@ struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t expected;
 	uint32_t since_ack;
 	uint32_t nak_out;
+	uint32_t ce_ack;            /* DCTCP's ACK on a CE state change */
+	uint32_t unreported;        /* delivered since the last ACK or NAK */
+	uint32_t echo;              /* one of those was CE-marked */
+	uint32_t ack_timer;         /* report the first frame left waiting (EV_PENDING) */
 	uint64_t delivered, duplicates, out_of_order, bytes, ce, seen;
 	int64_t first_rx_ns, done_ns;
 };
@@ -59,6 +69,18 @@ static uint64_t be64(const uint8_t *p)
 	return (uint64_t)be32(p) << 32 | be32(p + 4);
 }
 
+#define ARG_ECHO 2u
+
+/* The echo of a reply acknowledging everything delivered so far, as its arg bit. */
+static uint32_t reported(struct rx_qp *q)
+{
+	uint32_t echo = q->echo ? ARG_ECHO : 0;
+
+	q->echo = 0;
+	q->unreported = 0;
+	return echo;
+}
+
 static int is_data(uint8_t op)
 {
 	return op == 0x06 || op == 0x07 || op == 0x08 || op == 0x0A;
@@ -67,7 +89,7 @@ static int is_data(uint8_t op)
 /*
  * Read up to `budget` frames from the ring of host `host` (slot offsets
  * `offsets`, next slot *idx). Returns the number of frames read; events go to
- * `ev` (at most 3 per frame), latency samples (index, rx_ns - t0, one-way ns,
+ * `ev` (at most 4 per frame), latency samples (index, rx_ns - t0, one-way ns,
  * ce) to `lat` (at most 4 int64 per frame), counted in *n_ev and *n_lat.
  */
 int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *idx,
@@ -102,22 +124,34 @@ int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *
 			uint32_t payload = ip_len - IP_OVERHEAD - (reth ? 16 : 0) - (f[43] >> 4 & 3);
 			uint64_t ts = be64(f + (reth ? 70 : 54));
 			int ce = (f[15] & 3) == 3;
+			int ackreq = f[50] >> 7;
 			uint32_t exp = q->expected;
 			uint32_t d = (psn - exp) & PSN_MASK;
 			int reply = 0;
-			uint32_t reply_psn = 0;
+			uint32_t reply_psn = 0, reply_arg = 0;
 
 			if (q->first_rx_ns < 0)
 				q->first_rx_ns = rx_ns;
 			if (d == 0 && exp < q->total) {
+				if (q->ce_ack && q->unreported && ce != (int)q->echo) {
+					/* the CE state changed: ACK the earlier frames with theirs */
+					uint32_t arg = reported(q);
+
+					q->since_ack = 0;
+					ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
+								     (psn - 1) & PSN_MASK, arg};
+				}
 				q->expected = exp + 1;
 				q->delivered++;
 				q->bytes += payload;
 				q->nak_out = 0;
-				if (++q->since_ack >= q->coalesce || exp + 1 == q->total) {
+				q->unreported++;
+				q->echo |= ce;
+				if (++q->since_ack >= q->coalesce || exp + 1 == q->total || ackreq) {
 					q->since_ack = 0;
 					reply = EV_ACK;
 					reply_psn = psn;
+					reply_arg = reported(q);
 				}
 			} else if (d > 0 && d < PSN_HALF && exp + d < q->total) {
 				q->out_of_order++;
@@ -125,12 +159,14 @@ int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *
 					q->nak_out = 1;
 					reply = EV_NAK;
 					reply_psn = exp & PSN_MASK;
+					reply_arg = reported(q);
 				}
 			} else {
 				q->duplicates++;
 				q->since_ack = 0;
 				reply = EV_ACK;
 				reply_psn = (exp - 1) & PSN_MASK;
+				reply_arg = reported(q);
 			}
 			q->seen++;
 			if (ce) {
@@ -145,13 +181,17 @@ int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *
 			}
 			int complete = q->expected >= q->total;
 			if (reply)
-				ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn, complete};
+				ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn,
+							     reply_arg | (uint32_t)complete};
+			else if (q->ack_timer && q->unreported == 1 && d == 0)
+				ev[ne++] = (struct rx_event){rx_ns, EV_PENDING, qpn, psn, 0};
 			if (complete && q->done_ns < 0) {
 				q->done_ns = rx_ns;
 				ev[ne++] = (struct rx_event){rx_ns, EV_DONE, qpn, psn, 0};
 			}
 		} else if (op == 0x11) {
-			ev[ne++] = (struct rx_event){rx_ns, EV_ACK_IN, qpn, psn, f[54]};
+			ev[ne++] = (struct rx_event){rx_ns, EV_ACK_IN, qpn, psn,
+						     f[54] | (uint32_t)(f[46] & 0x40) << 2};
 		} else if (op == 0x81) {
 			ev[ne++] = (struct rx_event){rx_ns, EV_CNP_IN, qpn, psn, 0};
 		} else {

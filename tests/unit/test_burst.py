@@ -32,9 +32,11 @@ def test_every_shape_matches_shape_write_byte_for_byte(payload):
                 psn = rng.randrange(1 << 24)
                 ts = rng.randrange(1 << 64)
                 count = rng.randint(1, MAX_BURST)
-                assert burst.send(None, shape, psn, count, ts) == count
+                solicit = rng.random() < 0.5
+                assert burst.send(None, shape, psn, count, ts, ackreq_last=solicit) == count
                 for i in range(count):
-                    want = bytes(shape.write((psn + i) & 0xFFFFFF, ts))
+                    ackreq = 1 if solicit and i == count - 1 else None
+                    want = bytes(shape.write((psn + i) & 0xFFFFFF, ts, ackreq))
                     assert burst.frame(i) == want, (burst.detail, shape.opcode, i)
 
 
@@ -47,6 +49,11 @@ def test_psns_wrap_at_24_bits_and_frames_decode_as_roce():
         assert [f.psn for f in frames] == [0xFFFFFE, 0xFFFFFF, 0, 1]
         assert all(f.ts_ns == 123456789 and f.dqpn == 77 for f in frames)
         assert all(icrc_ok(burst.frame(i)) for i in range(4))
+        # A solicited ACK: AckReq on the last frame of the burst only (MIDDLE has none).
+        assert [f.ackreq for f in frames] == [0, 0, 0, 0]
+        burst.send(None, middle, 5, 3, 0, ackreq_last=True)
+        assert [parse_frame(burst.frame(i)).ackreq for i in range(3)] == [0, 0, 1]
+        assert icrc_ok(burst.frame(2))
 
 
 def test_bad_burst_sizes_and_indexes_are_refused():

@@ -54,7 +54,7 @@ def test_alpha_per_window_cut_once_per_window_and_additive_increase_by_hand():
 
 
 def test_cnps_count_as_one_marked_frame_each():
-    cc = make(alpha_initial=0.5)
+    cc = make(alpha_initial=0.5, feedback="cnp")
     cc.on_ack(1000, 10 * US, False, (), 10 * US)   # window 0: alpha = 15/16 * 0.5 = 0.46875
     assert cc.alpha == pytest.approx(0.46875)
     assert cc.window_bytes == pytest.approx(11_000)
@@ -72,19 +72,32 @@ def test_cnps_count_as_one_marked_frame_each():
 
 
 def test_fraction_is_capped_at_one_and_window_floored_at_min():
-    cc = make(min_window_bytes=2000)
+    cc = make(min_window_bytes=2000, feedback="cnp")
     cc.on_ack(1000, 10 * US, False, (), 10 * US)   # alpha = 0.9375
     for k in range(10):                            # 10 CNPs = 10000 "marked" > 1000 acked
         cc.on_cnp((11 + k * 0.1) * US)
     cc.on_ack(1000, 10 * US, False, (), 21 * US)   # F = min(1, 10000/1000) = 1
     assert cc.alpha == pytest.approx(15 / 16 * 0.9375 + 1 / 16)
     for start in range(21, 200, 10):               # every window marked: W falls to its floor
-        cc.on_ack(1000, 10 * US, True, (), (start + 10) * US)
+        cc.on_cnp((start + 5) * US)
+        cc.on_ack(1000, 10 * US, False, (), (start + 10) * US)
     assert cc.window_bytes == 2000
 
 
+def test_one_feedback_at_a_time_so_no_mark_counts_twice():
+    echo = make()                            # default: the ACKs' ECN echo
+    echo.on_cnp(1 * US)
+    assert echo.cnps_received == 1 and echo.window_bytes == 10_000   # counted, ignored
+    echo.on_ack(1000, 10 * US, True, (), 11 * US)
+    assert echo.window_bytes == pytest.approx(10_000 * 0.5)          # alpha 1: halved
+    cnp = make(feedback="cnp")
+    cnp.on_ack(1000, 10 * US, True, (), 11 * US)                     # the echo is ignored
+    assert cnp.window_bytes == pytest.approx(11_000)
+
+
 @pytest.mark.parametrize("kw", [{"g": 0}, {"g": 1.5}, {"alpha_initial": -0.1}, {"mtu_bytes": 0},
-                                {"base_rtt_s": math.inf}, {"initial_window_bytes": -1}])
+                                {"base_rtt_s": math.inf}, {"initial_window_bytes": -1},
+                                {"feedback": "ack"}])
 def test_bad_parameters_are_refused(kw: dict[str, float]):
     with pytest.raises(ParameterError):
         Dctcp(100e9, **kw)

@@ -49,12 +49,30 @@ def test_registry_names():
 
 
 @pytest.mark.parametrize(("spec", "cls"), [("DCTCP", Dctcp), (" timely ", Timely),
-                                           ("Swift", Swift), ("hpcc", Hpcc), ("OFF", LineRate),
+                                           ("Swift", Swift), ("HPCC", Hpcc), ("OFF", LineRate),
                                            (None, LineRate), ("dcqcn", Dcqcn)])
 def test_builtin_names_are_case_insensitive(spec: str | None, cls: type):
-    factory = validate_cc(spec)
+    factory = resolve_cc(spec)
     cc = factory(100e9, 0.0)
     assert isinstance(cc, cls) and cc.rate_bps == 100e9
+    if cls is not Hpcc:
+        assert validate_cc(spec).name == factory.name
+
+
+def test_hpcc_is_refused_until_the_fabric_writes_int_records():
+    with pytest.raises(ParameterError, match="needs in-band telemetry.*not available yet"):
+        validate_cc("hpcc")
+    with pytest.raises(ParameterError, match="eta"):       # its parameters are checked first
+        validate_cc("hpcc", {"eta": 2.0})
+
+
+def test_dcqcn_params_and_cnp_driven_settings():
+    assert validate_cc("nic").dcqcn_params == PARAMS["nic"]
+    assert validate_cc("dcqcn", {"g": 0.5}).dcqcn_params == PARAMS["paper"].with_(g=0.5)
+    assert validate_cc("dctcp").dcqcn_params is None
+    assert [validate_cc(s).cnp_driven for s in ("off", None, "paper", "nic", "dcqcn")] == [True] * 5
+    assert not any(validate_cc(s).cnp_driven for s in ("dctcp", "timely", "swift",
+                                                       f"{EXAMPLE}:MyAimd"))
 
 
 @pytest.mark.parametrize(("spec", "params"), [("dcqcn", PARAMS["paper"]), ("Paper", PARAMS["paper"]),
@@ -75,10 +93,11 @@ def test_dcqcn_sets_behave_exactly_as_make_cc(spec: object, params: object):
 
 
 def test_params_reach_the_constructor():
-    assert validate_cc("hpcc", {"base_rtt_s": 5e-6})(100e9).base_rtt_s == 5e-6
+    assert resolve_cc("hpcc", {"base_rtt_s": 5e-6})(100e9).base_rtt_s == 5e-6
+    assert validate_cc("swift", {"base_rtt_s": 5e-6})(100e9).base_rtt_s == 5e-6
     assert validate_cc("dcqcn", {"g": 1 / 16})(100e9).rp.params.g == 1 / 16
     with pytest.raises(ParameterError, match="eta"):
-        validate_cc("hpcc", {"eta": 2.0})
+        resolve_cc("hpcc", {"eta": 2.0})(100e9)
     with pytest.raises(ParameterError, match="no_such"):
         validate_cc("timely", {"no_such": 1})
     with pytest.raises(ParameterError, match="DcqcnParams"):

@@ -322,3 +322,52 @@ def test_take_stops_at_the_last_packet_and_wraps_psns():
     g = GbnSender(5, start_psn=PSN_MASK - 1)
     assert g.take(0.0, 64) == (PSN_MASK - 1, 5)
     assert g.take(0.0, 64) is None
+
+
+# -- ECN echo, DCTCP's ACK on a CE change, solicited ACKs -----------------------------
+
+def test_every_reply_echoes_whether_a_packet_it_newly_acknowledges_was_marked():
+    r = GbnReceiver(10, ack_coalesce=4)
+    acts = [r.on_packet(p, ce=p == 1) for p in range(4)]
+    assert acts[3] == Action(True, ACK, 3, echo=True)       # packets 0..3, one marked
+    assert [a.reply for a in acts[:3]] == [NONE] * 3 and not any(a.flush for a in acts)
+    assert r.on_packet(2) == Action(False, ACK, 3, echo=False)  # duplicate: nothing new marked
+    assert r.on_packet(4, ce=True).reply == NONE
+    assert r.on_packet(6) == Action(False, NAK, 5, echo=True)   # the NAK acknowledges 4 (marked)
+    assert r.on_packet(5) == Action(True, NONE, 5)
+    assert r.on_packet(4, ce=True) == Action(False, ACK, 5, echo=False)
+
+
+def test_ce_ack_flushes_on_every_ce_state_change_so_each_ack_is_uniform():
+    r = GbnReceiver(12, ack_coalesce=16, ce_ack=True)
+    marks = [False, False, True, True, True, False, False, False, False, False, False, False]
+    acts = [r.on_packet(p, ce=m) for p, m in enumerate(marks)]
+    # 0-1 unmarked, flushed when 2 arrives marked; 2-4 flushed when 5 arrives unmarked;
+    # 5-11 ACKed at the last packet.
+    assert [p for p, a in enumerate(acts) if a.flush] == [2, 5]
+    assert acts[-1] == Action(True, ACK, 11, echo=False)
+    assert r.acks_sent == 3
+    # Without ce_ack the same packets give one ACK, echoing the marks.
+    plain = GbnReceiver(12, ack_coalesce=16)
+    assert [plain.on_packet(p, ce=m) for p, m in enumerate(marks)][-1] == \
+        Action(True, ACK, 11, echo=True)
+    assert plain.acks_sent == 1
+
+
+def test_ackreq_solicits_an_ack_at_once():
+    r = GbnReceiver(100, ack_coalesce=16)
+    assert r.on_packet(0).reply == NONE
+    assert r.on_packet(1, ackreq=True) == Action(True, ACK, 1)
+    assert [r.on_packet(p).reply for p in range(2, 18)] == [NONE] * 15 + [ACK]  # 16 later
+
+
+def test_the_delayed_ack_acknowledges_what_waits_once():
+    r = GbnReceiver(10, ack_coalesce=4)
+    assert r.ack_pending() is None
+    r.on_packet(0)
+    r.on_packet(1, ce=True)
+    assert r.unacknowledged == 2
+    assert r.ack_pending() == Action(False, ACK, 1, echo=True)
+    assert r.ack_pending() is None and r.unacknowledged == 0
+    # Coalescing counts from the delayed ACK: the next ACK is 4 packets later.
+    assert [r.on_packet(p).reply for p in range(2, 6)] == [NONE, NONE, NONE, ACK]

@@ -16,6 +16,7 @@ from experiments import rundir
 from experiments.fidelity import FidelityReport, combine
 from experiments.options import parse_int, parse_list, resolve_options
 from experiments.registry import EXPERIMENTS, cli_run, parse_sets
+from experiments.rundir import REPO_ROOT as REPO
 from experiments.rundir import Run
 
 
@@ -72,7 +73,14 @@ BAD = [
     ("fairness", {"flows": "16"}, "flows"),
     ("fairness", {"gap": "1s"}, "gap"),
     ("fairness", {"settle": "1"}, "settle"),
-    ("fairness", {"cc": "dcqcn"}, "cc"),
+    ("fairness", {"cc": "hpcc"}, "cc"),             # no INT records yet
+    ("fairness", {"cc": "nosuch.py:Cc"}, "cc"),
+    ("ecmp", {"cc": "dcqcn;off"}, "cc"),             # one setting, not a list
+    ("cc", {"algorithms": "off;hpcc"}, "algorithms"),
+    ("cc", {"algorithms": "dctcp;DCTCP"}, "algorithms"),
+    ("cc", {"senders": "1"}, "senders"),
+    ("cc", {"senders": "9"}, "senders"),             # leafspine,3,1,3: 6 off the receiver's leaf
+    ("cc", {"topo": "leafspine,2,1,2"}, "topo"),      # no room for the victim flow
     ("demo", {"senders": "abc"}, "senders"),
     ("demo", {"dcqcn": "bogus"}, "dcqcn"),
     ("demo", {"incast_size": "-1"}, "incast_size"),
@@ -108,11 +116,31 @@ def test_empty_sweeps_are_refused(name, option, value, nothing_runs):
 
 
 @pytest.mark.parametrize("value, expected", [("OFF", ["off"]), ("Off;DCQCN", ["off", "dcqcn"]),
-                                             (" dcqcn ", ["dcqcn"])])
+                                             (" dcqcn ", ["dcqcn"]), ("DCTCP;nic", ["dctcp", "nic"])])
 def test_cc_is_case_insensitive(value, expected):
     from experiments import incast
 
     assert resolve_options(incast.OPTIONS, True, {"cc": value})["cc"] == expected
+
+
+def test_one_cc_parser_for_every_experiment(tmp_path, monkeypatch):
+    """Every experiment's cc option is traffic.ccload's: the same names, and a user's
+    file made absolute so that a rerun from elsewhere loads the same class."""
+    from experiments import cc, incast
+    from experiments.options import parse_cc
+
+    example = REPO / "examples" / "cc" / "my_aimd.py"
+    (tmp_path / "my_aimd.py").write_text(example.read_text())
+    monkeypatch.chdir(tmp_path)
+    assert parse_cc("my_aimd.py:MyAimd") == f"{tmp_path / 'my_aimd.py'}:MyAimd"
+    assert parse_cc(parse_cc("Swift")) == "swift"
+    for name, module in EXPERIMENTS.items():
+        option = module.OPTIONS.get("cc")
+        if option is not None:  # one setting, or a list of them (incast)
+            assert option.parse("DCTCP") in ("dctcp", ["dctcp"]), name
+    assert resolve_options(cc.OPTIONS, True, {"algorithms": "dctcp;my_aimd.py:MyAimd"})[
+        "algorithms"] == ["dctcp", f"{tmp_path / 'my_aimd.py'}:MyAimd"]
+    assert resolve_options(incast.OPTIONS, True, {"cc": "timely"})["cc"] == ["timely"]
 
 
 def test_every_default_and_quick_configuration_parses_and_checks():

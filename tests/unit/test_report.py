@@ -56,7 +56,7 @@ def test_options_quick_and_overrides():
 
 def test_every_experiment_declares_what_the_registry_runs():
     for name, mod in EXPERIMENTS.items():
-        assert mod.NAME == name and "scale" in mod.OPTIONS, name
+        assert name == mod.NAME and "scale" in mod.OPTIONS, name
         assert callable(mod.check) and callable(mod.execute), name
         mod.check(resolve_options(mod.OPTIONS, True, {}))
 

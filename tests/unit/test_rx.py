@@ -10,7 +10,21 @@ import pytest
 
 from core.errors import CapabilityError
 from engine.rawsock import SNAP_BYTES, RingSpec, slot_offsets
-from engine.rx import EV_ACK, EV_CE, EV_DONE, EV_NAK, EV_UNKNOWN, RxLib, RxRing, RxState
+from engine.rx import (
+    ARG_BECN,
+    ARG_ECHO,
+    EV_ACK,
+    EV_ACK_IN,
+    EV_CE,
+    EV_CNP_IN,
+    EV_DONE,
+    EV_NAK,
+    EV_PENDING,
+    EV_UNKNOWN,
+    RxLib,
+    RxRing,
+    RxState,
+)
 from traffic import gbn
 from traffic.roce import Flow, QpTemplate, ResponderTemplate
 
@@ -36,8 +50,9 @@ def _fill(buf: bytearray, offsets: list[int], start: int, frames: list[bytes],
         buf[off + _MAC_OFF:off + _MAC_OFF + len(snap)] = snap
 
 
+@pytest.mark.parametrize("ce_ack", [False, True])   # and the delayed-ACK reports with it
 @pytest.mark.parametrize("seed", range(6))
-def test_c_responder_matches_gbn_receiver_frame_by_frame(seed):
+def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
     rng = random.Random(seed)
     payload = rng.choice([256, 1000, 4096])
     size = payload * rng.randint(3, 40) - rng.randint(0, payload - 1)
@@ -56,12 +71,14 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed):
             order.append(i)
             i += 1
     ce = [rng.random() < 0.2 for _ in order]
+    ackreq = [rng.random() < 0.1 for _ in order]            # ACKs the sender solicited
     frames = []
-    for idx, marked in zip(order, ce, strict=True):
-        f = bytearray(tmpl.write(idx, idx, 1_000 + idx))
+    for idx, marked, solicit in zip(order, ce, ackreq, strict=True):
+        f = bytearray(tmpl.write(idx, idx, 1_000 + idx, 1 if solicit else None))
         if marked:
             f[15] |= 3
         frames.append(bytes(f))
+    frames.append(bytes(ResponderTemplate(FLOW).write_ack(3, 0, echo=True)))  # to a sender
     frames.append(bytes(ResponderTemplate(FLOW).cnp))      # a CNP: passed through
     other = QpTemplate(FLOW._replace(dqpn=9), 4096, mtu_payload_bytes=4096)
     frames.append(bytes(other.write(0, 0, 0)))              # data of a QP not received here
@@ -74,7 +91,7 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed):
 
     lib = _lib()
     state = RxState(lib, 16, budget=len(frames) + 8)
-    state.add_qps(0, [(5, n, coalesce)])
+    state.add_qps(0, [(5, n, coalesce)], ce_ack=ce_ack, ack_timer=ce_ack)
     rx = RxRing(buf, offsets, 0)
     rx.idx.value = start
     every = rng.choice([1, 3])
@@ -84,23 +101,31 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed):
                for k in range(len(frames)))                 # every slot handed back
 
     # The reference: the same frames through GbnReceiver, as the Python path does.
-    ref = gbn.GbnReceiver(n, coalesce)
+    ref = gbn.GbnReceiver(n, coalesce, ce_ack=ce_ack)
     want, lat, done = [], [], False
-    for k, (idx, marked) in enumerate(zip(order, ce, strict=True)):
+    for k, (idx, marked, solicit) in enumerate(zip(order, ce, ackreq, strict=True)):
         rx_ns = stamps[k] - 500
-        act = ref.on_packet(idx)
+        act = ref.on_packet(idx, marked, solicit or idx == n - 1)  # LAST carries AckReq
+        if act.flush:
+            want.append((EV_ACK, idx - 1, 0 if marked else ARG_ECHO))
         if marked:
-            want.append((EV_CE, idx))
+            want.append((EV_CE, idx, 0))
         if (k + 1) % every == 0:
             lat.extend([4, rx_ns - 100, rx_ns - (1_000 + idx), int(marked)])
         if act.reply != gbn.NONE:
-            want.append((EV_ACK if act.reply == gbn.ACK else EV_NAK, act.psn))
+            want.append((EV_ACK if act.reply == gbn.ACK else EV_NAK, act.psn,
+                         ARG_ECHO * act.echo + ref.complete))
+        elif ce_ack and act.deliver and ref.unacknowledged == 1:
+            want.append((EV_PENDING, idx, 0))
         if ref.complete and not done:
             done = True
-            want.append((EV_DONE, idx))
-    events = [(state.events[k].kind, state.events[k].psn) for k in range(state.n_events.value)]
+            want.append((EV_DONE, idx, 0))
+    events = [(e.kind, e.psn, e.arg) for e in state.events[:state.n_events.value]]
     assert events[:len(want)] == want
-    assert [e for e, _ in events[len(want):]] == [6, EV_UNKNOWN]   # the CNP, then the stranger
+    assert any(k == EV_PENDING for k, _, _ in want) == (ce_ack and coalesce > 1)
+    # The ACK to a sender (its BECN is the echo), the CNP, then the stranger.
+    assert [(e, a) for e, _, a in events[len(want):]][:2] == [(EV_ACK_IN, ARG_BECN), (EV_CNP_IN, 0)]
+    assert events[-1][0] == EV_UNKNOWN
     assert list(state.latency[:state.n_latency.value]) == lat
     q = state.qps[5]
     assert (q.delivered, q.duplicates, q.out_of_order) == \
@@ -108,3 +133,7 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed):
     assert q.seen == len(order) and q.ce == sum(ce)
     assert q.bytes == size                                   # every byte delivered once
     assert q.first_rx_ns == stamps[0] - 500
+    # The delayed ACK on the C state is the reference's.
+    want_ack = ref.ack_pending()
+    assert state.ack_pending(5) == (None if want_ack is None else (want_ack.psn, want_ack.echo))
+    assert state.ack_pending(5) is None

@@ -13,9 +13,13 @@ the window arrives, as in TCP's once-per-window reaction; alpha itself is
 updated when the window ends.
 
 Congestion feedback for RoCE comes either as ``ecn_echo`` on ACKs (all
-``bytes_acked`` of that ACK count as marked) or as CNPs: each CNP counts as
-``mtu_bytes`` of marked data, exact when the receiver sends one CNP per CE-marked
-frame (CNP interval 0) and an under-estimate of F otherwise. F is capped at 1.
+``bytes_acked`` of that ACK count as marked; exact when the receiver ACKs at
+every change of the CE state, as the engine's does for this algorithm) or as
+CNPs: each CNP counts as ``mtu_bytes`` of marked data, exact when the receiver
+sends one CNP per CE-marked frame (CNP interval 0) and an under-estimate of F
+otherwise. ``feedback`` chooses one ("ecn_echo", the default, or "cnp"); the
+other is ignored (CNPs are still counted), so that a fabric that delivers both
+does not count a mark twice. F is capped at 1.
 
 Window only: the rate stays at line rate and ``window_bytes`` (payload bytes in
 flight, the unit of ``bytes_acked``) limits the sender. No timers.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
 from traffic.ccalgos.common import fraction, positive, sent_after
 
@@ -46,8 +51,12 @@ class Dctcp:
       pass the topology's value. It sizes the initial window only;
     * ``initial_window_bytes``: one bandwidth-delay product (line rate x base RTT),
       RDMA-style line-rate start instead of TCP slow start;
-    * ``min_window_bytes = mtu_bytes``.
+    * ``min_window_bytes = mtu_bytes``;
+    * ``feedback = "ecn_echo"``: marks from the ACKs' ECN echo (DCTCP's own signal);
+      "cnp" takes them from CNPs instead.
     """
+
+    FEEDBACK = ("ecn_echo", "cnp")
 
     window_bytes: float
     next_timer_s = math.inf
@@ -55,7 +64,10 @@ class Dctcp:
     def __init__(self, line_rate_bps: float, start_s: float = 0.0, *,
                  g: float = 1 / 16, alpha_initial: float = 1.0, mtu_bytes: int = MTU_PAYLOAD_BYTES,
                  base_rtt_s: float = 10e-6, initial_window_bytes: float | None = None,
-                 min_window_bytes: float | None = None):
+                 min_window_bytes: float | None = None, feedback: str = "ecn_echo"):
+        if feedback not in self.FEEDBACK:
+            raise ParameterError("feedback", feedback, f"expected one of {self.FEEDBACK}")
+        self.from_cnps = feedback == "cnp"
         self.line_rate_bps = positive("line_rate_bps", line_rate_bps)
         self.g = fraction("g", g)
         self.alpha = fraction("alpha_initial", alpha_initial, closed_low=True)
@@ -90,7 +102,7 @@ class Dctcp:
     def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
                int_records: Sequence[object], now_s: float) -> None:
         self._acked_bytes += bytes_acked
-        if ecn_echo:
+        if ecn_echo and not self.from_cnps:
             self._marked(bytes_acked)
         if rtt_s > 0:
             self.last_rtt_s = rtt_s
@@ -108,7 +120,8 @@ class Dctcp:
 
     def on_cnp(self, now_s: float) -> None:
         self.cnps_received += 1
-        self._marked(self.mtu_bytes)
+        if self.from_cnps:
+            self._marked(self.mtu_bytes)
 
     def on_timer(self, now_s: float) -> None:
         pass

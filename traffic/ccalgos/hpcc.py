@@ -55,6 +55,9 @@ class Hpcc:
     """
 
     next_timer_s = math.inf
+    #: HPCC without per-hop records has no signal: ``traffic.ccload`` refuses it until
+    #: the fabric writes INT.
+    needs_int_records = True
 
     def __init__(self, line_rate_bps: float, start_s: float = 0.0, *,
                  base_rtt_s: float = 10e-6, eta: float = 0.95, max_stage: int = 5,

@@ -1,0 +1,354 @@
+"""Congestion control compared: the same scenarios for every algorithm, with and without PFC.
+
+One leaf-spine fabric (default: 3 leaves of 3 hosts at 100G, one spine, 300G uplinks,
+every port buffer 512 KiB so that the queues, not the message sizes, decide) and, for
+each ``cc`` setting in ``algorithms``:
+
+* ``incast cc=X pfc=off|on`` (scenarios a and c, measured together): the incast
+  senders write ``size`` bytes each to the last host, the receiver; meanwhile a victim
+  flow of ``size`` bytes goes from the one host of the senders' leaf that is not a
+  sender to a host on a third leaf: it shares its leaf's uplink with incast senders
+  but never crosses the incast's bottleneck (the receiver's last hop). The senders are
+  the hosts of the victim's leaf and the receiver's leaf-mates, so the receiver's last
+  hop is the only port where traffic fans in beyond its rate. Without PFC the
+  bottleneck drops what it cannot hold and go-back-N recovers; with PFC (enabled once
+  every case without it has run) nothing is dropped, the pauses spread upstream and
+  the uplink the victim shares with senders pauses the victim too: PFC's head-of-line
+  blocking. Measured: the incast's completion, drops (every port), PAUSE events, p99
+  one-way latency of its frames, peak bottleneck queue, retransmissions, ECN-echo
+  ACKs; the victim's FCT, throughput and p99 one-way latency.
+* ``fairness cc=X`` (scenario b, no PFC): ``flows`` of those senders write
+  ``flow_size`` bytes each to the receiver, flow k starting ``k * gap`` after the
+  first. Over the interval when all are active (the model's, shifted by the path
+  latency, its first ``settle`` skipped): Jain index, aggregate throughput and the
+  smallest share; the convergence (settling) time runs from the last flow's first
+  frame at the receiver to the end of the last bin (32 frame times of the bottleneck
+  each), before the first flow completes, whose per-flow delivered rates have a Jain
+  index below 0.95.
+
+Model predictions where the project has them: the incast with CC off (its completion,
+latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
+``model.incast``; with PFC only the lossless completion), DCQCN's incast without PFC
+(the fluid model of ``model.incast``), the victim's FCT and the fair shares under
+max-min fair sharing (``model.fairshare``: an ideal congestion control, without PFC's
+head-of-line blocking). The model has no DCTCP, TIMELY, Swift or user algorithm, no
+PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
+Every case gets the fidelity gate's verdict. cc.csv has one row per case with the
+headline numbers (printed as a table), beside messages, latency, queue, ports and
+rates (fairness cases) CSVs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from core.ecn import Thresholds
+from core.errors import ParameterError
+from core.frame import WIRE_FRAME_BYTES
+from core.messages import Message, Workload
+from core.scaling import DEFAULT_SCALE, Scale
+from emu.fabric import Fabric
+from emu.pfc import PfcConfig
+from experiments import incast
+from experiments.fairness import parse_gap, staggered, window_rate_bps
+from experiments.measure import (
+    Measurement,
+    engine_config,
+    gate,
+    measure,
+    measure_deviations,
+    model_graph,
+)
+from experiments.options import (
+    CC_CHOICES,
+    SCALE_HELP,
+    Option,
+    check_thresholds,
+    check_topology,
+    parse_cc,
+    parse_float,
+    parse_int,
+    parse_list,
+    parse_scale,
+    parse_size,
+    parse_thresholds,
+    parse_topo,
+)
+from experiments.rundir import Run, jain_index, progress
+from model.alphabeta import roce_wire_factor
+from model.fairshare import FlowSpec, fair_share_schedule
+from model.incast import predict_incast_on_graph
+from topologies.routing import topo_graph
+from topologies.spec import build_topo
+from traffic import collectives
+from traffic.ccload import resolve_cc
+
+NAME = "cc"
+KIB = 1 << 10
+
+#: Convergence: bins of this many full frames at the bottleneck rate, and the Jain
+#: index every bin after the settling time reaches.
+CONVERGENCE_BIN_FRAMES = 32
+CONVERGED_JAIN = 0.95
+
+OPTIONS: dict[str, Option] = {
+    "algorithms": Option(["off", "dcqcn", "dctcp", "timely", "swift"],
+                         f"congestion-control settings compared, ';'-separated ({CC_CHOICES})",
+                         parse=parse_list(parse_cc)),
+    "topo": Option("leafspine,3,1,3,host_rate=100G", "topology; its hosts must sit on three "
+                   "or more first-hop switches", parse=parse_topo),
+    "buffer": Option(512 * KIB, "egress buffer of every port (real bytes)", parse=parse_size),
+    "senders": Option(4, "incast senders", parse=parse_int(2)),
+    "size": Option(1 << 20, "bytes per incast sender and of the victim flow", quick=256 * KIB,
+                   parse=parse_size),
+    "flows": Option(3, "flows of the fairness case", parse=parse_int(2)),
+    "flow_size": Option(1 << 20, "bytes per fairness flow", quick=512 * KIB, parse=parse_size),
+    "gap": Option(20e-6, "real seconds between fairness flow starts", quick=10e-6,
+                  parse=parse_gap),
+    "settle": Option(0.3, "fraction of the all-flows interval skipped before Jain and "
+                     "throughput are measured", parse=parse_float(0, 1, open_high=True)),
+    "thresholds": Option("40K/160K", "ECN Kmin/Kmax of every switch port (bytes)",
+                         parse=parse_thresholds),
+    "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
+    "pfc_budget": Option(0.1, "wall-clock reaction time PFC's headroom is sized for (s)",
+                         parse=parse_float(1e-3, 10.0)),
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+}
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Who sends what to whom (see the module doc)."""
+
+    receiver: str
+    senders: tuple[str, ...]      # incast, in order: the victim's leaf, then leaf-mates
+    victim: tuple[str, str]       # (source, destination)
+
+
+def roles(graph: Any, hosts: list[str], n_senders: int) -> Roles:
+    """The scenario's hosts on ``graph`` (first-hop switch = a host's neighbour);
+    ParameterError naming the option when the topology or ``n_senders`` do not fit."""
+    leaf = {h: min(graph.neighbors(h)) for h in hosts}
+    receiver = hosts[-1]
+    by_leaf: dict[str, list[str]] = {}
+    for h in hosts:
+        by_leaf.setdefault(leaf[h], []).append(h)
+    others = [hs for sw, hs in by_leaf.items() if sw != leaf[receiver]]
+    if len(others) < 2 or len(others[0]) < 2:
+        raise ParameterError("topo", len(by_leaf), "needs hosts on three first-hop switches, "
+                             "two or more on the second (the victim's), for the victim flow")
+    victim_leaf, dst_leaf = others[0], others[1]
+    pool = victim_leaf[:-1] + [h for h in by_leaf[leaf[receiver]] if h != receiver]
+    if n_senders > len(pool):
+        raise ParameterError("senders", n_senders, f"at most {len(pool)} on this topology "
+                             "(the victim's leaf-mates and the receiver's)")
+    return Roles(receiver, tuple(pool[:n_senders]), (victim_leaf[-1], dst_leaf[0]))
+
+
+def check(opts: dict[str, Any]) -> None:
+    """Options that depend on each other, checked before anything is built."""
+    check_topology(opts["topo"], opts["scale"], min_hosts=4)
+    topo = build_topo(opts["topo"])
+    r = roles(topo_graph(topo), list(topo.host_nodes()), opts["senders"])
+    if opts["flows"] > len(r.senders):
+        raise ParameterError("flows", opts["flows"], f"at most senders = {len(r.senders)}")
+    check_thresholds([opts["thresholds"]], opts["pmax"])
+
+
+def label(cc: str) -> str:
+    return resolve_cc(cc).name
+
+
+def incast_workload(r: Roles, size_bytes: int) -> Workload:
+    msgs = [Message(i, s, r.receiver, size_bytes) for i, s in enumerate(r.senders, start=1)]
+    victim = Message(len(msgs) + 1, *r.victim, size_bytes, tag="victim")
+    return Workload("incast+victim", [*msgs, victim], [*r.senders, r.receiver, *r.victim],
+                    size_bytes)
+
+
+def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: str, pfc: bool,
+                   t: Thresholds) -> dict[str, Any]:
+    """The model's incast where it has one: CC off (lossless with PFC), DCQCN without PFC."""
+    senders = list(r.senders)
+    dcqcn = incast.dcqcn_set(cc, "paper")
+    if pfc and cc == "off":
+        wire_bytes = size_bytes * roce_wire_factor()
+        pred = predict_incast_on_graph(model_graph(fab), fab.routes.paths, senders, r.receiver,
+                                       wire_bytes, cc="off", buffer_bytes=math.inf,
+                                       packet_bytes=WIRE_FRAME_BYTES)
+        return {"completion_s": pred["completion_s"], "drops": 0.0}
+    if pfc or (cc != "off" and dcqcn is None):
+        return {}
+    return incast.predict(fab, senders, r.receiver, size_bytes, "off" if cc == "off" else "dcqcn",
+                          t, dcqcn or "paper")
+
+
+def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any], cc: str,
+               pfc: bool, t: Thresholds) -> None:
+    """Scenarios a and c: the incast and the victim flow, with or without PFC."""
+    size = opts["size"]
+    workload = incast_workload(r, size)
+    port = incast.bottleneck_port(fab, list(r.senders), r.receiver)
+    pred = predict_incast(fab, r, size, cc, pfc, t)
+    graph = model_graph(fab)
+    shares = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
+                                                  msg.size_bytes) for msg in workload.messages])
+    pauses0 = fab.pfc.summary()["pause_events"] if pfc else 0
+    m = measure(fab, workload, engine_config(cc), watch=[port])
+    pauses = fab.pfc.summary()["pause_events"] - pauses0 if pfc else None
+    msgs = m.messages
+    victim_id = len(r.senders) + 1
+    inc = msgs[msgs.msg_id != victim_id]
+    victim = msgs[msgs.msg_id == victim_id].iloc[0]
+    done = bool(inc.end_s.notna().all())
+    completion_s = float(inc.end_s.max() - inc.start_s.min()) if done else math.nan
+    lat = m.latency
+    inc_lat_us = lat[lat.msg_id != victim_id].one_way_s * 1e6
+    victim_lat_us = lat[lat.msg_id == victim_id].one_way_s * 1e6
+
+    def model(key: str, factor: float = 1.0) -> float | None:
+        return pred[key] * factor if pred.get(key) is not None else None
+
+    drops = int(m.ports.drops.sum())
+    peak_bytes = float(m.queue[m.queue.port == port.name].backlog_bytes.max())
+    victim_model_s = shares.finish_s[victim_id]
+    row = {
+        "case": case, "scenario": "incast", "cc": label(cc), "pfc": pfc,
+        "completion_us": completion_s * 1e6, "drops": drops, "pauses": pauses,
+        "latency_p99_us": float(inc_lat_us.quantile(0.99)),
+        "peak_queue_KB": peak_bytes / 1e3, "retransmitted": int(msgs.retransmitted.sum()),
+        "ecn_echoes": int(msgs.ecn_echoes.sum()), "cnps": int(msgs.cnps_received.sum()),
+        "victim_fct_us": float(victim.fct_s) * 1e6,
+        "victim_gbps": 8e-9 * size / float(victim.fct_s),
+        "victim_latency_p99_us": float(victim_lat_us.quantile(0.99)),
+    }
+    run.metric(case, "incast completion", "us", row["completion_us"], model("completion_s", 1e6))
+    run.metric(case, "drops", "packets", drops, model("drops"))
+    run.metric(case, "latency p99", "us", row["latency_p99_us"], model("latency_p99_s", 1e6))
+    run.metric(case, "peak queue", "KB", row["peak_queue_KB"], model("max_queue_bytes", 1e-3))
+    if pfc:
+        run.metric(case, "PAUSE events", "count", pauses, None)
+    run.metric(case, "retransmissions", "packets", row["retransmitted"], None)
+    run.metric(case, "ECN-echo ACKs", "count", row["ecn_echoes"], None)
+    run.metric(case, "victim FCT", "us", row["victim_fct_us"], victim_model_s * 1e6)
+    run.metric(case, "victim throughput", "Gb/s", row["victim_gbps"],
+               8e-9 * size / victim_model_s)
+    run.metric(case, "victim latency p99", "us", row["victim_latency_p99_us"], None)
+    labels = {"case": case, "cc": label(cc), "pfc": pfc}
+    run.frame("cc", pd.DataFrame([row]))
+    run.frame("messages", msgs, **labels)
+    run.frame("latency", lat, **labels)
+    run.frame("queue", m.queue, **labels)
+    run.frame("ports", m.ports.reset_index(), **labels)
+    # CC off without a drop (PFC, or a buffer the model says holds the incast): the
+    # bottleneck is busy from first to last byte; idling would be the machine's doing.
+    busy = cc == "off" and pred.get("drops") == 0
+    run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
+                            saturated={port.name: completion_s} if busy else {}))
+    run.deviations([{**d, "effect": f"incast completion: measured {completion_s * 1e6:.2f} us"}
+                    for d in measure_deviations(fab, m, case, graph)])
+
+
+def convergence_s(m: Measurement, flows: list[int], bin_s: float) -> float:
+    """Settling time: from the last flow's first frame at the receiver to the end of the
+    last bin, before the first of the flows completes, whose per-flow delivered rates
+    have a Jain index below CONVERGED_JAIN (0 if there is none); NaN if the last bin
+    is one of them (the rates never settled) or the interval holds fewer than two bins."""
+    lat = m.latency[m.latency.msg_id.isin(flows)]
+    join = float(lat.groupby("msg_id").t_s.min().max())
+    end = float(m.messages[m.messages.msg_id.isin(flows)].end_s.min())
+    edges = np.arange(join, end, bin_s)
+    if len(edges) < 3:
+        return math.nan
+    counts = [np.histogram(lat[lat.msg_id == f].t_s, bins=edges)[0] for f in flows]
+    unfair = [i for i in range(len(edges) - 1)
+              if jain_index([c[i] for c in counts]) < CONVERGED_JAIN]
+    if not unfair:
+        return 0.0
+    return math.nan if unfair[-1] == len(edges) - 2 else float(edges[unfair[-1] + 1] - join)
+
+
+def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
+                 cc: str) -> None:
+    """Scenario b: flows joining one bottleneck one by one."""
+    senders = list(r.senders[:opts["flows"]])
+    workload = staggered(collectives.build("incast", [r.receiver, *senders], opts["flow_size"]),
+                         opts["gap"])
+    flows = [msg for msg in workload.messages if msg.src != msg.dst]
+    graph = model_graph(fab)
+    sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
+                                                 msg.size_bytes, msg.start_s) for msg in flows])
+    port = incast.bottleneck_port(fab, senders, r.receiver)
+    m = measure(fab, workload, engine_config(cc), watch=[port])
+    full = max(sched.intervals, key=lambda iv: len(iv.rates_bps))
+    active = list(full.rates_bps)
+    measured = [window_rate_bps(m, f, full.t0_s, full.t1_s, opts["settle"],
+                                sched.finish_s[f] - sched.last_byte_s[f]) for f in active]
+    model = [full.payload_rates_bps[f] for f in active]
+    bin_s = CONVERGENCE_BIN_FRAMES * 8.0 * WIRE_FRAME_BYTES / port.rate_bps
+    conv_s = convergence_s(m, active, bin_s)
+    row = {"case": case, "scenario": "fairness", "cc": label(cc), "pfc": False,
+           "jain": jain_index(measured) if sum(measured) > 0 else math.nan,
+           "aggregate_gbps": sum(measured) * 1e-9, "smallest_gbps": min(measured) * 1e-9,
+           "convergence_us": conv_s * 1e6,
+           "retransmitted": int(m.messages.retransmitted.sum()),
+           "drops": int(m.ports.drops.sum()),
+           "ecn_echoes": int(m.messages.ecn_echoes.sum()),
+           "cnps": int(m.messages.cnps_received.sum())}
+    run.metric(case, "Jain index", "", row["jain"], jain_index(model))
+    run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"], sum(model) * 1e-9)
+    run.metric(case, "smallest share", "Gb/s", row["smallest_gbps"], min(model) * 1e-9)
+    run.metric(case, "convergence time", "us", row["convergence_us"], None)
+    if math.isnan(conv_s):
+        run.note(f"{case}: the flows' rates had not settled (Jain >= {CONVERGED_JAIN} in bins "
+                 f"of {bin_s * 1e6:.2f} us) when the first flow ended")
+    labels = {"case": case, "cc": label(cc), "pfc": False}
+    run.frame("cc", pd.DataFrame([row]))
+    run.frame("messages", m.messages, **labels)
+    run.frame("latency", m.latency, **labels)
+    run.frame("rates", m.rates, **labels)
+    run.frame("queue", m.queue, **labels)
+    run.frame("ports", m.ports.reset_index(), **labels)
+    run.fidelity(case, gate(fab, m, workload, cc=cc != "off"))
+    run.deviations([{**d, "effect": "shifts the measured windows against the model's "
+                     "schedule by the missing delay"}
+                    for d in measure_deviations(fab, m, case, graph)])
+
+
+def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+    """Every case, committed as it ends: without PFC first (incast, fairness), then
+    PFC is enabled on the same fabric for the incast cases with it."""
+    topo = build_topo(opts["topo"])
+    for a, b in topo.links():
+        topo.linkInfo(a, b)["buffer_bytes"] = opts["buffer"]
+    t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
+    plan = [(kind, cc, pfc, f"{prefix}{kind} cc={label(cc)}"
+             + ("" if kind == "fairness" else f" pfc={'on' if pfc else 'off'}"))
+            for pfc in (False, True) for cc in opts["algorithms"]
+            for kind in (("incast", "fairness") if not pfc else ("incast",))]
+    todo = [p for p in plan if not run.finished(p[3])]
+    run.note("metrics without a prediction are measured only: the model has no DCTCP, "
+             "TIMELY, Swift or user algorithm, no PAUSE and no convergence dynamics")
+    with progress(len(plan), f"{prefix}cc") as advance:
+        for p in plan:
+            if p not in todo:
+                advance(p[3])
+        if not todo:
+            return
+        with Fabric(topo, Scale(opts["scale"]), marking="auto", thresholds=t) as fab:
+            run.fabric(f"{prefix}cc {opts['topo']} buffer={opts['buffer']}", fab)
+            r = roles(topo_graph(topo), list(topo.host_nodes()), opts["senders"])
+            for kind, cc, pfc, case in todo:
+                if pfc and fab.pfc is None:
+                    fab.enable_pfc(PfcConfig(reaction_budget_wall_s=opts["pfc_budget"]))
+                if kind == "incast":
+                    run_incast(run, fab, case, r, opts, cc, pfc, t)
+                else:
+                    run_fairness(run, fab, case, r, opts, cc)
+                run.commit(case)
+                advance(case)

@@ -1,0 +1,90 @@
+"""`emu run cc` without a fabric: who sends what to whom, the settling time from
+delivered frames, option checks and the comparison tables the report prints."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from core.errors import ParameterError
+from experiments import cc
+from experiments.measure import Measurement
+from experiments.options import resolve_options
+from experiments.report import cc_tables
+from topologies.routing import topo_graph
+from topologies.spec import build_topo
+
+
+def _roles(spec: str, senders: int) -> cc.Roles:
+    topo = build_topo(spec)
+    return cc.roles(topo_graph(topo), list(topo.host_nodes()), senders)
+
+
+def test_roles_put_the_victim_behind_the_senders_uplink_and_off_the_bottleneck():
+    r = _roles("leafspine,3,1,3,host_rate=100G", 4)
+    # Receiver h9 on l3; senders: l1's hosts but the victim, then h9's leaf-mates.
+    assert r.receiver == "h9" and r.senders == ("h1", "h2", "h7", "h8")
+    assert r.victim == ("h3", "h4")               # l1 -> l2: shares l1's uplink, not l3 -> h9
+    assert _roles("leafspine,3,1,3,host_rate=100G", 2).senders == ("h1", "h2")
+    assert _roles("leafspine,4,1,4", 6).senders == ("h1", "h2", "h3", "h13", "h14", "h15")
+
+
+@pytest.mark.parametrize(("spec", "senders", "option"), [
+    ("leafspine,3,1,3,host_rate=100G", 5, "senders"),   # only 4 fit
+    ("leafspine,2,1,4", 2, "topo"),                      # no third leaf for the victim
+    ("leafspine,3,1,1", 1, "topo"),                      # the victim's leaf has one host
+])
+def test_topologies_without_room_for_the_scenario_are_refused(spec, senders, option):
+    with pytest.raises(ParameterError) as err:
+        _roles(spec, senders)
+    assert err.value.name == option
+
+
+def test_options_check_flows_against_senders():
+    with pytest.raises(ParameterError) as err:
+        resolve_options(cc.OPTIONS, True, {"senders": "2", "flows": "3"}, cc.check)
+    assert err.value.name == "flows"
+    opts = resolve_options(cc.OPTIONS, True, {}, cc.check)
+    assert opts["algorithms"] == ["off", "dcqcn", "dctcp", "timely", "swift"]
+    assert opts["size"] == 256 << 10
+
+
+def _measurement(arrivals: dict[int, list[float]], end_s: float) -> Measurement:
+    lat = pd.DataFrame([{"msg_id": f, "t_s": t, "one_way_s": 0.0, "ce": False}
+                        for f, ts in arrivals.items() for t in ts])
+    msgs = pd.DataFrame({"msg_id": list(arrivals), "end_s": [end_s] * len(arrivals)})
+    return Measurement(msgs, lat, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {}, 0.0)
+
+
+def test_settling_time_is_the_end_of_the_last_unfair_bin():
+    us = 1e-6
+    even = {f: list(np.arange(0, 100, 1.0) * us + f * 0.1 * us) for f in range(3)}
+    assert cc.convergence_s(_measurement(even, 100 * us), [0, 1, 2], 10 * us) == 0.0
+    # Flow 2 joins at 0 but gets nothing more until 25 us, then its share: bins 0-2
+    # (the third: 5 frames against 10, Jain 0.93) are unfair.
+    late = {**even, 2: [0.0] + [t for t in even[2] if t >= 25 * us]}
+    assert cc.convergence_s(_measurement(late, 100 * us), [0, 1, 2], 10 * us) == \
+        pytest.approx(30 * us)
+    # Never settled: the last bin before the first completion is unfair.
+    starved = {**even, 2: [t for t in even[2] if t < 50 * us]}
+    starved[2].append(0.0)
+    assert math.isnan(cc.convergence_s(_measurement(starved, 100 * us), [0, 1, 2], 10 * us))
+
+
+def test_comparison_tables_per_scenario_with_the_verdicts():
+    df = pd.DataFrame([
+        {"case": "incast cc=off pfc=on", "scenario": "incast", "cc": "off", "pfc": True,
+         "completion_us": 84.6, "drops": 0.0, "pauses": 74.0, "victim_fct_us": 59.6},
+        {"case": "fairness cc=dctcp", "scenario": "fairness", "cc": "dctcp", "pfc": False,
+         "jain": 0.98, "convergence_us": float("nan")}])
+    tables = cc_tables(df, {"incast cc=off pfc=on": {"valid": True},
+                            "fairness cc=dctcp": {"valid": False}})
+    assert [t.title.split(", ")[1].split(" ")[0] for t in tables] == ["incast", "fairness"]
+    incast_cells = {c.header: c._cells[0] for c in tables[0].columns}
+    assert incast_cells["PFC"] == "on" and incast_cells["PAUSEs"] == "74"
+    assert incast_cells["drops"] == "0" and "yes" in incast_cells["valid"]
+    fair_cells = {c.header: c._cells[0] for c in tables[1].columns}
+    assert fair_cells["convergence (us)"] == "n/a" and "no" in fair_cells["valid"]
