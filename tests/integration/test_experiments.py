@@ -80,9 +80,10 @@ def _missing_fixed_delays(run_dir) -> set[str]:
 
 
 def _judge_fixed_delays(run_dir, summary: dict, cases: list[str]) -> bool:
-    """Every fixed delay a fabric lacks is a named, measured deviation of every case
+    """Every fixed delay a run lacks is a named, measured deviation of every case
     (the unloaded first frames and the NIC overhead show it); True if some are missing,
-    so callers bound the error left after them instead of the raw error."""
+    so callers bound the error left after them instead of the raw error. (The engine
+    emulates all four by default: then only residuals beyond 5 % are rows.)"""
     missing = _missing_fixed_delays(run_dir)
     for case in cases:
         devs = [d for d in summary["deviations"] if d["case"] == case]
@@ -92,7 +93,10 @@ def _judge_fixed_delays(run_dir, summary: dict, cases: list[str]) -> bool:
         for d in devs:
             assert d["real_s"] > 0 and math.isfinite(d["measured_s"]), d
             assert d["missing_s"] == pytest.approx(d["real_s"] - d["measured_s"])
-            assert d["missing_s"] > 0.05 * d["real_s"], d   # a deviation is beyond 5 %
+            # A deviation is beyond 5 %: short of the real value where a delay is
+            # missing, either way for the residual of emulated ones.
+            assert abs(d["missing_s"]) > 0.05 * d["real_s"], d
+            assert d["emulated"] or d["missing_s"] > 0, d
     return bool(missing)
 
 
