@@ -289,7 +289,7 @@ def first_frame_bytes(size_bytes: int, payload_bytes: int) -> int:
     return min(size_bytes, payload_bytes) + HEADER_BYTES + RETH_BYTES
 
 
-class _FixedDelays:
+class FixedDelays:
     """The fixed delay the engine adds from one host to another, per frame size: the
     real path delay of ``traffic.fixeddelay`` (mean over the ECMP paths, equal in a
     Clos) less the propagation netem already emulates on the path's links."""
@@ -328,7 +328,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     msgs: list[plan.MsgPlan] = []
     loads: dict[str, int] = defaultdict(int)
     nic_keys: dict[str, set[str]] = defaultdict(set)
-    fixed = _FixedDelays(fab, config.forwarding) if config.fixed_delays else None
+    fixed = FixedDelays(fab, config.forwarding) if config.fixed_delays else None
     for i, m in enumerate(workload.messages):
         eg = fab.egress(m.src, m.dst)
         back = fab.egress(m.dst, m.src)
