@@ -1,6 +1,7 @@
-"""traffic.fixeddelay and the engine's use of it (engine.run.FixedDelays) on the topologies' own graphs; every expected value is worked by
-hand in the comments (fattree,4: hosts 400G / 3 m, edge-agg 800G / 30 m, agg-core 1.6T
-/ 100 m, 600 ns switches; 5 ns/m of fibre)."""
+"""traffic.fixeddelay and the engine's use of it (engine.run.FixedDelays) on the
+topologies' own graphs; every expected value is worked by hand in the comments
+(fattree,4: hosts 400G / 3 m, edge-agg 800G / 30 m, agg-core 1.6T / 100 m, 600 ns
+switches; 5 ns/m of fibre)."""
 
 from __future__ import annotations
 
