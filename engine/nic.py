@@ -39,6 +39,17 @@ frames) is compared with the time its schedule allotted the same frames (rate ch
 The wait before a period's first frame, and short periods, are wake-up lag, judged by
 the lag checks: counted here they would fail every small message on wake latency.
 
+Fixed delays. A QP with a path delay (``MsgPlan.fwd_delay_emu_ns``, the real
+fabric's fixed delay dilated by S, engine/run.py) has a **delay line**: the NIC
+model decides, paces and books every frame at its slot as before (the time it
+would leave a real NIC), and the burst waits in the QP's FIFO until that slot plus
+the path delay, then goes to the fabric stamped with the hand-over time less the
+delay, so the receiver's one-way latency includes it. ACKs and CNPs for the QP wait
+in a second FIFO for the ACK path's delay before the requester acts on them, at
+their nominal time. Both delays are constant per QP, so either FIFO releases in
+order; a frame's pacing lag includes how late its hand-over was. A message's first
+frame is due ``nic_overhead_s`` after it is posted.
+
 Clocks. Data frames carry the send time as CLOCK_MONOTONIC ns (``traffic.roce``);
 receive times are the ring's kernel timestamps converted with the parent's
 ``realtime - monotonic`` offset.
@@ -59,6 +70,7 @@ import struct
 import time
 import traceback
 from array import array
+from collections import deque
 from typing import Any
 
 from core.frame import ETH_BYTES, FRAME_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, RETH_BYTES
@@ -171,10 +183,31 @@ class _CcTimer:
         self.qp = qp
 
 
+class _DelayLine:
+    """A QP's delay lines (module docstring, "Fixed delays"), a deadline key of its own.
+
+    ``frames``: (release_ns, shape, psn, count, lag_ns, step_ns, solicit) of decided bursts;
+    ``ctrl``: (release_ns, kind, psn, syndrome) of received ACKs (kind EV_ACK_IN)
+    and CNPs (EV_CNP_IN). Each FIFO's delay is constant, so its head is its earliest.
+    """
+
+    __slots__ = ("qp", "frames", "ctrl")
+
+    def __init__(self, qp: _SendQp):
+        self.qp = qp
+        self.frames: deque[tuple[int, Any, int, int, int, int, bool]] = deque()
+        self.ctrl: deque[tuple[int, int, int, int]] = deque()
+
+    def next_ns(self) -> int | None:
+        heads = [q[0][0] for q in (self.frames, self.ctrl) if q]
+        return min(heads) if heads else None
+
+
 class _SendQp:
     __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "cc", "nic",
                  "sched", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
-                 "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns", "timer", "echoes")
+                 "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns", "timer", "echoes",
+                 "delay")
 
     def __init__(self, plan: MsgPlan, payload_bytes: int):
         self.plan = plan
@@ -203,6 +236,8 @@ class _SendQp:
         self.tx_ns = array("q")         # latest send time of every packet (RTT samples)
         self.timer = _CcTimer(self)
         self.echoes = 0                 # ACKs and NAKs received with the ECN echo
+        self.delay = (_DelayLine(self) if plan.fwd_delay_emu_ns or plan.back_delay_emu_ns
+                      else None)
 
 
 class _RecvQp:
@@ -301,6 +336,7 @@ class _WorkerLoop:
         self.scale_ns = plan.scale.emu_ns_per_real_s
         self.ack_delay_ns = None if plan.ack_delay_s is None \
             else int(plan.ack_delay_s * self.scale_ns)
+        self.overhead_ns = plan.scale.emu_ns(plan.nic_overhead_s)
         self.nics = {(n.host, n.ifname): _Nic(n, tx_socks[(n.host, n.ifname)], plan.scale)
                      for n in plan.nics}
         self.hosts = {h: _Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
@@ -446,6 +482,9 @@ class _WorkerLoop:
         if isinstance(key, _RecvQp):
             self._delayed_ack(key)
             return
+        if isinstance(key, _DelayLine):
+            self._release(key, now)
+            return
         qp: _SendQp = key
         if qp.gbn is None:
             self._start(qp, now)
@@ -504,6 +543,7 @@ class _WorkerLoop:
         qp.start_ns = now
         qp.next_trace_ns = now
         self._arm_cc_timer(qp)
+        qp.sched.restart(now + self.overhead_ns)  # the NIC's per-message overhead
         self._wake(qp, now)
 
     def _wake(self, qp: _SendQp, now: int) -> None:
@@ -549,10 +589,8 @@ class _WorkerLoop:
         if nic.backlog and not self._flush_backlog(nic):
             self.deadlines.arm(nic, now + int(nic.ns_per_bit * 8 * 1500))
             return
-        burst = self.burst
         scale_ns = self.scale_ns
         t0 = self.t0_ns
-        lags = self.lags
         qps = nic.qps
         horizon = now + _EARLY_NS
         while qps:
@@ -599,15 +637,14 @@ class _WorkerLoop:
             # The frame that fills the window asks for an ACK (AckReq): coalesced
             # ACKs would otherwise hold it shut until the retransmission timer.
             solicit = window is not None and g.in_flight >= allowed
-            sent = 0 if nic.backlog else burst.send(nic.sock, shape, psn, n, now, solicit)
-            self.packets_sent += sent
-            if n == 1:
-                lags.append(lag)
-                if lag > 0:
-                    self.lag_total_ns += lag
-            else:
-                lags.extend(range(lag, lag - n * step, -step))
-                self.lag_total_ns += sum(x for x in range(lag, lag - n * step, -step) if x > 0)
+            delay = best.delay
+            if delay is None:
+                self._book_lags(lag, n, step)
+                sent = self._hand_over(nic, shape, psn, n, now, now, solicit)
+            else:  # the lags are booked when the line hands the burst over
+                self._hold(delay, delay.frames,
+                           (now + best.plan.fwd_delay_emu_ns, shape, psn, n, lag, step, solicit))
+                sent = n
             best.tx_ns[index:index + n] = array("q", [now]) * n
             dropped = best.sched.dropped_ns + nic.sched.dropped_ns
             # Both schedules are judged from the frame's actual slot: the one that was
@@ -642,12 +679,84 @@ class _WorkerLoop:
             self.data_sent += n
             if now >= best.next_trace_ns:
                 self._trace(best, now)
-            if sent < n:  # the NIC queue is full: keep the rest and retry shortly
-                self._push_back(nic, [burst.frame(i) for i in range(sent, n)],
-                                counted=bool(nic.backlog))
-                self.deadlines.arm(nic, now + int(nic.ns_per_bit * 8 * 1500))
+            if sent < n:  # the NIC queue is full: _hand_over kept the rest
                 return
         self._end_period(nic)
+
+    def _book_lags(self, lag: int, n: int, step: int) -> None:
+        """Lateness of ``n`` frames handed to the fabric together, the first ``lag`` ns
+        behind its slot and each next one a ``step`` later."""
+        if n == 1:
+            self.lags.append(lag)
+            if lag > 0:
+                self.lag_total_ns += lag
+        else:
+            late = range(lag, lag - n * step, -step)
+            self.lags.extend(late)
+            self.lag_total_ns += sum(x for x in late if x > 0)
+
+    def _hand_over(self, nic: _Nic, shape: Any, psn: int, n: int, now: int, ts_ns: int,
+                   solicit: bool = False) -> int:
+        """Give a burst stamped ``ts_ns`` to the NIC's socket behind the frames the qdisc
+        pushed back; what it refuses joins them, retried shortly. Returns frames taken.
+        ``solicit`` sets AckReq on the burst's last frame."""
+        burst = self.burst
+        blocked = bool(nic.backlog) and not self._flush_backlog(nic)
+        sent = 0 if blocked else burst.send(nic.sock, shape, psn, n, ts_ns, solicit)
+        if blocked:  # built only: it waits behind the backlog
+            burst.send(None, shape, psn, n, ts_ns, solicit)
+        self.packets_sent += sent
+        if sent < n:
+            self._push_back(nic, [burst.frame(i) for i in range(sent, n)], counted=blocked)
+            retry = now + int(nic.ns_per_bit * 8 * 1500)
+            armed = self.deadlines.armed(nic)
+            if armed is None or armed > retry:
+                self.deadlines.arm(nic, retry)
+        return sent
+
+    # -- fixed delays ---------------------------------------------------------------------
+    def _hold(self, delay: _DelayLine, fifo: deque, entry: tuple) -> None:
+        """Append ``entry`` (release time first) to one of ``delay``'s FIFOs."""
+        fifo.append(entry)
+        if len(fifo) == 1:
+            armed = self.deadlines.armed(delay)
+            if armed is None or entry[0] < armed:
+                self.deadlines.arm(delay, entry[0])
+
+    def _release(self, delay: _DelayLine, now: int) -> None:
+        """Hand over the bursts and act on the ACKs/CNPs whose delay is up."""
+        qp = delay.qp
+        horizon = now + _EARLY_NS
+        frames = delay.frames
+        while frames and frames[0][0] <= horizon:
+            release, shape, psn, n, lag, step, solicit = frames.popleft()
+            self._book_lags(lag + now - release, n, step)
+            self._hand_over(qp.nic, shape, psn, n, now, now - qp.plan.fwd_delay_emu_ns, solicit)
+        ctrl = delay.ctrl
+        while ctrl and ctrl[0][0] <= horizon:
+            release, kind, psn, arg = ctrl.popleft()
+            self._act(qp, kind, psn, arg, release)
+        due = delay.next_ns()
+        if due is not None:
+            self.deadlines.arm(delay, due)
+
+    def _ctrl_in(self, qp: _SendQp, kind: int, psn: int, arg: int, rx_ns: int) -> None:
+        """An ACK (``EV_ACK_IN``, ``arg``: AETH syndrome | ARG_BECN for the ECN echo) or
+        CNP (``EV_CNP_IN``) for ``qp`` arrived at ``rx_ns``: acted on now, or once the ACK
+        path's delay is up."""
+        delay = qp.delay
+        if delay is None:
+            self._act(qp, kind, psn, arg, rx_ns)
+        else:
+            self._hold(delay, delay.ctrl, (rx_ns + qp.plan.back_delay_emu_ns, kind, psn, arg))
+
+    def _act(self, qp: _SendQp, kind: int, psn: int, arg: int, t_ns: int) -> None:
+        if kind == EV_ACK_IN:
+            self._on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN))
+        else:
+            qp.cc.on_cnp(self.real_s(t_ns))
+            self._trace(qp, t_ns)
+            self._arm_cc_timer(qp)
 
     def _end_period(self, nic: _Nic) -> None:
         """``nic`` has nothing left to send: close its busy period."""
@@ -740,15 +849,13 @@ class _WorkerLoop:
                 if qp is None or qp.gbn is None:
                     self.unknown_frames += 1
                 else:
-                    self._on_ack(qp, e.psn, e.arg & 0xFF, e.rx_ns, bool(e.arg & ARG_BECN))
+                    self._ctrl_in(qp, EV_ACK_IN, e.psn, e.arg, e.rx_ns)
             elif kind == EV_CNP_IN:
                 qp = h.tx_qps.get(e.qpn)
                 if qp is None or qp.cc is None:
                     self.unknown_frames += 1
                 else:
-                    qp.cc.on_cnp(self.real_s(e.rx_ns))
-                    self._trace(qp, e.rx_ns)
-                    self._arm_cc_timer(qp)
+                    self._ctrl_in(qp, EV_CNP_IN, e.psn, 0, e.rx_ns)
             else:
                 self.unknown_frames += 1
 
@@ -795,16 +902,15 @@ class _WorkerLoop:
                 if qp is None or qp.gbn is None:
                     self.unknown_frames += 1
                 else:  # the AETH syndrome; BTH BECN is the ECN echo
-                    self._on_ack(qp, psn, _U32.unpack_from(mm, f + OFF_TS)[0] >> 24, rx_ns,
-                                 bool(qp_word >> 30 & 1))
+                    self._ctrl_in(qp, EV_ACK_IN, psn,
+                                  _U32.unpack_from(mm, f + OFF_TS)[0] >> 24
+                                  | (ARG_BECN if qp_word >> 30 & 1 else 0), rx_ns)
             elif opcode == CNP:
                 qp = h.tx_qps.get(qpn)
                 if qp is None or qp.cc is None:
                     self.unknown_frames += 1
                 else:
-                    qp.cc.on_cnp(self.real_s(rx_ns))
-                    self._trace(qp, rx_ns)
-                    self._arm_cc_timer(qp)
+                    self._ctrl_in(qp, EV_CNP_IN, psn, 0, rx_ns)
             else:
                 self.unknown_frames += 1
             set_status(mm, off, 0)

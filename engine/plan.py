@@ -38,6 +38,10 @@ class MsgPlan:
     reply_flow: Flow        # ACK/CNP direction
     reply_ifname: str
     ifname: str
+    #: The real fabric's fixed delay on the data path (a frame of this QP) and on the
+    #: ACK path, dilated: held at the sender (engine/nic.py, "Fixed delays").
+    fwd_delay_emu_ns: int = 0
+    back_delay_emu_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class WorkerPlan:
     ack_delay_s: float | None  # delayed ACK after this long (real s); None: never
     rto_s: float
     cnp_interval_s: float
+    nic_overhead_s: float    # real, before a message's first frame
     latency_sample_every: int
     rate_trace_interval_s: float
     rt_offset_ns: int

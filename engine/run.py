@@ -36,6 +36,15 @@ flag, collects what the workers report, and terminates (then kills) any worker
 still alive. Workers also carry PR_SET_PDEATHSIG, so even a SIGKILLed engine
 leaves no orphan behind.
 
+Fixed delays. The emulated fabric (veths into HTB shapers) adds none of the real
+fabric's fixed delays: a frame is not stored and forwarded at every hop, no switch
+pipeline delays it, propagation exists only where netem delays the links. With
+``EngineConfig.fixed_delays`` the engine adds them per QP, dilated by S
+(``traffic.fixeddelay`` prices the routed path; engine/nic.py holds the frames):
+the data path's delay for the QP's first, largest frame, the ACK path's for an ACK,
+and the NIC overhead before a message's first frame. docs/design.md, "Fixed delays",
+says why a constant per-path delay at the sender stands in for per-hop delays.
+
 Units. Workers work in emulated nanoseconds; everything reported is converted
 here with the fabric's Scale (times / S, rates x S), except the pacing lag, which
 is an engine property and is reported in emulated seconds.
@@ -60,7 +69,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import ParameterError
-from core.frame import MTU_PAYLOAD_BYTES
+from core.frame import ACK_FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES, RETH_BYTES
 from core.messages import Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
@@ -69,21 +78,41 @@ from emu.ports import Port
 from engine import nic, plan, rawsock
 from engine.burst import Burst
 from engine.rx import RxLib
+from topologies.base import FabricTopo
+from topologies.routing import Routes, topo_graph
 from traffic.ccload import CcFactory, validate_cc
+from traffic.fixeddelay import (
+    FORWARDING,
+    NIC_OVERHEAD,
+    PROPAGATION,
+    SERIALIZATION,
+    SWITCH_LATENCY,
+    PathDelay,
+    check_forwarding,
+    hops,
+    mean_delay,
+    path_delay,
+)
 from traffic.roce import ECN_CODES, Flow
 
 
 class LiveFabric(Protocol):
-    """What the engine needs from a built fabric (`emu.fabric.Fabric` is one)."""
+    """What the engine needs from a built fabric (`emu.fabric.Fabric` is one); the
+    topology, routes and link delays only with ``EngineConfig.fixed_delays``."""
 
     hosts: list[str]
     scale: Scale
+    topo: FabricTopo
+    routes: Routes
+    delay_emulated: bool
 
     def ports(self) -> list[Port]: ...
 
     def egress(self, src_host: str, dst_host: str) -> Egress: ...
 
     def endpoint(self, host: str) -> HostEndpoint: ...
+
+    def link_delay_s(self, a: str, b: str) -> float: ...
 
 
 #: Real-time CNP interval used by receivers when the senders do not run DCQCN.
@@ -96,6 +125,9 @@ DEFAULT_ACK_DELAY_S = 1e-6
 _READY_TIMEOUT_S = 120.0     # building the Scapy templates of a big DAG takes a while
 _STOP_GRACE_S = 3.0
 _START_DELAY_NS = 2_000_000  # t0 a little after "all ready", so every worker is waiting
+#: A real RDMA NIC's per-message overhead, post to first frame on the wire (~1 us, the
+#: value the RoCE literature measures; the model keeps its own constant).
+DEFAULT_NIC_OVERHEAD_S = 1e-6
 
 
 @dataclass(frozen=True)
@@ -132,6 +164,11 @@ class EngineConfig:
     engine/csrc/roce_rx.c, batched receive with the responder's go-back-N in C),
     'python' (Shape.write + send per frame, receive parsed in Python) or 'auto'
     (compiled if clang works).
+    ``fixed_delays``: add the real fabric's per-hop serialization, switch latency and
+    the link propagation netem does not emulate to every QP's data and ACK paths
+    (module docstring), and ``nic_overhead_s`` before every message's first frame;
+    ``forwarding``: 'store-and-forward' (a full frame's serialization at every hop)
+    or 'cut-through' (once, at the path's slowest hop).
     """
 
     cc: object = "paper"
@@ -147,6 +184,9 @@ class EngineConfig:
     rate_trace_interval_s: float = 5e-6
     ring_bytes: int = 4 << 20
     send_path: str = "auto"
+    fixed_delays: bool = True
+    nic_overhead_s: float = DEFAULT_NIC_OVERHEAD_S
+    forwarding: str = FORWARDING[0]
     #: The validated ``cc`` (set in __post_init__).
     cc_factory: CcFactory = field(init=False, repr=False, compare=False)
 
@@ -180,6 +220,27 @@ class EngineConfig:
         if not self.rate_trace_interval_s > 0:
             raise ParameterError("rate_trace_interval_s", self.rate_trace_interval_s,
                                  "must be positive")
+        if not 0 <= self.nic_overhead_s < 1:
+            raise ParameterError("nic_overhead_s", self.nic_overhead_s, "expected 0 <= s < 1")
+        check_forwarding(self.forwarding)
+
+    def emulated_fixed_delays(self, netem_propagation: bool) -> dict[str, str]:
+        """{fixed-delay name: how} of what this engine adds (``traffic.fixeddelay``
+        names); propagation only where netem does not delay the links."""
+        if not self.fixed_delays:
+            return {}
+        at_sender = ("a constant per path at the sender (data frames held before the "
+                     "fabric, ACKs and CNPs before the requester acts), dilated by S")
+        ser = ("a full frame's serialization at every hop" if self.forwarding == FORWARDING[0]
+               else "a frame's serialization once, at the path's slowest hop")
+        out = {SERIALIZATION: f"engine, {self.forwarding}: {ser}, {at_sender}",
+               SWITCH_LATENCY: f"engine: every switch's pipeline latency on the path, {at_sender}"}
+        if not netem_propagation:
+            out[PROPAGATION] = f"engine (no netem): the links' propagation, {at_sender}"
+        if self.nic_overhead_s > 0:
+            out[NIC_OVERHEAD] = (f"engine: {self.nic_overhead_s * 1e6:g} us from a message's "
+                                 "post to its first frame, dilated by S")
+        return out
 
     @property
     def ack_timer_s(self) -> float | None:
@@ -265,6 +326,33 @@ def _auto_rto_s(fab: LiveFabric) -> float:
     return 3 * drain_s
 
 
+def first_frame_bytes(size_bytes: int, payload_bytes: int) -> int:
+    """A message's first frame, its largest: the only one to carry the RETH."""
+    return min(size_bytes, payload_bytes) + HEADER_BYTES + RETH_BYTES
+
+
+class FixedDelays:
+    """The fixed delay the engine adds from one host to another, per frame size: the
+    real path delay of ``traffic.fixeddelay`` (mean over the ECMP paths, equal in a
+    Clos) less the propagation netem already emulates on the path's links."""
+
+    def __init__(self, fab: LiveFabric, forwarding: str) -> None:
+        self.fab = fab
+        self.graph = topo_graph(fab.topo)
+        self.forwarding = forwarding
+        self._cache: dict[tuple[str, str, int], PathDelay] = {}
+
+    def __call__(self, src: str, dst: str, frame_bytes: int) -> PathDelay:
+        key = (src, dst, frame_bytes)
+        if key not in self._cache:
+            fab = self.fab
+            self._cache[key] = mean_delay([
+                path_delay(self.graph, p, frame_bytes, self.forwarding)
+                .less_propagation(sum(fab.link_delay_s(u, v) for u, v in hops(p)))
+                for p in fab.routes.paths(src, dst)])
+        return self._cache[key]
+
+
 def _assign(loads: dict[str, int], n_workers: int) -> list[list[str]]:
     """Hosts to workers, heaviest first onto the least-loaded worker."""
     bins: list[list[str]] = [[] for _ in range(n_workers)]
@@ -282,6 +370,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     msgs: list[plan.MsgPlan] = []
     loads: dict[str, int] = defaultdict(int)
     nic_keys: dict[str, set[str]] = defaultdict(set)
+    fixed = FixedDelays(fab, config.forwarding) if config.fixed_delays else None
     for i, m in enumerate(workload.messages):
         eg = fab.egress(m.src, m.dst)
         back = fab.egress(m.dst, m.src)
@@ -293,7 +382,12 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             index=i, msg_id=m.msg_id, src=m.src, dst=m.dst, size_bytes=int(m.size_bytes),
             deps=tuple(index[d] for d in m.deps),
             start_emu_ns=scale.emu_ns(m.start_s),
-            flow=flow, reply_flow=reply, reply_ifname=back.ifname, ifname=eg.ifname))
+            flow=flow, reply_flow=reply, reply_ifname=back.ifname, ifname=eg.ifname,
+            fwd_delay_emu_ns=scale.emu_ns(fixed(
+                m.src, m.dst, first_frame_bytes(int(m.size_bytes), config.payload_bytes)).total_s)
+            if fixed else 0,
+            back_delay_emu_ns=scale.emu_ns(fixed(m.dst, m.src, ACK_FRAME_BYTES).total_s)
+            if fixed else 0))
         n_packets = -(-m.size_bytes // config.payload_bytes)
         loads[m.src] += n_packets
         loads[m.dst] += n_packets
@@ -322,6 +416,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             ack_coalesce=0 if config.ack_coalesce == ACK_PER_MESSAGE else config.ack_coalesce,
             ce_ack=config.ce_ack, ack_delay_s=config.ack_timer_s,
             rto_s=rto_s, cnp_interval_s=cnp_interval_s,
+            nic_overhead_s=config.nic_overhead_s if config.fixed_delays else 0.0,
             latency_sample_every=config.latency_sample_every,
             rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns,
             notify={p.index: notify[p.index] for p in receives if p.index in notify},
@@ -540,8 +635,7 @@ def _reap(procs: list[Any]) -> None:
 _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
                     "acked_s", "first_tx_s", "last_tx_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
                     "cnps_sent", "cnps_received", "ecn_echoes", "ce_marked", "bytes_received",
-                    "completed",
-                    "step", "tag"]
+                    "completed", "path_delay_s", "ack_path_delay_s", "step", "tag"]
 
 
 def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: list[plan.WorkerPlan],
@@ -587,7 +681,9 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
             "stop_reason": r["stop_reason"], "error": r.get("error"),
         })
     rows = []
+    msg_plans = {p.index: p for wp in plans for p in wp.sends}
     for i, m in enumerate(workload.messages):
+        mp = msg_plans[i]
         sd = sends.get(i, {})
         rd = receives.get(i, {})
         start = sd.get("start_ns", -1)
@@ -606,6 +702,8 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
             "ce_marked": rd.get("ce_marked", 0),
             "bytes_received": rd.get("bytes_received", 0),
             "completed": sd.get("acked_ns", -1) >= 0 and end >= 0,
+            "path_delay_s": real(mp.fwd_delay_emu_ns),
+            "ack_path_delay_s": real(mp.back_delay_emu_ns),
             "step": m.step, "tag": m.tag,
         })
     messages = pd.DataFrame(rows, columns=_MESSAGE_COLUMNS)
@@ -657,5 +755,10 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
         "cnp_interval_s": plans[0].cnp_interval_s if plans else None,
         "cc": config.cc_factory.name,
         "payload_bytes": config.payload_bytes,
+        "fixed_delays": {"enabled": config.fixed_delays, "forwarding": config.forwarding,
+                         "nic_overhead_s": config.nic_overhead_s},
+        # What the engine added of the real fabric's fixed delays ({name: how}):
+        # experiments.rundir.emulated_fixed_delays merges it with the fabric's own.
+        "emulated_fixed_delays": config.emulated_fixed_delays(fab.delay_emulated),
     }
     return EngineResult(messages, latency, rates, stats)

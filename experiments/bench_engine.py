@@ -3,7 +3,8 @@ and pacing accuracy (achieved vs configured rate per QP), in the same run.
 
 Rig: two namespaces joined by an unshaped veth pair (MTU 9000), presented to the
 engine with the few Fabric methods it uses (hosts, endpoint, egress, ports,
-scale), so the engine's send path is limited by its own CPU, not by a shaper.
+scale), so the engine's send path is limited by its own CPU, not by a shaper. It
+has no topology: the engine runs without the real fabric's fixed delays.
 
 * pps: one message, CC off, line rate far above what a core can send; the figure
   is data packets sent by the sending worker per CPU-second of that worker (its
@@ -48,6 +49,7 @@ class VethRig:
     """Two hosts on an unshaped veth pair, with the Fabric API the engine uses."""
 
     hosts = ["a", "b"]
+    delay_emulated = False  # no topology behind it: runs without the fixed delays
 
     def __init__(self) -> None:
         self.scale = Scale(S, max_emulated_rate_bps=1e15)
@@ -93,7 +95,8 @@ def engine_pps(rig: VethRig, payload: int, packets: int, send_path: str) -> dict
     rig.rate_emu_bps = 1e12
     wl = Workload("bench", [Message(1, "a", "b", payload * packets)], ["a", "b"], 1)
     r = run_workload(rig, wl, EngineConfig(cc=None, payload_bytes=payload, rto_s=1e-3,
-                                           timeout_s=120, latency_sample_every=64,
+                                           fixed_delays=False, timeout_s=120,
+                                           latency_sample_every=64,
                                            send_path=send_path))
     if r.stats["error"]:
         raise RuntimeError(f"engine run failed: {r.stats['error']}")
@@ -131,7 +134,8 @@ def scapy_pps(rig: VethRig, payload: int, packets: int, per_call: bool) -> dict:
 def pacing(rig: VethRig, rate_emu_bps: float, payload: int, packets: int) -> dict:
     rig.rate_emu_bps = rate_emu_bps
     wl = Workload("pace", [Message(1, "a", "b", payload * packets)], ["a", "b"], 1)
-    r = run_workload(rig, wl, EngineConfig(cc=None, payload_bytes=payload, timeout_s=120))
+    r = run_workload(rig, wl, EngineConfig(cc=None, payload_bytes=payload, timeout_s=120,
+                                           fixed_delays=False))
     row = r.messages.iloc[0]
     frame_bits = (payload + HEADER_BYTES) * 8  # MIDDLE frames; the FIRST (+16 B RETH) is not timed
     span_emu_s = (row["last_tx_s"] - row["first_tx_s"]) * S

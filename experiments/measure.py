@@ -1,5 +1,5 @@
 """Measuring a run on a live fabric: port counters, queue samples, the fidelity gate,
-the fixed delays the emulator lacks (as measured deviations) and FCT slowdown.
+the fixed delays the emulator lacks or misses (as measured deviations) and FCT slowdown.
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from core.frame import (
     HEADER_BYTES,
     MTU_PAYLOAD_BYTES,
     WIRE_FRAME_BYTES,
-    WIRE_OVERHEAD_BYTES,
 )
 from core.messages import Message, Workload
 from emu.ecmp import ecmp_check
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
 from emu.wirerate import capacity_bound_bps
-from engine.run import EngineConfig, run_workload
+from engine.run import EngineConfig, first_frame_bytes, run_workload
 from experiments.fidelity import (
     Check,
     FidelityReport,
@@ -40,6 +39,7 @@ from experiments.fidelity import (
 from experiments.rundir import Run, emulated_fixed_delays
 from model.alphabeta import DEFAULT_OVERHEAD_S, predict_workload
 from topologies.routing import topo_graph
+from traffic.fixeddelay import NIC_OVERHEAD, path_delay
 
 # ----------------------------------------------------------------------------- fabric
 
@@ -268,39 +268,30 @@ def ecmp_hashing_check(fab: Fabric, m: Measurement, workload: Any) -> Check | No
 
 # ----------------------------------------------------------------------------- deviations
 
-#: A fixed delay counts as reproduced when the emulator's measured value reaches this
+#: A fixed delay counts as reproduced when the emulator's measured value is within this
 #: fraction of the real fabric's (the issue's 5 % on unloaded one-way latency).
 DEVIATION_TOLERANCE = 0.05
 
 
-def hop_sum_s(graph: Any, path: Sequence[str], frame_bytes: float) -> dict[str, float]:
-    """One frame of ``frame_bytes`` crossing ``path`` on an idle real fabric, by part:
-    serialization at every hop (store and forward), switch latency, propagation."""
-    hops = list(zip(path[:-1], path[1:], strict=True))
-    return {"per-hop serialization": sum(8.0 * frame_bytes / float(graph.edges[u, v]["rate_bps"])
-                                         for u, v in hops),
-            "switch latency": sum(float(graph.nodes[n].get("switch_latency_s", 0.0))
-                                  for n in path[1:-1]),
-            "link propagation": sum(float(graph.edges[u, v].get("delay_s", 0.0))
-                                    for u, v in hops)}
-
-
 def measure_deviations(fab: Fabric, m: Measurement, case: str, graph: Any | None = None
                        ) -> list[dict[str, Any]]:
-    """The fixed delays the emulator did not reproduce in one run, measured.
+    """The fixed delays one run did not reproduce, measured.
 
     * path: a message's first frames see empty queues, so the lowest one-way latency
       of its frames is the unloaded path delay; the real fabric's is the hop sum of
-      `hop_sum_s` for that frame size on the message's shortest route.
+      `traffic.fixeddelay.path_delay` (store and forward) for its first frame on the
+      message's shortest route.
     * NIC overhead: a message's first frame leaves first_tx_s - start_s after the
       engine posts it; the real NIC needs alphabeta.DEFAULT_OVERHEAD_S.
 
-    A deviation (one row per measured shortfall beyond DEVIATION_TOLERANCE) names the
-    parts not emulated (`emulated_fixed_delays`) and gives the real and the measured
-    medians over the run's messages."""
+    Both are measured whatever the run emulates (`emulated_fixed_delays`, with what
+    the engine declared in ``m.stats``); one row per shortfall beyond
+    DEVIATION_TOLERANCE names the parts not emulated, and where every part is
+    emulated a residual beyond it, either way, is a row named '... (emulated:
+    residual)'. Real and measured values are medians over the run's messages."""
 
     graph = model_graph(fab) if graph is None else graph
-    emulated = emulated_fixed_delays(fab)
+    emulated = emulated_fixed_delays(fab, m.stats.get("emulated_fixed_delays"))
     msgs = m.messages[m.messages.end_s.notna() & (m.messages.src != m.messages.dst)]
     lowest = m.latency.groupby("msg_id").one_way_s.min() if not m.latency.empty else pd.Series()
     parts: list[dict[str, float]] = []
@@ -308,36 +299,41 @@ def measure_deviations(fab: Fabric, m: Measurement, case: str, graph: Any | None
     for msg in msgs.itertuples():
         if msg.msg_id not in lowest.index:
             continue
-        frame = min(MTU_PAYLOAD_BYTES, int(msg.size_bytes)) + HEADER_BYTES + WIRE_OVERHEAD_BYTES
-        sums = [hop_sum_s(graph, p, frame) for p in fab.routes.paths(msg.src, msg.dst)]
-        parts.append(min(sums, key=lambda d: sum(d.values())))
+        frame = first_frame_bytes(int(msg.size_bytes), MTU_PAYLOAD_BYTES)
+        sums = [path_delay(graph, p, frame) for p in fab.routes.paths(msg.src, msg.dst)]
+        parts.append(min(sums, key=lambda d: d.total_s).parts())
         measured.append(float(lowest[msg.msg_id]))
     rows = []
     if parts:
         real = {k: float(pd.Series([d[k] for d in parts]).median()) for k in parts[0]}
         rows.append(_deviation_row(
-            case, [k for k in real if not emulated[k]["emulated"]] or ["fixed path delay"],
+            case, list(real), [k for k in real if not emulated[k]["emulated"]],
             "unloaded one-way latency of a message's first frames (median over messages)",
             sum(real.values()), float(pd.Series(measured).median()),
             "; ".join(f"{k} {v * 1e9:.0f} ns ({emulated[k]['how']})" for k, v in real.items())))
     started = msgs[(msgs.first_tx_s >= 0) & (msgs.start_s >= 0)]
     if not started.empty:
         rows.append(_deviation_row(
-            case, ["NIC overhead"], "per-message NIC overhead: first frame on the wire after "
-            "the message is posted (median over messages)", DEFAULT_OVERHEAD_S,
+            case, [NIC_OVERHEAD], [] if emulated[NIC_OVERHEAD]["emulated"] else [NIC_OVERHEAD],
+            "per-message NIC overhead: first frame on the wire after the message is posted "
+            "(median over messages)", DEFAULT_OVERHEAD_S,
             float((started.first_tx_s - started.start_s).median()),
             f"a real RDMA NIC needs ~{DEFAULT_OVERHEAD_S * 1e6:g} us per message "
-            f"({emulated['NIC overhead']['how']})"))
+            f"({emulated[NIC_OVERHEAD]['how']})"))
     return [r for r in rows if r is not None]
 
 
-def _deviation_row(case: str, names: list[str], what: str, real_s: float, measured_s: float,
-                   detail: str) -> dict[str, Any] | None:
-    if measured_s >= (1 - DEVIATION_TOLERANCE) * real_s:
+def _deviation_row(case: str, names: list[str], missing: list[str], what: str, real_s: float,
+                   measured_s: float, detail: str) -> dict[str, Any] | None:
+    """A row if the ``missing`` parts of ``names`` leave the measured value short of
+    the real one, or (none missing) if its residual exceeds the tolerance."""
+    off_s = real_s - measured_s
+    if (off_s if missing else abs(off_s)) <= DEVIATION_TOLERANCE * real_s:
         return None
-    return {"case": case, "name": " + ".join(names), "what": what, "real_s": real_s,
-            "measured_s": measured_s, "missing_s": real_s - measured_s,
-            "missing_rel": (real_s - measured_s) / real_s, "detail": detail}
+    name = " + ".join(missing) if missing else " + ".join(names) + " (emulated: residual)"
+    return {"case": case, "name": name, "emulated": not missing, "what": what,
+            "real_s": real_s, "measured_s": measured_s, "missing_s": off_s,
+            "missing_rel": off_s / real_s, "detail": detail}
 
 
 # ----------------------------------------------------------------------------- FCT slowdown

@@ -44,9 +44,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from core.errors import FabricEmuError, ParameterError
 from core.frame import FRAME_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from emu.fabric import Fabric
+from engine.run import EngineConfig
 from experiments.fidelity import FidelityReport, combine
 from experiments.options import Option, format_value, resolve_options
 from experiments.report import console, render_report
+from traffic.fixeddelay import FIXED_DELAYS, PROPAGATION, SERIALIZATION
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -548,32 +550,27 @@ def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
     return resumed, bool(quick)
 
 
-#: The fixed delays of a real fabric that the model prices (model.alphabeta,
-#: topologies.base): per-hop serialization (a store-and-forward switch holds a frame
-#: until it has all of it), switch pipeline latency (node ``switch_latency_s``), link
-#: propagation (link ``delay_s``) and the NIC's per-message overhead. The model always
-#: prices all four; what the emulator lacks is reported as a deviation, measured.
-FIXED_DELAYS = ("per-hop serialization", "switch latency", "link propagation",
-                "NIC overhead")
+def emulated_fixed_delays(fab: Fabric, engine: Mapping[str, str] | None = None
+                          ) -> dict[str, dict[str, Any]]:
+    """Which of the real fabric's fixed delays (``traffic.fixeddelay.FIXED_DELAYS``, all
+    priced by the model) a run emulates, and how (recorded in config.json).
 
-
-def emulated_fixed_delays(fab: Fabric) -> dict[str, dict[str, Any]]:
-    """Which of FIXED_DELAYS this fabric emulates, and how (recorded in config.json).
-
-    A fabric (or the engine driving it) that emulates more declares it in its summary
-    under ``emulated_fixed_delays`` ({name: how}); otherwise propagation is emulated
-    where netem delays the links and the other three are not. The hops are veths into
-    HTB ports whose bucket releases a frame as soon as it holds its tokens: a frame is
-    serialized once, at the bottleneck, and no switch adds pipeline latency."""
+    The fabric alone emulates propagation where netem delays the links, and nothing
+    else: its hops are veths into HTB ports whose bucket releases a frame as soon as it
+    holds its tokens, so a frame is serialized once, at the bottleneck, and no switch
+    adds pipeline latency. ``engine`` is what the engine driving it adds ({name: how}:
+    ``EngineResult.stats['emulated_fixed_delays']``); None: what the experiments'
+    engine (the default ``EngineConfig``) adds on this fabric."""
     summary = fab.summary()
-    declared = dict(summary.get("emulated_fixed_delays") or {})
+    netem = bool(summary.get("delay_emulated"))
+    declared = EngineConfig().emulated_fixed_delays(netem) if engine is None else engine
     out = {name: {"emulated": False, "how": "not emulated"} for name in FIXED_DELAYS}
-    if summary.get("delay_emulated"):
-        out["link propagation"] = {"emulated": True, "how": "netem delay lines, dilated by S"}
+    if netem:
+        out[PROPAGATION] = {"emulated": True, "how": "netem delay lines, dilated by S"}
     else:
-        out["link propagation"]["how"] = str(summary.get("delay_detail") or "not emulated")
-    out["per-hop serialization"]["how"] = ("not emulated: frames cut through every hop "
-                                           "(serialized once, at the bottleneck shaper)")
+        out[PROPAGATION]["how"] = str(summary.get("delay_detail") or "not emulated")
+    out[SERIALIZATION]["how"] = ("not emulated: frames cut through every hop "
+                                 "(serialized once, at the bottleneck shaper)")
     for name, how in declared.items():
         if name in out and how:
             out[name] = {"emulated": True, "how": str(how)}

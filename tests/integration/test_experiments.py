@@ -82,9 +82,10 @@ def _missing_fixed_delays(run_dir) -> set[str]:
 
 
 def _judge_fixed_delays(run_dir, summary: dict, cases: list[str]) -> bool:
-    """Every fixed delay a fabric lacks is a named, measured deviation of every case
+    """Every fixed delay a run lacks is a named, measured deviation of every case
     (the unloaded first frames and the NIC overhead show it); True if some are missing,
-    so callers bound the error left after them instead of the raw error."""
+    so callers bound the error left after them instead of the raw error. (The engine
+    emulates all four by default: then only residuals beyond 5 % are rows.)"""
     missing = _missing_fixed_delays(run_dir)
     for case in cases:
         devs = [d for d in summary["deviations"] if d["case"] == case]
@@ -94,7 +95,10 @@ def _judge_fixed_delays(run_dir, summary: dict, cases: list[str]) -> bool:
         for d in devs:
             assert d["real_s"] > 0 and math.isfinite(d["measured_s"]), d
             assert d["missing_s"] == pytest.approx(d["real_s"] - d["measured_s"])
-            assert d["missing_s"] > 0.05 * d["real_s"], d   # a deviation is beyond 5 %
+            # A deviation is beyond 5 %: short of the real value where a delay is
+            # missing, either way for the residual of emulated ones.
+            assert abs(d["missing_s"]) > 0.05 * d["real_s"], d
+            assert d["emulated"] or d["missing_s"] > 0, d
     return bool(missing)
 
 
@@ -151,18 +155,23 @@ BANDWIDTH_BOUND_S = 10e-6
 
 
 def _judge_collectives(run_dir, summary: dict) -> pd.DataFrame:
-    """Each collective against the real-fabric model: within 5 % where every fixed
-    delay is emulated. Otherwise the deviations are reported; the emulator, lacking
-    them, is faster than the real fabric; and where bandwidth dominates, its time lies
-    within 5 % of the range of the model without the missing delays over its ECMP
-    hash draws (attribution only: which hash the kernel drew is unknown)."""
+    """Each collective against the real-fabric model. Where every fixed delay is
+    emulated: within 5 % of the model's range over its ECMP hash draws (which hash the
+    kernel drew is unknown; without a choice of paths the range is the model's one
+    value; then the 'emulable' model is the real-fabric one). Otherwise the deviations
+    are reported; the emulator, lacking them, is faster than the real fabric; and where
+    bandwidth dominates, its time lies within 5 % of that range of the model without
+    the missing delays (attribution only)."""
     table = pd.read_csv(run_dir / "collective.csv")
     nccl = pd.read_csv(run_dir / "nccl.csv")
     cases = [c for c in summary["cases"]]
     missing = _judge_fixed_delays(run_dir, summary, cases)
     for row in table.itertuples():
         if not missing:
-            assert abs(row.time_s / row.time_model_s - 1) <= 0.05, row
+            assert row.time_model_emulable_min_s <= row.time_model_s \
+                <= row.time_model_emulable_max_s, row
+            assert 0.95 * row.time_model_emulable_min_s <= row.time_s \
+                <= 1.05 * row.time_model_emulable_max_s, row
             continue
         assert row.time_s < row.time_model_s, row
         if row.time_model_emulable_s >= BANDWIDTH_BOUND_S:

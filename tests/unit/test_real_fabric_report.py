@@ -15,7 +15,6 @@ from experiments.measure import (
     Measurement,
     emulated_fixed_delays,
     fct_slowdown,
-    hop_sum_s,
     ideal_fct_s,
     measure_deviations,
     model_graph,
@@ -29,6 +28,7 @@ from topologies.spec import build_topo
 
 NS = 1e-9
 SER_400G_NS = 8 * 4178 / 400e9 / NS  # 83.56 ns: one full RoCEv2 frame's wire time at 400G
+FIRST_400G_NS = 8 * 4194 / 400e9 / NS  # 83.88 ns: a message's first frame (RETH), on the wire
 
 
 class _Fabric:
@@ -43,11 +43,13 @@ class _Fabric:
         return self._summary
 
 
-def _measurement(messages: list[dict], latency: list[dict]) -> Measurement:
+def _measurement(messages: list[dict], latency: list[dict],
+                 engine: dict[str, str] | None = None) -> Measurement:
+    """``engine``: the fixed delays the run's engine declared it emulates."""
     empty = pd.DataFrame()
     return Measurement(pd.DataFrame(messages), pd.DataFrame(latency), empty,
                        pd.DataFrame(columns=["t_s", "port", "backlog_bytes", "vq_bytes"]),
-                       empty, {}, 0.0)
+                       empty, {"emulated_fixed_delays": engine or {}}, 0.0)
 
 
 def test_topologies_carry_switch_latency_and_pure_propagation():
@@ -62,23 +64,22 @@ def test_topologies_carry_switch_latency_and_pure_propagation():
     assert rail.nodeInfo("nv1")["switch_latency_s"] == pytest.approx(300 * NS)
 
 
-def test_hop_sum_by_part():
-    graph = model_graph(_Fabric("leafspine,2,1,1"))
-    parts = hop_sum_s(graph, ["h1", "l1", "s1", "l2", "h2"], 4178)
-    # 4 hops at 400G, 3 switches of 600 ns, 15 + 150 + 150 + 15 ns of cable
-    assert parts["per-hop serialization"] == pytest.approx(4 * SER_400G_NS * NS)
-    assert parts["switch latency"] == pytest.approx(1800 * NS)
-    assert parts["link propagation"] == pytest.approx(330 * NS)
-
-
 def test_fixed_delays_recorded_as_emulated_or_not():
-    plain = emulated_fixed_delays(_Fabric("leafspine,2,1,1"))
-    assert not any(v["emulated"] for v in plain.values())
-    netem = emulated_fixed_delays(_Fabric("leafspine,2,1,1", {"delay_emulated": True}))
+    plain, netem_fab = _Fabric("leafspine,2,1,1"), _Fabric("leafspine,2,1,1",
+                                                             {"delay_emulated": True})
+    # The fabric alone: nothing; with netem: propagation.
+    assert not any(v["emulated"] for v in emulated_fixed_delays(plain, {}).values())
+    netem = emulated_fixed_delays(netem_fab, {})
     assert netem["link propagation"]["emulated"] and not netem["switch latency"]["emulated"]
-    held = emulated_fixed_delays(_Fabric("leafspine,2,1,1", {
-        "delay_emulated": False, "emulated_fixed_delays": {"switch latency": "held at rx"}}))
+    # The experiments' engine adds all four; propagation only where netem does not.
+    engine = emulated_fixed_delays(plain)
+    assert all(v["emulated"] and v["how"].startswith("engine") for v in engine.values())
+    both = emulated_fixed_delays(netem_fab)
+    assert both["link propagation"]["how"].startswith("netem")
+    assert both["per-hop serialization"]["how"].startswith("engine, store-and-forward")
+    held = emulated_fixed_delays(plain, {"switch latency": "held at rx"})
     assert held["switch latency"] == {"emulated": True, "how": "held at rx"}
+    assert not held["NIC overhead"]["emulated"]
 
 
 def test_missing_fixed_delays_are_named_deviations_with_their_measured_size():
@@ -90,7 +91,9 @@ def test_missing_fixed_delays_are_named_deviations_with_their_measured_size():
          {"msg_id": 7, "t_s": 2e-6, "one_way_s": 50 * NS}])
     rows = {r["name"]: r for r in measure_deviations(fab, m, "c")}
     path = rows["per-hop serialization + switch latency + link propagation"]
-    real_ns = 4 * SER_400G_NS + 1800 + 330  # 2462.3 ns
+    # 4 hops at 400G, 3 switches of 600 ns, 15 + 150 + 150 + 15 ns of cable
+    real_ns = 4 * FIRST_400G_NS + 1800 + 330  # 2465.52 ns
+    assert not path["emulated"]
     assert path["real_s"] == pytest.approx(real_ns * NS)
     assert path["measured_s"] == pytest.approx(10 * NS)   # the unloaded (lowest) frame
     assert path["missing_s"] == pytest.approx((real_ns - 10) * NS)
@@ -100,6 +103,25 @@ def test_missing_fixed_delays_are_named_deviations_with_their_measured_size():
     m.latency["one_way_s"] = real_ns * NS * 0.97
     m.messages["first_tx_s"] = 0.99e-6
     assert measure_deviations(fab, m, "c") == []
+
+
+def test_emulated_fixed_delays_are_judged_by_their_residual():
+    fab = _Fabric("leafspine,2,1,1")
+    real_ns = 4 * FIRST_400G_NS + 1800 + 330  # 2465.52 ns, as above
+    engine = {k: "engine" for k in ("per-hop serialization", "switch latency",
+                                    "link propagation", "NIC overhead")}
+    m = _measurement(
+        [{"msg_id": 7, "src": "h1", "dst": "h2", "size_bytes": 1 << 20, "start_s": 0.0,
+          "first_tx_s": 1.03e-6, "end_s": 30e-6}],
+        [{"msg_id": 7, "t_s": 1e-6, "one_way_s": 1.04 * real_ns * NS}], engine)
+    assert measure_deviations(fab, m, "c") == []   # within 5 %, either way
+    m.latency["one_way_s"] = 1.10 * real_ns * NS
+    m.messages["first_tx_s"] = 0.5e-6
+    rows = {r["name"]: r for r in measure_deviations(fab, m, "c")}
+    over = rows["per-hop serialization + switch latency + link propagation (emulated: residual)"]
+    assert over["emulated"] and over["missing_s"] == pytest.approx(-0.10 * real_ns * NS)
+    short = rows["NIC overhead (emulated: residual)"]
+    assert short["missing_s"] == pytest.approx(0.5e-6)
 
 
 def test_real_queue_against_the_virtual_queue():

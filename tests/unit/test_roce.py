@@ -162,8 +162,16 @@ def test_bad_parameters(kwargs):
 
 def test_scapy_frames_have_the_declared_geometry():
     """core.frame is the one layout; Scapy's frames must have exactly its sizes."""
-    from core.frame import CNP_FRAME_BYTES, FRAME_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, TS_BYTES
-    from traffic.roce import cnp_packet, data_packet
+    from core.frame import (
+        ACK_FRAME_BYTES,
+        CNP_FRAME_BYTES,
+        FRAME_BYTES,
+        HEADER_BYTES,
+        OFF_TS,
+        OFF_TS_RETH,
+        TS_BYTES,
+    )
+    from traffic.roce import ack_packet, cnp_packet, data_packet
 
     flow = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 49152, 7,
                 "ect0", 26)
@@ -173,4 +181,5 @@ def test_scapy_frames_have_the_declared_geometry():
     first = bytes(data_packet(flow, WRITE_FIRST, 4096, ts_ns=0x0102030405060708))
     assert first[OFF_TS_RETH:OFF_TS_RETH + TS_BYTES] == bytes(range(1, 9))
     assert len(bytes(cnp_packet(flow))) == CNP_FRAME_BYTES == 74
+    assert len(bytes(ack_packet(flow))) == ACK_FRAME_BYTES == 62
     assert bytes(full)[36:38] == (4791).to_bytes(2, "big")
