@@ -198,9 +198,16 @@ def test_collective_quick(tmp_path, netns_guard):
     assert (tmp_path / "busbw_vs_size.png").exists() and (tmp_path / "nccl_sweep.png").exists()
 
 
+#: The quick sweep's all-to-all starts 240 single-frame QPs at once; on 2 cores the
+#: engine needs ~6 ms of CPU per worker for that burst, 2.6 ms of mean pacing lag at the
+#: default S = 20000, and the gate rightly refuses it (suggesting 50000). The test runs
+#: where the gate says the machine keeps up; the default S is judged by the demo.
+SWEEP_SCALE = 50_000
+
+
 def test_sweep_quick(tmp_path, netns_guard):
     t0 = time.monotonic()
-    result = registry.cli_run("sweep", tmp_path, quick=True)
+    result = registry.cli_run("sweep", tmp_path, quick=True, scale=SWEEP_SCALE)
     summary = _check_summary(tmp_path, result)
     table = _judge_collectives(tmp_path, summary)
     assert set(table.collective) == {"allreduce-ring", "allreduce-hd", "alltoall"}
