@@ -62,3 +62,10 @@ def test_the_default_scale_is_defined_once():
                for pattern, text in ((keyword, _code(p)), (argparse, p.read_text()))
                for m in re.finditer(pattern, text)]
     assert literal == []
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports test files by basename (no packages under tests/): two files of one
+    name in unit/ and integration/ stop the whole suite at collection."""
+    names = [p.name for p in (REPO / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
