@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 
 from core.frame import FRAME_BYTES
+from core.scaling import Scale
 from core.units import parse_rate_bps
 from emu.netns import in_netns
 from emu.runs import NamespaceSet
@@ -191,7 +192,7 @@ def measure_burst_credit(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, fr
     return BurstCredit(low, high, htb_burst_bytes(rate_emu_bps))
 
 
-def capacity_bound_bps(rate_bps: float, wire_bytes: float, scale: float,
+def capacity_bound_bps(rate_bps: float, wire_bytes: float, scale: Scale,
                        frame_bytes: int = MTU_BYTES + 14, busy_periods: int = 1) -> float:
     """The highest rate (bit/s, real) a shaped port can show for ``wire_bytes`` carried
     in ``busy_periods`` busy periods: R x X / (X - k (bucket + frame)).
@@ -200,11 +201,11 @@ def capacity_bound_bps(rate_bps: float, wire_bytes: float, scale: float,
     adds is an idle port's bucket plus one frame at the start of each busy period
     (`measure_burst_credit`). A measured rate above this bound is not the shaper's
     doing: the measurement is wrong, and the gate should mark the run invalid. ``rate_bps``
-    is the real link rate, ``scale`` the dilation S (bytes are not dilated).
+    is the real link rate, ``scale`` the dilation (bytes are not dilated).
     """
-    if not rate_bps > 0 or not scale > 0 or busy_periods < 1:
-        raise ValueError("rate_bps and scale must be positive, busy_periods >= 1")
-    free = busy_periods * (htb_burst_bytes(rate_bps / scale) + frame_bytes)
+    if not rate_bps > 0 or busy_periods < 1:
+        raise ValueError("rate_bps must be positive, busy_periods >= 1")
+    free = busy_periods * (htb_burst_bytes(scale.rate_emu_bps(rate_bps)) + frame_bytes)
     if wire_bytes <= free:
         return math.inf
     return rate_bps * wire_bytes / (wire_bytes - free)

@@ -87,7 +87,8 @@ class VethRig:
 
     def ports(self) -> list[Port]:
         return [Port(h, IFNAME[h], 0, self.namespaces.path(h), "b" if h == "a" else "a",
-                     self.rate_emu_bps * S, self.rate_emu_bps, 1 << 20, "veth", False)
+                     self.scale.to_real_rate_bps(self.rate_emu_bps), self.rate_emu_bps, 1 << 20,
+                     "veth", False)
                 for h in self.hosts]
 
 
@@ -102,7 +103,7 @@ def engine_pps(rig: VethRig, payload: int, packets: int, send_path: str) -> dict
         raise RuntimeError(f"engine run failed: {r.stats['error']}")
     sender = next(w for w in r.stats["workers"] if "a" in w["hosts"])
     row = r.messages.iloc[0]
-    busy_s = (row["last_tx_s"] - row["first_tx_s"]) * S
+    busy_s = rig.scale.time_emu_s(row["last_tx_s"] - row["first_tx_s"])
     return {"completed": r.completed, "sent": sender["data_packets_sent"],
             "path": r.stats["send_path"],
             "pps_cpu": sender["data_packets_sent"] / sender["cpu_s"],
@@ -138,7 +139,7 @@ def pacing(rig: VethRig, rate_emu_bps: float, payload: int, packets: int) -> dic
                                            fixed_delays=False))
     row = r.messages.iloc[0]
     frame_bits = (payload + HEADER_BYTES) * 8  # MIDDLE frames; the FIRST (+16 B RETH) is not timed
-    span_emu_s = (row["last_tx_s"] - row["first_tx_s"]) * S
+    span_emu_s = rig.scale.time_emu_s(row["last_tx_s"] - row["first_tx_s"])
     achieved = (row["packets_sent"] - 1) * frame_bits / span_emu_s
     return {"configured": rate_emu_bps, "achieved": achieved,
             "error": achieved / rate_emu_bps - 1, "completed": r.completed,

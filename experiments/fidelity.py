@@ -44,6 +44,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from core.scaling import Scale
+
 
 @dataclass(frozen=True)
 class PortRate:
@@ -256,7 +258,7 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
     checks += rate_checks
     need = max(need, rate_need)
 
-    packet_time_emu_s = run.packet_time_s * run.scale
+    packet_time_emu_s = Scale(run.scale).time_emu_s(run.packet_time_s)
     lag_limit_s = limits.lag_packets * packet_time_emu_s
     lag, lag_need = _ratio_check(
         "pacing lag p99", run.pacing_lag_p99_s, lag_limit_s,

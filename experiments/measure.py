@@ -187,7 +187,7 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
     for name, (window_s, busy) in windows.items():
         carried = float(m.ports.at[name, "tx_bytes"])
         achieved = 8.0 * carried / window_s if window_s > 0 else 0.0
-        capacity = capacity_bound_bps(ports[name].rate_bps, carried, fab.scale.factor,
+        capacity = capacity_bound_bps(ports[name].rate_bps, carried, fab.scale,
                                       busy_periods=periods)
         rates.append(PortRate(name, ports[name].rate_bps, achieved, expect_saturated=busy,
                               capacity_bps=capacity,

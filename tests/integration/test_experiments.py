@@ -170,8 +170,12 @@ def _judge_collectives(run_dir, summary: dict) -> pd.DataFrame:
         if not missing:
             assert row.time_model_emulable_min_s <= row.time_model_s \
                 <= row.time_model_emulable_max_s, row
-            assert 0.95 * row.time_model_emulable_min_s <= row.time_s \
-                <= 1.05 * row.time_model_emulable_max_s, row
+            # The targets: 5 % where bandwidth dominates, 10 % in the latency
+            # regime, where the engine's own per-step cost (noticing a dependency, a
+            # burst of first frames) is a few hundred ns real against a few us.
+            tol = 0.05 if row.time_model_s >= BANDWIDTH_BOUND_S else 0.10
+            assert (1 - tol) * row.time_model_emulable_min_s <= row.time_s \
+                <= (1 + tol) * row.time_model_emulable_max_s, row
             continue
         assert row.time_s < row.time_model_s, row
         if row.time_model_emulable_s >= BANDWIDTH_BOUND_S:
