@@ -23,13 +23,13 @@ MAX_EMULATED_RATE_BPS = 2.0e9
 #: Lowest emulated rate that still keeps HTB and timer granularity negligible.
 MIN_EMULATED_RATE_BPS = 100e3
 # S = 20000: a 400G NIC runs at 20 Mb/s emulated, one 4 KB frame every 1.66 ms. The
-# event-driven engine (engine/nic.py) costs ~45-57 us of CPU per frame on this 2-core
-# machine, ~40% of it the kernel carrying the frame through shapers and switches, so
-# 16 hosts at line rate keep the machine ~26% busy at 20000 and ~57% at 10000
-# (python -m experiments.bench_capacity). The 4 MiB ring all-reduce over 16 ranks on
-# fattree,4 came within 0.2% of the emulable model at 20000; at 10000 it passed 2 runs
-# in 3 (p99 pacing lag 3.5 packet times in the other) and at 5000 the machine is 86%
-# busy, so 20000 is the smallest S with margin. The demo takes ~20 s and is VALID.
+# engine (engine/nic.py, with the fixed-delay lines) costs ~100-130 us of CPU per frame
+# on this 2-core machine, ~40 us of it the kernel carrying the frame through shapers
+# and switches. A 4 MiB ring all-reduce over 16 ranks on fattree,4 (python -m
+# experiments.bench_capacity) keeps the machine 30 % busy at 20000 and 56 % at 10000,
+# both VALID within 0.4 % of the model; at 5000 it is 82 % busy and the gate refuses
+# it (pacing lag). Bursts are harder than a ring: all-to-all's 240 first frames at
+# once need 50000. 20000 keeps a 2x margin for the demo (VALID in ~45 s).
 DEFAULT_SCALE = 20000.0
 
 
