@@ -194,7 +194,7 @@ class Run:
         """Record a fabric's summary (topology, S, marking back end, build time)."""
         self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None,
                                       "fixed_delays": emulated_fixed_delays(fab),
-                                      "emulation_gaps": emulation_gaps(fab)}
+                                      "emulation_gaps": EMULATION_GAPS}
 
     def note(self, text: str) -> None:
         self.pending.notes.append(text)
@@ -577,10 +577,8 @@ def emulated_fixed_delays(fab: Fabric, engine: Mapping[str, str] | None = None
     return out
 
 
-def emulation_gaps(fab: Fabric) -> dict[str, dict[str, Any]]:
-    """What else the model prices and this fabric does not reproduce (config.json)."""
-    return {"Ethernet overhead": {"emulated": False, "how": (
-        f"not emulated: shapers charge frame bytes only, so an emulated link carries "
-        f"{WIRE_FRAME_BYTES / FRAME_BYTES - 1:.2%} more full frames than a real one "
-        f"(preamble, FCS and gap: {WIRE_OVERHEAD_BYTES} B a frame, which the model "
-        "prices)")}}
+#: What else the model prices and no fabric reproduces yet (config.json, per fabric).
+EMULATION_GAPS: dict[str, dict[str, Any]] = {"Ethernet overhead": {"emulated": False, "how": (
+    f"not emulated: shapers charge frame bytes only, so an emulated link carries "
+    f"{WIRE_FRAME_BYTES / FRAME_BYTES - 1:.2%} more full frames than a real one "
+    f"(preamble, FCS and gap: {WIRE_OVERHEAD_BYTES} B a frame, which the model prices)")}}
