@@ -341,6 +341,9 @@ class _WorkerLoop:
                      for n in plan.nics}
         self.hosts = {h: _Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
         self.senders = [_SendQp(m, plan.payload_bytes) for m in plan.sends]
+        for qp in self.senders:
+            for shape in {id(s): s for s in (qp.first, qp.middle, qp.last)}.values():
+                burst.prepare(shape)
         self.by_index = {qp.plan.index: qp for qp in self.senders}
         for qp in self.senders:
             qp.nic = self.nics[(qp.plan.src, qp.plan.ifname)]

@@ -114,6 +114,8 @@ def engine_ring(spec: str, scale: float) -> dict[str, Any]:
         "fps": frames / st["run_wall_s"] if st["run_wall_s"] else 0.0,
         "cpu_per_frame_us": cpu_s / frames * 1e6 if frames else float("nan"),
         "sys_per_frame_us": sys_s / frames * 1e6 if frames else float("nan"),
+        "wakeups_per_frame": sum(w.get("wakeups", 0) for w in st["workers"]) / frames
+        if frames else float("nan"),
         "machine_busy": st.get("machine_busy"), "wall_s": st["run_wall_s"],
     }
 
@@ -135,13 +137,14 @@ def main() -> None:
             for s in sorted((float(x) for x in args.scales.split(",")), reverse=True)]
     table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {args.topo}")
     for col in ("S", "gate", "time vs model", "frames/s", "÷ kernel", "CPU/frame",
-                "of which kernel", "machine busy", "wall", "why invalid"):
+                "of which kernel", "wake-ups/frame", "machine busy", "wall", "why invalid"):
         table.add_column(col)
     for r in rows:
         table.add_row(f"{r['scale']:g}", "VALID" if r["valid"] else "INVALID",
                       f"{r['error']:+.1%}", f"{r['fps']:,.0f}",
                       f"{r['fps'] / cap['delivered_fps']:.3f}",
                       f"{r['cpu_per_frame_us']:.1f} µs", f"{r['sys_per_frame_us']:.1f} µs",
+                      f"{r['wakeups_per_frame']:.2f}",
                       f"{r['machine_busy']:.0%}" if r["machine_busy"] is not None else "-",
                       f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
     console.print(table)
