@@ -22,15 +22,15 @@ from core.units import format_rate
 MAX_EMULATED_RATE_BPS = 2.0e9
 #: Lowest emulated rate that still keeps HTB and timer granularity negligible.
 MIN_EMULATED_RATE_BPS = 100e3
-# S = 20000: a 400G NIC runs at 20 Mb/s emulated, one 4 KB frame every 1.66 ms. The
-# engine (engine/nic.py, with the fixed-delay lines) costs ~100-130 us of CPU per frame
-# on this 2-core machine, ~40 us of it the kernel carrying the frame through shapers
-# and switches. A 4 MiB ring all-reduce over 16 ranks on fattree,4 (python -m
-# experiments.bench_capacity) keeps the machine 30 % busy at 20000 and 56 % at 10000,
-# both VALID within 0.4 % of the model; at 5000 it is 82 % busy and the gate refuses
-# it (pacing lag). Bursts are harder than a ring: all-to-all's 240 first frames at
-# once need 50000. 20000 keeps a 2x margin for the demo (VALID in ~45 s).
-DEFAULT_SCALE = 20000.0
+# S = 10000: a 400G NIC runs at 40 Mb/s emulated, one 4 KB frame every 0.84 ms. The
+# engine (engine/nic.py, with the fixed-delay lines) costs ~45-65 us of CPU per frame
+# on this 2-core machine, about half of it the kernel carrying the frame through
+# shapers and switches. A 4 MiB ring all-reduce over 16 ranks on fattree,4 (python -m
+# experiments.bench_capacity) keeps the machine ~35 % busy at 10000 and is VALID
+# within 1 % of the model down to S = 3000 (76 % busy); the demo's busiest case keeps
+# it 30 % busy at 10000. 10000 keeps a 3x margin. Bursts of tiny frames are harder:
+# 240 single-frame QPs of an 8-byte all-to-all at once need S = 50000 (the gate says so).
+DEFAULT_SCALE = 10000.0
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,9 @@ OPTIONS: dict[str, Option] = {
     "thresholds": Option("40K/160K", "ECN Kmin/Kmax of every switch port (bytes)",
                          parse=parse_thresholds),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
-    "pfc_budget": Option(0.1, "wall-clock reaction time PFC's headroom is sized for (s)",
+    # 50 ms wall is 5 us real at the default S = 10000: headroom that 512 KiB buffers
+    # hold behind 300G uplinks; the controller reacts in ~1 ms wall (docs/pfc.md).
+    "pfc_budget": Option(0.05, "wall-clock reaction time PFC's headroom is sized for (s)",
                          parse=parse_float(1e-3, 10.0)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
 }

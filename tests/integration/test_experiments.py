@@ -203,8 +203,9 @@ def test_collective_quick(tmp_path, netns_guard):
 
 
 #: The quick sweep's all-to-all starts 240 single-frame QPs at once; on 2 cores the
-#: engine needs ~6 ms of CPU per worker for that burst, 2.6 ms of mean pacing lag at the
-#: default S = 20000, and the gate rightly refuses it (suggesting 50000). The test runs
+#: engine needs a few ms of CPU per worker for that burst of 8-byte frames (the 16 NICs
+#: at line rate would need ~1.2 M frames/s at S = 10000), and at the default S the gate
+#: rightly refuses it (mean lag 0.85 ms, suggesting 50000). The test runs
 #: where the gate says the machine keeps up; the default S is judged by the demo.
 SWEEP_SCALE = 50_000
 #: Even at 50000 the all-to-all burst is marginal late in a full suite (mean lag 2.3 ms,

@@ -93,7 +93,7 @@ def inputs(tmp_path_factory):
     ("empty", "shorter than a pcap header"),
     ("sparse-2GiB", "is 2GiB, above the 1GiB limit"),
     ("not-roce", "holds no RoCEv2 (UDP port 4791) frames; found 3 frames"),
-    ("hour-gap", "would take 833 days"),
+    ("hour-gap", "would take 417 days"),  # 3600 s x DEFAULT_SCALE
     ("far-host", "address 10.0.0.99 is not a host of this fabric"),
     ("to-itself", "goes from h1 to itself"),
     ("missing", "does not exist"),
