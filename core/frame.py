@@ -51,3 +51,20 @@ WIRE_OVERHEAD_BYTES = 24
 WIRE_FRAME_BYTES = FRAME_BYTES + WIRE_OVERHEAD_BYTES
 #: An ACK or NAK: BTH + AETH + ICRC, 62 bytes.
 ACK_FRAME_BYTES = OFF_AFTER_BTH + AETH_BYTES + ICRC_BYTES
+
+# In-band network telemetry for HPCC (docs/congestion-control.md, "In-band telemetry").
+# A data frame's payload holds, after its send timestamp, an INT block: a header
+# (byte 0: the hop count; 7 reserved bytes) and one record per switch egress port it
+# crossed, oldest first. A record is, big-endian: queue bytes in front of the frame
+# (u32), the port's line rate in real Mb/s (u32), the port's transmitted bytes (u64)
+# and the time in real picoseconds (u64). An ACK echoes the block after its AETH.
+INT_HEADER_BYTES = 8
+INT_RECORD_BYTES = 24
+#: More hops than any topology here routes over (torus paths are the longest).
+INT_MAX_HOPS = 8
+#: The largest INT block: 200 bytes.
+INT_BLOCK_BYTES = INT_HEADER_BYTES + INT_MAX_HOPS * INT_RECORD_BYTES
+OFF_INT = OFF_TS + TS_BYTES
+OFF_INT_RETH = OFF_TS_RETH + TS_BYTES
+#: Where an ACK carries the echoed block.
+OFF_ACK_INT = OFF_AFTER_BTH + AETH_BYTES

@@ -40,13 +40,24 @@ from pathlib import Path
 from typing import Literal
 
 from core.errors import CapabilityError
-from core.frame import ROCE_UDP_PORT
+from core.frame import (
+    INT_HEADER_BYTES,
+    INT_MAX_HOPS,
+    INT_RECORD_BYTES,
+    OFF_ACK_INT,
+    OFF_INT,
+    OFF_INT_RETH,
+    ROCE_UDP_PORT,
+)
 
 log = logging.getLogger(__name__)
 
 Kind = Literal["bpf", "shared"]
 #: The C sources take the frame geometry they need from core.frame, as -D flags.
-_GEOMETRY = [f"-DROCE_UDP_PORT={ROCE_UDP_PORT}"]
+_GEOMETRY = [f"-DROCE_UDP_PORT={ROCE_UDP_PORT}", f"-DINT_HEADER_BYTES={INT_HEADER_BYTES}",
+             f"-DINT_RECORD_BYTES={INT_RECORD_BYTES}", f"-DINT_MAX_HOPS={INT_MAX_HOPS}",
+             f"-DOFF_INT={OFF_INT}", f"-DOFF_INT_RETH={OFF_INT_RETH}",
+             f"-DOFF_ACK_INT={OFF_ACK_INT}"]
 _FLAGS: dict[str, list[str]] = {
     "bpf": ["-O2", "-g", "-target", "bpf", "-c", *_GEOMETRY],
     "shared": ["-O2", "-shared", "-fPIC", "-Wall", "-Werror", *_GEOMETRY],

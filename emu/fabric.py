@@ -26,7 +26,7 @@ from typing import Any
 from pyroute2.netlink.exceptions import NetlinkError
 
 from core.ecn import ThresholdPolicy
-from core.errors import FabricEmuError, NotRootError, ParameterError
+from core.errors import CapabilityError, FabricEmuError, NotRootError, ParameterError
 from core.scaling import Scale
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
@@ -235,6 +235,21 @@ class Fabric:
             raise FabricEmuError("PFC is already enabled on this fabric")
         self.pfc = PfcController(self, config).start()
         return self.pfc
+
+    def enable_int(self) -> int:
+        """In-band telemetry (HPCC): every switch port's eBPF marker writes its record
+        into the RoCEv2 data frames it forwards (emu/bpf/marker.c). Returns the ports
+        that write; CapabilityError where a switch port has no eBPF marker."""
+
+        bare = [p.name for p in self._ports if p.is_switch and p.marker is None]
+        if bare:
+            raise CapabilityError(
+                f"in-band telemetry needs the eBPF marker on every switch port; {len(bare)} have "
+                f"none (e.g. {bare[0]}): build the fabric with marking='bpf'")
+        writers = [p for p in self._ports if p.is_switch]
+        for p in writers:
+            p.marker.enable_int(p.rate_bps, self.scale.factor)
+        return len(writers)
 
     def link_delay_s(self, a: str, b: str) -> float:
         """Real one-way delay of link a-b as emulated: the mean of its two directions

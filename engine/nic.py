@@ -73,7 +73,22 @@ from array import array
 from collections import deque
 from typing import Any
 
-from core.frame import ETH_BYTES, FRAME_BYTES, HEADER_BYTES, OFF_TS, OFF_TS_RETH, RETH_BYTES
+from core.frame import (
+    ACK_FRAME_BYTES,
+    ETH_BYTES,
+    FRAME_BYTES,
+    HEADER_BYTES,
+    INT_HEADER_BYTES,
+    INT_MAX_HOPS,
+    INT_RECORD_BYTES,
+    OFF_ACK_INT,
+    OFF_INT,
+    OFF_INT_RETH,
+    OFF_TS,
+    OFF_TS_RETH,
+    RETH_BYTES,
+    TS_BYTES,
+)
 from core.scaling import Scale
 from engine.burst import MAX_BURST, Burst
 from engine.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
@@ -114,6 +129,7 @@ from traffic.roce import (
     QpTemplate,
     ResponderTemplate,
 )
+from traffic.telemetry import ack_with_int, decode_block
 
 PR_SET_PDEATHSIG = 1
 PR_SET_TIMERSLACK = 29
@@ -140,6 +156,18 @@ _EARLY_NS = 20_000                      # deadlines this close are served in the
 # would fail a run whose latencies it moves by 2 %.
 _RATE_PERIOD_FRAMES = 4
 _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent checks
+
+
+def _int_block(mm: Any, f: int, at: int, snap: int, room: int) -> bytes:
+    """The INT block at frame offset ``at`` (``room`` bytes of the frame are meant for it,
+    ``snap`` were captured), b'' if it holds no record (roce_rx.c's ``int_copy``)."""
+    if room < INT_HEADER_BYTES or snap < at + INT_HEADER_BYTES:
+        return b""
+    hops = min(mm[f + at], INT_MAX_HOPS)
+    n = INT_HEADER_BYTES + hops * INT_RECORD_BYTES
+    if not hops or n > room or at + n > snap:
+        return b""
+    return bytes(mm[f + at:f + at + n])
 
 
 # ----------------------------------------------------------------------------- state
@@ -187,8 +215,8 @@ class _DelayLine:
     """A QP's delay lines (module docstring, "Fixed delays"), a deadline key of its own.
 
     ``frames``: (release_ns, shape, psn, count, lag_ns, step_ns, solicit) of decided bursts;
-    ``ctrl``: (release_ns, kind, psn, syndrome) of received ACKs (kind EV_ACK_IN)
-    and CNPs (EV_CNP_IN). Each FIFO's delay is constant, so its head is its earliest.
+    ``ctrl``: (release_ns, kind, psn, syndrome, int_block) of received ACKs (kind
+    EV_ACK_IN) and CNPs (EV_CNP_IN). Each FIFO's delay is constant, so its head is its earliest.
     """
 
     __slots__ = ("qp", "frames", "ctrl")
@@ -196,7 +224,7 @@ class _DelayLine:
     def __init__(self, qp: _SendQp):
         self.qp = qp
         self.frames: deque[tuple[int, Any, int, int, int, int, bool]] = deque()
-        self.ctrl: deque[tuple[int, int, int, int]] = deque()
+        self.ctrl: deque[tuple[int, int, int, int, bytes]] = deque()
 
     def next_ns(self) -> int | None:
         heads = [q[0][0] for q in (self.frames, self.ctrl) if q]
@@ -737,25 +765,28 @@ class _WorkerLoop:
             self._hand_over(qp.nic, shape, psn, n, now, now - qp.plan.fwd_delay_emu_ns, solicit)
         ctrl = delay.ctrl
         while ctrl and ctrl[0][0] <= horizon:
-            release, kind, psn, arg = ctrl.popleft()
-            self._act(qp, kind, psn, arg, release)
+            release, kind, psn, arg, int_block = ctrl.popleft()
+            self._act(qp, kind, psn, arg, release, int_block)
         due = delay.next_ns()
         if due is not None:
             self.deadlines.arm(delay, due)
 
-    def _ctrl_in(self, qp: _SendQp, kind: int, psn: int, arg: int, rx_ns: int) -> None:
-        """An ACK (``EV_ACK_IN``, ``arg``: AETH syndrome | ARG_BECN for the ECN echo) or
-        CNP (``EV_CNP_IN``) for ``qp`` arrived at ``rx_ns``: acted on now, or once the ACK
-        path's delay is up."""
+    def _ctrl_in(self, qp: _SendQp, kind: int, psn: int, arg: int, rx_ns: int,
+                 int_block: bytes = b"") -> None:
+        """An ACK (``EV_ACK_IN``, ``arg``: AETH syndrome | ARG_BECN for the ECN echo,
+        ``int_block`` the INT it echoes) or CNP (``EV_CNP_IN``) for ``qp`` arrived at
+        ``rx_ns``: acted on now, or once the ACK path's delay is up."""
         delay = qp.delay
         if delay is None:
-            self._act(qp, kind, psn, arg, rx_ns)
+            self._act(qp, kind, psn, arg, rx_ns, int_block)
         else:
-            self._hold(delay, delay.ctrl, (rx_ns + qp.plan.back_delay_emu_ns, kind, psn, arg))
+            self._hold(delay, delay.ctrl,
+                       (rx_ns + qp.plan.back_delay_emu_ns, kind, psn, arg, int_block))
 
-    def _act(self, qp: _SendQp, kind: int, psn: int, arg: int, t_ns: int) -> None:
+    def _act(self, qp: _SendQp, kind: int, psn: int, arg: int, t_ns: int,
+             int_block: bytes) -> None:
         if kind == EV_ACK_IN:
-            self._on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN))
+            self._on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN), int_block)
         else:
             qp.cc.on_cnp(self.real_s(t_ns))
             self._trace(qp, t_ns)
@@ -777,8 +808,11 @@ class _WorkerLoop:
         self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha))
         qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale_ns)
 
-    def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray) -> None:
-        """Send an ACK, NAK or CNP; one the qdisc pushes back is kept and sent first."""
+    def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray, int_block: bytes = b"") -> None:
+        """Send an ACK, NAK or CNP (an ACK echoing ``int_block``, if any); one the qdisc
+        pushes back is kept and sent first."""
+        if int_block:
+            frame = ack_with_int(frame, int_block)
         if nic.backlog:
             self._push_back(nic, [bytes(frame)], counted=True)
             return
@@ -835,7 +869,8 @@ class _WorkerLoop:
                 rq = h.rx_qps[e.qpn]
                 syndrome = AETH_ACK if kind == EV_ACK else AETH_NAK_PSN_SEQ
                 self._send_ctrl(rq.nic, rq.resp.write_ack(e.psn, e.arg & ARG_COMPLETE, syndrome,
-                                                          bool(e.arg & ARG_ECHO)))
+                                                          bool(e.arg & ARG_ECHO)),
+                                rx.int_block(k))
             elif kind == EV_PENDING:
                 self._arm_delayed_ack(h.rx_qps[e.qpn], e.rx_ns)
             elif kind == EV_CE:
@@ -852,7 +887,7 @@ class _WorkerLoop:
                 if qp is None or qp.gbn is None:
                     self.unknown_frames += 1
                 else:
-                    self._ctrl_in(qp, EV_ACK_IN, e.psn, e.arg, e.rx_ns)
+                    self._ctrl_in(qp, EV_ACK_IN, e.psn, e.arg, e.rx_ns, rx.int_block(k))
             elif kind == EV_CNP_IN:
                 qp = h.tx_qps.get(e.qpn)
                 if qp is None or qp.cc is None:
@@ -882,7 +917,7 @@ class _WorkerLoop:
         rx_qps = h.rx_qps
         for _ in range(_RX_BUDGET):
             off = offsets[idx]
-            status, _len, _snap, mac, _net, sec, nsec = tp2(mm, off)
+            status, _len, snap, mac, _net, sec, nsec = tp2(mm, off)
             if not status & TP_STATUS_USER:
                 break
             f = off + mac
@@ -899,7 +934,8 @@ class _WorkerLoop:
                     ts = _U64.unpack_from(mm, f + (OFF_TS_RETH if reth else OFF_TS))[0]
                     payload = ip_len - _IP_OVERHEAD_BYTES - (RETH_BYTES if reth else 0) - (flags >> 4 & 3)
                     self._on_data(h, rq, psn, tos & 3 == ECN_CE, psn_word >> 31, payload, ts,
-                                  rx_ns)
+                                  rx_ns, _int_block(mm, f, OFF_INT_RETH if reth else OFF_INT,
+                                                    snap, payload - TS_BYTES))
             elif opcode == ACKNOWLEDGE:
                 qp = h.tx_qps.get(qpn)
                 if qp is None or qp.gbn is None:
@@ -907,7 +943,9 @@ class _WorkerLoop:
                 else:  # the AETH syndrome; BTH BECN is the ECN echo
                     self._ctrl_in(qp, EV_ACK_IN, psn,
                                   _U32.unpack_from(mm, f + OFF_TS)[0] >> 24
-                                  | (ARG_BECN if qp_word >> 30 & 1 else 0), rx_ns)
+                                  | (ARG_BECN if qp_word >> 30 & 1 else 0), rx_ns,
+                                  _int_block(mm, f, OFF_ACK_INT, snap,
+                                             ip_len + ETH_BYTES - ACK_FRAME_BYTES))
             elif opcode == CNP:
                 qp = h.tx_qps.get(qpn)
                 if qp is None or qp.cc is None:
@@ -924,7 +962,7 @@ class _WorkerLoop:
         h.idx = idx
 
     def _on_data(self, h: _Host, rq: _RecvQp, psn: int, ce: bool, ackreq: int, payload: int,
-                 ts_ns: int, rx_ns: int) -> None:
+                 ts_ns: int, rx_ns: int, int_block: bytes) -> None:
         action = rq.gbn.on_packet(psn, ce, bool(ackreq))
         if action.flush:  # the CE state changed: ACK the frames before with theirs
             self._send_ctrl(rq.nic, rq.resp.write_ack((psn - 1) & gbn.PSN_MASK, 0, AETH_ACK,
@@ -946,7 +984,7 @@ class _WorkerLoop:
             complete = rq.gbn.complete
             syndrome = AETH_ACK if action.reply == gbn.ACK else AETH_NAK_PSN_SEQ
             self._send_ctrl(rq.nic, rq.resp.write_ack(action.psn, int(complete), syndrome,
-                                                      action.echo))
+                                                      action.echo), int_block)
         elif action.deliver and rq.gbn.unacknowledged == 1:
             self._arm_delayed_ack(rq, rx_ns)
         if rq.done_ns < 0 and rq.gbn.complete:
@@ -968,7 +1006,8 @@ class _WorkerLoop:
         if pending is not None:
             self._send_ctrl(rq.nic, rq.resp.write_ack(pending[0], 0, AETH_ACK, pending[1]))
 
-    def _on_ack(self, qp: _SendQp, psn: int, syndrome: int, rx_ns: int, echo: bool) -> None:
+    def _on_ack(self, qp: _SendQp, psn: int, syndrome: int, rx_ns: int, echo: bool,
+                int_block: bytes) -> None:
         g = qp.gbn
         qp.echoes += echo
         t = self.real_s(rx_ns)
@@ -982,7 +1021,8 @@ class _WorkerLoop:
             size = qp.plan.size_bytes
             newest = acked - 1
             qp.cc.on_ack(min(acked * payload, size) - min(una * payload, size),
-                         (rx_ns - qp.tx_ns[newest]) / self.scale_ns, echo, (), t)
+                         (rx_ns - qp.tx_ns[newest]) / self.scale_ns, echo,
+                         decode_block(int_block) if int_block else (), t)
             self._arm_cc_timer(qp)
         if g.done:
             if qp.acked_ns < 0:

@@ -30,7 +30,7 @@ import struct
 import time
 from dataclasses import dataclass
 
-from core.frame import ROCE_UDP_PORT
+from core.frame import INT_BLOCK_BYTES, OFF_INT_RETH, ROCE_UDP_PORT
 
 # Linux constants (if_packet.h, filter.h, socket.h, timerfd.h).
 ETH_P_IP = 0x0800
@@ -55,6 +55,9 @@ _TFD_TIMER_ABSTIME = 1
 #: Bytes of each frame the filter lets into the ring: Ethernet + IPv4 + UDP + BTH +
 #: RETH + the 8-byte send timestamp (78), rounded up; ACKs and CNPs are shorter.
 SNAP_BYTES = 96
+#: With in-band telemetry (HPCC): up to the end of the largest INT block of a RETH data
+#: frame (core.frame), which also covers an ACK's echoed block.
+SNAP_INT_BYTES = (OFF_INT_RETH + INT_BLOCK_BYTES + 15) & ~15
 _TPACKET2_HDR_BYTES = 32
 _SLL_AND_ALIGN_BYTES = 64       # sockaddr_ll and the alignment before the MAC header
 
@@ -95,12 +98,13 @@ class RingSpec:
     frame_size: int
     block_size: int
     block_nr: int
+    snap_bytes: int = SNAP_BYTES
 
     @classmethod
-    def for_headers(cls, ring_bytes: int = 4 << 20) -> RingSpec:
-        frame = (_TPACKET2_HDR_BYTES + _SLL_AND_ALIGN_BYTES + SNAP_BYTES + 15) & ~15
+    def for_headers(cls, ring_bytes: int = 4 << 20, snap_bytes: int = SNAP_BYTES) -> RingSpec:
+        frame = (_TPACKET2_HDR_BYTES + _SLL_AND_ALIGN_BYTES + snap_bytes + 15) & ~15
         block = max(mmap.PAGESIZE, 1 << 16)
-        return cls(frame, block, max(4, ring_bytes // block))
+        return cls(frame, block, max(4, ring_bytes // block), snap_bytes)
 
     @property
     def frames_per_block(self) -> int:
@@ -123,7 +127,7 @@ def open_rx_ring(ring: RingSpec) -> socket.socket:
     """
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     try:
-        attach_roce_filter(sock)
+        attach_roce_filter(sock, ring.snap_bytes)
         with contextlib.suppress(OSError):  # kernels before 4.20: the BPF filter suffices
             sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         # Makes the kernel stamp frames when they reach the interface (netif_rx),

@@ -114,6 +114,8 @@ class LiveFabric(Protocol):
 
     def link_delay_s(self, a: str, b: str) -> float: ...
 
+    def enable_int(self) -> int: ...
+
 
 #: Real-time CNP interval used by receivers when the senders do not run DCQCN.
 _DEFAULT_CNP_INTERVAL_S = 50e-6
@@ -135,15 +137,16 @@ class EngineConfig:
     """How the engine runs a workload (times are REAL-fabric seconds unless noted).
 
     ``cc``: any setting ``traffic.ccload`` resolves (docs/congestion-control.md): a
-    built-in name ('off', 'dcqcn' = 'paper', 'nic', 'dctcp', 'timely', 'swift'), a
+    built-in name ('off', 'dcqcn' = 'paper', 'nic', 'dctcp', 'timely', 'swift', 'hpcc'), a
     user's class as 'path/to/file.py:Class', a DcqcnParams, a ``CcFactory`` (with
     constructor parameters) or None (off: every QP at line rate). It is validated
-    here (``validate_cc``), before any socket or process exists; 'hpcc' is refused
-    (no switch writes INT records yet). Each QP gets its own instance, built at the
+    here (``validate_cc``), before any socket or process exists; 'hpcc' makes the
+    fabric's switch ports write in-band telemetry (``enable_int``, eBPF marking
+    needed), which the ACKs echo. Each QP gets its own instance, built at the
     NIC's real line rate. Receivers send CNPs whatever the senders run (at DCQCN's
     CNP interval, the paper's 50 us when the senders do not run DCQCN).
-    ``ack_coalesce``: the responder ACKs every that many in-order frames, or only a
-    message's last frame with 'message'; also at once for a frame with AckReq,
+    ``ack_coalesce``: the responder ACKs every that many in-order frames (None: 16,
+    or every frame for HPCC), or only a message's last frame with 'message'; also at once for a frame with AckReq,
     which the sender sets on the frame that fills its congestion window.
     ``ack_on_ce_change``: the responder ACKs at once when the CE state of arriving
     frames changes (DCTCP's receiver), so each ACK's ECN echo (the BECN bit)
@@ -175,7 +178,7 @@ class EngineConfig:
     payload_bytes: int = MTU_PAYLOAD_BYTES
     ecn: str = "ect0"
     workers: int | None = None
-    ack_coalesce: int | str = 16
+    ack_coalesce: int | str | None = None
     ack_on_ce_change: bool | None = None
     ack_delay_s: float | None = None
     rto_s: float | None = None
@@ -200,7 +203,7 @@ class EngineConfig:
             raise ParameterError("workers", self.workers, "must be >= 1 (or None)")
         if self.send_path not in ("auto", "compiled", "python"):
             raise ParameterError("send_path", self.send_path, "expected auto, compiled or python")
-        if self.ack_coalesce != ACK_PER_MESSAGE and (
+        if self.ack_coalesce is not None and self.ack_coalesce != ACK_PER_MESSAGE and (
                 isinstance(self.ack_coalesce, bool) or not isinstance(self.ack_coalesce, int)
                 or self.ack_coalesce < 1):
             raise ParameterError("ack_coalesce", self.ack_coalesce,
@@ -241,6 +244,14 @@ class EngineConfig:
             out[NIC_OVERHEAD] = (f"engine: {self.nic_overhead_s * 1e6:g} us from a message's "
                                  "post to its first frame, dilated by S")
         return out
+
+    @property
+    def acks_every(self) -> int:
+        """Frames per ACK (0: one per message): ``ack_coalesce``, else 16, or 1 for an
+        algorithm that reads in-band telemetry (HPCC ACKs every frame, as its paper)."""
+        if self.ack_coalesce is None:
+            return 1 if self.cc_factory.needs_int else 16
+        return 0 if self.ack_coalesce == ACK_PER_MESSAGE else int(self.ack_coalesce)
 
     @property
     def ack_timer_s(self) -> float | None:
@@ -413,7 +424,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             receives=receives,
             n_messages=len(msgs), n_workers=n_workers, scale=scale,
             cc=config.cc_factory, payload_bytes=config.payload_bytes,
-            ack_coalesce=0 if config.ack_coalesce == ACK_PER_MESSAGE else config.ack_coalesce,
+            ack_coalesce=config.acks_every,
             ce_ack=config.ce_ack, ack_delay_s=config.ack_timer_s,
             rto_s=rto_s, cnp_interval_s=cnp_interval_s,
             nic_overhead_s=config.nic_overhead_s if config.fixed_delays else 0.0,
@@ -461,7 +472,11 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     config = config or EngineConfig()
     index = _check_workload(fab, workload)
     plans = _plans(fab, workload, config, index, rawsock.realtime_offset_ns())
-    ring = rawsock.RingSpec.for_headers(config.ring_bytes)
+    needs_int = config.cc_factory.needs_int
+    if needs_int:  # HPCC: the switches write per-hop records, the rings keep them
+        fab.enable_int()
+    ring = rawsock.RingSpec.for_headers(
+        config.ring_bytes, rawsock.SNAP_INT_BYTES if needs_int else rawsock.SNAP_BYTES)
     burst = Burst(config.send_path)
     rx_lib = RxLib(config.send_path)
     ctx = multiprocessing.get_context("fork")

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from core.errors import CapabilityError
+from core.frame import INT_BLOCK_BYTES, INT_HEADER_BYTES, INT_RECORD_BYTES
 from emu.cbuild import compile_c
 
 EV_ACK, EV_NAK, EV_CE, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING = range(1, 9)
@@ -72,7 +73,7 @@ class RxLib:
             ctypes.c_void_p, u32p, ctypes.c_uint32, u32p, ctypes.c_uint32, ctypes.c_uint32,
             ctypes.c_int64, ctypes.c_int64, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64),
             ctypes.POINTER(_RxQp), ctypes.c_uint32, ctypes.POINTER(_RxEvent), u32p,
-            ctypes.POINTER(ctypes.c_int64), u32p]
+            ctypes.POINTER(ctypes.c_int64), u32p, ctypes.c_void_p]
         self.lib = lib
         self.detail = "batched (compiled)"
 
@@ -107,6 +108,8 @@ class RxState:
         self.latency = (ctypes.c_int64 * (budget * _LATENCY_PER_FRAME))()
         self.n_events = ctypes.c_uint32(0)
         self.n_latency = ctypes.c_uint32(0)
+        # One INT block per event (roce_rx.c): what a reply echoes, what an ACK carried.
+        self.int_blocks = ctypes.create_string_buffer(budget * _EVENTS_PER_FRAME * INT_BLOCK_BYTES)
 
     def add_qps(self, host_id: int, qps: Iterable[tuple[int, int, int]],
                 ce_ack: bool = False, ack_timer: bool = False) -> None:
@@ -129,8 +132,17 @@ class RxState:
         q.since_ack = q.unreported = q.echo = 0
         return (q.expected - 1) & _PSN_MASK, echo
 
+    def int_block(self, k: int) -> bytes:
+        """The INT block of event ``k`` of the last read (b'' if it had none)."""
+        at = k * INT_BLOCK_BYTES
+        hops = self.int_blocks[at][0]
+        if not hops:
+            return b""
+        return self.int_blocks[at:at + INT_HEADER_BYTES + hops * INT_RECORD_BYTES]
+
     def read(self, ring: RxRing, rt_offset_ns: int, t0_ns: int, sample_every: int) -> int:
         return self._fn(ring.base, ring.offsets, ring.n_slots, ctypes.byref(ring.idx),
                         self.budget, ring.host_id, rt_offset_ns, t0_ns, sample_every,
                         ctypes.byref(ring.rx_count), self.qps, self.n_qpns, self.events,
-                        ctypes.byref(self.n_events), self.latency, ctypes.byref(self.n_latency))
+                        ctypes.byref(self.n_events), self.latency, ctypes.byref(self.n_latency),
+                        self.int_blocks)

@@ -154,7 +154,8 @@ def parse_cc(value: Any) -> str:
 
 
 #: What ``parse_cc`` accepts, for option help texts.
-CC_CHOICES = "off | dcqcn (= paper) | nic | dctcp | timely | swift | path/to/file.py:Class"
+CC_CHOICES = ("off | dcqcn (= paper) | nic | dctcp | timely | swift | hpcc | "
+              "path/to/file.py:Class")
 CC_HELP = f"congestion control: {CC_CHOICES}"
 #: DCQCN parameter set of the runs with DCQCN on.
 parse_dcqcn = parse_choice("paper", "nic")

@@ -14,9 +14,9 @@ typo, an import error, a missing method or property, a failing constructor or a
 non-positive rate is a one-line ``ParameterError`` before anything is built.
 The factory it returns builds one algorithm per QP: ``factory(line_rate_bps, start_s)``.
 
-An algorithm that declares ``needs_int_records = True`` (HPCC) is refused: no switch
-of the emulated fabric writes in-band telemetry yet, and an algorithm that expects
-per-hop records would run blind on empty ones.
+An algorithm that declares ``needs_int_records = True`` (HPCC) gets in-band
+telemetry: ``CcFactory.needs_int`` tells the engine to have every switch port write
+its per-hop record into data frames (``traffic.telemetry``), which the ACKs echo.
 """
 
 from __future__ import annotations
@@ -118,6 +118,11 @@ class CcFactory:
         if not isinstance(self.constructor, _Dcqcn):
             return None
         return self.constructor.params(**self.params)
+
+    @property
+    def needs_int(self) -> bool:
+        """The algorithm reads per-hop INT records (``needs_int_records``, e.g. HPCC)."""
+        return bool(getattr(self.constructor, "needs_int_records", False))
 
     @property
     def cnp_driven(self) -> bool:
@@ -270,9 +275,6 @@ def validate_cc(spec: object, params: Mapping[str, object] | None = None,
                                  f"{wanted}") from None
         except ValueError:  # no signature to inspect (a builtin): calling it will tell
             pass
-    if getattr(cc, "needs_int_records", False):
-        raise ParameterError("cc", spec, f"{label} needs in-band telemetry (per-hop INT "
-                             "records), not available yet: no emulated switch writes them")
     _check_read_back(spec, cc, "after construction")
     for method, (args, _) in _EVENTS.items():
         try:

@@ -22,6 +22,14 @@
  * multiplication, delta_ns * rate_emu_bps, with no rounding that would accumulate.
  * A bpf_spin_lock serialises the update because a veth's egress can run on any CPU.
  *
+ * In-band telemetry (HPCC): with `int_rate_mbps` set, a RoCEv2 data frame that has
+ * room for one more record in its payload's INT block (core/frame.py: after the
+ * send timestamp, a hop count and 24-byte records) gets this port's record: the
+ * bytes in front of it, the port's real line rate, the bytes the port has sent
+ * (accepted minus queued) and the time in real ps (the clock divided by S,
+ * `int_scale`). The frame's ICRC is left as the sender computed it (nothing here
+ * checks it; a capture shows such frames with a stale ICRC).
+ *
  * One object (program + maps) is loaded per port, so state is isolated between
  * ports and between fabrics by construction. Python writes `cfg` and reads
  * `vq` and `stats` (see emu/ecn/bpf.py, which mirrors these layouts).
@@ -39,6 +47,14 @@
 #define ECN_MASK 3
 #define ECN_CE 3
 #define FLAG_TRACE 1
+#define IPPROTO_UDP_ 17
+
+struct int_record {             /* core/frame.py: INT_RECORD_BYTES, big-endian */
+	__u32 qlen_bytes;
+	__u32 rate_mbps;
+	__u64 tx_bytes;
+	__u64 ts_ps;
+};
 
 struct cfg {
 	__u64 rate_emu_bps;     /* drain rate of the virtual queue */
@@ -52,6 +68,8 @@ struct cfg {
 	__u64 pmax_q32;         /* Pmax * 2^32 (1.0 -> 2^32) */
 	__u64 hist_bucket_bytes;
 	__u64 flags;            /* FLAG_TRACE: record q per IPv4 id into `trace` */
+	__u64 int_rate_mbps;    /* INT: the port's real line rate in Mb/s; 0: no INT */
+	__u64 int_scale;        /* INT: S, an integer (real ps = clock ns * 1000 / S) */
 };
 
 struct vq_state {
@@ -60,6 +78,7 @@ struct vq_state {
 	__u64 vq_scaled;
 	__u64 t_last_ns;
 	__u64 tokens_scaled;
+	__u64 accepted_bytes;   /* every byte the port queued (INT's transmitted bytes) */
 };
 
 struct stats {
@@ -142,9 +161,14 @@ int fabricemu_mark(struct __sk_buff *skb)
 	__u16 ip_id = 0;
 	int is_v4 = 0;
 	int ecn = -1;
+	int udp_v4 = 0;        /* IPv4 without options carrying UDP: INT may apply */
 	if (data + sizeof(struct ethhdr) <= data_end) {
 		proto = ((struct ethhdr *)data)->h_proto;
 		ecn = ecn_of(data, data_end, proto, &tos, &ip_id, &is_v4);
+	}
+	if (is_v4) {
+		struct iphdr *ip = data + sizeof(struct ethhdr);
+		udp_v4 = (void *)(ip + 1) <= data_end && ip->ihl == 5 && ip->protocol == IPPROTO_UDP_;
 	}
 
 	__u64 len = skb->len;
@@ -152,6 +176,7 @@ int fabricemu_mark(struct __sk_buff *skb)
 	__u32 rnd = bpf_get_prandom_u32(); /* no helper calls under the lock */
 	__u64 now = bpf_ktime_get_ns();
 	__u64 q_scaled;
+	__u64 accepted = 0;
 	int drop = 0;
 
 	bpf_spin_lock(&s->lock);
@@ -170,9 +195,11 @@ int fabricemu_mark(struct __sk_buff *skb)
 			tokens = c->burst_scaled;
 	}
 	q_scaled = q;
+	accepted = s->accepted_bytes;
 	if (q + len_scaled > c->buffer_scaled) {
 		drop = 1;
 	} else {
+		s->accepted_bytes = accepted + len;
 		q += len_scaled;
 		__u64 now_sent = q < tokens ? q : tokens;
 		q -= now_sent;
@@ -206,18 +233,16 @@ int fabricemu_mark(struct __sk_buff *skb)
 			*slot = (__u32)(q_bytes + 1);
 	}
 
-	if (ecn <= 0 || ecn == ECN_CE || q_scaled <= c->kmin_scaled)
-		return TC_ACT_OK;
-	if (q_scaled <= c->kmax_scaled) {
+	int mark = ecn > 0 && ecn != ECN_CE && q_scaled > c->kmin_scaled;
+	if (mark && q_scaled <= c->kmax_scaled) {
 		/* Pmax * (q - Kmin) / (Kmax - Kmin) in units of 2^-32; Kmax > Kmin here */
 		__u64 span = c->kmax_bytes - c->kmin_bytes;
 		__u64 thr = span ? c->pmax_q32 * (q_bytes - c->kmin_bytes) / span : 0;
-		if ((__u64)rnd >= thr)
-			return TC_ACT_OK;
+		mark = (__u64)rnd < thr;
 	}
 
 	/* Set CE; tos still points into the bounds-checked data (no helper call since). */
-	if (is_v4) {
+	if (mark && is_v4) {
 		__u32 off = sizeof(struct ethhdr) + 1;
 		__u8 old_tos = *tos;
 		__u8 new_tos = old_tos | ECN_CE;
@@ -225,16 +250,45 @@ int fabricemu_mark(struct __sk_buff *skb)
 		__u8 vihl = *(tos - 1);
 		__u16 old_w = bpf_htons(((__u16)vihl << 8) | old_tos);
 		__u16 new_w = bpf_htons(((__u16)vihl << 8) | new_tos);
-		if (bpf_skb_store_bytes(skb, off, &new_tos, 1, 0) < 0)
-			return TC_ACT_OK;
-		bpf_l3_csum_replace(skb, sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, check),
-				    old_w, new_w, 2);
-	} else {
+		if (bpf_skb_store_bytes(skb, off, &new_tos, 1, 0) == 0) {
+			bpf_l3_csum_replace(skb, sizeof(struct ethhdr) +
+					    __builtin_offsetof(struct iphdr, check), old_w, new_w, 2);
+			st->ce_marked++;
+		}
+	} else if (mark) {
 		__u8 b1 = *tos | (ECN_CE << 4);
-		if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + 1, &b1, 1, 0) < 0)
-			return TC_ACT_OK;
+		if (bpf_skb_store_bytes(skb, sizeof(struct ethhdr) + 1, &b1, 1, 0) == 0)
+			st->ce_marked++;
 	}
-	st->ce_marked++;
+
+	/* INT: one more record into a RoCEv2 data frame whose payload has room for it.
+	 * Read with helpers: past the IP header the frame may not be linear. */
+	__u8 h[8];             /* UDP destination port .. BTH opcode and flags (36..43) */
+	if (!c->int_rate_mbps || !c->int_scale || !udp_v4 ||
+	    bpf_skb_load_bytes(skb, 36, h, sizeof(h)) < 0 ||
+	    (((__u16)h[0] << 8) | h[1]) != ROCE_UDP_PORT)
+		return TC_ACT_OK;
+	__u8 op = h[6];
+	if (op != 0x06 && op != 0x07 && op != 0x08 && op != 0x0A)
+		return TC_ACT_OK;
+	__u32 int_off = (op == 0x06 || op == 0x0A) ? OFF_INT_RETH : OFF_INT;
+	__u8 hops = 0;
+	if (bpf_skb_load_bytes(skb, int_off, &hops, 1) < 0 || hops >= INT_MAX_HOPS)
+		return TC_ACT_OK;
+	__u32 rec_off = int_off + INT_HEADER_BYTES + (__u32)hops * INT_RECORD_BYTES;
+	if (rec_off + INT_RECORD_BYTES + 4 > skb->len)
+		return TC_ACT_OK;
+	__u64 scale = c->int_scale;
+	struct int_record r = {
+		.qlen_bytes = bpf_htonl(q_bytes > 0xFFFFFFFFULL ? 0xFFFFFFFFU : (__u32)q_bytes),
+		.rate_mbps = bpf_htonl((__u32)c->int_rate_mbps),
+		.tx_bytes = bpf_cpu_to_be64(accepted > q_bytes ? accepted - q_bytes : 0),
+		.ts_ps = bpf_cpu_to_be64(now / scale * 1000 + now % scale * 1000 / scale),
+	};
+	if (bpf_skb_store_bytes(skb, rec_off, &r, sizeof(r), 0) < 0)
+		return TC_ACT_OK;
+	hops++;
+	bpf_skb_store_bytes(skb, int_off, &hops, 1, 0);
 	return TC_ACT_OK;
 }
 

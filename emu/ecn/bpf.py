@@ -48,13 +48,14 @@ _U64_MAX = 2**64 - 1
 class _Cfg(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in (
         "rate_emu_bps", "max_delta_ns", "buffer_scaled", "burst_scaled", "kmin_scaled", "kmax_scaled",
-        "kmin_bytes", "kmax_bytes", "pmax_q32", "hist_bucket_bytes", "flags")]
+        "kmin_bytes", "kmax_bytes", "pmax_q32", "hist_bucket_bytes", "flags",
+        "int_rate_mbps", "int_scale")]
 
 
 class _VqState(ctypes.Structure):
     _fields_ = [("lock", ctypes.c_uint32), ("pad", ctypes.c_uint32),
                 ("vq_scaled", ctypes.c_uint64), ("t_last_ns", ctypes.c_uint64),
-                ("tokens_scaled", ctypes.c_uint64)]
+                ("tokens_scaled", ctypes.c_uint64), ("accepted_bytes", ctypes.c_uint64)]
 
 
 class _Stats(ctypes.Structure):
@@ -134,6 +135,8 @@ class PortMarker:
         self.thresholds = thresholds
         self.hist_bucket_bytes = int(hist_bucket_bytes)
         self.trace_enabled = trace
+        self.int_rate_mbps = 0          # INT off
+        self.int_scale = 0
         self._fds: _Loaded | None = loaded
         self.prog_id = loaded.prog_id
 
@@ -153,6 +156,8 @@ class PortMarker:
             pmax_q32=round(t.pmax * 2**32),
             hist_bucket_bytes=self.hist_bucket_bytes,
             flags=FLAG_TRACE if self.trace_enabled else 0,
+            int_rate_mbps=self.int_rate_mbps,
+            int_scale=self.int_scale,
         )
         self._update(self._fd("cfg_fd"), c)
 
@@ -161,6 +166,18 @@ class PortMarker:
         if not isinstance(thresholds, Thresholds):
             raise ParameterError("thresholds", thresholds, "expected a Thresholds")
         self.thresholds = thresholds
+        self._write_cfg()
+
+    def enable_int(self, rate_bps: float, scale: float) -> None:
+        """Write an INT record into every RoCEv2 data frame with room for it (HPCC,
+        marker.c): this port's real line rate ``rate_bps``; times divided by ``scale``
+        (S, which must be a whole number: the program divides integers)."""
+        if not 1e6 <= rate_bps < 2**32 * 1e6:
+            raise ParameterError("rate_bps", rate_bps, "INT records rates of 1 Mb/s .. 4 Pb/s")
+        if not (scale >= 1 and float(scale).is_integer()):
+            raise ParameterError("scale", scale, "in-band telemetry needs a whole-number S")
+        self.int_rate_mbps = round(rate_bps / 1e6)
+        self.int_scale = int(scale)
         self._write_cfg()
 
     def set_rate(self, rate_emu_bps: float, buffer_bytes: int | None = None,

@@ -19,8 +19,13 @@
  * (arg: AETH syndrome, bit 8 the BECN echo) and CNP frames that belong to the
  * host's senders. Latency samples go to their own buffer.
  *
- * Frames are the ring's header-only snaps (engine/rawsock.py); the payload
- * length comes from the IPv4 total length.
+ * In-band telemetry (HPCC, core/frame.py): a reply to a data frame carries that
+ * frame's INT block, and an ACK arriving for one of the host's senders hands its
+ * echoed block over; either is copied to `intbuf` at the event's index (a block
+ * of INT_BLOCK_BYTES per event; hop count 0: none). `intbuf` may be NULL.
+ *
+ * Frames are the ring's header-only snaps (engine/rawsock.py, INT blocks
+ * included); the payload length comes from the IPv4 total length.
  */
 #include <stdint.h>
 #include <string.h>
@@ -29,6 +34,9 @@
 #define PSN_MASK 0xFFFFFFu
 #define PSN_HALF 0x800000u
 #define IP_OVERHEAD 44          /* IPv4 20 + UDP 8 + BTH 12 + ICRC 4 */
+#define ACK_IP_BYTES 48         /* an ACK's IPv4 total length without INT: + AETH 4 */
+#define TS_BYTES 8
+#define INT_BLOCK_BYTES (INT_HEADER_BYTES + INT_MAX_HOPS * INT_RECORD_BYTES)
 
 enum { EV_ACK = 1, EV_NAK = 2, EV_CE = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
        EV_UNKNOWN = 7, EV_PENDING = 8 };
@@ -86,6 +94,28 @@ static int is_data(uint8_t op)
 	return op == 0x06 || op == 0x07 || op == 0x08 || op == 0x0A;
 }
 
+/* Copy the INT block at `at` of a frame (snapped `snap` bytes, `room` bytes of it
+ * meant for INT) into event slot `k` of `intbuf`; hop count 0 if there is none. */
+static void int_copy(uint8_t *intbuf, uint32_t k, const uint8_t *f, uint32_t at,
+		     uint32_t snap, int64_t room)
+{
+	uint8_t *dst;
+	uint32_t hops, n;
+
+	if (!intbuf)
+		return;
+	dst = intbuf + (size_t)k * INT_BLOCK_BYTES;
+	dst[0] = 0;
+	if (room < INT_HEADER_BYTES || snap < at + INT_HEADER_BYTES)
+		return;
+	hops = f[at] > INT_MAX_HOPS ? INT_MAX_HOPS : f[at];
+	n = INT_HEADER_BYTES + hops * INT_RECORD_BYTES;
+	if (hops == 0 || n > room || at + n > snap)
+		return;
+	memcpy(dst, f + at, n);
+	dst[0] = (uint8_t)hops;
+}
+
 /*
  * Read up to `budget` frames from the ring of host `host` (slot offsets
  * `offsets`, next slot *idx). Returns the number of frames read; events go to
@@ -95,7 +125,8 @@ static int is_data(uint8_t op)
 int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *idx,
 	    uint32_t budget, uint32_t host, int64_t rt_offset_ns, int64_t t0_ns,
 	    uint32_t sample_every, uint64_t *rx_count, struct rx_qp *qps, uint32_t n_qps,
-	    struct rx_event *ev, uint32_t *n_ev, int64_t *lat, uint32_t *n_lat)
+	    struct rx_event *ev, uint32_t *n_ev, int64_t *lat, uint32_t *n_lat,
+	    uint8_t *intbuf)
 {
 	uint32_t i = *idx, got = 0, ne = 0, nl = 0;
 
@@ -138,6 +169,8 @@ int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *
 					uint32_t arg = reported(q);
 
 					q->since_ack = 0;
+					if (intbuf)  /* no INT: those frames' blocks were not kept */
+						intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
 					ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
 								     (psn - 1) & PSN_MASK, arg};
 				}
@@ -180,9 +213,13 @@ int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *
 				lat[nl++] = ce;
 			}
 			int complete = q->expected >= q->total;
-			if (reply)
+			if (reply) {
+				uint32_t at = reth ? OFF_INT_RETH : OFF_INT;
+
+				int_copy(intbuf, ne, f, at, h.snaplen, (int64_t)payload - TS_BYTES);
 				ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn,
 							     reply_arg | (uint32_t)complete};
+			}
 			else if (q->ack_timer && q->unreported == 1 && d == 0)
 				ev[ne++] = (struct rx_event){rx_ns, EV_PENDING, qpn, psn, 0};
 			if (complete && q->done_ns < 0) {
@@ -190,6 +227,9 @@ int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *
 				ev[ne++] = (struct rx_event){rx_ns, EV_DONE, qpn, psn, 0};
 			}
 		} else if (op == 0x11) {
+			uint32_t ip_len = (uint32_t)f[16] << 8 | f[17];
+
+			int_copy(intbuf, ne, f, OFF_ACK_INT, h.snaplen, (int64_t)ip_len - ACK_IP_BYTES);
 			ev[ne++] = (struct rx_event){rx_ns, EV_ACK_IN, qpn, psn,
 						     f[54] | (uint32_t)(f[46] & 0x40) << 2};
 		} else if (op == 0x81) {

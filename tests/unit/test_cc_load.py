@@ -59,10 +59,10 @@ def test_builtin_names_are_case_insensitive(spec: str | None, cls: type):
         assert validate_cc(spec).name == factory.name
 
 
-def test_hpcc_is_refused_until_the_fabric_writes_int_records():
-    with pytest.raises(ParameterError, match="needs in-band telemetry.*not available yet"):
-        validate_cc("hpcc")
-    with pytest.raises(ParameterError, match="eta"):       # its parameters are checked first
+def test_hpcc_asks_for_in_band_telemetry_and_its_parameters_are_checked():
+    assert validate_cc("hpcc").needs_int
+    assert not any(validate_cc(n).needs_int for n in ("off", "dcqcn", "dctcp", "timely", "swift"))
+    with pytest.raises(ParameterError, match="eta"):
         validate_cc("hpcc", {"eta": 2.0})
 
 

@@ -73,10 +73,10 @@ BAD = [
     ("fairness", {"flows": "16"}, "flows"),
     ("fairness", {"gap": "1s"}, "gap"),
     ("fairness", {"settle": "1"}, "settle"),
-    ("fairness", {"cc": "hpcc"}, "cc"),             # no INT records yet
+    ("fairness", {"cc": "hpcc:Nope"}, "cc"),
     ("fairness", {"cc": "nosuch.py:Cc"}, "cc"),
     ("ecmp", {"cc": "dcqcn;off"}, "cc"),             # one setting, not a list
-    ("cc", {"algorithms": "off;hpcc"}, "algorithms"),
+    ("cc", {"algorithms": "off;hpc"}, "algorithms"),
     ("cc", {"algorithms": "dctcp;DCTCP"}, "algorithms"),
     ("cc", {"senders": "1"}, "senders"),
     ("cc", {"senders": "9"}, "senders"),             # leafspine,3,1,3: 6 off the receiver's leaf

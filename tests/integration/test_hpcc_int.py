@@ -1,0 +1,119 @@
+"""HPCC end to end: the switches' eBPF markers write in-band telemetry into RoCEv2 data
+frames, the responder echoes it in its ACKs, and HPCC keeps the incast queue short.
+
+Fabric: leafspine,2,1,4 with 100G hosts (400G uplinks); h1, h2, h3 (leaf l1) each write
+512 KiB to h8 (leaf l2). A frame from l1 to h8 crosses three switch egress ports:
+l1 -> s1 (400G), s1 -> l2 (400G), l2 -> h8 (100G, the bottleneck).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from core.errors import CapabilityError
+from core.frame import OFF_ACK_INT, OFF_INT, OFF_INT_RETH
+from core.messages import Message, Workload
+from core.scaling import Scale
+from emu.fabric import Fabric
+from emu.netns import in_netns
+from engine.run import EngineConfig, run_workload
+from topologies.spec import build_topo
+from traffic.ccload import resolve_cc
+from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, RETH_OPCODES, icrc_ok
+from traffic.telemetry import decode_block
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root: builds network namespaces"),
+]
+
+SIZE = 512 << 10
+ETH_P_ALL = 3
+#: The egress ports' real rates along l1 -> s1 -> l2 -> h8.
+PATH_RATES_BPS = [400e9, 400e9, 100e9]
+#: HPCC's T: the fabric's unloaded round trip is ~5 us (fixed delays, 3 switches).
+HPCC = resolve_cc("hpcc", {"base_rtt_s": 5e-6})
+
+
+def _incast() -> Workload:
+    msgs = [Message(i, f"h{i + 1}", "h8", SIZE) for i in range(3)]
+    return Workload("incast", msgs, ["h1", "h2", "h3", "h8"], SIZE)
+
+
+def _tap(fab: Fabric, host: str) -> socket.socket:
+    """A packet socket on ``host``'s NIC that keeps copies of what passes."""
+    with in_netns(fab.netns_path(host)):
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+    s.bind((f"{host}-eth0", 0))
+    s.setblocking(False)
+    return s
+
+
+def _roce(sock: socket.socket) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            frame = sock.recv(16384)
+        except BlockingIOError:
+            return out
+        if len(frame) > 60 and frame[23] == socket.IPPROTO_UDP and frame[36:38] == b"\x12\xb7":
+            out.append(frame)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    topo = build_topo("leafspine,2,1,4,host_rate=100G")
+    fab = Fabric(topo, Scale(20000), marking="bpf")
+    try:
+        fab.start()
+    except CapabilityError as e:
+        fab.stop()
+        pytest.skip(f"in-band telemetry needs the eBPF marker: {e}")
+    try:
+        taps = {h: _tap(fab, h) for h in ("h1", "h8")}
+        hpcc = run_workload(fab, _incast(), EngineConfig(cc=HPCC))
+        frames = {h: _roce(s) for h, s in taps.items()}
+        for s in taps.values():
+            s.close()
+        python_path = run_workload(fab, _incast(), EngineConfig(cc=HPCC, send_path="python"))
+        dcqcn = run_workload(fab, _incast(), EngineConfig(cc="paper"))
+    finally:
+        fab.stop()
+    return hpcc, python_path, dcqcn, frames
+
+
+def test_every_switch_hop_writes_its_record_and_the_ack_echoes_it(runs):
+    hpcc, _, _, frames = runs
+    assert hpcc.completed, hpcc.stats["error"]
+    data = [f for f in frames["h8"] if f[42] in DATA_OPCODES]
+    assert len(data) >= 3 * SIZE // 4096 * 0.9
+    tx_seen: list[list[int]] = [[], [], []]
+    for f in data:
+        at = OFF_INT_RETH if f[42] in RETH_OPCODES else OFF_INT
+        recs = decode_block(f[at:])
+        assert [r.rate_bps for r in recs] == PATH_RATES_BPS
+        assert all(a.ts_s < b.ts_s for a, b in zip(recs, recs[1:], strict=False))  # hop order
+        for k, r in enumerate(recs):
+            tx_seen[k].append(r.tx_bytes)
+    for counters in tx_seen:  # each port's transmitted bytes only grow
+        assert counters == sorted(counters) and counters[-1] > counters[0]
+    acks = [f for f in frames["h1"] if f[42] == ACKNOWLEDGE]
+    assert acks and all(icrc_ok(a) for a in acks)
+    echoed = [decode_block(a[OFF_ACK_INT:]) for a in acks]
+    assert all([r.rate_bps for r in e] == PATH_RATES_BPS for e in echoed)
+
+
+def test_hpcc_keeps_the_incast_queue_short_on_both_receive_paths(runs):
+    hpcc, python_path, dcqcn, _ = runs
+    for r in (hpcc, python_path, dcqcn):
+        assert r.completed, r.stats["error"]
+        assert int(r.messages.retransmitted.sum()) == 0
+    # One-way latency above the unloaded path is queueing at the bottleneck.
+    p99 = {name: float(r.latency.one_way_s.quantile(0.99))
+           for name, r in (("hpcc", hpcc), ("python", python_path), ("dcqcn", dcqcn))}
+    assert p99["hpcc"] < 0.3 * p99["dcqcn"], p99
+    assert p99["python"] < 0.3 * p99["dcqcn"], p99
