@@ -31,8 +31,10 @@ latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
 ``model.incast``; with PFC only the lossless completion), DCQCN's incast without PFC
 (the fluid model of ``model.incast``), the victim's FCT and the fair shares under
 max-min fair sharing (``model.fairshare``: an ideal congestion control, without PFC's
-head-of-line blocking). The model has no DCTCP, TIMELY, Swift or user algorithm, no
-PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
+head-of-line blocking). The model has no DCTCP, TIMELY, Swift, HPCC or user algorithm,
+no PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
+HPCC runs on the in-band telemetry the switches' eBPF markers write (``hpcc`` needs
+eBPF marking on every switch port).
 Every case gets the fidelity gate's verdict. cc.csv has one row per case with the
 headline numbers (printed as a table), beside messages, latency, queue, ports and
 rates (fairness cases) CSVs.
@@ -97,7 +99,7 @@ CONVERGENCE_BIN_FRAMES = 32
 CONVERGED_JAIN = 0.95
 
 OPTIONS: dict[str, Option] = {
-    "algorithms": Option(["off", "dcqcn", "dctcp", "timely", "swift"],
+    "algorithms": Option(["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"],
                          f"congestion-control settings compared, ';'-separated ({CC_CHOICES})",
                          parse=parse_list(parse_cc)),
     "topo": Option("leafspine,3,1,3,host_rate=100G", "topology; its hosts must sit on three "
