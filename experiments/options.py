@@ -155,7 +155,8 @@ def parse_cc(value: Any) -> str:
 
 #: What ``parse_cc`` accepts, for option help texts.
 CC_CHOICES = ("off | dcqcn (= paper) | nic | dctcp | timely | swift | hpcc | "
-              "path/to/file.py:Class")
+              "path/to/file.py:Class, each optionally with constructor parameters: "
+              "hpcc,base_rtt_s=5us,eta=0.9")
 CC_HELP = f"congestion control: {CC_CHOICES}"
 #: DCQCN parameter set of the runs with DCQCN on.
 parse_dcqcn = parse_choice("paper", "nic")

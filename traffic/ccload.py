@@ -6,6 +6,9 @@ A ``cc`` setting is one of
   parameters), or the DCQCN parameter-set names ``paper`` and ``nic`` that
   ``traffic.cc.make_cc`` has always taken; ``dctcp``, ``timely``, ``swift``, ``hpcc``;
 * ``path/to/file.py:ClassName``: a user's class, loaded from that file;
+* either, followed by constructor parameters as in Mininet's ``--topo`` syntax:
+  ``hpcc,base_rtt_s=5us,eta=0.9`` (a name ending in ``_s`` takes a time, ``_bps`` a
+  rate, ``_bytes`` a size, with units; others a number or true/false);
 * a ``DcqcnParams`` or None (off), as ``EngineConfig.cc`` accepts.
 
 ``validate_cc`` resolves it and builds one throwaway instance at a dummy line
@@ -33,6 +36,7 @@ from typing import Any
 
 from core.errors import FabricEmuError, ParameterError
 from core.frame import FRAME_BYTES, MTU_PAYLOAD_BYTES
+from core.units import parse_bool, parse_rate_bps, parse_size_bytes, parse_time_s
 from traffic.cc import CongestionControl, make_cc
 from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
 from traffic.dcqcn import DcqcnParams, get_params
@@ -186,6 +190,14 @@ def resolve_cc(spec: object, params: Mapping[str, object] | None = None) -> CcFa
     params = dict(params or {})
     if isinstance(spec, CcFactory):
         return spec
+    if isinstance(spec, str) and "," in spec:
+        spec, inline = _split_params(spec)
+        factory = resolve_cc(spec, {**inline, **params})
+        # The setting a rerun parses back, and the name reports print.
+        shown = [f"{k}={v:g}" if _real(v) else f"{k}={v}" for k, v in factory.params.items()]
+        factory.spec = ",".join([str(factory.spec), *shown])
+        factory.name = f"{factory.name}({', '.join(shown)})"
+        return factory
     if spec is None:
         return CcFactory(None, "off", _line_rate, params)
     if isinstance(spec, DcqcnParams):
@@ -203,6 +215,41 @@ def resolve_cc(spec: object, params: Mapping[str, object] | None = None) -> CcFa
     path_text, _, class_name = spec.rpartition(":")
     path = Path(path_text).expanduser().resolve()
     return CcFactory(f"{path}:{class_name}", f"{path.name}:{class_name}", cls, params)
+
+
+def _param_value(name: str, text: str) -> object:
+    """One ``key=value`` of a cc setting, parsed by the unit its name carries."""
+    if name.endswith("_s"):
+        return parse_time_s(text, name)
+    if name.endswith("_bps"):
+        return parse_rate_bps(text, name)
+    if name.endswith("_bytes"):
+        return parse_size_bytes(text, name)
+    if text.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
+        return parse_bool(text, name)
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ParameterError(name, text, "expected a number, or true/false") from None
+
+
+def _split_params(spec: str) -> tuple[str, dict[str, object]]:
+    """``name,k=v,...`` -> (name, {k: value}); ParameterError for a malformed part."""
+    head, *parts = (p.strip() for p in spec.split(","))
+    params: dict[str, object] = {}
+    for part in parts:
+        key, eq, text = part.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier() or not text.strip():
+            raise ParameterError("cc", spec, f"'{part}' is not key=value")
+        if key in params:
+            raise ParameterError("cc", spec, f"{key} given twice")
+        params[key] = _param_value(key, text.strip())
+    return head, params
 
 
 def _real(value: object) -> bool:

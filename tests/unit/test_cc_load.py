@@ -200,3 +200,27 @@ def test_good_class_passes_and_is_named_after_its_file(tmp_path: Path):
     cc = factory(25e9, 0.0)
     cc.on_cnp(1e-6)
     assert cc.rate_bps == 25e9 and cc.cnps_received == 1
+
+
+def test_constructor_parameters_ride_in_the_setting_with_units():
+    f = validate_cc("hpcc,base_rtt_s=5us,eta=0.9")
+    cc = f(100e9)
+    assert cc.base_rtt_s == pytest.approx(5e-6) and cc.eta == 0.9
+    assert f.name == "hpcc(base_rtt_s=5e-06, eta=0.9)"
+    again = validate_cc(f.spec)                    # the setting a rerun parses back
+    assert again.params == pytest.approx(f.params) and again.spec == f.spec
+    assert pickle.loads(pickle.dumps(f)).params == f.params
+    timely = validate_cc("timely,t_low_s=10us,t_high_s=0.1ms,min_rate_bps=1G")(100e9)
+    assert (timely.t_low_s, timely.t_high_s) == pytest.approx((10e-6, 100e-6))
+    assert validate_cc(f"{EXAMPLE}:MyAimd,step=0.05")(100e9).step_bps == 0.05 * 100e9
+
+
+@pytest.mark.parametrize(("spec", "why"), [
+    ("hpcc,eta", "is not key=value"), ("hpcc,=1", "is not key=value"),
+    ("hpcc,eta=0.9,eta=0.8", "given twice"), ("hpcc,nope=1", "unexpected keyword"),
+    ("hpcc,eta=2", "eta"), ("timely,t_low_s=abc", "duration"), ("swift,ai_packets=x", "number"),
+    ("dcqcn,foo=1", "DcqcnParams")])
+def test_bad_constructor_parameters_are_one_line_errors(spec, why):
+    with pytest.raises(ParameterError, match=why) as err:
+        validate_cc(spec)
+    assert "\n" not in str(err.value)
