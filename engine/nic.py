@@ -569,7 +569,8 @@ class _WorkerLoop:
         nic = qp.nic
         assert nic is not None
         qp.gbn = gbn.GbnSender(qp.n, timeout_s=p.rto_s)
-        qp.cc = p.cc(nic.rate_bps, self.real_s(now))  # the real line rate: CC never sees S
+        # The real line rate and path round trip: CC never sees S.
+        qp.cc = p.cc(nic.rate_bps, self.real_s(now), qp.plan.base_rtt_s)
         qp.tx_ns = array("q", bytes(8 * qp.n))
         qp.start_ns = now
         qp.next_trace_ns = now

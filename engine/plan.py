@@ -42,6 +42,9 @@ class MsgPlan:
     #: ACK path, dilated: held at the sender (engine/nic.py, "Fixed delays").
     fwd_delay_emu_ns: int = 0
     back_delay_emu_ns: int = 0
+    #: The real fabric's unloaded round trip of a full frame and its ACK (real s), for
+    #: congestion control that is configured with one (``CcFactory``'s base_rtt_s).
+    base_rtt_s: float | None = None
 
 
 @dataclass(frozen=True)

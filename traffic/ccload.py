@@ -113,8 +113,23 @@ class CcFactory:
         self.constructor = constructor
         self.params = dict(params)
 
-    def __call__(self, line_rate_bps: float, start_s: float = 0.0) -> CongestionControl:
-        return self.constructor(line_rate_bps, start_s, **self.params)
+    def __call__(self, line_rate_bps: float, start_s: float = 0.0,
+                 base_rtt_s: float | None = None) -> CongestionControl:
+        """One QP's algorithm. ``base_rtt_s``: the QP's path round trip in the real
+        fabric, given to an algorithm that takes a ``base_rtt_s`` the setting left open
+        (HPCC's T, DCTCP's and Swift's initial window), as a deployment configures it."""
+        params = self.params
+        if base_rtt_s is not None and "base_rtt_s" not in params and self.takes_base_rtt:
+            params = {**params, "base_rtt_s": base_rtt_s}
+        return self.constructor(line_rate_bps, start_s, **params)
+
+    @property
+    def takes_base_rtt(self) -> bool:
+        """The constructor has a ``base_rtt_s`` keyword parameter."""
+        try:
+            return "base_rtt_s" in inspect.signature(self.constructor).parameters
+        except (TypeError, ValueError):
+            return False
 
     @property
     def dcqcn_params(self) -> DcqcnParams | None:

@@ -48,7 +48,7 @@ def test_options_check_flows_against_senders():
         resolve_options(cc.OPTIONS, True, {"senders": "2", "flows": "3"}, cc.check)
     assert err.value.name == "flows"
     opts = resolve_options(cc.OPTIONS, True, {}, cc.check)
-    assert opts["algorithms"] == ["off", "dcqcn", "dctcp", "timely", "swift"]
+    assert opts["algorithms"] == ["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"]
     assert opts["size"] == 256 << 10
 
 

@@ -16,7 +16,9 @@ from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
 from emu.ports import Port
-from engine.run import DEFAULT_ACK_DELAY_S, EngineConfig, _plans
+from engine.run import DEFAULT_ACK_DELAY_S, EngineConfig, FixedDelays, _plans
+from topologies.routing import compute_routes
+from topologies.spec import build_topo
 from traffic.cc import Dcqcn, LineRate
 from traffic.ccalgos import Dctcp, Swift, Timely
 from traffic.ccload import CcFactory, resolve_cc
@@ -26,10 +28,13 @@ EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "cc" / "my_aimd
 
 
 class _Fabric:
-    """Two hosts at 100G (real), S = 1000: what the planner reads of a live fabric."""
+    """Two hosts at 100G (real), S = 1000: what the planner reads of a live fabric
+    (the topology and routes give the paths' base round trip)."""
 
     hosts = ["h1", "h2"]
     scale = Scale(1000)
+    topo = build_topo("leafspine,1,1,2")
+    routes = compute_routes(topo)
 
     def ports(self) -> list[Port]:
         return [Port(h, "eth0", 2, f"/run/netns/{h}", "l1", 100e9, 100e6, 1 << 21, "host-leaf",
@@ -41,6 +46,20 @@ class _Fabric:
 
     def endpoint(self, host: str) -> HostEndpoint:
         return HostEndpoint(host, f"/run/netns/{host}", f"10.0.0.{host[1]}")
+
+
+def test_algorithms_that_take_a_base_rtt_get_the_paths():
+    # h1 -> l1 -> h2 and back (400G hosts): a full frame and an ACK, store and forward.
+    want_s = FixedDelays(_Fabric(), "store-and-forward").base_rtt_s("h1", "h2")
+    assert 0 < want_s < 5e-6
+    for cc in ("hpcc", "dctcp", "swift"):
+        p = _plan(EngineConfig(cc=cc))
+        assert p.sends[0].base_rtt_s == want_s
+        assert p.cc(100e9, 0.0, p.sends[0].base_rtt_s).base_rtt_s == want_s
+    assert _plan(EngineConfig(cc="paper")).sends[0].base_rtt_s is None
+    # A setting that names its own T keeps it.
+    p = _plan(EngineConfig(cc="hpcc,base_rtt_s=7us"))
+    assert p.cc(100e9, 0.0, p.sends[0].base_rtt_s).base_rtt_s == pytest.approx(7e-6)
 
 
 def _plan(config: EngineConfig):
