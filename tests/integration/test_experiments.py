@@ -29,6 +29,7 @@ import pandas as pd
 import pytest
 
 from experiments import registry
+from tests.conftest import SUITE_SCALE, wait_for_quiet_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,10 +40,14 @@ pytestmark = [pytest.mark.root, pytest.mark.slow,
 NIC_PAYLOAD_BPS = 400e9 * 4096 / 4154
 
 
+
+
 @pytest.fixture
 def netns_guard():
-    """Every fabric this test process built was removed (other processes on the
-    machine may build fabrics meanwhile, so only our own runs are checked)."""
+    """Start on a quiet kernel; afterwards, every fabric this test process built was
+    removed (other processes on the machine may build fabrics meanwhile, so only our
+    own runs are checked)."""
+    wait_for_quiet_kernel()
     yield
     from emu.runs import list_runs
 
@@ -108,7 +113,7 @@ def _rows(result, metric: str) -> dict[str, dict]:
 
 
 def test_incast_quick(tmp_path, netns_guard):
-    result = registry.cli_run("incast", tmp_path, quick=True)
+    result = registry.cli_run("incast", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     cases = list(summary["cases"])
     _judge_fixed_delays(tmp_path, summary, cases)
@@ -194,7 +199,7 @@ def _judge_collectives(run_dir, summary: dict) -> pd.DataFrame:
 
 
 def test_collective_quick(tmp_path, netns_guard):
-    result = registry.cli_run("collective", tmp_path, quick=True)
+    result = registry.cli_run("collective", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     table = _judge_collectives(tmp_path, summary)
     assert set(table.collective) == {"allreduce-ring", "alltoall"}
@@ -233,7 +238,7 @@ def test_sweep_quick(tmp_path, netns_guard):
 
 
 def test_ratios_quick(tmp_path, netns_guard):
-    result = registry.cli_run("ratios", tmp_path, quick=True)
+    result = registry.cli_run("ratios", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     _judge_collectives(tmp_path, summary)
     tiers = pd.read_csv(tmp_path / "tiers.csv")
@@ -249,7 +254,7 @@ def test_ratios_quick(tmp_path, netns_guard):
 
 
 def test_ecmp_quick(tmp_path, netns_guard):
-    result = registry.cli_run("ecmp", tmp_path, quick=True)
+    result = registry.cli_run("ecmp", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     cases = list(summary["cases"])
     missing = _judge_fixed_delays(tmp_path, summary, cases)
@@ -273,7 +278,7 @@ def test_ecmp_quick(tmp_path, netns_guard):
 
 
 def test_fairness_quick(tmp_path, netns_guard):
-    result = registry.cli_run("fairness", tmp_path, quick=True)
+    result = registry.cli_run("fairness", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     _judge_fixed_delays(tmp_path, summary, ["fairness"])
     intervals = pd.read_csv(tmp_path / "intervals.csv")
@@ -290,7 +295,7 @@ def test_fairness_quick(tmp_path, netns_guard):
 
 
 def test_demo_quick_and_report(tmp_path, netns_guard):
-    result = registry.demo(tmp_path, quick=True)
+    result = registry.demo(tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     assert any("allreduce-ring" in r["case"] for r in summary["metrics"])
     assert any("incast" in r["case"] for r in summary["metrics"])
