@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -211,6 +212,19 @@ def _workers_of(proc: subprocess.Popen, n: int = 2) -> list[psutil.Process]:
     raise AssertionError("engine workers never started")
 
 
+def _signal_state(pid: int) -> str:
+    """Where a process sleeps and which signals it blocks, ignores and catches (hex
+    masks from /proc): what a process that does not react to a signal is doing."""
+    try:
+        fields = dict(line.split(":\t", 1) for line in
+                      Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as e:
+        return f"/proc unreadable: {e}"
+    return (f"wchan {wchan}, SigBlk {fields.get('SigBlk')}, SigIgn {fields.get('SigIgn')}, "
+            f"SigCgt {fields.get('SigCgt')}")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_signals_stop_every_worker(sig, tmp_path):
     # The child's stderr goes to a file: a pipe nobody reads blocks a child that writes
@@ -233,7 +247,9 @@ def test_signals_stop_every_worker(sig, tmp_path):
             status = psutil.Process(proc.pid).status()
             tail = err_path.read_text()[-300:].replace("\n", " | ")
             pytest.skip(f"the engine process has not exited 120 s after {sig!r} "
-                        f"(status {status}, stderr ends: {tail!r}): unexplained, see issue 9")
+                        f"(status {status}, {_signal_state(proc.pid)}; this test process: "
+                        f"{_signal_state(os.getpid())}; stderr ends: {tail!r}): "
+                        "unexplained, see issue 9")
         _, gone_alive = psutil.wait_procs(workers, timeout=10)
         assert not gone_alive, f"orphan workers after {sig!r}: {gone_alive}"
     finally:
