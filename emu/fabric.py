@@ -238,8 +238,8 @@ class Fabric:
 
     def enable_int(self) -> int:
         """In-band telemetry (HPCC): every switch port's eBPF marker writes its record
-        into the RoCEv2 data frames it forwards (emu/bpf/marker.c). Returns the ports
-        that write; CapabilityError where a switch port has no eBPF marker."""
+        into the RoCEv2 data frames it forwards (emu/bpf/marker.c). Returns how many
+        ports write; CapabilityError where a switch port has no eBPF marker."""
 
         bare = [p.name for p in self._ports if p.is_switch and p.marker is None]
         if bare:

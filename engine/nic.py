@@ -78,9 +78,6 @@ from core.frame import (
     ETH_BYTES,
     FRAME_BYTES,
     HEADER_BYTES,
-    INT_HEADER_BYTES,
-    INT_MAX_HOPS,
-    INT_RECORD_BYTES,
     OFF_ACK_INT,
     OFF_INT,
     OFF_INT_RETH,
@@ -129,7 +126,7 @@ from traffic.roce import (
     QpTemplate,
     ResponderTemplate,
 )
-from traffic.telemetry import ack_with_int, decode_block
+from traffic.telemetry import ack_with_int, block_at, decode_block
 
 PR_SET_PDEATHSIG = 1
 PR_SET_TIMERSLACK = 29
@@ -156,18 +153,6 @@ _EARLY_NS = 20_000                      # deadlines this close are served in the
 # would fail a run whose latencies it moves by 2 %.
 _RATE_PERIOD_FRAMES = 4
 _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent checks
-
-
-def _int_block(mm: Any, f: int, at: int, snap: int, room: int) -> bytes:
-    """The INT block at frame offset ``at`` (``room`` bytes of the frame are meant for it,
-    ``snap`` were captured), b'' if it holds no record (roce_rx.c's ``int_copy``)."""
-    if room < INT_HEADER_BYTES or snap < at + INT_HEADER_BYTES:
-        return b""
-    hops = min(mm[f + at], INT_MAX_HOPS)
-    n = INT_HEADER_BYTES + hops * INT_RECORD_BYTES
-    if not hops or n > room or at + n > snap:
-        return b""
-    return bytes(mm[f + at:f + at + n])
 
 
 # ----------------------------------------------------------------------------- state
@@ -935,7 +920,7 @@ class _WorkerLoop:
                     ts = _U64.unpack_from(mm, f + (OFF_TS_RETH if reth else OFF_TS))[0]
                     payload = ip_len - _IP_OVERHEAD_BYTES - (RETH_BYTES if reth else 0) - (flags >> 4 & 3)
                     self._on_data(h, rq, psn, tos & 3 == ECN_CE, psn_word >> 31, payload, ts,
-                                  rx_ns, _int_block(mm, f, OFF_INT_RETH if reth else OFF_INT,
+                                  rx_ns, block_at(mm, f, OFF_INT_RETH if reth else OFF_INT,
                                                     snap, payload - TS_BYTES))
             elif opcode == ACKNOWLEDGE:
                 qp = h.tx_qps.get(qpn)
@@ -945,7 +930,7 @@ class _WorkerLoop:
                     self._ctrl_in(qp, EV_ACK_IN, psn,
                                   _U32.unpack_from(mm, f + OFF_TS)[0] >> 24
                                   | (ARG_BECN if qp_word >> 30 & 1 else 0), rx_ns,
-                                  _int_block(mm, f, OFF_ACK_INT, snap,
+                                  block_at(mm, f, OFF_ACK_INT, snap,
                                              ip_len + ETH_BYTES - ACK_FRAME_BYTES))
             elif opcode == CNP:
                 qp = h.tx_qps.get(qpn)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 from core.frame import (
     ICRC_BYTES,
@@ -35,7 +36,7 @@ from core.frame import (
 from traffic.ccalgos.common import IntRecord
 from traffic.roce import compute_icrc
 
-__all__ = ["IntRecord", "ack_with_int", "decode_block", "encode_block"]
+__all__ = ["IntRecord", "ack_with_int", "block_at", "decode_block", "encode_block"]
 
 _RECORD = struct.Struct(">IIQQ")
 _U16 = struct.Struct(">H")
@@ -67,6 +68,19 @@ def decode_block(block: bytes | bytearray | memoryview) -> tuple[IntRecord, ...]
         out.append(IntRecord(qlen_bytes=float(qlen), tx_bytes=tx, ts_s=ts_ps * 1e-12,
                              rate_bps=rate_mbps * 1e6))
     return tuple(out)
+
+
+def block_at(buf: Any, f: int, at: int, snap: int, room: int) -> bytes:
+    """The INT block at offset ``at`` of the frame starting at ``buf[f]`` (``room`` bytes
+    of the frame are meant for it, ``snap`` were captured), b'' if it holds no record:
+    the Python receive path's copy of roce_rx.c's ``int_copy``."""
+    if room < INT_HEADER_BYTES or snap < at + INT_HEADER_BYTES:
+        return b""
+    hops = min(buf[f + at], INT_MAX_HOPS)
+    n = INT_HEADER_BYTES + hops * INT_RECORD_BYTES
+    if not hops or n > room or at + n > snap:
+        return b""
+    return bytes(buf[f + at:f + at + n])
 
 
 def _ipv4_checksum(header: bytes | bytearray) -> int:

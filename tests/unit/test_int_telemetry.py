@@ -1,6 +1,6 @@
 """In-band telemetry blocks (traffic.telemetry) and how both receive paths hand them on:
 the compiled loop's reply and ACK blocks (roce_rx.c) and the Python path's
-(engine.nic._int_block), on a hand-filled ring (no kernel, no root)."""
+(traffic.telemetry.block_at), on a hand-filled ring (no kernel, no root)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from scapy.layers.l2 import Ether
 
 from core.errors import CapabilityError
 from core.frame import INT_MAX_HOPS, OFF_ACK_INT, OFF_INT, OFF_INT_RETH, TS_BYTES
-from engine.nic import _int_block
 from engine.rawsock import SNAP_INT_BYTES, RingSpec, slot_offsets
 from engine.rx import EV_ACK, EV_ACK_IN, RxLib, RxRing, RxState
 from traffic.roce import Flow, QpTemplate, ResponderTemplate, icrc_ok, parse_frame
-from traffic.telemetry import IntRecord, ack_with_int, decode_block, encode_block
+from traffic.telemetry import IntRecord, ack_with_int, block_at, decode_block, encode_block
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5)
 HOPS = [IntRecord(0.0, 4170, 1.0e-3, 400e9), IntRecord(18434.0, 18984, 1.0e-3 + 92e-12, 100e9)]
@@ -75,7 +74,7 @@ def test_both_receive_paths_echo_a_data_frames_block_and_hand_an_acks_on():
     # The Python path's reading of the same slots.
     def py(k: int, at: int, room: int) -> bytes:
         snap_len = struct.unpack_from("<I", buf, offsets[k] + 8)[0]
-        return _int_block(buf, offsets[k] + _MAC_OFF, at, snap_len, room)
+        return block_at(buf, offsets[k] + _MAC_OFF, at, snap_len, room)
     ip_len = [struct.unpack_from(">H", f, 16)[0] for f in frames]
     payload = [4096 - TS_BYTES] * 3
     assert [py(0, OFF_INT_RETH, payload[0]), py(1, OFF_INT, payload[1]),
