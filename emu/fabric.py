@@ -25,7 +25,7 @@ from typing import Any
 
 from pyroute2.netlink.exceptions import NetlinkError
 
-from core.ecn import ThresholdPolicy
+from core.ecn import ThresholdPolicy, Thresholds
 from core.errors import CapabilityError, FabricEmuError, NotRootError, ParameterError
 from core.scaling import Scale
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
@@ -236,20 +236,33 @@ class Fabric:
         self.pfc = PfcController(self, config).start()
         return self.pfc
 
+    def _bpf_switch_ports(self, what: str) -> list[Port]:
+        """Every switch port, all with an eBPF marker (CapabilityError naming ``what``
+        otherwise)."""
+        bare = [p.name for p in self._ports if p.is_switch and p.marker is None]
+        if bare:
+            raise CapabilityError(
+                f"{what} needs the eBPF marker on every switch port; {len(bare)} have "
+                f"none (e.g. {bare[0]}): build the fabric with marking='bpf'")
+        return [p for p in self._ports if p.is_switch]
+
     def enable_int(self) -> int:
         """In-band telemetry (HPCC): every switch port's eBPF marker writes its record
         into the RoCEv2 data frames it forwards (emu/bpf/marker.c). Returns how many
         ports write; CapabilityError where a switch port has no eBPF marker."""
 
-        bare = [p.name for p in self._ports if p.is_switch and p.marker is None]
-        if bare:
-            raise CapabilityError(
-                f"in-band telemetry needs the eBPF marker on every switch port; {len(bare)} have "
-                f"none (e.g. {bare[0]}): build the fabric with marking='bpf'")
-        writers = [p for p in self._ports if p.is_switch]
+        writers = self._bpf_switch_ports("in-band telemetry")
         for p in writers:
             p.marker.enable_int(p.rate_bps, self.scale.factor)
         return len(writers)
+
+    def set_thresholds(self, thresholds: Thresholds) -> None:
+        """Mark every switch port with ``thresholds`` from the next packet on (for
+        example DCTCP's step at K); the gate judges marks by them from then on."""
+
+        for p in self._bpf_switch_ports("changing the marking thresholds"):
+            p.marker.set_thresholds(thresholds)
+        self.thresholds = thresholds
 
     def link_delay_s(self, a: str, b: str) -> float:
         """Real one-way delay of link a-b as emulated: the mean of its two directions

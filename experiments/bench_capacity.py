@@ -1,6 +1,7 @@
 """Benchmark: what the kernel fabric carries vs what the engine drives, on one topology.
 
     python -m experiments.bench_capacity [--topo fattree,4] [--scales 20000,10000,5000,4000]
+                                         [--cc off,dcqcn,dctcp,timely,swift,hpcc]
 
 Printed side by side:
 
@@ -16,7 +17,10 @@ Printed side by side:
   delivered frame (workers' CPU, user and kernel: a send's kernel time carries the
   frame through every shaper and switch on its path) and the machine's busy share;
 * the smallest S at which the run is VALID and within 5 % of that model, and the
-  engine's frames/s there divided by the kernel capacity.
+  engine's frames/s there divided by the kernel capacity;
+* with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
+  frame costs with each algorithm (its per-ACK and per-CNP Python work, and HPCC's
+  ACK per frame and in-band telemetry).
 
 Run it alone on the machine (under the heavy-work lock): the gate counts every
 process's CPU.
@@ -41,6 +45,7 @@ from engine.burst import MAX_BURST, Burst
 from engine.rawsock import open_tx_socket
 from experiments.collective import run_collective
 from experiments.measure import fidelity_of
+from experiments.options import parse_cc
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 
@@ -97,18 +102,19 @@ def kernel_capacity(spec: str, scale: float, seconds: float) -> dict[str, float]
             "seconds": wall_s}
 
 
-def engine_ring(spec: str, scale: float) -> dict[str, Any]:
-    """The ring all-reduce of 4 MiB over every host at ``scale``, gated and priced."""
+def engine_ring(spec: str, scale: float, cc: str = "off") -> dict[str, Any]:
+    """The ring all-reduce of 4 MiB over every host at ``scale`` under congestion
+    control ``cc``, gated and priced."""
 
     with Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
-        r = run_collective(fab, "allreduce-ring", RING_BYTES, "off", 16)
-        report = fidelity_of(fab, r.measurement, r.workload, cc=False)
+        r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16)
+        report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
     st = r.measurement.stats
     frames = st["data_packets_sent"]
     cpu_s = sum(st["cpu_s"])
     sys_s = sum(w.get("sys_s", 0.0) for w in st["workers"])
     return {
-        "scale": scale, "valid": report.valid,
+        "scale": scale, "cc": cc, "valid": report.valid,
         "reasons": [x for x in report.reasons if not x.startswith("suggested")],
         "error": r.time_s / r.time_model_emulable_s - 1,
         "fps": frames / st["run_wall_s"] if st["run_wall_s"] else 0.0,
@@ -125,6 +131,8 @@ def main() -> None:
     ap.add_argument("--topo", default="fattree,4")
     ap.add_argument("--scales", default="20000,10000,5000,4000",
                     help="S values for the ring, tried largest first")
+    ap.add_argument("--cc", default="off", type=lambda v: [parse_cc(x) for x in v.split(",")],
+                    help="congestion-control settings, ','-separated (default: off)")
     ap.add_argument("--blast-scale", type=float, default=800.0)
     ap.add_argument("--blast-seconds", type=float, default=5.0)
     args = ap.parse_args()
@@ -133,14 +141,14 @@ def main() -> None:
     console.print(f"kernel capacity ({args.topo}, S = {args.blast_scale:g}, every host "
                   f"blasting): {cap['delivered_fps']:,.0f} delivered frames/s "
                   f"({cap['offered_fps']:,.0f} handed to the kernel)")
-    rows = [engine_ring(args.topo, float(s))
+    rows = [engine_ring(args.topo, float(s), cc) for cc in args.cc
             for s in sorted((float(x) for x in args.scales.split(",")), reverse=True)]
     table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {args.topo}")
-    for col in ("S", "gate", "time vs model", "frames/s", "÷ kernel", "CPU/frame",
+    for col in ("cc", "S", "gate", "time vs model", "frames/s", "÷ kernel", "CPU/frame",
                 "of which kernel", "wake-ups/frame", "machine busy", "wall", "why invalid"):
         table.add_column(col)
     for r in rows:
-        table.add_row(f"{r['scale']:g}", "VALID" if r["valid"] else "INVALID",
+        table.add_row(r["cc"], f"{r['scale']:g}", "VALID" if r["valid"] else "INVALID",
                       f"{r['error']:+.1%}", f"{r['fps']:,.0f}",
                       f"{r['fps'] / cap['delivered_fps']:.3f}",
                       f"{r['cpu_per_frame_us']:.1f} µs", f"{r['sys_per_frame_us']:.1f} µs",
@@ -148,16 +156,16 @@ def main() -> None:
                       f"{r['machine_busy']:.0%}" if r["machine_busy"] is not None else "-",
                       f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
     console.print(table)
-    good = [r for r in rows if r["valid"] and abs(r["error"]) <= WITHIN]
-    if good:
-        best = min(good, key=lambda r: r["scale"])
-        console.print(f"smallest valid S within {WITHIN:.0%} of the model: {best['scale']:g} "
-                      f"({best['fps']:,.0f} frames/s = "
-                      f"{best['fps'] / cap['delivered_fps']:.3f} of the kernel's capacity, "
-                      f"{best['cpu_per_frame_us']:.1f} µs of engine CPU per frame)")
-    else:
-        console.print(f"no S tried was valid and within {WITHIN:.0%} of the model")
-
+    for cc in args.cc:
+        good = [r for r in rows if r["valid"] and abs(r["error"]) <= WITHIN and r["cc"] == cc]
+        if good:
+            best = min(good, key=lambda r: r["scale"])
+            console.print(f"cc={cc}: smallest valid S within {WITHIN:.0%} of the model: "
+                          f"{best['scale']:g} ({best['fps']:,.0f} frames/s = "
+                          f"{best['fps'] / cap['delivered_fps']:.3f} of the kernel's capacity, "
+                          f"{best['cpu_per_frame_us']:.1f} µs of engine CPU per frame)")
+        else:
+            console.print(f"cc={cc}: no S tried was valid and within {WITHIN:.0%} of the model")
 
 if __name__ == "__main__":
     main()

@@ -26,13 +26,26 @@ each ``cc`` setting in ``algorithms``:
   each), before the first flow completes, whose per-flow delivered rates have a Jain
   index below 0.95.
 
+* ``oscillation cc=X`` (DCTCP only, no PFC): every switch port marks at one step
+  threshold ``osc_k`` (Kmin = Kmax, Pmax = 1, as DCTCP prescribes), and ``osc_flows``
+  hosts with the same unloaded round trip to the receiver (the largest such group, the
+  receiver's leaf excluded when another group is as large) each send ``osc_size``
+  bytes to it, all from t = 0. Over the interval when all are active (first
+  ``osc_settle`` skipped, and the drain before the first flow ends), the bottleneck's
+  sampled queue gives the sawtooth: amplitude (sqrt(12) x its standard deviation),
+  mean, p5 and p95, and the period (its strongest frequency), beside DCTCP's steady
+  alpha from the senders' trace.
+  The model is the DCTCP paper's analysis (``model.dctcp``) from the configured
+  rates, the path's unloaded round trip and K.
+
 Model predictions where the project has them: the incast with CC off (its completion,
 latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
 ``model.incast``; with PFC only the lossless completion), DCQCN's incast without PFC
 (the fluid model of ``model.incast``), the victim's FCT and the fair shares under
 max-min fair sharing (``model.fairshare``: an ideal congestion control, without PFC's
-head-of-line blocking). The model has no DCTCP, TIMELY, Swift, HPCC or user algorithm,
-no PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
+head-of-line blocking), DCTCP's steady queue oscillation (``model.dctcp``). The model
+has no incast or fairness dynamics of DCTCP, TIMELY, Swift, HPCC or a user algorithm, no
+PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
 HPCC runs on the in-band telemetry the switches' eBPF markers write (``hpcc`` needs
 eBPF marking on every switch port).
 Every case gets the fidelity gate's verdict. cc.csv has one row per case with the
@@ -43,6 +56,7 @@ rates (fairness cases) CSVs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +65,7 @@ import pandas as pd
 
 from core.ecn import Thresholds
 from core.errors import ParameterError
-from core.frame import WIRE_FRAME_BYTES
+from core.frame import ACK_FRAME_BYTES, FRAME_BYTES, WIRE_FRAME_BYTES
 from core.messages import Message, Workload
 from core.scaling import DEFAULT_SCALE, Scale
 from emu.fabric import Fabric
@@ -83,12 +97,15 @@ from experiments.options import (
 )
 from experiments.rundir import Run, jain_index, progress
 from model.alphabeta import roce_wire_factor
+from model.dctcp import dctcp_oscillation
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast import predict_incast_on_graph
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
+from traffic.ccalgos.dctcp import Dctcp
 from traffic.ccload import resolve_cc
+from traffic.fixeddelay import mean_delay, path_delay
 
 NAME = "cc"
 KIB = 1 << 10
@@ -114,6 +131,16 @@ OPTIONS: dict[str, Option] = {
                   parse=parse_gap),
     "settle": Option(0.3, "fraction of the all-flows interval skipped before Jain and "
                      "throughput are measured", parse=parse_float(0, 1, open_high=True)),
+    # Two flows whose windows (W* = 17 frames at K = 80 KB on the default fabric) are
+    # large enough for the analysis' fluid sawtooth; 4 MiB each give alpha (from 1) time
+    # to settle and some 10 periods after it.
+    "osc_flows": Option(2, "flows of the DCTCP oscillation case", parse=parse_int(1)),
+    "osc_size": Option(4 << 20, "bytes per flow of the DCTCP oscillation case (also when "
+                       "quick: a shorter run measures alpha still settling)", parse=parse_size),
+    "osc_k": Option(80_000, "DCTCP step-marking threshold K of the oscillation case (bytes)",
+                    parse=parse_size),
+    "osc_settle": Option(0.5, "fraction of the oscillation case skipped while DCTCP's alpha "
+                         "settles", parse=parse_float(0, 1, open_high=True)),
     "thresholds": Option("40K/160K", "ECN Kmin/Kmax of every switch port (bytes)",
                          parse=parse_thresholds),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
@@ -162,6 +189,10 @@ def check(opts: dict[str, Any]) -> None:
     if opts["flows"] > len(r.senders):
         raise ParameterError("flows", opts["flows"], f"at most senders = {len(r.senders)}")
     check_thresholds([opts["thresholds"]], opts["pmax"])
+    if any(is_dctcp(cc) for cc in opts["algorithms"]):
+        Thresholds(opts["osc_k"], opts["osc_k"], 1.0)
+        if opts["osc_k"] >= opts["buffer"]:
+            raise ParameterError("osc_k", opts["osc_k"], f"must be below the buffer ({opts['buffer']} B)")
 
 
 def label(cc: str) -> str:
@@ -324,6 +355,121 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
                     for d in measure_deviations(fab, m, case, graph)])
 
 
+def is_dctcp(cc: str) -> bool:
+    return resolve_cc(cc).constructor is Dctcp
+
+
+def same_rtt_senders(graph: Any, hosts: list[str], receiver: str, rtt_s: Any) -> list[str]:
+    """The largest group of hosts with one unloaded round trip ``rtt_s(host)`` to
+    ``receiver`` (ns resolution), the longer round trip on a tie."""
+    groups: dict[int, list[str]] = {}
+    for h in hosts:
+        if h != receiver:
+            groups.setdefault(round(rtt_s(h) * 1e9), []).append(h)
+    return max(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))[1]
+
+
+@dataclass(frozen=True)
+class Sawtooth:
+    """A queue's oscillation over a window: bytes, and the period in seconds."""
+
+    amplitude_bytes: float   # sqrt(12) x standard deviation
+    mean_bytes: float
+    p5_bytes: float
+    p95_bytes: float
+    period_s: float          # NaN: fewer than three cycles fit the window
+
+
+def sawtooth(t_s: Sequence[float], queue_bytes: Sequence[float]) -> Sawtooth:
+    """The oscillation of queue samples ``queue_bytes`` taken at times ``t_s``.
+
+    The amplitude is that of a linear sawtooth, whose samples spread evenly between
+    its trough and crest (standard deviation = amplitude / sqrt(12)): every sample
+    counts, so the queue's whole-frame steps and a stray reading move it far less
+    than they move the extremes or quantiles. The period is that of the strongest
+    frequency of the queue resampled evenly (Hann window), NaN unless three or more
+    of its cycles fit the window."""
+    q = np.asarray(queue_bytes, dtype=float)
+    t = np.asarray(t_s, dtype=float)
+    if len(q) < 8:
+        return Sawtooth(math.nan, math.nan, math.nan, math.nan, math.nan)
+    p5, p95 = (float(x) for x in np.quantile(q, [0.05, 0.95]))
+    span_s = float(t[-1] - t[0])
+    dt_s = float(np.median(np.diff(t)))
+    period = math.nan
+    if span_s > 0 and dt_s > 0:
+        even = np.interp(np.arange(t[0], t[-1], dt_s), t, q)
+        power = np.abs(np.fft.rfft((even - even.mean()) * np.hanning(len(even)))) ** 2
+        freq = np.fft.rfftfreq(len(even), dt_s)
+        power[0] = 0
+        peak = float(freq[int(np.argmax(power))])
+        if power.max() > 0 and peak * span_s >= 3:
+            period = 1 / peak
+    return Sawtooth(math.sqrt(12) * float(q.std()), float(q.mean()), p5, p95, period)
+
+
+def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
+                    cc: str, t: Thresholds) -> None:
+    """DCTCP's steady queue oscillation at a step threshold (see the module doc)."""
+    graph = model_graph(fab)
+
+    def rtt_s(h: str) -> float:
+        return sum(mean_delay([path_delay(graph, p, size) for p in fab.routes.paths(a, b)]).total_s
+                   for a, b, size in ((h, receiver, FRAME_BYTES), (receiver, h, ACK_FRAME_BYTES)))
+
+    senders = same_rtt_senders(graph, list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
+    port = incast.bottleneck_port(fab, senders, receiver)
+    k = opts["osc_k"]
+    rtt = rtt_s(senders[0])
+    pred = dctcp_oscillation(len(senders), port.rate_bps, rtt, k, WIRE_FRAME_BYTES, FRAME_BYTES)
+    workload = collectives.build("incast", [receiver, *senders], opts["osc_size"])
+    fab.set_thresholds(Thresholds(k, k, 1.0))
+    try:
+        m = measure(fab, workload, engine_config(cc), watch=[port])
+        report = gate(fab, m, workload, cc=True)
+    finally:
+        fab.set_thresholds(t)
+    ids = [msg.msg_id for msg in workload.messages if msg.src != msg.dst]
+    lat = m.latency[m.latency.msg_id.isin(ids)]
+    t0 = float(lat.groupby("msg_id").t_s.min().max())
+    # The queue drains from when the first flow's last frame is queued: end the window
+    # two round trips with a full queue (the model's) before that flow completes.
+    drain_s = 2 * (rtt + 8 * pred.q_max_bytes / port.rate_bps)
+    t1 = float(m.messages[m.messages.msg_id.isin(ids)].end_s.min()) - drain_s
+    lo = t0 + opts["osc_settle"] * (t1 - t0)
+    q = m.queue[(m.queue.port == port.name) & (m.queue.t_s >= lo) & (m.queue.t_s < t1)]
+    saw = sawtooth(q.t_s, q.backlog_bytes)
+    rates = m.rates[(m.rates.t_s >= lo) & (m.rates.t_s < t1)]
+    alpha = float(rates.alpha.mean()) if not rates.empty else math.nan
+    row = {"case": case, "scenario": "oscillation", "cc": label(cc), "pfc": False,
+           "flows": len(senders), "k_KB": k / 1e3,
+           "amplitude_KB": saw.amplitude_bytes / 1e3, "model_amplitude_KB": pred.amplitude_bytes / 1e3,
+           "mean_queue_KB": saw.mean_bytes / 1e3, "model_mean_queue_KB": pred.mean_bytes / 1e3,
+           "period_us": saw.period_s * 1e6, "model_period_us": pred.period_s * 1e6,
+           "alpha": alpha, "model_alpha": pred.alpha,
+           "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
+    run.metric(case, "queue amplitude", "KB", row["amplitude_KB"], row["model_amplitude_KB"])
+    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], row["model_mean_queue_KB"])
+    run.metric(case, "queue p95", "KB", saw.p95_bytes / 1e3,
+               (pred.q_max_bytes - 0.05 * pred.amplitude_bytes) / 1e3)
+    run.metric(case, "queue p5", "KB", saw.p5_bytes / 1e3,
+               (pred.q_min_bytes + 0.05 * pred.amplitude_bytes) / 1e3)
+    run.metric(case, "oscillation period", "us", row["period_us"], row["model_period_us"])
+    run.metric(case, "alpha", "", alpha, pred.alpha)
+    run.note(f"{case}: {len(senders)} flows ({', '.join(senders)}) at {rtt * 1e6:.2f} "
+             f"us unloaded RTT, step marking at K = {k} B; {len(q)} queue samples over "
+             f"{(t1 - lo) * 1e6:.1f} us")
+    labels = {"case": case, "cc": label(cc), "pfc": False}
+    run.frame("cc", pd.DataFrame([row]))
+    run.frame("messages", m.messages, **labels)
+    run.frame("rates", m.rates, **labels)
+    run.frame("queue", m.queue, **labels)
+    run.frame("ports", m.ports.reset_index(), **labels)
+    run.fidelity(case, report)
+    run.deviations([{**d, "effect": "lengthens the round trip the flows see by the missing delay"}
+                    for d in measure_deviations(fab, m, case, graph)])
+
+
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     """Every case, committed as it ends: without PFC first (incast, fairness), then
     PFC is enabled on the same fabric for the incast cases with it."""
@@ -332,9 +478,10 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
         topo.linkInfo(a, b)["buffer_bytes"] = opts["buffer"]
     t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
     plan = [(kind, cc, pfc, f"{prefix}{kind} cc={label(cc)}"
-             + ("" if kind == "fairness" else f" pfc={'on' if pfc else 'off'}"))
+             + ("" if kind != "incast" else f" pfc={'on' if pfc else 'off'}"))
             for pfc in (False, True) for cc in opts["algorithms"]
-            for kind in (("incast", "fairness") if not pfc else ("incast",))]
+            for kind in (("incast",) if pfc else ("incast", "fairness")
+                         + (("oscillation",) if is_dctcp(cc) else ()))]
     todo = [p for p in plan if not run.finished(p[3])]
     run.note("metrics without a prediction are measured only: the model has no DCTCP, "
              "TIMELY, Swift or user algorithm, no PAUSE and no convergence dynamics")
@@ -352,6 +499,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                     fab.enable_pfc(PfcConfig(reaction_budget_wall_s=opts["pfc_budget"]))
                 if kind == "incast":
                     run_incast(run, fab, case, r, opts, cc, pfc, t)
+                elif kind == "oscillation":
+                    run_oscillation(run, fab, case, r.receiver, opts, cc, t)
                 else:
                     run_fairness(run, fab, case, r, opts, cc)
                 run.commit(case)

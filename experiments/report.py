@@ -322,10 +322,16 @@ CC_TABLE_COLUMNS = {
                  ("smallest_gbps", "smallest share (Gb/s)"),
                  ("convergence_us", "convergence (us)"), ("retransmitted", "retransmitted"),
                  ("ecn_echoes", "ECN echoes"), ("valid", "valid")),
+    "oscillation": (("cc", "cc"), ("flows", "flows"), ("k_KB", "K (KB)"),
+                    ("amplitude_KB", "amplitude (KB)"), ("model_amplitude_KB", "model (KB)"),
+                    ("mean_queue_KB", "mean queue (KB)"), ("model_mean_queue_KB", "model (KB)"),
+                    ("period_us", "period (us)"), ("model_period_us", "model (us)"),
+                    ("alpha", "alpha"), ("model_alpha", "model alpha"), ("drops", "drops"),
+                    ("valid", "valid")),
 }
 
 
-CC_COUNTS = ("drops", "pauses", "retransmitted", "ecn_echoes")
+CC_COUNTS = ("flows", "drops", "pauses", "retransmitted", "ecn_echoes")
 
 
 def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:

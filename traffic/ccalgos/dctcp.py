@@ -3,14 +3,21 @@
 Alizadeh et al., "Data Center TCP (DCTCP)", SIGCOMM 2010, section 3.1::
 
     per window of data:   alpha <- (1 - g) alpha + g F      F = marked / acked bytes
-    on marked feedback:   W <- W (1 - alpha / 2)            at most once per window
-    otherwise:            W <- W + MTU                       once per window (additive increase)
+    on marked feedback:   W <- W (1 - alpha / 2)            at most once per round trip
+    per unmarked ACK:     W <- W + MTU * acked / W           TCP's additive increase
 
 A window of data ends at the first ACK whose newest frame was sent after the
 window began (TCP's "snd_una passed the snd_nxt of the window start"; see
-``common.sent_after``). The cut uses the alpha of the moment the first mark of
-the window arrives, as in TCP's once-per-window reaction; alpha itself is
-updated when the window ends.
+``common.sent_after``). The cut uses the alpha of the moment the first mark
+arrives; alpha itself is updated when the window ends. After a cut no mark cuts
+again, and the window does not grow, until an ACK covers a frame sent after the
+cut (TCP's congestion window reduced state, which ends when snd_una passes the
+snd_nxt of the cut): the marks of frames already in flight at the cut tell of the
+congestion it answered. The increase is TCP's congestion avoidance, one MTU per
+window of data spread over its ACKs, so that it does not depend on how the
+receiver coalesces ACKs: adding an MTU at each window's end grew the window once
+per round trip plus the wait for the next ACK, half as fast with an ACK per 16
+frames, which doubled the queue's oscillation period (``emu run cc``).
 
 Congestion feedback for RoCE comes either as ``ecn_echo`` on ACKs (all
 ``bytes_acked`` of that ACK count as marked; exact when the receiver ACKs at
@@ -84,16 +91,16 @@ class Dctcp:
         self._window_start_s = float(start_s)
         self._acked_bytes = 0.0
         self._marked_bytes = 0.0
-        self._cut_this_window = False
+        self._cut_at_s: float | None = None   # the last cut, until an ACK passes it
 
     @property
     def rate_bps(self) -> float:
         return self.line_rate_bps
 
-    def _marked(self, n_bytes: float) -> None:
+    def _marked(self, n_bytes: float, now_s: float) -> None:
         self._marked_bytes += n_bytes
-        if not self._cut_this_window:
-            self._cut_this_window = True
+        if self._cut_at_s is None:
+            self._cut_at_s = now_s
             self.window_bytes = max(self.min_window_bytes, self.window_bytes * (1 - self.alpha / 2))
 
     def on_send(self, n_bytes: int, now_s: float) -> None:
@@ -102,8 +109,12 @@ class Dctcp:
     def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
                int_records: Sequence[object], now_s: float) -> None:
         self._acked_bytes += bytes_acked
+        if self._cut_at_s is not None and sent_after(self._cut_at_s, rtt_s, now_s):
+            self._cut_at_s = None
         if ecn_echo and not self.from_cnps:
-            self._marked(bytes_acked)
+            self._marked(bytes_acked, now_s)
+        elif self._cut_at_s is None:
+            self.window_bytes += self.mtu_bytes * bytes_acked / self.window_bytes
         if rtt_s > 0:
             self.last_rtt_s = rtt_s
         if not sent_after(self._window_start_s, rtt_s, now_s):
@@ -111,17 +122,14 @@ class Dctcp:
         acked = self._acked_bytes
         f = min(1.0, self._marked_bytes / acked) if acked > 0 else 0.0
         self.alpha = (1 - self.g) * self.alpha + self.g * f
-        if not self._cut_this_window:
-            self.window_bytes += self.mtu_bytes
         self._window_start_s = now_s
         self._acked_bytes = 0.0
         self._marked_bytes = 0.0
-        self._cut_this_window = False
 
     def on_cnp(self, now_s: float) -> None:
         self.cnps_received += 1
         if self.from_cnps:
-            self._marked(self.mtu_bytes)
+            self._marked(self.mtu_bytes, now_s)
 
     def on_timer(self, now_s: float) -> None:
         pass
