@@ -77,8 +77,9 @@ def test_dctcp_shrinks_its_window_on_echoed_marks_without_loss(fab, send_path):
     # with the ACK on every CE change an echoing ACK covers marked frames only.
     assert (m.ecn_echoes > 0).all()
     assert m.ecn_echoes.sum() <= m.ce_marked.sum()
-    # Every window was cut (trace: window / base RTT, 100 Gb/s at the start) ...
-    assert (_per_flow_min(result, "target_rate_bps") < 0.5 * LINE_BPS).all()
+    # Every window was cut (trace: window / base RTT, 100 Gb/s at the start; alpha
+    # starts at 1, so the first cut halves the window, grown by a few MTUs by then) ...
+    assert (_per_flow_min(result, "target_rate_bps") < 0.7 * LINE_BPS).all()
     assert (result.rates.groupby("msg_id").alpha.min() < 1.0).all()   # alpha learnt F < 1
     # ... so nothing was lost and nothing resent.
     assert drops == 0 and m.retransmitted.sum() == 0 and m.timeouts.sum() == 0
