@@ -43,7 +43,9 @@ latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
 ``model.incast``; with PFC only the lossless completion), DCQCN's incast without PFC
 (the fluid model of ``model.incast``), the victim's FCT and the fair shares under
 max-min fair sharing (``model.fairshare``: an ideal congestion control, without PFC's
-head-of-line blocking), DCTCP's steady queue oscillation (``model.dctcp``). The model
+head-of-line blocking; for an algorithm that declares a ``target_utilisation``, HPCC's
+eta, the shares of that fraction of the bottleneck), DCTCP's steady queue oscillation
+(``model.dctcp``). The model
 has no incast or fairness dynamics of DCTCP, TIMELY, Swift, HPCC or a user algorithm, no
 PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
 HPCC runs on the in-band telemetry the switches' eBPF markers write (``hpcc`` needs
@@ -324,7 +326,10 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
     active = list(full.rates_bps)
     measured = [window_rate_bps(m, f, full.t0_s, full.t1_s, opts["settle"],
                                 sched.finish_s[f] - sched.last_byte_s[f]) for f in active]
-    model = [full.payload_rates_bps[f] for f in active]
+    # The max-min shares of an ideal control, scaled by the bottleneck share the
+    # algorithm aims at where it declares one (HPCC: eta, by design below 1).
+    aim = getattr(resolve_cc(cc)(port.rate_bps), "target_utilisation", 1.0)
+    model = [full.payload_rates_bps[f] * aim for f in active]
     bin_s = CONVERGENCE_BIN_FRAMES * 8.0 * WIRE_FRAME_BYTES / port.rate_bps
     conv_s = convergence_s(m, active, bin_s)
     row = {"case": case, "scenario": "fairness", "cc": label(cc), "pfc": False,

@@ -20,7 +20,7 @@ def make() -> Hpcc:
 
 def test_defaults():
     cc = Hpcc(400e9)
-    assert (cc.eta, cc.max_stage) == (0.95, 5)
+    assert (cc.eta, cc.max_stage) == (0.95, 5) and cc.target_utilisation == 0.95
     assert cc.window_bytes == pytest.approx(500_000)              # W_init = B T
     assert cc.w_ai_bytes == pytest.approx(500_000 * 0.05 / 100)   # 250 bytes
     assert cc.rate_bps == pytest.approx(400e9) and math.isinf(cc.next_timer_s)

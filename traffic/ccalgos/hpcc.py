@@ -89,6 +89,12 @@ class Hpcc:
         return min(self.max_window_bytes, max(self.min_window_bytes, w))
 
     @property
+    def target_utilisation(self) -> float:
+        """The share of a bottleneck HPCC keeps busy at equilibrium: eta, with no queue
+        (an a priori expectation for experiments; ``experiments.cc`` reads it)."""
+        return self.eta
+
+    @property
     def window_bytes(self) -> float:
         return self.window
 
