@@ -27,6 +27,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from core.ecn import ThresholdPolicy, Thresholds
 from core.errors import CapabilityError, FabricEmuError, NotRootError, ParameterError
+from core.frame import WIRE_OVERHEAD_BYTES
 from core.scaling import Scale
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
@@ -278,6 +279,7 @@ class Fabric:
             "delay_emulated": self.delay_emulated, "delay_detail": self.delay_detail,
             "delay_notes": list(self.delays.notes), "build_s": self.build_s,
             "roce_sink": self.roce_sinks.kind,
+            "ethernet_overhead_bytes": WIRE_OVERHEAD_BYTES,   # charged by every shaper
             **(self.ecmp_hash.summary() if self.ecmp_hash else {}),
         }
 
@@ -389,10 +391,11 @@ class Fabric:
                     # port's queue, not the bytes in flight.
                     shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
                                leaf_options=red_qdisc_options(policy.for_port(port), rate_emu,
-                                                              iface.buffer_bytes), delay=delay)
+                                                              iface.buffer_bytes), delay=delay,
+                               overhead_bytes=WIRE_OVERHEAD_BYTES)
                 else:
                     shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes,
-                               delay=delay)
+                               delay=delay, overhead_bytes=WIRE_OVERHEAD_BYTES)
                 if marked and self.marking == "bpf":
                     # On clsact egress, i.e. before the delay line: the marker's virtual
                     # queue is the real queue at leaf 10: shifted by the port's constant
@@ -400,7 +403,8 @@ class Fabric:
 
                     port.marker = attach_bpf_marker(
                         port.netns_path, iface.ifname, rate_emu, iface.buffer_bytes,
-                        policy.for_port(port), ipr=self.namespaces.iprs[node], ifindex=idx)
+                        policy.for_port(port), ipr=self.namespaces.iprs[node], ifindex=idx,
+                        overhead_bytes=WIRE_OVERHEAD_BYTES)
                 self._ports.append(port)
 
     def _threshold_policy(self) -> Any:

@@ -76,7 +76,6 @@ from typing import Any
 from core.frame import (
     ACK_FRAME_BYTES,
     ETH_BYTES,
-    FRAME_BYTES,
     HEADER_BYTES,
     OFF_ACK_INT,
     OFF_INT,
@@ -85,6 +84,8 @@ from core.frame import (
     OFF_TS_RETH,
     RETH_BYTES,
     TS_BYTES,
+    WIRE_FRAME_BYTES,
+    WIRE_OVERHEAD_BYTES,
 )
 from core.scaling import Scale
 from engine.burst import MAX_BURST, Burst
@@ -177,7 +178,7 @@ class _Nic:
         self.rate_bps = plan.rate_bps
         self.rate_emu_bps = scale.rate_emu_bps(plan.rate_bps)
         self.ns_per_bit = 1e9 / self.rate_emu_bps
-        self.rate_period_ns = _RATE_PERIOD_FRAMES * 8 * FRAME_BYTES * self.ns_per_bit
+        self.rate_period_ns = _RATE_PERIOD_FRAMES * 8 * WIRE_FRAME_BYTES * self.ns_per_bit
         self.sched = Schedule(_MAX_CATCHUP_NS)
         self.qps: list[_SendQp] = []    # QPs with something to send now
         self.backlog: list[bytes] = []  # frames the qdisc pushed back, sent first
@@ -240,7 +241,11 @@ class _SendQp:
         self.first = shapes[self.tmpl.opcode(0)]
         self.last = shapes[self.tmpl.opcode(self.n - 1)]
         self.middle = shapes.get(self.tmpl.opcode(1)) if self.n > 2 else self.last
-        self.bits = [len(s.buf) * 8 for s in (self.first, self.middle, self.last)]
+        # Wire bits: the frame and Ethernet's preamble, FCS and gap, which the
+        # fabric's shapers charge too (a NIC paced on frame bits alone would outrun
+        # its own port by 0.6 %).
+        self.bits = [(len(s.buf) + WIRE_OVERHEAD_BYTES) * 8
+                     for s in (self.first, self.middle, self.last)]
         self.mid_bits = self.bits[1]
         self.gbn: gbn.GbnSender | None = None
         self.cc: Any = None
@@ -359,7 +364,7 @@ class _WorkerLoop:
         self.overhead_ns = plan.scale.emu_ns(plan.nic_overhead_s)
         self.nics = {(n.host, n.ifname): _Nic(n, tx_socks[(n.host, n.ifname)], plan.scale)
                      for n in plan.nics}
-        self.rx_defer_ns = int(_RX_DEFER_FRAMES * 8 * FRAME_BYTES
+        self.rx_defer_ns = int(_RX_DEFER_FRAMES * 8 * WIRE_FRAME_BYTES
                                * min((n.ns_per_bit for n in self.nics.values()), default=0))
         self.hosts = {h: _Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
         self.senders = [_SendQp(m, plan.payload_bytes) for m in plan.sends]
@@ -708,7 +713,7 @@ class _WorkerLoop:
             end = now + n * line if now + n * line > end else end
             if end > nic.actual_end:
                 nic.actual_end = end
-            sent_bytes = n * (bits >> 3)
+            sent_bytes = n * ((bits >> 3) - WIRE_OVERHEAD_BYTES)
             cc.on_send(sent_bytes, t_real)
             best.bytes_sent += sent_bytes
             nic.bits_sent += n * bits

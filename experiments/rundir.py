@@ -42,7 +42,6 @@ import pandas as pd
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.errors import FabricEmuError, ParameterError
-from core.frame import FRAME_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from emu.fabric import Fabric
 from engine.run import EngineConfig
 from experiments.fidelity import FidelityReport, combine
@@ -193,8 +192,7 @@ class Run:
     def fabric(self, name: str, fab: Fabric) -> None:
         """Record a fabric's summary (topology, S, marking back end, build time)."""
         self.pending.fabrics[name] = {**fab.summary(), "capabilities": fab.capabilities or None,
-                                      "fixed_delays": emulated_fixed_delays(fab),
-                                      "emulation_gaps": EMULATION_GAPS}
+                                      "fixed_delays": emulated_fixed_delays(fab)}
 
     def note(self, text: str) -> None:
         self.pending.notes.append(text)
@@ -265,7 +263,6 @@ class Run:
             "fabrics": fabrics,
             # Which real-fabric fixed delays each fabric emulated (the model prices all).
             "fixed_delays": {k: v.get("fixed_delays") for k, v in fabrics.items()},
-            "emulation_gaps": {k: v.get("emulation_gaps") for k, v in fabrics.items()},
             **self.environment(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "duration_s": time.time() - self.started,
@@ -576,9 +573,3 @@ def emulated_fixed_delays(fab: Fabric, engine: Mapping[str, str] | None = None
             out[name] = {"emulated": True, "how": str(how)}
     return out
 
-
-#: What else the model prices and no fabric reproduces yet (config.json, per fabric).
-EMULATION_GAPS: dict[str, dict[str, Any]] = {"Ethernet overhead": {"emulated": False, "how": (
-    f"not emulated: shapers charge frame bytes only, so an emulated link carries "
-    f"{WIRE_FRAME_BYTES / FRAME_BYTES - 1:.2%} more full frames than a real one "
-    f"(preamble, FCS and gap: {WIRE_OVERHEAD_BYTES} B a frame, which the model prices)")}}

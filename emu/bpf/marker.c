@@ -70,6 +70,7 @@ struct cfg {
 	__u64 flags;            /* FLAG_TRACE: record q per IPv4 id into `trace` */
 	__u64 int_rate_mbps;    /* INT: the port's real line rate in Mb/s; 0: no INT */
 	__u64 int_scale;        /* INT: S, an integer (real ps = clock ns * 1000 / S) */
+	__u64 overhead_bytes;   /* Ethernet's preamble, FCS and gap: charged per packet */
 };
 
 struct vq_state {
@@ -172,7 +173,10 @@ int fabricemu_mark(struct __sk_buff *skb)
 	}
 
 	__u64 len = skb->len;
-	__u64 len_scaled = len * SCALE;
+	/* The queue is counted in wire bytes, as the port's shaper charges them, so
+	 * that it drains at the shaper's rate in frames. */
+	__u64 wire = len + c->overhead_bytes;
+	__u64 len_scaled = wire * SCALE;
 	__u32 rnd = bpf_get_prandom_u32(); /* no helper calls under the lock */
 	__u64 now = bpf_ktime_get_ns();
 	__u64 q_scaled;
@@ -199,7 +203,7 @@ int fabricemu_mark(struct __sk_buff *skb)
 	if (q + len_scaled > c->buffer_scaled) {
 		drop = 1;
 	} else {
-		s->accepted_bytes = accepted + len;
+		s->accepted_bytes = accepted + wire;
 		q += len_scaled;
 		__u64 now_sent = q < tokens ? q : tokens;
 		q -= now_sent;

@@ -29,6 +29,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from core.ecn import Thresholds
 from core.errors import ParameterError
+from core.frame import FRAME_BYTES
 from emu.bpfload import BPF_F_LOCK, attach_clsact, detach_clsact, libbpf, load_object, program_id
 from emu.cbuild import compile_c
 from emu.netns import in_netns
@@ -49,7 +50,7 @@ class _Cfg(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in (
         "rate_emu_bps", "max_delta_ns", "buffer_scaled", "burst_scaled", "kmin_scaled", "kmax_scaled",
         "kmin_bytes", "kmax_bytes", "pmax_q32", "hist_bucket_bytes", "flags",
-        "int_rate_mbps", "int_scale")]
+        "int_rate_mbps", "int_scale", "overhead_bytes")]
 
 
 class _VqState(ctypes.Structure):
@@ -125,7 +126,8 @@ class PortMarker:
 
     def __init__(self, netns_path: str, ifname: str, ifindex: int, rate_emu_bps: float,
                  buffer_bytes: int, burst_bytes: int, thresholds: Thresholds,
-                 hist_bucket_bytes: int, loaded: _Loaded, trace: bool) -> None:
+                 hist_bucket_bytes: int, loaded: _Loaded, trace: bool,
+                 overhead_bytes: int = 0) -> None:
         self.netns_path = netns_path
         self.ifname = ifname
         self.ifindex = ifindex
@@ -135,6 +137,11 @@ class PortMarker:
         self.thresholds = thresholds
         self.hist_bucket_bytes = int(hist_bucket_bytes)
         self.trace_enabled = trace
+        self.overhead_bytes = int(overhead_bytes)
+        # The program counts wire bytes (frame + overhead, as the shaper charges);
+        # thresholds, buffer, histogram and readings are frame bytes, as a switch
+        # counts its queue: converted at full frames, exact for the queues of data.
+        self.wire_per_byte = (FRAME_BYTES + self.overhead_bytes) / FRAME_BYTES
         self.int_rate_mbps = 0          # INT off
         self.int_scale = 0
         self._fds: _Loaded | None = loaded
@@ -144,20 +151,25 @@ class PortMarker:
     def _write_cfg(self) -> None:
         t = self.thresholds
         rate = max(1, round(self.rate_emu_bps))
+
+        def wire(n_bytes: int) -> int:
+            return round(n_bytes * self.wire_per_byte)
+
         c = _Cfg(
             rate_emu_bps=rate,
             max_delta_ns=(_U64_MAX // 2) // rate,  # tokens + delta * rate must not overflow
-            buffer_scaled=self.buffer_bytes * SCALE,
-            burst_scaled=self.burst_bytes * SCALE,
-            kmin_scaled=t.kmin_bytes * SCALE,
-            kmax_scaled=t.kmax_bytes * SCALE,
-            kmin_bytes=t.kmin_bytes,
-            kmax_bytes=t.kmax_bytes,
+            buffer_scaled=wire(self.buffer_bytes) * SCALE,
+            burst_scaled=self.burst_bytes * SCALE,  # HTB's bucket: wire bytes already
+            kmin_scaled=wire(t.kmin_bytes) * SCALE,
+            kmax_scaled=wire(t.kmax_bytes) * SCALE,
+            kmin_bytes=wire(t.kmin_bytes),
+            kmax_bytes=wire(t.kmax_bytes),
             pmax_q32=round(t.pmax * 2**32),
-            hist_bucket_bytes=self.hist_bucket_bytes,
+            hist_bucket_bytes=wire(self.hist_bucket_bytes),
             flags=FLAG_TRACE if self.trace_enabled else 0,
             int_rate_mbps=self.int_rate_mbps,
             int_scale=self.int_scale,
+            overhead_bytes=self.overhead_bytes,
         )
         self._update(self._fd("cfg_fd"), c)
 
@@ -214,14 +226,14 @@ class PortMarker:
     def vq(self) -> tuple[int, int]:
         """Raw virtual queue: (bytes after the last packet, its CLOCK_MONOTONIC ns)."""
         st = self._vq_state()
-        return st.vq_scaled // SCALE, st.t_last_ns
+        return round(st.vq_scaled / SCALE / self.wire_per_byte), st.t_last_ns
 
     def vq_bytes(self, now_ns: int | None = None) -> float:
         """Virtual queue now: the last state, drained by the bucket since the last packet."""
         st = self._vq_state()
         now_ns = time.monotonic_ns() if now_ns is None else now_ns  # bpf_ktime_get_ns clock
         avail = st.tokens_scaled + max(0, now_ns - st.t_last_ns) * self.rate_emu_bps
-        return max(0.0, (st.vq_scaled - avail) / SCALE)
+        return max(0.0, (st.vq_scaled - avail) / SCALE / self.wire_per_byte)
 
     def read_counters(self) -> MarkerCounters:
         """Counters summed over CPUs (the stats map is per-CPU: no atomics on the path)."""
@@ -312,7 +324,7 @@ def default_hist_bucket_bytes(buffer_bytes: int) -> int:
 def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_bytes: int,
                       thresholds: Thresholds, *, ipr: IPRoute | None = None,
                       ifindex: int | None = None, burst_bytes: int | None = None,
-                      hist_bucket_bytes: int | None = None,
+                      hist_bucket_bytes: int | None = None, overhead_bytes: int = 0,
                       trace: bool = False, obj_path: Path | None = None) -> PortMarker:
     """Load a marker for one port and attach it to the port's clsact egress hook.
 
@@ -320,9 +332,14 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
     virtual queue drains at; ``buffer_bytes`` and the thresholds are real bytes.
     Pass ``ipr`` (an IPRoute bound to the namespace) and ``ifindex`` to avoid
     opening a netlink socket per port. ``burst_bytes`` is the port's HTB burst
-    (default: what :func:`emu.shaping.shape_port` configures). ``trace`` records the queue each IPv4 packet
-    saw by IP id (tests only: 256 KiB per port).
+    (default: what :func:`emu.shaping.shape_port` configures). ``overhead_bytes`` is
+    what the shaper charges each packet beyond its length (Ethernet's preamble, FCS
+    and gap); the virtual queue, its thresholds and INT's transmitted bytes count
+    them too. ``trace`` records the queue each IPv4 packet saw by IP id (tests only:
+    256 KiB per port).
     """
+    if not 0 <= int(overhead_bytes) <= 64:
+        raise ParameterError("overhead_bytes", overhead_bytes, "expected 0..64")
     if not rate_emu_bps > 0:
         raise ParameterError("rate_emu_bps", rate_emu_bps, "must be positive")
     if not int(buffer_bytes) > 0:
@@ -332,7 +349,7 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
     burst = htb_burst_bytes(rate_emu_bps) if burst_bytes is None else int(burst_bytes)
     marker = PortMarker(netns_path, ifname, ifindex or 0, rate_emu_bps, buffer_bytes, burst,
                         thresholds, hist_bucket_bytes or default_hist_bucket_bytes(buffer_bytes),
-                        loaded, trace)
+                        loaded, trace, overhead_bytes)
     try:
         marker._write_cfg()
         with _ipr_for(netns_path, ipr) as r:

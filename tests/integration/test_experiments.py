@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from core.frame import WIRE_OVERHEAD_BYTES
 from experiments import registry
 from tests.conftest import SUITE_SCALE, wait_for_quiet_kernel
 
@@ -36,8 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc, BPF)")]
 
-#: Payload rate of a 400G NIC with full 4154-byte RoCEv2 frames (4096 B payload).
-NIC_PAYLOAD_BPS = 400e9 * 4096 / 4154
+#: Payload rate of a 400G NIC with full 4154-byte RoCEv2 frames (4096 B payload), on a wire
+NIC_PAYLOAD_BPS = 400e9 * 4096 / (4154 + WIRE_OVERHEAD_BYTES)   # payload of full frames on the wire
 
 
 
@@ -75,8 +76,9 @@ def _check_summary(run_dir, result) -> dict:
         assert set(delays) == {"per-hop serialization", "switch latency", "link propagation",
                                "NIC overhead"}, fabric
         assert all(isinstance(d["emulated"], bool) and d["how"] for d in delays.values())
-    for fabric, gaps in config["emulation_gaps"].items():
-        assert set(gaps) == {"Ethernet overhead"} and all(g["how"] for g in gaps.values()), fabric
+    # Every shaper charges Ethernet's preamble, FCS and gap, as the model prices them.
+    assert all(f["ethernet_overhead_bytes"] == WIRE_OVERHEAD_BYTES
+               for f in config["fabrics"].values())
     return summary
 
 

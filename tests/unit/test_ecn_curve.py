@@ -202,7 +202,7 @@ def test_map_layouts_match_the_c_structs():
     import ctypes
 
     from emu.ecn.bpf import HIST_BUCKETS, _Cfg, _Stats, _VqState
-    assert ctypes.sizeof(_Cfg) == 13 * 8
+    assert ctypes.sizeof(_Cfg) == 14 * 8
     assert ctypes.sizeof(_VqState) == 8 + 4 * 8
     assert ctypes.sizeof(_Stats) == (6 + HIST_BUCKETS) * 8
     if shutil.which("bpftool") and shutil.which("clang"):
