@@ -276,12 +276,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     run.metric(case, "victim throughput", "Gb/s", row["victim_gbps"],
                8e-9 * size / victim_model_s)
     run.metric(case, "victim latency p99", "us", row["victim_latency_p99_us"], None)
-    labels = {"case": case, "cc": label(cc), "pfc": pfc}
-    run.frame("cc", pd.DataFrame([row]))
-    run.frame("messages", msgs, **labels)
-    run.frame("latency", lat, **labels)
-    run.frame("queue", m.queue, **labels)
-    run.frame("ports", m.ports.reset_index(), **labels)
+    record(run, row, m, rates=False)
     # CC off without a drop (PFC, or a buffer the model says holds the incast): the
     # bottleneck is busy from first to last byte; idling would be the machine's doing.
     busy = cc == "off" and pred.get("drops") == 0
@@ -289,6 +284,17 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
                             saturated={port.name: completion_s} if busy else {}))
     run.deviations([{**d, "effect": f"incast completion: measured {completion_s * 1e6:.2f} us"}
                     for d in measure_deviations(fab, m, case, graph)])
+
+
+def record(run: Run, row: dict[str, Any], m: Measurement, *, rates: bool) -> None:
+    """The case's row of cc.csv, and its measurement's frames labelled with the case
+    (the congestion-control trace with ``rates``)."""
+    labels = {k: row[k] for k in ("case", "cc", "pfc")}
+    run.frame("cc", pd.DataFrame([row]))
+    frames = {"messages": m.messages, "latency": m.latency, "queue": m.queue,
+              "ports": m.ports.reset_index(), **({"rates": m.rates} if rates else {})}
+    for name, frame in frames.items():
+        run.frame(name, frame, **labels)
 
 
 def convergence_s(m: Measurement, flows: list[int], bin_s: float) -> float:
@@ -347,13 +353,7 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
     if math.isnan(conv_s):
         run.note(f"{case}: the flows' rates had not settled (Jain >= {CONVERGED_JAIN} in bins "
                  f"of {bin_s * 1e6:.2f} us) when the first flow ended")
-    labels = {"case": case, "cc": label(cc), "pfc": False}
-    run.frame("cc", pd.DataFrame([row]))
-    run.frame("messages", m.messages, **labels)
-    run.frame("latency", m.latency, **labels)
-    run.frame("rates", m.rates, **labels)
-    run.frame("queue", m.queue, **labels)
-    run.frame("ports", m.ports.reset_index(), **labels)
+    record(run, row, m, rates=True)
     run.fidelity(case, gate(fab, m, workload, cc=cc != "off"))
     run.deviations([{**d, "effect": "shifts the measured windows against the model's "
                      "schedule by the missing delay"}
@@ -464,12 +464,7 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
     run.note(f"{case}: {len(senders)} flows ({', '.join(senders)}) at {rtt * 1e6:.2f} "
              f"us unloaded RTT, step marking at K = {k} B; {len(q)} queue samples over "
              f"{(t1 - lo) * 1e6:.1f} us")
-    labels = {"case": case, "cc": label(cc), "pfc": False}
-    run.frame("cc", pd.DataFrame([row]))
-    run.frame("messages", m.messages, **labels)
-    run.frame("rates", m.rates, **labels)
-    run.frame("queue", m.queue, **labels)
-    run.frame("ports", m.ports.reset_index(), **labels)
+    record(run, row, m, rates=True)
     run.fidelity(case, report)
     run.deviations([{**d, "effect": "lengthens the round trip the flows see by the missing delay"}
                     for d in measure_deviations(fab, m, case, graph)])
