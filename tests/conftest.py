@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,12 +32,37 @@ def pytest_collection_modifyitems(config, items):
 
 
 #: The experiment tests run at this S, twice the default (core.scaling.DEFAULT_SCALE,
-#: 10000). Late in a full suite the kernel's teardown of earlier tests' namespaces
-#: stalls the workers for ms at a time: in a fresh-clone CI run (12cb712) the ECMP
-#: permutation's p99 pacing lag was 2.0 ms, 0.08 ms when run alone at the default S,
-#: and the gate rightly refused it. These tests judge behaviour and accuracy; the
-#: default S is judged by the demo from a fresh clone and experiments.bench_capacity.
+#: 10000). Late in a full suite the workers stall for ms at a time (the kernel tearing
+#: down earlier tests' namespaces, among others), and the gate rightly refuses a run
+#: whose p99 pacing lag passes two frame times: in fresh-clone CI runs the ECMP
+#: permutation lagged 2.0 ms at S = 10000 (12cb712; 0.08 ms alone) and an all-to-all
+#: 4.0 ms at S = 20000 (4cc67eb; 0.13-0.22 ms in 8 runs alone). Such a run gets one more
+#: try (``run_judged``). These tests judge behaviour and accuracy; the default S is
+#: judged by the demo and bench_capacity.
 SUITE_SCALE = 20_000
+
+
+#: What the gate says when the machine, not the emulation, failed a run: a worker that
+#: stalled (pacing lag, dropped schedule debt, a NIC under its rate) or a busy CPU.
+MACHINE_REASONS = ("pacing lag", "pacing debt kept", "NIC rate", "machine CPU",
+                   "suggested scale factor")
+
+
+def run_judged(run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``run(*args, **kwargs)`` (an experiment: ``registry.cli_run`` or ``registry.demo``),
+    once more, from scratch, when the gate refused it for the machine's timing alone.
+
+    One stall of a few ms (some over 50 ms on this shared 2-core VM) fails a run, and
+    the gate is right to refuse it; two in a row are rare. A test judges the emulation,
+    so it gets one more run; any other reason, or a second refusal, is returned as it is
+    and fails the test."""
+    result = run(*args, **kwargs)
+    reasons = list(result.fidelity.reasons)
+    if not result.valid and reasons and all(any(m in r for m in MACHINE_REASONS)
+                                            for r in reasons):
+        print(f"run again: the gate refused the first run for the machine's timing: {reasons}")
+        result = run(*args, **{**kwargs, "force": True})
+    return result
 
 
 def netns_teardown_running() -> bool:

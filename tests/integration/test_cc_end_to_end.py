@@ -23,7 +23,7 @@ from emu.ecn import Thresholds
 from emu.fabric import Fabric
 from engine.run import EngineConfig, run_workload
 from experiments import registry
-from tests.conftest import SUITE_SCALE, wait_for_quiet_kernel
+from tests.conftest import SUITE_SCALE, run_judged, wait_for_quiet_kernel
 from topologies.fattree import LeafSpine
 
 pytestmark = [
@@ -179,7 +179,7 @@ def _rows(run_dir: Path) -> pd.DataFrame:
 def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     wait_for_quiet_kernel()
     # PFC's reaction budget kept at 5 us real, as the default 50 ms wall at S = 10000.
-    result = registry.cli_run("cc", tmp_path, quick=True, scale=SUITE_SCALE,
+    result = run_judged(registry.cli_run, "cc", tmp_path, quick=True, scale=SUITE_SCALE,
                               overrides={"pfc_budget": 5e-6 * SUITE_SCALE})
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert result.valid and summary["valid"], summary["reasons"]

@@ -30,7 +30,7 @@ import pytest
 
 from core.frame import WIRE_OVERHEAD_BYTES
 from experiments import registry
-from tests.conftest import SUITE_SCALE, wait_for_quiet_kernel
+from tests.conftest import SUITE_SCALE, run_judged, wait_for_quiet_kernel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -115,7 +115,7 @@ def _rows(result, metric: str) -> dict[str, dict]:
 
 
 def test_incast_quick(tmp_path, netns_guard):
-    result = registry.cli_run("incast", tmp_path, quick=True, scale=SUITE_SCALE)
+    result = run_judged(registry.cli_run, "incast", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     cases = list(summary["cases"])
     _judge_fixed_delays(tmp_path, summary, cases)
@@ -201,7 +201,7 @@ def _judge_collectives(run_dir, summary: dict) -> pd.DataFrame:
 
 
 def test_collective_quick(tmp_path, netns_guard):
-    result = registry.cli_run("collective", tmp_path, quick=True, scale=SUITE_SCALE)
+    result = run_judged(registry.cli_run, "collective", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     table = _judge_collectives(tmp_path, summary)
     assert set(table.collective) == {"allreduce-ring", "alltoall"}
@@ -223,7 +223,7 @@ QUICK_SWEEP_COLLECTIVES = "allreduce-ring;allreduce-hd"
 
 def test_sweep_quick(tmp_path, netns_guard):
     t0 = time.monotonic()
-    result = registry.cli_run("sweep", tmp_path, quick=True, scale=SWEEP_SCALE,
+    result = run_judged(registry.cli_run, "sweep", tmp_path, quick=True, scale=SWEEP_SCALE,
                               overrides={"collectives": QUICK_SWEEP_COLLECTIVES})
     summary = _check_summary(tmp_path, result)
     table = _judge_collectives(tmp_path, summary)
@@ -240,7 +240,7 @@ def test_sweep_quick(tmp_path, netns_guard):
 
 
 def test_ratios_quick(tmp_path, netns_guard):
-    result = registry.cli_run("ratios", tmp_path, quick=True, scale=SUITE_SCALE)
+    result = run_judged(registry.cli_run, "ratios", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     _judge_collectives(tmp_path, summary)
     tiers = pd.read_csv(tmp_path / "tiers.csv")
@@ -256,7 +256,7 @@ def test_ratios_quick(tmp_path, netns_guard):
 
 
 def test_ecmp_quick(tmp_path, netns_guard):
-    result = registry.cli_run("ecmp", tmp_path, quick=True, scale=SUITE_SCALE)
+    result = run_judged(registry.cli_run, "ecmp", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     cases = list(summary["cases"])
     missing = _judge_fixed_delays(tmp_path, summary, cases)
@@ -280,7 +280,7 @@ def test_ecmp_quick(tmp_path, netns_guard):
 
 
 def test_fairness_quick(tmp_path, netns_guard):
-    result = registry.cli_run("fairness", tmp_path, quick=True, scale=SUITE_SCALE)
+    result = run_judged(registry.cli_run, "fairness", tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     _judge_fixed_delays(tmp_path, summary, ["fairness"])
     intervals = pd.read_csv(tmp_path / "intervals.csv")
@@ -299,7 +299,7 @@ def test_fairness_quick(tmp_path, netns_guard):
 
 
 def test_demo_quick_and_report(tmp_path, netns_guard):
-    result = registry.demo(tmp_path, quick=True, scale=SUITE_SCALE)
+    result = run_judged(registry.demo, tmp_path, quick=True, scale=SUITE_SCALE)
     summary = _check_summary(tmp_path, result)
     assert any("allreduce-ring" in r["case"] for r in summary["metrics"])
     assert any("incast" in r["case"] for r in summary["metrics"])
