@@ -69,7 +69,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import ParameterError
-from core.frame import ACK_FRAME_BYTES, FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES, RETH_BYTES
+from core.frame import ACK_FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES, RETH_BYTES
 from core.messages import Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
@@ -92,6 +92,7 @@ from traffic.fixeddelay import (
     hops,
     mean_delay,
     path_delay,
+    round_trip_s,
 )
 from traffic.roce import ECN_CODES, Flow
 
@@ -352,7 +353,7 @@ class FixedDelays:
         self.graph = topo_graph(fab.topo)
         self.forwarding = forwarding
         self._cache: dict[tuple[str, str, int], PathDelay] = {}
-        self._rtt: dict[tuple[str, str, int], float] = {}
+        self._rtt: dict[tuple[str, str], float] = {}
 
     def __call__(self, src: str, dst: str, frame_bytes: int) -> PathDelay:
         key = (src, dst, frame_bytes)
@@ -366,12 +367,10 @@ class FixedDelays:
 
     def base_rtt_s(self, src: str, dst: str) -> float:
         """The real fabric's unloaded round trip: a full frame there, its ACK back."""
-        key = (src, dst, 0)
+        key = (src, dst)
         if key not in self._rtt:
-            self._rtt[key] = sum(
-                mean_delay([path_delay(self.graph, p, size, self.forwarding)
-                            for p in self.fab.routes.paths(a, b)]).total_s
-                for a, b, size in ((src, dst, FRAME_BYTES), (dst, src, ACK_FRAME_BYTES)))
+            self._rtt[key] = round_trip_s(self.graph, self.fab.routes.paths, src, dst,
+                                          self.forwarding)
         return self._rtt[key]
 
 
@@ -392,8 +391,8 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     msgs: list[plan.MsgPlan] = []
     loads: dict[str, int] = defaultdict(int)
     nic_keys: dict[str, set[str]] = defaultdict(set)
-    paths = FixedDelays(fab, config.forwarding)
-    fixed = paths if config.fixed_delays else None
+    delays = FixedDelays(fab, config.forwarding)
+    fixed = delays if config.fixed_delays else None
     for i, m in enumerate(workload.messages):
         eg = fab.egress(m.src, m.dst)
         back = fab.egress(m.dst, m.src)
@@ -411,7 +410,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             if fixed else 0,
             back_delay_emu_ns=scale.emu_ns(fixed(m.dst, m.src, ACK_FRAME_BYTES).total_s)
             if fixed else 0,
-            base_rtt_s=paths.base_rtt_s(m.src, m.dst) if config.cc_factory.takes_base_rtt
+            base_rtt_s=delays.base_rtt_s(m.src, m.dst) if config.cc_factory.takes_base_rtt
             else None))
         n_packets = -(-m.size_bytes // config.payload_bytes)
         loads[m.src] += n_packets

@@ -58,7 +58,7 @@ rates (fairness cases) CSVs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +67,7 @@ import pandas as pd
 
 from core.ecn import Thresholds
 from core.errors import ParameterError
-from core.frame import ACK_FRAME_BYTES, FRAME_BYTES, WIRE_FRAME_BYTES
+from core.frame import FRAME_BYTES, WIRE_FRAME_BYTES
 from core.messages import Message, Workload
 from core.scaling import DEFAULT_SCALE, Scale
 from emu.fabric import Fabric
@@ -107,7 +107,7 @@ from topologies.spec import build_topo
 from traffic import collectives
 from traffic.ccalgos.dctcp import Dctcp
 from traffic.ccload import resolve_cc
-from traffic.fixeddelay import mean_delay, path_delay
+from traffic.fixeddelay import round_trip_s
 
 NAME = "cc"
 KIB = 1 << 10
@@ -364,7 +364,8 @@ def is_dctcp(cc: str) -> bool:
     return resolve_cc(cc).constructor is Dctcp
 
 
-def same_rtt_senders(graph: Any, hosts: list[str], receiver: str, rtt_s: Any) -> list[str]:
+def same_rtt_senders(hosts: list[str], receiver: str,
+                     rtt_s: Callable[[str], float]) -> list[str]:
     """The largest group of hosts with one unloaded round trip ``rtt_s(host)`` to
     ``receiver`` (ns resolution), the longer round trip on a tie."""
     groups: dict[int, list[str]] = {}
@@ -419,10 +420,9 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
     graph = model_graph(fab)
 
     def rtt_s(h: str) -> float:
-        return sum(mean_delay([path_delay(graph, p, size) for p in fab.routes.paths(a, b)]).total_s
-                   for a, b, size in ((h, receiver, FRAME_BYTES), (receiver, h, ACK_FRAME_BYTES)))
+        return round_trip_s(graph, fab.routes.paths, h, receiver)
 
-    senders = same_rtt_senders(graph, list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
+    senders = same_rtt_senders(list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
     port = incast.bottleneck_port(fab, senders, receiver)
     k = opts["osc_k"]
     rtt = rtt_s(senders[0])

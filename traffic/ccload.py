@@ -104,7 +104,7 @@ class CcFactory:
     A factory pickles as its ``cc`` setting and is resolved again when loaded.
     """
 
-    __slots__ = ("spec", "name", "constructor", "params")
+    __slots__ = ("spec", "name", "constructor", "params", "takes_base_rtt")
 
     def __init__(self, spec: object, name: str, constructor: Callable[..., Any],
                  params: Mapping[str, object]):
@@ -112,6 +112,8 @@ class CcFactory:
         self.name = name
         self.constructor = constructor
         self.params = dict(params)
+        #: The constructor has a ``base_rtt_s`` keyword parameter.
+        self.takes_base_rtt = _has_parameter(constructor, "base_rtt_s")
 
     def __call__(self, line_rate_bps: float, start_s: float = 0.0,
                  base_rtt_s: float | None = None) -> CongestionControl:
@@ -122,14 +124,6 @@ class CcFactory:
         if base_rtt_s is not None and "base_rtt_s" not in params and self.takes_base_rtt:
             params = {**params, "base_rtt_s": base_rtt_s}
         return self.constructor(line_rate_bps, start_s, **params)
-
-    @property
-    def takes_base_rtt(self) -> bool:
-        """The constructor has a ``base_rtt_s`` keyword parameter."""
-        try:
-            return "base_rtt_s" in inspect.signature(self.constructor).parameters
-        except (TypeError, ValueError):
-            return False
 
     @property
     def dcqcn_params(self) -> DcqcnParams | None:
@@ -154,6 +148,13 @@ class CcFactory:
 
     def __repr__(self) -> str:
         return f"CcFactory({self.name!r}, params={self.params!r})"
+
+
+def _has_parameter(constructor: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(constructor).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _one_line(e: BaseException) -> str:

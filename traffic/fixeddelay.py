@@ -21,12 +21,12 @@ node names from host to host (`Routes.paths`). Times are real seconds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ParameterError
-from core.frame import WIRE_OVERHEAD_BYTES
+from core.frame import ACK_FRAME_BYTES, FRAME_BYTES, WIRE_OVERHEAD_BYTES
 
 #: The fixed delays by name, as runs record them (config.json ``fixed_delays``).
 SERIALIZATION = "per-hop serialization"
@@ -99,3 +99,11 @@ def mean_delay(delays: Sequence[PathDelay]) -> PathDelay:
     return PathDelay(sum(d.serialization_s for d in delays) / n,
                      sum(d.switch_s for d in delays) / n,
                      sum(d.propagation_s for d in delays) / n)
+
+
+def round_trip_s(graph: Any, paths: Callable[[str, str], Sequence[Sequence[str]]], src: str,
+                 dst: str, forwarding: str = FORWARDING[0]) -> float:
+    """The unloaded round trip from ``src`` to ``dst``: a full frame there and its ACK
+    back, each the mean over the equal-cost paths ``paths(a, b)`` gives."""
+    return sum(mean_delay([path_delay(graph, p, size, forwarding) for p in paths(a, b)]).total_s
+               for a, b, size in ((src, dst, FRAME_BYTES), (dst, src, ACK_FRAME_BYTES)))
