@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import networkx as nx
 
@@ -28,6 +29,18 @@ from model.queueing import (
     time_to_fill_s,
 )
 
+#: Realisations of the DCQCN fluid with random marks (~15 ms each).
+DCQCN_REALISATIONS = 64
+_QUANTILES = (0.5, 0.99, 0.999)
+_LATENCY_KEYS = {0.5: "latency_p50_s", 0.99: "latency_p99_s", 0.999: "latency_p999_s"}
+_BANDED = ("max_queue_bytes", "latency_p50_s", "latency_p99_s", "latency_p999_s", "completion_s")
+
+
+def _band(values: Sequence[float]) -> tuple[float, float]:
+    """The 5 % and 95 % points (nearest rank) of ``values``."""
+    v = sorted(values)
+    return v[round(0.05 * (len(v) - 1))], v[round(0.95 * (len(v) - 1))]
+
 
 def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    buffer_bytes: float, sender_rate_bps: float | None = None,
@@ -38,18 +51,32 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    packet_bytes: float = FRAME_BYTES,
                    overhead_s: float = DEFAULT_OVERHEAD_S,
                    base_rtt_s: float | None = None,
-                   dcqcn_reaction: str = "events") -> dict[str, float | bool | str]:
+                   sender_paths_s: Sequence[tuple[float, float]] = (),
+                   dcqcn_reaction: str = "events",
+                   realisations: int = DCQCN_REALISATIONS) -> dict[str, Any]:
     """Predicted metrics of an N->1 incast (model, real units).
 
     ``hop_rates_bps``/``hop_delays_s`` describe one sender's path (base latency);
-    alpha = overhead (the NIC's per-message cost, 1 us by default) + base latency; ``base_rtt_s`` (the feedback loop of CNPs and
-    NAKs without queueing) defaults to the base plus the same hops back for a
-    control frame.
+    alpha = overhead (the NIC's per-message cost, 1 us by default) + base latency;
+    ``base_rtt_s`` (the feedback loop of CNPs and NAKs without queueing) defaults to
+    the base plus the same hops back for a control frame. ``sender_paths_s``, when the
+    senders' paths differ: (base latency, base RTT) of each. A sender's first byte then
+    reaches the queue its base latency less the shortest one after the first sender's,
+    DCQCN reacts after its own RTT, and latency quantiles are those of the senders'
+    mixture; alpha stays the first path's.
+
+    DCQCN: switches mark at random, so the first CNP of each flow comes at a random
+    time and so do the peak and the tail. The prediction is the mean over
+    ``realisations`` runs of the fluid with random marks (seeds 0, 1, ...; 0: one run
+    with expected marks), and ``bands`` holds the 5 % and 95 % points of the metrics in
+    ``_BANDED`` over them: where one measured run may fall.
     ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
     set of `model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`;
     ``dcqcn_reaction`` is the fluid's 'events' or 'mean-field' reaction point).
     """
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps
+    if sender_paths_s and len(sender_paths_s) != n_senders:
+        raise ValueError("sender_paths_s needs one (base, RTT) per sender")
     base_s = base_latency_s(hop_rates_bps, hop_delays_s, packet_bytes)
     alpha_s = overhead_s + base_s
     rtt_s = base_s + base_latency_s(hop_rates_bps, hop_delays_s, CNP_FRAME_BYTES) \
@@ -60,24 +87,41 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
         "backlog_growth_bps": incast_backlog_growth_bps(n_senders, r, port_rate_bps),
         "fill_time_s": time_to_fill_s(buffer_bytes, n_senders, r, port_rate_bps),
     }
+    bases_s = [b for b, _ in sender_paths_s] or [base_s]
     if cc == "off":
         res = incast_cc_off(n_senders, size_bytes, r, port_rate_bps, buffer_bytes,
                             alpha_s=alpha_s, base_rtt_s=rtt_s, packet_bytes=packet_bytes)
-        queue, completion_s = res.queue, res.completion_s
+        lat = latency_percentiles_s(bases_s, res.queue, port_rate_bps, _QUANTILES)
         out.update(model="incast-cc-off (uniform ramp; GBN estimate on drops)",
                    drops=res.drops, dropped_bytes=res.dropped_bytes,
-                   queue_trace=res.queue_trace)
+                   queue_trace=res.queue_trace, completion_s=res.completion_s,
+                   max_queue_bytes=res.queue.max_bytes, mean_queue_bytes=res.queue.mean_bytes,
+                   **{_LATENCY_KEYS[q]: v for q, v in lat.items()})
     elif cc == "dcqcn":
         if kmin_bytes is None or kmax_bytes is None or pmax is None:
             raise ValueError("cc='dcqcn' needs kmin_bytes, kmax_bytes and pmax")
+        if realisations < 0:
+            raise ValueError(f"realisations must be >= 0, not {realisations!r}")
         params = dcqcn_params(dcqcn)
-        fluid = incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
-                             kmax_bytes, pmax, params, base_rtt_s=rtt_s, alpha_s=alpha_s,
-                             packet_bytes=packet_bytes, reaction=dcqcn_reaction)
-        queue, completion_s = fluid.queue, fluid.completion_s
+        first_s = min(bases_s)
+        fluids = [incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
+                               kmax_bytes, pmax, params, base_rtt_s=rtt_s, alpha_s=alpha_s,
+                               packet_bytes=packet_bytes, reaction=dcqcn_reaction,
+                               paths_s=[(b - first_s, rtt) for b, rtt in sender_paths_s],
+                               seed=seed)
+                  for seed in (range(realisations) if realisations else [None])]
+        rows = [{"completion_s": f.completion_s, "max_queue_bytes": f.queue.max_bytes,
+                 "mean_queue_bytes": f.queue.mean_bytes, "ecn_marks": f.marks,
+                 "cnps": float(f.cnps), "dropped_bytes": f.dropped_bytes,
+                 **{_LATENCY_KEYS[q]: v for q, v in latency_percentiles_s(
+                     bases_s, f.queue, port_rate_bps, _QUANTILES).items()}} for f in fluids]
+        out.update({k: sum(row[k] for row in rows) / len(rows) for k in rows[0]})
+        # The trajectory shown: the realisation whose peak is the median one.
+        shown = sorted(fluids, key=lambda f: f.queue.max_bytes)[len(fluids) // 2]
         out.update(model="incast-dcqcn (fluid transient; GBN recovery of drops not modelled)",
-                   drops=fluid.dropped_bytes > 0, dropped_bytes=fluid.dropped_bytes,
-                   ecn_marks=fluid.marks, cnps=fluid.cnps, queue_trace=fluid.queue_trace)
+                   drops=out["dropped_bytes"] > 0, queue_trace=shown.queue_trace,
+                   realisations=len(rows),
+                   bands={k: _band([row[k] for row in rows]) for k in _BANDED})
         if n_senders * r > port_rate_bps:
             fp = dcqcn_fixed_point(n_senders, port_rate_bps, kmin_bytes, kmax_bytes, pmax,
                                    params, packet_bytes, line_rate_bps=r)
@@ -86,13 +130,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                        marking_saturated=fp.saturated, queue_delay_s=fp.queue_delay_s)
     else:
         raise ValueError(f"cc must be 'off' or 'dcqcn', not {cc!r}")
-    lat = latency_percentiles_s(base_s, queue, port_rate_bps, (0.5, 0.99, 0.999))
-    out.update(
-        completion_s=completion_s,
-        goodput_bps=8.0 * n_senders * size_bytes / completion_s,
-        max_queue_bytes=queue.max_bytes, mean_queue_bytes=queue.mean_bytes,
-        latency_p50_s=lat[0.5], latency_p99_s=lat[0.99], latency_p999_s=lat[0.999],
-    )
+    out["goodput_bps"] = 8.0 * n_senders * size_bytes / out["completion_s"]
     return out
 
 
@@ -100,12 +138,14 @@ def predict_incast_on_graph(graph: nx.Graph,
                             paths: Callable[[str, str], Sequence[Sequence[str]]]
                             | Mapping[tuple[str, str], Sequence[Sequence[str]]],
                             senders: Sequence[str], receiver: str, size_bytes: float,
-                            **kwargs) -> dict[str, float | bool | str]:
+                            **kwargs: Any) -> dict[str, Any]:
     """`predict_incast` with C, r, buffer and hops read from the graph.
 
     The bottleneck is the receiver's last hop (its link rate and ``buffer_bytes``);
-    the sender rate is the first hop of the first sender; the latency path is the
-    first routed path of the first sender. Other keyword arguments pass through.
+    the sender rate is the first hop of the first sender; alpha's path is the first
+    routed path of the first sender; every sender's first routed path there and back
+    gives its base latency and RTT (``sender_paths_s``). Other keyword arguments pass
+    through.
     """
     table = paths
     route = (lambda s, d: table[(s, d)]) if isinstance(table, Mapping) else table
@@ -116,5 +156,13 @@ def predict_incast_on_graph(graph: nx.Graph,
     kwargs.setdefault("sender_rate_bps", rates[0])
     kwargs.setdefault("hop_rates_bps", rates)
     kwargs.setdefault("hop_delays_s", delays)
+    packet_bytes = kwargs.get("packet_bytes", FRAME_BYTES)
+
+    def sender_path(s: str) -> tuple[float, float]:
+        there_s = base_latency_s(*path_hops(graph, route(s, receiver)[0]), packet_bytes)
+        back_s = base_latency_s(*path_hops(graph, route(receiver, s)[0]), CNP_FRAME_BYTES)
+        return there_s, there_s + back_s
+
+    kwargs.setdefault("sender_paths_s", [sender_path(s) for s in senders])
     return predict_incast(len(senders), size_bytes, float(last["rate_bps"]), **kwargs)
 

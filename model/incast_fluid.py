@@ -8,8 +8,8 @@ from the publications; nothing of the engine runs here).
 Clock: the bottleneck's. A sender's bytes reach the queue as it sends them (its
 start time is when its first byte reaches the queue), and feedback closes the loop: a
 packet enqueued at s leaves at D(s) = s + q(s)/C and a CNP it triggers changes the
-sender's rate at the queue at D(s) + base RTT (downstream, return and upstream base
-delays together).
+sender's rate at the queue at D(s) + its base RTT (downstream, return and upstream base
+delays together; each sender has its own, ``Sender.rtt_s``, else the model's).
 
 Integration: a fixed step h (`DcqcnIncastFluid.step_s`, by default a fraction of the
 fastest time scale: the CNP interval, the timers, the base RTT and the time to cross
@@ -38,6 +38,7 @@ completion is a lower bound), the queue and every sender's rate over time.
 from __future__ import annotations
 
 import math
+import random
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
@@ -51,6 +52,8 @@ from model.queueing import QueueDist, latency_percentiles_s
 #: Bins of the packet-weighted queue distribution over [0, peak].
 QUEUE_BINS = 256
 REACTIONS = ("events", "mean-field")
+#: Random marks: a probability this close to 1 stands for 1 (a finite hazard).
+_P_SURE = 1.0 - 1e-9
 
 
 @dataclass(frozen=True)
@@ -76,17 +79,20 @@ class Port:
 
 @dataclass(frozen=True)
 class Sender:
-    """One flow: bytes to send (inf for a long-lived flow), NIC line rate, start time."""
+    """One flow: bytes to send (inf for a long-lived flow), NIC line rate, start time
+    (its first byte at the queue) and its feedback loop's base RTT (None: the model's)."""
 
     size_bytes: float
     line_rate_bps: float
     start_s: float = 0.0
+    rtt_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.size_bytes > 0 or not 0 < self.line_rate_bps < math.inf \
-                or not 0 <= self.start_s < math.inf:
-            raise ValueError(f"a sender needs a positive size and line rate and a start "
-                             f">= 0, not {self}")
+                or not 0 <= self.start_s < math.inf \
+                or not (self.rtt_s is None or 0 <= self.rtt_s < math.inf):
+            raise ValueError(f"a sender needs a positive size and line rate, a start "
+                             f">= 0 and a finite RTT >= 0, not {self}")
 
 
 @dataclass(frozen=True)
@@ -159,7 +165,7 @@ class DcqcnIncastFluid:
     def __init__(self, port: Port, senders: Sequence[Sender], params: str | DcqcnParams, *,
                  base_rtt_s: float = 0.0, packet_bytes: float = FRAME_BYTES,
                  reaction: str = "events", step_s: float | None = None,
-                 feedback_delay_s: float | None = None):
+                 feedback_delay_s: float | None = None, seed: int | None = None):
         if not senders:
             raise ValueError("an incast needs at least one sender")
         if reaction not in REACTIONS:
@@ -170,9 +176,11 @@ class DcqcnIncastFluid:
         self.senders = tuple(senders)
         self.params = dcqcn_params(params)
         self.base_rtt_s = float(base_rtt_s)
+        self.rtts_s = tuple(self.base_rtt_s if s.rtt_s is None else s.rtt_s for s in self.senders)
         self.packet_bytes = float(packet_bytes)
         self.reaction = reaction
         self.feedback_delay_s = feedback_delay_s
+        self.rng = None if seed is None else random.Random(seed)
         self.step_s = self.default_step_s() if step_s is None else float(step_s)
         if not self.step_s > 0:
             raise ValueError(f"step must be positive, not {self.step_s!r}")
@@ -182,7 +190,7 @@ class DcqcnIncastFluid:
         fiftieth of the time the senders' excess takes to cross the marking band."""
         prm, port = self.params, self.port
         pkt_s = 8.0 * self.packet_bytes / port.rate_bps
-        loop_s = max(self.base_rtt_s if self.feedback_delay_s is None else self.feedback_delay_s,
+        loop_s = max(min(self.rtts_s) if self.feedback_delay_s is None else self.feedback_delay_s,
                      pkt_s)
         band_bytes = max(port.kmax_bytes - port.kmin_bytes, self.packet_bytes)
         fill_s = 8.0 * band_bytes / sum(s.line_rate_bps for s in self.senders)
@@ -207,6 +215,7 @@ class DcqcnIncastFluid:
         pending: list[deque[float]] = [deque() for _ in range(n)]   # CNPs take effect at
         np_open = [-math.inf] * n
         np_count = [0.0] * n
+        np_need = [self._marks_to_cnp() for _ in range(n)]
         hist_d: list[float] = []          # mean-field: departure times D(s) of steps
         hist_p: list[float] = []
         hist_rate: list[list[float]] = []
@@ -248,10 +257,13 @@ class DcqcnIncastFluid:
                 flow_marks = p_mid * sent[i] * accepted / pkt
                 marks += flow_marks
                 if events and flow_marks > 0:
-                    cnp_s = self._notify(i, t, q / c_Bps, t + h + q1 / c_Bps, flow_marks,
-                                         np_open, np_count)
+                    # Random marks: the hazard of a packet marked with probability p.
+                    hazard = flow_marks if self.rng is None else \
+                        -math.log1p(-min(p_mid, _P_SURE)) * sent[i] * accepted / pkt
+                    cnp_s = self._notify(i, t, q / c_Bps, t + h + q1 / c_Bps, hazard,
+                                         np_open, np_count, np_need)
                     if cnp_s is not None:
-                        pending[i].append(cnp_s + self.base_rtt_s)
+                        pending[i].append(cnp_s + self.rtts_s[i])
                         cnps += 1
                 remaining[i] -= sent[i]
                 if remaining[i] <= 1e-9 * pkt:
@@ -280,21 +292,29 @@ class DcqcnIncastFluid:
             rate_traces=tuple(tuple(tr) for tr in rate_traces), finish_s=tuple(finish),
             port_rate_bps=port.rate_bps)
 
+    def _marks_to_cnp(self) -> float:
+        """Expected marks (or, random, hazard) that make the next CNP: 1, or Exp(1)."""
+        return 1.0 if self.rng is None else self.rng.expovariate(1.0)
+
     def _notify(self, i: int, t: float, d0_s: float, d1_s: float, flow_marks: float,
-                np_open: list[float], np_count: list[float]) -> float | None:
+                np_open: list[float], np_count: list[float],
+                np_need: list[float]) -> float | None:
         """Flow i's notification point over one step whose packets reach it from
         ``t + d0_s`` to ``d1_s`` (D is linear in the step): counts the flow's expected
-        marks while it is open; returns when the count reaches 1 (a CNP), if it does."""
+        marks (or hazard) while it is open; returns when the count reaches its need (a
+        CNP), if it does."""
         d0_s += t
         if d1_s < np_open[i] or d1_s <= d0_s:
             return None
         start = max(0.0, (np_open[i] - d0_s) / (d1_s - d0_s))   # open part of the step
-        if np_count[i] + flow_marks * (1.0 - start) < 1.0:
+        need = np_need[i]
+        if np_count[i] + flow_marks * (1.0 - start) < need:
             np_count[i] += flow_marks * (1.0 - start)
             return None
-        frac = start + (1.0 - np_count[i]) / flow_marks
+        frac = start + (need - np_count[i]) / flow_marks
         cnp_s = d0_s + frac * (d1_s - d0_s)
         np_open[i], np_count[i] = cnp_s + self.params.cnp_interval_s, 0.0
+        np_need[i] = self._marks_to_cnp()
         return cnp_s
 
     def _react_events(self, t: float, rps: list[ReactionPoint], pending: list[deque[float]],
@@ -320,13 +340,13 @@ class DcqcnIncastFluid:
     def _react_mean_field(self, t: float, mfs: list[MeanFieldSender], hist_d: list[float],
                           hist_p: list[float], hist_rate: list[list[float]],
                           remaining: list[float]) -> None:
-        if self.feedback_delay_s is None:   # the packets whose feedback arrives now
-            k = bisect_right(hist_d, t - self.base_rtt_s) - 1
-        else:                               # the step one constant delay ago
-            k = len(hist_d) - 1 - round(self.feedback_delay_s / self.step_s)
         for i, mf in enumerate(mfs):
             if remaining[i] <= 0 or t < self.senders[i].start_s:
                 continue
+            if self.feedback_delay_s is None:   # the packets whose feedback arrives now
+                k = bisect_right(hist_d, t - self.rtts_s[i]) - 1
+            else:                               # the step one constant delay ago
+                k = len(hist_d) - 1 - round(self.feedback_delay_s / self.step_s)
             p_d, r_d = (hist_p[k], hist_rate[k][i]) if k >= 0 else (0.0, mf.line_rate_bps)
             mf.step(self.step_s, p_d, r_d)
 
@@ -336,15 +356,22 @@ def incast_dcqcn(n_senders: int, size_bytes: float, sender_rate_bps: float,
                  kmax_bytes: float, pmax: float, params: str | DcqcnParams = "paper", *,
                  base_rtt_s: float = 0.0, alpha_s: float = 0.0,
                  packet_bytes: float = FRAME_BYTES, reaction: str = "events",
-                 step_s: float | None = None) -> IncastDcqcn:
-    """N identical senders of ``size_bytes`` at ``sender_rate_bps``, all from t = 0;
-    completion includes ``alpha_s`` (see the module doc)."""
+                 step_s: float | None = None,
+                 paths_s: Sequence[tuple[float, float]] = (),
+                 seed: int | None = None) -> IncastDcqcn:
+    """N senders of ``size_bytes`` at ``sender_rate_bps``, all from t = 0 with the RTT
+    ``base_rtt_s``, or each (start, RTT) of ``paths_s``; completion includes ``alpha_s``;
+    random marks drawn from ``seed`` (None: expected marks; see the module doc)."""
     if n_senders < 1 or not size_bytes > 0:
         raise ValueError("an incast needs at least one sender and a positive size")
+    if paths_s and len(paths_s) != n_senders:
+        raise ValueError("paths_s needs one (start, RTT) per sender")
+    senders = [Sender(size_bytes, sender_rate_bps, start, rtt) for start, rtt in paths_s] \
+        or [Sender(size_bytes, sender_rate_bps)] * n_senders
     model = DcqcnIncastFluid(
         Port(port_rate_bps, buffer_bytes, kmin_bytes, kmax_bytes, pmax),
-        [Sender(size_bytes, sender_rate_bps)] * n_senders, params, base_rtt_s=base_rtt_s,
-        packet_bytes=packet_bytes, reaction=reaction, step_s=step_s)
+        senders, params, base_rtt_s=base_rtt_s,
+        packet_bytes=packet_bytes, reaction=reaction, step_s=step_s, seed=seed)
     res = model.run()
     return IncastDcqcn(
         completion_s=res.completion_s + alpha_s, peak_queue_bytes=res.peak_queue_bytes,

@@ -130,10 +130,32 @@ def path_hops(graph: nx.Graph, path: Sequence[str]) -> tuple[list[float], list[f
     return rates, delays
 
 
-def latency_percentiles_s(base_s: float, dist: QueueDist, port_rate_bps: float,
+def latency_percentiles_s(base_s: float | Sequence[float], dist: QueueDist, port_rate_bps: float,
                           quantiles: Sequence[float] = (0.5, 0.99, 0.999)) -> dict[float, float]:
-    """Latency quantiles: base + queue quantile / C (monotone in the quantile)."""
-    return {q: base_s + 8.0 * dist.quantile(q) / port_rate_bps for q in quantiles}
+    """Latency quantiles: base + queue quantile / C (monotone in the quantile).
+
+    With several bases (senders whose paths differ, each with an equal share of the
+    packets, all finding the queue ``dist``), the quantiles of that mixture."""
+    if isinstance(base_s, (int, float)):
+        return {q: base_s + 8.0 * dist.quantile(q) / port_rate_bps for q in quantiles}
+    bases = [float(b) for b in base_s]
+    if not bases:
+        raise ValueError("at least one base latency is needed")
+
+    def cdf(x_s: float) -> float:
+        return sum(dist.cdf((x_s - b) * port_rate_bps / 8.0) for b in bases) / len(bases)
+
+    out = {}
+    for q in quantiles:
+        lo = min(bases) + 8.0 * dist.quantile(q) / port_rate_bps   # the mixture's quantile
+        hi = max(bases) + 8.0 * dist.quantile(q) / port_rate_bps   # lies between these
+        for _ in range(100):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if cdf(mid) >= q else (mid, hi)
+            if hi - lo <= 1e-12:
+                break
+        out[q] = hi
+    return out
 
 
 # ----------------------------------------------------------------- incast, CC off

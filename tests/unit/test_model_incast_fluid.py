@@ -169,3 +169,55 @@ def test_mean_field_incast_runs_through_full_marking(params):
     assert res.peak_queue_bytes > 400e3 and res.dropped_bytes == 0.0
     assert res.completion_s >= 3 * 2e6 * 8 / C * (1 - 1e-9)   # the port busy at most
     assert all(t <= res.completion_s for t in res.finish_s)
+
+
+def first_cut_s(res, sender: int = 0) -> float:
+    return next(t for t, r in res.rate_traces[sender] if r < C)
+
+
+def test_a_sender_with_a_longer_rtt_cuts_later_and_raises_the_peak():
+    # Two senders 2 x C into C; Kmin = 0 / Kmax = 1 B / Pmax = 1: every packet after
+    # the first is marked, so each flow's first CNP leaves as the queue starts and
+    # its cut lands one RTT later at the queue.
+    port = Port(C, 8e6, 0.0, 1.0, 1.0)
+
+    def run(rtt_b_s: float):
+        senders = [Sender(2e6, C, 0.0, 1 * US), Sender(2e6, C, 0.0, rtt_b_s)]
+        return DcqcnIncastFluid(port, senders, "paper", packet_bytes=PKT, step_s=STEP).run()
+
+    same, longer = run(1 * US), run(3 * US)
+    assert first_cut_s(same, 0) == pytest.approx(first_cut_s(same, 1), abs=2 * STEP)
+    # The second sender's cut comes 2 us later. Meanwhile the first sends at C/2
+    # (alpha = 1 halves it) and the second at C: the queue grows at C/2, 50 KB more.
+    assert first_cut_s(longer, 1) - first_cut_s(longer, 0) == pytest.approx(2 * US, abs=3 * STEP)
+    assert longer.peak_queue_bytes - same.peak_queue_bytes == pytest.approx(
+        2 * US * C / 2 / 8, rel=0.05)
+    with pytest.raises(ValueError):
+        Sender(1e6, C, 0.0, -1 * US)
+
+
+def test_random_marks_make_the_first_cnp_a_random_draw():
+    # Two senders 2 x C into C, RTT 0: the queue grows at C, q(t) = C t / 8, and
+    # marks with p = Pmax q / Kmax (Kmin = 0, below Kmax for 32 us). A flow sends lambda = C / (8 PKT)
+    # packets/s, so its expected marks by t are H(t) = a t^2 / 2 with
+    # a = Pmax C lambda / (8 Kmax) = 7.8125e10 /s^2 (p(t*) = 3 %: -ln(1 - p) ~ p).
+    # Expected marks: the CNP leaves with the packet enqueued at t* = sqrt(2 / a) =
+    # 5.06 us, which departs at 2 t* (its queueing delay q / C equals t): the cut.
+    # Random marks: H(t) = E ~ Exp(1), t = t* sqrt(E), on average t* Gamma(1.5).
+    kmax, pmax = 1.6e6, 0.2
+    a = pmax * C * (C / (8 * PKT)) / (8 * kmax)
+    t_star = math.sqrt(2 / a)
+    port = Port(C, 8e6, 0.0, kmax, pmax)
+
+    def cut(seed):
+        model = DcqcnIncastFluid(port, [Sender(2e6, C)] * 2, "paper", packet_bytes=PKT,
+                                 step_s=2 * STEP, seed=seed)
+        return first_cut_s(model.run(until_s=8 * t_star))
+
+    assert cut(None) == pytest.approx(2 * t_star, rel=0.02)
+    cuts = [cut(seed) for seed in range(200)]
+    assert cut(7) == cuts[7]                                  # a seed repeats its run
+    assert len(set(cuts)) > 150                               # and seeds differ
+    # sqrt(E) has a relative spread of 0.52: 200 draws put the mean within 11 %
+    assert sum(cuts) / len(cuts) == pytest.approx(2 * t_star * math.gamma(1.5), rel=0.11)
+    assert min(cuts) < t_star and max(cuts) > 3 * t_star      # sqrt(E) < 0.5, > 1.5

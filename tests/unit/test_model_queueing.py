@@ -9,6 +9,7 @@ import networkx as nx
 import pytest
 
 from core.ecn import marking_curve as mark_probability
+from core.frame import CNP_FRAME_BYTES
 from model.incast import predict_incast, predict_incast_on_graph
 from model.queueing import (
     QueueDist,
@@ -106,7 +107,7 @@ def test_marking_curve():
 
 def test_dcqcn_incast_prediction():
     pred = predict_incast(4, 10e6, C, buffer_bytes=8e6, cc="dcqcn", kmin_bytes=KMIN,
-                          kmax_bytes=KMAX, pmax=PMAX, **HOPS)
+                          kmax_bytes=KMAX, pmax=PMAX, realisations=4, **HOPS)
     # steady state reported beside the transient
     assert KMIN <= pred["q_star_bytes"] <= KMAX
     assert pred["per_flow_rate_bps"] == pytest.approx(C / 4)
@@ -160,3 +161,56 @@ def test_prediction_from_graph():
     pred = predict_incast_on_graph(g, lambda s, d: [(s, "sw", d)], ["h0", "h1", "h2", "h3"],
                                    "h4", 1e6, packet_bytes=4000)
     assert pred["base_latency_s"] == pytest.approx(BASE_S + 0.6e-6)
+
+
+def test_latency_of_senders_with_different_bases_is_their_mixture():
+    # Bases 0 and 10 us, each with half the packets, queue uniform on [0, Q] with
+    # Q / C = 10 us: latencies U[0, 10] and U[10, 20] us together are U[0, 20] us.
+    q_bytes = 10e-6 * C / 8
+    lat = latency_percentiles_s([0.0, 10e-6], QueueDist.uniform(0, q_bytes), C, (0.25, 0.5, 0.99))
+    assert lat[0.25] == pytest.approx(5e-6)
+    assert lat[0.5] == pytest.approx(10e-6)
+    assert lat[0.99] == pytest.approx(19.8e-6)
+    one = latency_percentiles_s([1e-6], QueueDist.uniform(0, q_bytes), C, (0.99,))
+    assert one[0.99] == pytest.approx(latency_percentiles_s(1e-6, QueueDist.uniform(0, q_bytes),
+                                                            C, (0.99,))[0.99])
+
+
+def test_dcqcn_prediction_is_the_mean_of_random_realisations_with_a_band():
+    kw = dict(buffer_bytes=8e6, cc="dcqcn", kmin_bytes=KMIN, kmax_bytes=KMAX, pmax=PMAX, **HOPS)
+    mc = predict_incast(3, 2e6, C, realisations=16, **kw)
+    expected = predict_incast(3, 2e6, C, realisations=0, **kw)
+    assert mc["realisations"] == 16 and expected["realisations"] == 1
+    for key in ("max_queue_bytes", "latency_p99_s", "completion_s"):
+        lo, hi = mc["bands"][key]
+        assert lo <= mc[key] <= hi
+        assert expected["bands"][key] == (expected[key], expected[key])
+    assert mc["bands"]["max_queue_bytes"][0] < mc["bands"]["max_queue_bytes"][1]
+    # the first marks come at random, sooner on average than the expected marks'
+    # deterministic count of 1 (E[sqrt(Exp(1))] < 1 on a linear ramp)
+    assert mc["max_queue_bytes"] < expected["max_queue_bytes"]
+    with pytest.raises(ValueError):
+        predict_incast(3, 2e6, C, realisations=-1, **kw)
+    with pytest.raises(ValueError):
+        predict_incast(3, 2e6, C, sender_paths_s=[(1e-6, 2e-6)], **kw)
+
+
+def test_prediction_from_graph_gives_each_sender_its_path():
+    # h0 is one hop from the switch, h1 has a 2 us longer cable: its first byte
+    # reaches the queue 2 us later and its CNPs return 2 us later (4 us more RTT).
+    g = nx.Graph()
+    for h, delay in (("h0", 0.5e-6), ("h1", 2.5e-6), ("h2", 0.5e-6)):
+        g.add_edge(h, "sw", rate_bps=C, delay_s=delay, buffer_bytes=8e6)
+    kw = dict(cc="dcqcn", kmin_bytes=KMIN, kmax_bytes=KMAX, pmax=PMAX, packet_bytes=4000,
+              realisations=0)
+    pred = predict_incast_on_graph(g, lambda s, d: [(s, "sw", d)], ["h0", "h1"], "h2", 1e6, **kw)
+    ack_s = 2 * CNP_FRAME_BYTES * 8 / C
+    paths = [(BASE_S, 2 * BASE_S - 2 * 4000 * 8 / C + ack_s),
+             (BASE_S + 2e-6, 2 * BASE_S + 4e-6 - 2 * 4000 * 8 / C + ack_s)]
+    by_hand = predict_incast(2, 1e6, C, buffer_bytes=8e6, sender_paths_s=paths,
+                             hop_rates_bps=[C, C], hop_delays_s=[0.5e-6, 0.5e-6], **kw)
+    for key in ("max_queue_bytes", "latency_p99_s", "completion_s", "cnps"):
+        assert pred[key] == pytest.approx(by_hand[key])
+    same = predict_incast(2, 1e6, C, buffer_bytes=8e6, hop_rates_bps=[C, C],
+                          hop_delays_s=[0.5e-6, 0.5e-6], **kw)
+    assert pred["latency_p99_s"] > same["latency_p99_s"] + 1e-6   # half its packets 2 us later
