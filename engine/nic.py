@@ -592,10 +592,12 @@ class _WorkerLoop:
         # The real line rate and path round trip: CC never sees S.
         qp.cc = p.cc(nic.rate_bps, self.real_s(now), qp.plan.base_rtt_s)
         qp.tx_ns = array("q", bytes(8 * qp.n))
-        qp.start_ns = now
+        # Served up to a turn early, a message still counts from when it was posted.
+        post = max(now, self.t0_ns + qp.plan.start_emu_ns)
+        qp.start_ns = post
         qp.next_trace_ns = now
         self._arm_cc_timer(qp)
-        qp.sched.restart(now + self.overhead_ns)  # the NIC's per-message overhead
+        qp.sched.restart(post + self.overhead_ns)  # the NIC's per-message overhead
         self._wake(qp, now)
 
     def _wake(self, qp: _SendQp, now: int) -> None:

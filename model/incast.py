@@ -60,10 +60,11 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     alpha = overhead (the NIC's per-message cost, 1 us by default) + base latency;
     ``base_rtt_s`` (the feedback loop of CNPs and NAKs without queueing) defaults to
     the base plus the same hops back for a control frame. ``sender_paths_s``, when the
-    senders' paths differ: (base latency, base RTT) of each. A sender's first byte then
-    reaches the queue its base latency less the shortest one after the first sender's,
-    DCQCN reacts after its own RTT, and latency quantiles are those of the senders'
-    mixture; alpha stays the first path's.
+    senders' paths differ: (base latency, base RTT) of each. With DCQCN a sender's first
+    byte then reaches the queue its base latency less the shortest one after the first
+    sender's, it reacts after its own RTT, and latency quantiles are those of the
+    senders' mixture; alpha stays the first path's. CC off is the closed form of alike
+    senders arriving together, on the first sender's path.
 
     DCQCN: switches mark at random, so the first CNP of each flow comes at a random
     time and so do the peak and the tail. The prediction is the mean over
@@ -91,7 +92,8 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     if cc == "off":
         res = incast_cc_off(n_senders, size_bytes, r, port_rate_bps, buffer_bytes,
                             alpha_s=alpha_s, base_rtt_s=rtt_s, packet_bytes=packet_bytes)
-        lat = latency_percentiles_s(bases_s, res.queue, port_rate_bps, _QUANTILES)
+        # The closed form's senders are alike and arrive together: the first one's path.
+        lat = latency_percentiles_s(base_s, res.queue, port_rate_bps, _QUANTILES)
         out.update(model="incast-cc-off (uniform ramp; GBN estimate on drops)",
                    drops=res.drops, dropped_bytes=res.dropped_bytes,
                    queue_trace=res.queue_trace, completion_s=res.completion_s,
