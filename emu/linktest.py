@@ -1,65 +1,58 @@
-"""Measure what one shaped port really carries: a bulk raw-frame flow on a link.
+"""Measure what one shaped port of a fabric really carries: a bulk raw-frame flow on a link.
 
-Frames are sent from inside the port's own namespace straight to the peer's MAC
-with a local-experimental EtherType (0x88B5), which the peer's kernel ignores; the
-peer's AF_PACKET socket timestamps arrivals, so the rate is measured on the far
-side of the shaper, independently of the qdisc's own counters.
+Frames are sent from inside the port's own namespace straight to the peer's MAC with a
+local-experimental EtherType (0x88B5), which the peer's kernel ignores. The rate is
+read from the peer interface's own receive byte counter, on the far side of the
+shaper and independent of the qdisc's counters, bracketed by clock reads as in
+``emu.wirerate``; no user-space receiver has to keep up.
 """
 
 from __future__ import annotations
 
-import socket
+import threading
 import time
 
 from scapy.utils import mac2str
 
-from core.frame import MTU_PAYLOAD_BYTES
+from core.frame import MTU_PAYLOAD_BYTES, WIRE_OVERHEAD_BYTES
 from emu.fabric import Fabric
-from emu.netns import in_netns
+from emu.wirerate import read_rx_bytes, start_sender
 
 ETHERTYPE_TEST = 0x88B5
+#: The test frame: Ethernet header and a full RoCE MTU of payload.
+TEST_FRAME_BYTES = 14 + MTU_PAYLOAD_BYTES
+#: Frames the sender may have in flight: at 4 KB, 100 ms of a 400 Mb/s port, so a
+#: stall of the sending thread shorter than that leaves the port busy.
+_SNDBUF_BYTES = 1 << 23
 
 
 def measure_port_rate(fab: Fabric, node: str, peer: str, duration_s: float = 2.0,
                       warmup_s: float = 0.3) -> float:
-    """Achieved emulated rate (bit/s, Ethernet frame bytes) of port ``node`` -> ``peer``."""
+    """Achieved emulated rate (bit/s, Ethernet frame bytes, no FCS) of port ``node`` -> ``peer``.
+
+    A port's shaper charges each frame its wire overhead too, so a backlogged port
+    shows `expected_rate_bps` of it."""
     tx_if, rx_if = fab.plan.iface(node, peer), fab.plan.iface(peer, node)
-    with in_netns(fab.netns_path(node)):
-        tx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-    with in_netns(fab.netns_path(peer)):
-        rx = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE_TEST))
+    frame = (mac2str(rx_if.mac) + mac2str(tx_if.mac)
+             + ETHERTYPE_TEST.to_bytes(2, "big") + bytes(TEST_FRAME_BYTES - 14))
+    # The socket buffer counts each frame's whole allocation, more than its bytes, so
+    # capping it at the port's buffer keeps the queue from dropping.
+    sndbuf = min(_SNDBUF_BYTES, fab.port(node, peer).buffer_bytes)
+    stop = threading.Event()
+    thread = start_sender(fab.netns_path(node), tx_if.ifname, frame, stop, sndbuf_bytes=sndbuf)
     try:
-        tx.bind((tx_if.ifname, 0))
-        rx.bind((rx_if.ifname, 0))
-        tx.setblocking(False)
-        rx.setblocking(False)
-        frame = (mac2str(rx_if.mac) + mac2str(tx_if.mac)
-                 + ETHERTYPE_TEST.to_bytes(2, "big") + bytes(MTU_PAYLOAD_BYTES))
-        start = time.monotonic()
-        first_t = last_t = 0.0
-        counted_bytes = 0
-        while time.monotonic() - start < warmup_s + duration_s:
-            try:
-                for _ in range(8):  # keep the shaper's queue full; the socket buffer
-                    tx.send(frame)  # limits how far ahead we get
-            except (BlockingIOError, OSError):
-                time.sleep(0.0002)
-            while True:
-                try:
-                    n = len(rx.recv(16384))
-                except BlockingIOError:
-                    break
-                now = time.monotonic()
-                if now - start < warmup_s:
-                    continue
-                if not first_t:
-                    first_t = now  # bytes of the first frame arrived before this instant
-                else:
-                    counted_bytes += n
-                last_t = now
-        if last_t <= first_t:
-            return 0.0
-        return counted_bytes * 8 / (last_t - first_t)
+        time.sleep(warmup_s)  # past the idle port's burst: the queue is full
+        ipr, ifindex = fab.ipr(peer), fab.port(peer, node).ifindex
+        s0, b0, e0 = read_rx_bytes(ipr, ifindex)
+        time.sleep(duration_s)
+        s1, b1, e1 = read_rx_bytes(ipr, ifindex)
     finally:
-        tx.close()
-        rx.close()
+        stop.set()
+        thread.join(timeout=5)
+    return 8 * (b1 - b0) * 2e9 / ((s1 + e1) - (s0 + e0))
+
+
+def expected_rate_bps(rate_emu_bps: float) -> float:
+    """What `measure_port_rate` reads on a port shaped to ``rate_emu_bps``: the test
+    frames' share of the wire, L / (L + overhead)."""
+    return rate_emu_bps * TEST_FRAME_BYTES / (TEST_FRAME_BYTES + WIRE_OVERHEAD_BYTES)

@@ -21,11 +21,13 @@ content, which a real link never sends faster than line rate.
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from core.frame import FRAME_BYTES
 from core.scaling import Scale
@@ -37,6 +39,8 @@ from emu.shaping import MTU_BYTES, htb_burst_bytes, port_qdisc_stats, shape_port
 ETHERTYPE = 0x88B5  # local experimental: the peer's stack ignores it
 _SRC_MAC = bytes.fromhex("020000000001")
 _DST_MAC = bytes.fromhex("020000000002")
+#: A refused frame means a full queue: wait a little before the next.
+_FULL_QUEUE_BACKOFF_S = 1e-4
 _SO_SNDBUFFORCE = 32  # asm-generic/socket.h; Python does not export it (root may exceed wmem_max)
 
 
@@ -78,6 +82,53 @@ class BurstCredit:
     configured_burst_bytes: int
 
 
+def read_rx_bytes(ipr: Any, ifindex: int) -> tuple[int, int, int]:
+    """(ns before, the interface's received frame bytes, ns after): one counter read,
+    bracketed by CLOCK_MONOTONIC reads."""
+    t0 = time.monotonic_ns()
+    (link,) = ipr.get_links(ifindex)
+    t1 = time.monotonic_ns()
+    return t0, int(link.get_attr("IFLA_STATS64")["rx_bytes"]), t1
+
+
+def start_sender(netns_path: str, ifname: str, frame: bytes, stop: threading.Event,
+                 count: int | None = None, sndbuf_bytes: int | None = None,
+                 started: list[int] | None = None) -> threading.Thread:
+    """A thread sending raw ``frame`` out of ``ifname`` (``count`` times, or until
+    ``stop``); it appends the monotonic time just before its first send to ``started``.
+
+    Sends block while the socket's send buffer is full, so a buffer smaller than the
+    port's queue keeps the port backlogged without drops, and a sender that stalls for
+    less than the buffer's drain time leaves the link busy. A frame the full queue
+    refuses (ENOBUFS) is not counted as sent."""
+    with in_netns(netns_path):
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    sock.bind((ifname, 0))
+    if sndbuf_bytes:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, sndbuf_bytes)
+
+    def run() -> None:
+        sent = 0
+        if started is not None:
+            started.append(time.monotonic_ns())
+        try:
+            while not stop.is_set() and (count is None or sent < count):
+                try:
+                    sock.send(frame)
+                except OSError as e:  # the queue was full and dropped it: the port is busy
+                    if e.errno != errno.ENOBUFS:
+                        raise
+                    time.sleep(_FULL_QUEUE_BACKOFF_S)
+                    continue
+                sent += 1
+        finally:
+            sock.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 class _Pair:
     """veth a0 (namespace a, shaped) -> b0 (namespace b), torn down on exit."""
 
@@ -95,37 +146,12 @@ class _Pair:
 
     def rx_bytes(self) -> tuple[int, int, int]:
         """(ns before, received frame bytes, ns after): the counter read, bracketed."""
-        t0 = time.monotonic_ns()
-        (link,) = self.ipr_b.get_links(self.b0)
-        t1 = time.monotonic_ns()
-        return t0, int(link.get_attr("IFLA_STATS64")["rx_bytes"]), t1
+        return read_rx_bytes(self.ipr_b, self.b0)
 
     def sender(self, frame: bytes, stop: threading.Event, count: int | None = None,
                sndbuf_bytes: int | None = None, started: list[int] | None = None
                ) -> threading.Thread:
-        """A thread sending ``frame`` (``count`` times, or until ``stop``); it appends
-        the monotonic time just before its first send to ``started``."""
-
-        with in_netns(self.ns.path("a")):
-            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-        sock.bind(("a0", 0))
-        if sndbuf_bytes:
-            sock.setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, sndbuf_bytes)
-
-        def run() -> None:
-            sent = 0
-            if started is not None:
-                started.append(time.monotonic_ns())
-            try:
-                while not stop.is_set() and (count is None or sent < count):
-                    sock.send(frame)  # blocks while the send buffer is full: no drops
-                    sent += 1
-            finally:
-                sock.close()
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return thread
+        return start_sender(self.ns.path("a"), "a0", frame, stop, count, sndbuf_bytes, started)
 
     def close(self) -> None:
         self.ns.close()
