@@ -40,6 +40,7 @@ from emu.pfc import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet, claim_session
+from emu.rxorder import cpu_masks, pin_receive_cpus
 from emu.shaping import MTU_BYTES, shape_port
 from emu.telemetry import port_stats
 from topologies.addressing import AddressPlan, plan_addresses
@@ -96,12 +97,15 @@ class Fabric:
     ``delay``: link propagation delay, dilated by S, with netem: 'auto' (default: where
     the kernel has sch_netem), True/'on' (CapabilityError where it has not) or
     False/'off'. ``summary()['delay_emulated']`` says what was built.
+
+    ``in_order``: pin every veth's receive work to one CPU (``emu.rxorder``), so no
+    link reorders a flow; ``summary()['receive_steering']`` says what was built.
     """
 
     def __init__(self, topo: FabricTopo, scale: Scale | None = None, *,
                  marking: str = "auto", thresholds: Any = None,
                  capabilities: dict | None = None, delay: bool | str = "auto",
-                 ecmp_hash: str = "auto") -> None:
+                 ecmp_hash: str = "auto", in_order: bool = True) -> None:
         self.topo = topo
         self.scale = scale or Scale()
         self.marking_requested = marking
@@ -132,6 +136,8 @@ class Fabric:
         self.ecmp_hash_requested = ecmp_hash
         self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp
         self.pfc: Any = None  # emu.pfc.PfcController once enable_pfc() ran
+        self.in_order = in_order
+        self.receive_steering = "not built yet"
         self.started = False
 
     # ------------------------------------------------------------------ life cycle
@@ -152,6 +158,7 @@ class Fabric:
             self._choose_delay()
             self._create_namespaces()
             self._create_links()
+            self._steer_receive()
             self._shape_and_mark()
             self._install_roce_sinks()
         except BaseException:  # also Ctrl-C mid-build: leave nothing behind
@@ -280,6 +287,7 @@ class Fabric:
             "delay_notes": list(self.delays.notes), "build_s": self.build_s,
             "roce_sink": self.roce_sinks.kind,
             "ethernet_overhead_bytes": WIRE_OVERHEAD_BYTES,   # charged by every shaper
+            "receive_steering": self.receive_steering,
             **(self.ecmp_hash.summary() if self.ecmp_hash else {}),
         }
 
@@ -336,6 +344,21 @@ class Fabric:
         for node in self.topo.nodes():
             for link in self.namespaces.iprs[node].get_links():
                 self._ifindex[(node, link.get_attr("IFLA_IFNAME"))] = link["index"]
+
+    def _steer_receive(self) -> None:
+        if not self.in_order:
+            self.receive_steering = "off: a veth link may reorder a flow"
+            return
+        cpus = sorted(os.sched_getaffinity(0))
+        ifaces = [(self.netns_path(node), iface.ifname)
+                  for node in self.topo.nodes() for iface in self.plan.interfaces[node]]
+        try:
+            pin_receive_cpus(cpu_masks(ifaces, cpus))
+        except CapabilityError as e:
+            log.warning("%s", e)
+            self.receive_steering = f"unavailable: {e}"
+            return
+        self.receive_steering = f"rps: each veth's receive work on one of CPUs {cpus}"
 
     def _node_config(self, node: str) -> list[str]:
         lines = []

@@ -20,7 +20,10 @@ Printed side by side:
   engine's frames/s there divided by the kernel capacity;
 * with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
   frame costs with each algorithm (its per-ACK and per-CNP Python work, and HPCC's
-  ACK per frame and in-band telemetry).
+  ACK per frame and in-band telemetry);
+* with ``--receive-steering both``, everything once with the fabric's links pinned to
+  one CPU each (``emu.rxorder``, the default) and once without: what in-order
+  delivery costs the kernel.
 
 Run it alone on the machine (under the heavy-work lock): the gate counts every
 process's CPU.
@@ -64,10 +67,11 @@ def _blaster(socks: list[Any], shapes: list[Any], stop_at: float, counts: Any, w
     counts[w] = sent
 
 
-def kernel_capacity(spec: str, scale: float, seconds: float) -> dict[str, float]:
+def kernel_capacity(spec: str, scale: float, seconds: float, in_order: bool = True
+                    ) -> dict[str, float]:
     """Delivered frames/s with every host blasting prebuilt frames (see the module doc)."""
 
-    with Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
+    with Fabric(build_topo(spec), Scale(scale), marking="auto", in_order=in_order) as fab:
         hosts = list(fab.hosts)
         pairs = [(h, hosts[(i + len(hosts) // 2) % len(hosts)]) for i, h in enumerate(hosts)]
         socks, shapes = [], []
@@ -102,11 +106,12 @@ def kernel_capacity(spec: str, scale: float, seconds: float) -> dict[str, float]
             "seconds": wall_s}
 
 
-def engine_ring(spec: str, scale: float, cc: str = "off") -> dict[str, Any]:
+def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = True
+                ) -> dict[str, Any]:
     """The ring all-reduce of 4 MiB over every host at ``scale`` under congestion
     control ``cc``, gated and priced."""
 
-    with Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
+    with Fabric(build_topo(spec), Scale(scale), marking="auto", in_order=in_order) as fab:
         r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16)
         report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
     st = r.measurement.stats
@@ -114,7 +119,7 @@ def engine_ring(spec: str, scale: float, cc: str = "off") -> dict[str, Any]:
     cpu_s = sum(st["cpu_s"])
     sys_s = sum(w.get("sys_s", 0.0) for w in st["workers"])
     return {
-        "scale": scale, "cc": cc, "valid": report.valid,
+        "scale": scale, "cc": cc, "in_order": in_order, "valid": report.valid,
         "reasons": [x for x in report.reasons if not x.startswith("suggested")],
         "error": r.time_s / r.time_model_emulable_s - 1,
         "fps": frames / st["run_wall_s"] if st["run_wall_s"] else 0.0,
@@ -135,37 +140,51 @@ def main() -> None:
                     help="congestion-control settings, ','-separated (default: off)")
     ap.add_argument("--blast-scale", type=float, default=800.0)
     ap.add_argument("--blast-seconds", type=float, default=5.0)
+    ap.add_argument("--receive-steering", choices=("on", "off", "both"), default="on",
+                    help="links pinned to one CPU each (emu.rxorder): on (default), off, both")
     args = ap.parse_args()
     console = Console(width=200)
-    cap = kernel_capacity(args.topo, args.blast_scale, args.blast_seconds)
-    console.print(f"kernel capacity ({args.topo}, S = {args.blast_scale:g}, every host "
-                  f"blasting): {cap['delivered_fps']:,.0f} delivered frames/s "
-                  f"({cap['offered_fps']:,.0f} handed to the kernel)")
-    rows = [engine_ring(args.topo, float(s), cc) for cc in args.cc
+    steering = {"on": [True], "off": [False], "both": [True, False]}[args.receive_steering]
+    cap = {}
+    for in_order in steering:
+        cap[in_order] = kernel_capacity(args.topo, args.blast_scale, args.blast_seconds, in_order)
+        console.print(f"kernel capacity ({args.topo}, S = {args.blast_scale:g}, every host "
+                      f"blasting, receive steering {'on' if in_order else 'off'}): "
+                      f"{cap[in_order]['delivered_fps']:,.0f} delivered frames/s "
+                      f"({cap[in_order]['offered_fps']:,.0f} handed to the kernel)")
+    rows = [engine_ring(args.topo, float(s), cc, in_order) for in_order in steering
+            for cc in args.cc
             for s in sorted((float(x) for x in args.scales.split(",")), reverse=True)]
     table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {args.topo}")
-    for col in ("cc", "S", "gate", "time vs model", "frames/s", "÷ kernel", "CPU/frame",
-                "of which kernel", "wake-ups/frame", "machine busy", "wall", "why invalid"):
+    for col in ("steering", "cc", "S", "gate", "time vs model", "frames/s", "÷ kernel",
+                "CPU/frame", "of which kernel", "wake-ups/frame", "machine busy", "wall",
+                "why invalid"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["cc"], f"{r['scale']:g}", "VALID" if r["valid"] else "INVALID",
+        kernel_fps = cap[r["in_order"]]["delivered_fps"]
+        table.add_row("on" if r["in_order"] else "off", r["cc"], f"{r['scale']:g}",
+                      "VALID" if r["valid"] else "INVALID",
                       f"{r['error']:+.1%}", f"{r['fps']:,.0f}",
-                      f"{r['fps'] / cap['delivered_fps']:.3f}",
+                      f"{r['fps'] / kernel_fps:.3f}",
                       f"{r['cpu_per_frame_us']:.1f} µs", f"{r['sys_per_frame_us']:.1f} µs",
                       f"{r['wakeups_per_frame']:.2f}",
                       f"{r['machine_busy']:.0%}" if r["machine_busy"] is not None else "-",
                       f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
     console.print(table)
-    for cc in args.cc:
-        good = [r for r in rows if r["valid"] and abs(r["error"]) <= WITHIN and r["cc"] == cc]
-        if good:
-            best = min(good, key=lambda r: r["scale"])
-            console.print(f"cc={cc}: smallest valid S within {WITHIN:.0%} of the model: "
-                          f"{best['scale']:g} ({best['fps']:,.0f} frames/s = "
-                          f"{best['fps'] / cap['delivered_fps']:.3f} of the kernel's capacity, "
-                          f"{best['cpu_per_frame_us']:.1f} µs of engine CPU per frame)")
-        else:
-            console.print(f"cc={cc}: no S tried was valid and within {WITHIN:.0%} of the model")
+    for in_order in steering:
+        for cc in args.cc:
+            what = f"cc={cc}, receive steering {'on' if in_order else 'off'}"
+            good = [r for r in rows if r["valid"] and abs(r["error"]) <= WITHIN
+                    and r["cc"] == cc and r["in_order"] == in_order]
+            if good:
+                best = min(good, key=lambda r: r["scale"])
+                console.print(f"{what}: smallest valid S within {WITHIN:.0%} of the model: "
+                              f"{best['scale']:g} ({best['fps']:,.0f} frames/s = "
+                              f"{best['fps'] / cap[in_order]['delivered_fps']:.3f} of the "
+                              f"kernel's capacity, {best['cpu_per_frame_us']:.1f} µs of "
+                              f"engine CPU per frame)")
+            else:
+                console.print(f"{what}: no S tried was valid and within {WITHIN:.0%} of the model")
 
 if __name__ == "__main__":
     main()

@@ -76,6 +76,25 @@ def test_mean_over_equal_cost_paths():
         (2 * NS, 3 * NS, 4 * NS))
 
 
+@pytest.mark.parametrize("spec", ["fattree,4", "leafspine,4,2,4", "railopt,4,gpus=4",
+                                  "dragonfly,p=2,a=4,h=2", "torus,4,4"])
+def test_every_equal_cost_path_of_a_shipped_topology_has_the_same_delay(spec):
+    """The engine gives a flow the mean over its ECMP paths because it cannot know which
+    one the kernel's hash picks; on every topology the project ships the equal-cost
+    paths are also equal in delay (same tiers, same cables), so the mean is exact."""
+    topo = build_topo(spec)
+    graph, routes = topo_graph(topo), compute_routes(topo)
+    hosts = topo.host_nodes()
+    spreads = []
+    for a in hosts:
+        for b in hosts:
+            if a != b:
+                totals = [path_delay(graph, p, FRAME).total_s for p in routes.paths(a, b)]
+                spreads.append(max(totals) - min(totals))
+    assert len(spreads) == len(hosts) * (len(hosts) - 1)
+    assert max(spreads) == pytest.approx(0.0, abs=1e-15)
+
+
 def test_bad_input_is_refused():
     graph, _ = _fattree()
     with pytest.raises(ParameterError):
