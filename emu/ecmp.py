@@ -7,8 +7,13 @@ namespaces that hash alike make the same choice for a flow at every tier it cros
 (polarization: on a k=4 fat-tree the aggregation switches then send every flow the edge
 gave them up one core link and leave the other idle). Mechanisms, best first:
 
-``seed``    Linux >= 6.11: ``fib_multipath_hash_seed`` per namespace, policy 1 (L4 5-tuple).
-            Every switch its own keyed hash, as in a real fabric.
+``seed``    Linux >= 6.11: ``fib_multipath_hash_seed`` per namespace over the L4 5-tuple.
+            Every switch its own keyed hash, as in a real fabric. The 5-tuple is
+            selected as custom fields (policy 3), not with policy 1: policy 1 reuses a
+            forwarded frame's flow hash when the frame already has one, and the
+            receive steering that keeps links in order (``emu.rxorder``) computes that
+            hash once, with one boot-wide key, on the first link, so every switch
+            would choose alike.
 ``fields``  Linux >= 5.12: ``fib_multipath_hash_policy = 3`` (custom) with a different
             ``fib_multipath_hash_fields`` set per switch. The kernel hashes the selected
             fields (the rest zeroed) with one boot-wide SipHash key, so two different
@@ -45,7 +50,7 @@ POLICY_SYSCTL = "net.ipv4.fib_multipath_hash_policy"
 MECHANISMS = ("seed", "fields", "shared")
 CHOICES = ("auto", *MECHANISMS)
 DESCRIPTION = {
-    "seed": "per-switch fib_multipath_hash_seed (policy 1, L4)",
+    "seed": "per-switch fib_multipath_hash_seed (policy 3, the L4 5-tuple)",
     "fields": "per-switch fib_multipath_hash_fields (policy 3, custom)",
     "shared": "one hash for all switches (policy 1, L4): correlated",
 }
@@ -66,6 +71,8 @@ def _palette() -> tuple[int, ...]:
 
 
 FIELD_SETS = _palette()
+#: The L4 5-tuple as custom fields: what the ``seed`` mechanism hashes.
+FIVE_TUPLE = F_SRC_IP | F_DST_IP | F_IP_PROTO | F_SRC_PORT | F_DST_PORT
 
 
 def sysctl_path(name: str) -> str:
@@ -144,7 +151,8 @@ def plan_hashing(mechanism: str, routes: Routes, switches: Iterable[str]) -> Has
     if mechanism == "seed":
         seeds = {s: hash_seed(s) for s in switches}
         same = sum(seeds[a] == seeds[b] for a, b in map(tuple, conflicts))
-        return HashPlan("seed", {s: {POLICY_SYSCTL: 1, SEED_SYSCTL: seeds[s]} for s in switches},
+        return HashPlan("seed", {s: {POLICY_SYSCTL: 3, FIELDS_SYSCTL: FIVE_TUPLE,
+                                     SEED_SYSCTL: seeds[s]} for s in switches},
                         len(conflicts), same)
     if mechanism == "shared":
         return HashPlan("shared", {s: {POLICY_SYSCTL: 1} for s in switches},

@@ -9,6 +9,7 @@ from emu.ecmp import (
     F_SRC_PORT,
     FIELD_SETS,
     FIELDS_SYSCTL,
+    FIVE_TUPLE,
     POLICY_SYSCTL,
     SEED_SYSCTL,
     choose_mechanism,
@@ -40,7 +41,7 @@ def test_mechanism_by_capability():
 def test_field_sets_all_hash_the_source_port_and_differ():
     assert len(set(FIELD_SETS)) == 16
     assert all(f & F_SRC_PORT for f in FIELD_SETS)
-    assert FIELD_SETS[0] == 0x37  # the 5-tuple first: what policy 1 hashes
+    assert FIELD_SETS[0] == FIVE_TUPLE == 0x37  # the 5-tuple first: what policy 1 hashes
 
 
 def test_fat_tree_conflicts_are_edge_agg_pairs_of_a_pod(fattree):
@@ -64,6 +65,10 @@ def test_seed_and_shared_plans(fattree):
     topo, routes = fattree
     seed = plan_hashing("seed", routes, topo.switch_nodes())
     assert len({v[SEED_SYSCTL] for v in seed.sysctls.values()}) == len(topo.switch_nodes())
+    # The 5-tuple as custom fields: policy 1 would reuse the receive-steering hash,
+    # one function for every switch.
+    assert all(v[POLICY_SYSCTL] == 3 and v[FIELDS_SYSCTL] == FIVE_TUPLE
+               for v in seed.sysctls.values())
     assert seed.summary()["ecmp_hash_independent"]
     shared = plan_hashing("shared", routes, topo.switch_nodes())
     assert shared.summary()["ecmp_hash_independent"] is False
