@@ -14,6 +14,7 @@ import ctypes
 import errno
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 from pyroute2 import IPRoute
@@ -165,6 +166,35 @@ def delete_netns(name: str) -> bool:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     return True
+
+
+def netns_teardown_running() -> bool:
+    """A kernel worker is tearing down network namespaces now (its name shows the
+    workqueue it runs, with '+' while it works: kworker/u4:1+netns)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                if "+netns" in f.read():
+                    return True
+        except OSError:  # the process ended meanwhile
+            continue
+    return False
+
+
+def wait_for_quiet_kernel(timeout_s: float = 60.0) -> float:
+    """Wait (at most ``timeout_s``) until the kernel has finished tearing down the
+    namespaces of earlier fabrics: three samples 50 ms apart without it at work; returns
+    the seconds waited. The teardown holds the rtnl lock and a CPU for ms at a time,
+    which a timing-judged run started meanwhile would measure as its own stalls."""
+    start = time.monotonic()
+    deadline = start + timeout_s
+    quiet = 0
+    while quiet < 3 and time.monotonic() < deadline:
+        quiet = 0 if netns_teardown_running() else quiet + 1
+        time.sleep(0.05)
+    return time.monotonic() - start
 
 
 def list_netns(prefix: str = "") -> list[str]:

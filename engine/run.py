@@ -73,7 +73,7 @@ from core.frame import ACK_FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES, RETH_BY
 from core.messages import Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
-from emu.netns import in_netns
+from emu.netns import in_netns, wait_for_quiet_kernel
 from emu.ports import Port
 from engine import nic, plan, rawsock
 from engine.burst import Burst
@@ -127,6 +127,7 @@ ACK_PER_MESSAGE = "message"
 DEFAULT_ACK_DELAY_S = 1e-6
 _READY_TIMEOUT_S = 120.0     # building the Scapy templates of a big DAG takes a while
 _STOP_GRACE_S = 3.0
+_QUIET_TIMEOUT_S = 30.0     # the teardown of a fattree,8 takes a few seconds
 _START_DELAY_NS = 2_000_000  # t0 a little after "all ready", so every worker is waiting
 #: A real RDMA NIC's per-message overhead, post to first frame on the wire (~1 us, the
 #: value the RoCE literature measures; the model keeps its own constant).
@@ -484,6 +485,9 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     """Send every message of ``workload`` through ``fab``; see the module docstring."""
     config = config or EngineConfig()
     index = _check_workload(fab, workload)
+    # The kernel may still be tearing down an earlier fabric's namespaces: its stalls
+    # would count as this run's pacing lag.
+    quiet_wait_s = wait_for_quiet_kernel(_QUIET_TIMEOUT_S)
     plans = _plans(fab, workload, config, index, rawsock.realtime_offset_ns())
     needs_int = config.cc_factory.needs_int
     if needs_int:  # HPCC: the switches write per-hop records, the rings keep them
@@ -553,6 +557,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             signal.signal(signal.SIGTERM, old_term)
     result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
     result.stats["machine_busy"] = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
+    result.stats["quiet_wait_s"] = quiet_wait_s
     result.stats["send_path"] = burst.detail
     result.stats["receive_path"] = rx_lib.detail
     # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,30 +61,6 @@ def run_judged(run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         print(f"run again: the gate refused the first run for the machine's timing: {reasons}")
         result = run(*args, **{**kwargs, "force": True})
     return result
-
-
-def netns_teardown_running() -> bool:
-    """A kernel worker is tearing down network namespaces now (its name shows the
-    workqueue it runs, with '+' while it works: kworker/u4:1+netns)."""
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if "+netns" in comm.read_text():
-                return True
-        except OSError:  # the process ended meanwhile
-            continue
-    return False
-
-
-def wait_for_quiet_kernel(timeout_s: float = 60.0) -> None:
-    """Wait (at most ``timeout_s``) until the kernel has finished tearing down the
-    namespaces of earlier tests: three samples 50 ms apart without it at work. The
-    teardown holds the rtnl lock and CPU for ms at a time, which a timing-judged run
-    started meanwhile would measure as its own stalls."""
-    deadline = time.monotonic() + timeout_s
-    quiet = 0
-    while quiet < 3 and time.monotonic() < deadline:
-        quiet = 0 if netns_teardown_running() else quiet + 1
-        time.sleep(0.05)
 
 
 def our_namespaces() -> set[str]:

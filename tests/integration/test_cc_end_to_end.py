@@ -21,9 +21,10 @@ from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.ecn import Thresholds
 from emu.fabric import Fabric
+from emu.netns import wait_for_quiet_kernel
 from engine.run import EngineConfig, run_workload
 from experiments import registry
-from tests.conftest import SUITE_SCALE, run_judged, wait_for_quiet_kernel
+from tests.conftest import SUITE_SCALE, run_judged
 from topologies.fattree import LeafSpine
 
 pytestmark = [

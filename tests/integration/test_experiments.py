@@ -29,8 +29,9 @@ import pandas as pd
 import pytest
 
 from core.frame import WIRE_OVERHEAD_BYTES
+from emu.netns import wait_for_quiet_kernel
 from experiments import registry
-from tests.conftest import SUITE_SCALE, run_judged, wait_for_quiet_kernel
+from tests.conftest import SUITE_SCALE, run_judged
 
 REPO = Path(__file__).resolve().parents[2]
 
