@@ -40,12 +40,12 @@ from emu.pfc import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet, claim_session
-from emu.rxorder import cpu_masks, pin_receive_cpus
+from emu.rxorder import cpu_masks, node_cpus, pin_receive_cpus
 from emu.shaping import MTU_BYTES, shape_port
 from emu.telemetry import port_stats
 from topologies.addressing import AddressPlan, plan_addresses
 from topologies.base import FabricTopo
-from topologies.routing import Routes, compute_routes
+from topologies.routing import Routes, compute_routes, topo_graph
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,8 @@ class Fabric:
         self.pfc: Any = None  # emu.pfc.PfcController once enable_pfc() ran
         self.in_order = in_order
         self.receive_steering = "not built yet"
+        #: node -> the CPU its receive work runs on (empty without receive steering)
+        self.receive_cpu: dict[str, int] = {}
         self.started = False
 
     # ------------------------------------------------------------------ life cycle
@@ -350,15 +352,17 @@ class Fabric:
             self.receive_steering = "off: a veth link may reorder a flow"
             return
         cpus = sorted(os.sched_getaffinity(0))
-        ifaces = [(self.netns_path(node), iface.ifname)
-                  for node in self.topo.nodes() for iface in self.plan.interfaces[node]]
+        ifaces = {node: [(self.netns_path(node), i.ifname) for i in self.plan.interfaces[node]]
+                  for node in self.topo.nodes()}
+        cpu_of = node_cpus(topo_graph(self.topo), cpus)
         try:
-            pin_receive_cpus(cpu_masks(ifaces, cpus))
+            pin_receive_cpus(cpu_masks(cpu_of, ifaces))
         except CapabilityError as e:
             log.warning("%s", e)
             self.receive_steering = f"unavailable: {e}"
             return
-        self.receive_steering = f"rps: each veth's receive work on one of CPUs {cpus}"
+        self.receive_cpu = cpu_of
+        self.receive_steering = f"rps: each node's receive work on one of CPUs {cpus}"
 
     def _node_config(self, node: str) -> list[str]:
         lines = []

@@ -9,8 +9,12 @@ reorder a flow; go-back-N turns every reordering into a NAK and a retransmission
 300,000 on a loaded fattree,4 without this, none with it.)
 
 Receive Packet Steering on the receiving veth puts every frame of that interface
-into one CPU's backlog, whichever CPU sent it, so each link delivers in order. The
-interfaces are spread round-robin over the CPUs to keep the fabric parallel.
+into one CPU's backlog, whichever CPU sent it, so each link delivers in order. All
+interfaces of one node share a CPU: a switch then forwards on one CPU, as an ASIC's
+pipeline handles its frames one after another, so its egress programs (the ECN
+marker's virtual queue, the INT records' byte counters) see frames in the order they
+join the queues. The nodes are split over the CPUs in equal shares with few links
+between the shares (a frame crossing to another CPU costs an interrupt).
 
 ``rps_cpus`` is a sysfs attribute, and sysfs shows the network namespace of whoever
 mounted it: a short-lived thread unshares its mount namespace (made private, so
@@ -25,6 +29,8 @@ import os
 import tempfile
 import threading
 from collections.abc import Sequence
+
+import networkx as nx
 
 from core.errors import CapabilityError
 
@@ -42,12 +48,44 @@ def _check(ret: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def cpu_masks(ifaces: Sequence[tuple[str, str]], cpus: Sequence[int]) -> dict[tuple[str, str], int]:
-    """(netns path, ifname) -> the one-CPU mask of its receive work: round-robin over
-    ``cpus`` in the given order, so a node's interfaces, listed together, alternate."""
+def partition_nodes(graph: nx.Graph, parts: int) -> list[set[str]]:
+    """Split ``graph``'s nodes into ``parts`` sets of (nearly) equal size with few
+    links between them: recursive Kernighan-Lin bisection, each split starting from
+    a breadth-first cut (neighbours together) with sizes in proportion to the parts
+    on each side. Deterministic."""
+    if parts < 1:
+        raise ValueError("parts must be at least 1")
+    nodes = sorted(graph.nodes)
+    if parts == 1 or len(nodes) <= 1:
+        return [set(nodes)] + [set() for _ in range(parts - 1)]
+    left_parts = parts // 2
+    order = list(nx.bfs_tree(graph, nodes[0])) if nx.is_connected(graph) else nodes
+    order += [n for n in nodes if n not in set(order)]
+    cut = round(len(order) * left_parts / parts)
+    a, b = nx.algorithms.community.kernighan_lin_bisection(
+        graph, partition=(set(order[:cut]), set(order[cut:])), seed=0)
+    if len(a) != cut:  # the sides keep their sizes, not necessarily their order
+        a, b = b, a
+    return (partition_nodes(graph.subgraph(a), left_parts)
+            + partition_nodes(graph.subgraph(b), parts - left_parts))
+
+
+def node_cpus(graph: nx.Graph, cpus: Sequence[int]) -> dict[str, int]:
+    """The CPU each node's receive work runs on: ``graph``'s nodes split over ``cpus``
+    by `partition_nodes`, in equal shares with few links whose two ends are on
+    different CPUs (a frame crossing one costs an inter-processor interrupt)."""
     if not cpus:
         raise ValueError("no CPU to pin to")
-    return {key: 1 << cpus[i % len(cpus)] for i, key in enumerate(ifaces)}
+    parts = partition_nodes(graph, len(cpus))
+    return {node: cpu for cpu, part in zip(cpus, parts, strict=True) for node in part}
+
+
+def cpu_masks(cpu_of: dict[str, int], ifaces: dict[str, Sequence[tuple[str, str]]]
+              ) -> dict[tuple[str, str], int]:
+    """(netns path, ifname) -> the one-CPU mask of its receive work: all of a node's
+    interfaces (``ifaces[node]``) on its CPU, so the node forwards on one CPU, like a
+    switch's single pipeline."""
+    return {key: 1 << cpu_of[node] for node, keys in ifaces.items() for key in keys}
 
 
 def pin_receive_cpus(masks: dict[tuple[str, str], int]) -> None:

@@ -106,6 +106,8 @@ class LiveFabric(Protocol):
     topo: FabricTopo
     routes: Routes
     delay_emulated: bool
+    #: node -> the CPU its receive work runs on (``emu.rxorder``; empty: not pinned)
+    receive_cpu: dict[str, int]
 
     def ports(self) -> list[Port]: ...
 
@@ -375,10 +377,20 @@ class FixedDelays:
         return self._rtt[key]
 
 
-def _assign(loads: dict[str, int], n_workers: int) -> list[list[str]]:
-    """Hosts to workers, heaviest first onto the least-loaded worker."""
-    bins: list[list[str]] = [[] for _ in range(n_workers)]
-    totals = [0] * n_workers
+def _assign(loads: dict[str, int], cpus: list[int], receive_cpu: dict[str, int]
+            ) -> list[list[str]]:
+    """Hosts to workers (worker w runs on ``cpus[w]``). Where the fabric pins each
+    host's receive work to a CPU (``receive_cpu``) and one worker per CPU is wanted,
+    a host goes to the worker on its CPU: its frames enter the fabric, and its ACKs
+    and CNPs reach its ring, without crossing CPUs. Otherwise heaviest first onto the
+    least-loaded worker."""
+    bins: list[list[str]] = [[] for _ in cpus]
+    if cpus and all(receive_cpu.get(h) in cpus for h in loads) \
+            and len({receive_cpu[h] for h in loads}) == len(cpus):
+        for host in sorted(loads):
+            bins[cpus.index(receive_cpu[host])].append(host)
+        return bins
+    totals = [0] * len(cpus)
     for host in sorted(loads, key=lambda h: (-loads[h], h)):
         w = totals.index(min(totals))
         bins[w].append(host)
@@ -424,14 +436,14 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
     rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)
     plans = []
-    assignment = _assign(loads, n_workers)
+    assignment = _assign(loads, cpus[:n_workers], fab.receive_cpu)
     host_worker = {h: w for w, hosts in enumerate(assignment) for h in hosts}
     notify, slices = plan.completion_layout(msgs, host_worker)
     for w, hosts in enumerate(assignment):
         mine = set(hosts)
         receives = [p for p in msgs if p.dst in mine]
         plans.append(plan.WorkerPlan(
-            worker=w, cpu=cpus[w % len(cpus)], hosts=sorted(mine),
+            worker=w, cpu=cpus[w], hosts=sorted(mine),
             nics=[plan.NicPlan(h, ifn, _port_of(fab, h, ifn).rate_bps)
                   for h in sorted(mine) for ifn in sorted(nic_keys[h])],
             sends=[p for p in msgs if p.src in mine],

@@ -69,7 +69,7 @@ def main() -> None:
     for run in range(args.runs):
         for in_order in (False, True):
             m = measure(args.topo, args.load_scale, in_order, args.flows, args.duration)
-            table.add_row("one CPU per veth" if in_order else "off", str(run + 1),
+            table.add_row("one CPU per node" if in_order else "off", str(run + 1),
                           f"{m['sent']:,}", f"{m['received']:,}", str(m["out_of_order"]),
                           f"{1e5 * m['out_of_order'] / max(m['received'], 1):.2f}",
                           f"{m['machine_busy']:.0%}")

@@ -1,23 +1,52 @@
-"""Receive steering's CPU assignment (emu.rxorder.cpu_masks): pure."""
+"""Receive steering's CPU assignment (emu.rxorder): pure."""
 
+import networkx as nx
 import pytest
 
-from emu.rxorder import cpu_masks
+from emu.rxorder import cpu_masks, node_cpus, partition_nodes
+from topologies.routing import topo_graph
+from topologies.spec import build_topo
 
 
-def test_a_nodes_interfaces_alternate_over_the_cpus():
-    ifaces = [("ns/s1", f"s1-eth{i}") for i in range(1, 5)] + [("ns/h1", "h1-eth0")]
-    masks = cpu_masks(ifaces, [0, 1])
-    assert [masks[k] for k in ifaces] == [0b01, 0b10, 0b01, 0b10, 0b01]
-
-
-def test_each_mask_names_exactly_one_allowed_cpu():
-    ifaces = [("ns", f"if{i}") for i in range(7)]
-    masks = cpu_masks(ifaces, [2, 5, 7])
+def test_a_node_receives_on_one_cpu():
+    g = nx.path_graph(["h1", "s1", "h2"])
+    ifaces = {"s1": [("ns/s1", "s1-eth1"), ("ns/s1", "s1-eth2")], "h1": [("ns/h1", "h1-eth0")],
+              "h2": [("ns/h2", "h2-eth0")]}
+    masks = cpu_masks(node_cpus(g, [0, 1]), ifaces)
+    assert len({masks[k] for k in ifaces["s1"]}) == 1
     assert {m.bit_count() for m in masks.values()} == {1}
-    assert {m.bit_length() - 1 for m in masks.values()} == {2, 5, 7}
+    assert {m.bit_length() - 1 for m in masks.values()} == {0, 1}
 
 
-def test_no_cpu_is_an_error():
+@pytest.mark.parametrize("parts", [2, 3, 4])
+def test_fattree_shares_are_equal_and_cut_few_links(parts):
+    g = topo_graph(build_topo("fattree,4"))  # 36 nodes, 48 links
+    shares = partition_nodes(g, parts)
+    assert sorted(n for s in shares for n in s) == sorted(g.nodes)  # each node once
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= 1
+    part_of = {n: i for i, s in enumerate(shares) for n in s}
+    crossing = sum(part_of[a] != part_of[b] for a, b in g.edges)
+    # Round-robin would cut about (1 - 1/parts) of the 48 links; a pod is 8 nodes and 12
+    # links, so pods kept together cut at most the links to the cores.
+    assert crossing <= 16 * (parts - 1), crossing
+
+
+def test_partition_is_deterministic_and_bad_input_is_refused():
+    g = topo_graph(build_topo("leafspine,4,2,4"))
+    assert partition_nodes(g, 2) == partition_nodes(g, 2)
     with pytest.raises(ValueError):
-        cpu_masks([("ns", "if0")], [])
+        partition_nodes(g, 0)
+    with pytest.raises(ValueError):
+        node_cpus(g, [])
+
+
+def test_the_engine_gives_a_host_to_the_worker_on_its_receive_cpu():
+    from engine.run import _assign
+
+    loads = {"h1": 10, "h2": 10, "h3": 1, "h4": 1}
+    pinned = {"h1": 0, "h2": 0, "h3": 3, "h4": 3}
+    assert _assign(loads, [0, 3], pinned) == [["h1", "h2"], ["h3", "h4"]]
+    # Not pinned, or fewer workers than pinned CPUs: by load, heaviest first.
+    assert _assign(loads, [0, 3], {}) == [["h1", "h3"], ["h2", "h4"]]
+    assert _assign(loads, [0], pinned) == [["h1", "h2", "h3", "h4"]]
