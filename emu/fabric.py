@@ -98,14 +98,16 @@ class Fabric:
     the kernel has sch_netem), True/'on' (CapabilityError where it has not) or
     False/'off'. ``summary()['delay_emulated']`` says what was built.
 
-    ``in_order``: pin every veth's receive work to one CPU (``emu.rxorder``), so no
-    link reorders a flow; ``summary()['receive_steering']`` says what was built.
+    ``in_order``: pin every node's receive work to one CPU (``emu.rxorder``), so no
+    link reorders a flow; off by default, because on two cores it lengthens the
+    pacing-lag tail more often than reordering costs a run (docs/design.md, "Links
+    and order"). ``summary()['receive_steering']`` says what was built.
     """
 
     def __init__(self, topo: FabricTopo, scale: Scale | None = None, *,
                  marking: str = "auto", thresholds: Any = None,
                  capabilities: dict | None = None, delay: bool | str = "auto",
-                 ecmp_hash: str = "auto", in_order: bool = True) -> None:
+                 ecmp_hash: str = "auto", in_order: bool = False) -> None:
         self.topo = topo
         self.scale = scale or Scale()
         self.marking_requested = marking

@@ -129,7 +129,8 @@ ACK_PER_MESSAGE = "message"
 DEFAULT_ACK_DELAY_S = 1e-6
 _READY_TIMEOUT_S = 120.0     # building the Scapy templates of a big DAG takes a while
 _STOP_GRACE_S = 3.0
-_QUIET_TIMEOUT_S = 30.0     # the teardown of a fattree,8 takes a few seconds
+_QUIET_TIMEOUT_S = 30.0
+_ALIGNED_IMBALANCE = 1.25     # the teardown of a fattree,8 takes a few seconds
 _START_DELAY_NS = 2_000_000  # t0 a little after "all ready", so every worker is waiting
 #: A real RDMA NIC's per-message overhead, post to first frame on the wire (~1 us, the
 #: value the RoCE literature measures; the model keeps its own constant).
@@ -380,16 +381,21 @@ class FixedDelays:
 def _assign(loads: dict[str, int], cpus: list[int], receive_cpu: dict[str, int]
             ) -> list[list[str]]:
     """Hosts to workers (worker w runs on ``cpus[w]``). Where the fabric pins each
-    host's receive work to a CPU (``receive_cpu``) and one worker per CPU is wanted,
-    a host goes to the worker on its CPU: its frames enter the fabric, and its ACKs
-    and CNPs reach its ring, without crossing CPUs. Otherwise heaviest first onto the
+    host's receive work to one of ``cpus`` (``receive_cpu``), a host goes to the worker
+    on its CPU: its frames enter the fabric, and its ACKs and CNPs reach its ring,
+    without crossing CPUs; unless that leaves one worker more than _ALIGNED_IMBALANCE
+    times the mean load (an incast inside one pod). Otherwise heaviest first onto the
     least-loaded worker."""
     bins: list[list[str]] = [[] for _ in cpus]
-    if cpus and all(receive_cpu.get(h) in cpus for h in loads) \
-            and len({receive_cpu[h] for h in loads}) == len(cpus):
+    if cpus and all(receive_cpu.get(h) in cpus for h in loads):
+        totals = [0] * len(cpus)
         for host in sorted(loads):
-            bins[cpus.index(receive_cpu[host])].append(host)
-        return bins
+            w = cpus.index(receive_cpu[host])
+            bins[w].append(host)
+            totals[w] += loads[host]
+        if max(totals) <= _ALIGNED_IMBALANCE * sum(totals) / len(cpus):
+            return bins
+        bins = [[] for _ in cpus]
     totals = [0] * len(cpus)
     for host in sorted(loads, key=lambda h: (-loads[h], h)):
         w = totals.index(min(totals))

@@ -21,9 +21,9 @@ Printed side by side:
 * with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
   frame costs with each algorithm (its per-ACK and per-CNP Python work, and HPCC's
   ACK per frame and in-band telemetry);
-* with ``--receive-steering both``, everything once with the fabric's links pinned to
-  one CPU each (``emu.rxorder``, the default) and once without: what in-order
-  delivery costs the kernel.
+* with ``--receive-steering both``, everything once with each node's links pinned to
+  one CPU (``emu.rxorder``) and once without (the default): what in-order delivery
+  costs.
 
 Run it alone on the machine (under the heavy-work lock): the gate counts every
 process's CPU.
@@ -67,7 +67,7 @@ def _blaster(socks: list[Any], shapes: list[Any], stop_at: float, counts: Any, w
     counts[w] = sent
 
 
-def kernel_capacity(spec: str, scale: float, seconds: float, in_order: bool = True
+def kernel_capacity(spec: str, scale: float, seconds: float, in_order: bool = False
                     ) -> dict[str, float]:
     """Delivered frames/s with every host blasting prebuilt frames (see the module doc)."""
 
@@ -106,7 +106,7 @@ def kernel_capacity(spec: str, scale: float, seconds: float, in_order: bool = Tr
             "seconds": wall_s}
 
 
-def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = True
+def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
                 ) -> dict[str, Any]:
     """The ring all-reduce of 4 MiB over every host at ``scale`` under congestion
     control ``cc``, gated and priced."""
@@ -140,8 +140,8 @@ def main() -> None:
                     help="congestion-control settings, ','-separated (default: off)")
     ap.add_argument("--blast-scale", type=float, default=800.0)
     ap.add_argument("--blast-seconds", type=float, default=5.0)
-    ap.add_argument("--receive-steering", choices=("on", "off", "both"), default="on",
-                    help="links pinned to one CPU each (emu.rxorder): on (default), off, both")
+    ap.add_argument("--receive-steering", choices=("on", "off", "both"), default="off",
+                    help="links pinned to one CPU per node (emu.rxorder): off (default), on, both")
     args = ap.parse_args()
     console = Console(width=200)
     steering = {"on": [True], "off": [False], "both": [True, False]}[args.receive_steering]

@@ -28,7 +28,7 @@ def test_every_node_receives_on_one_cpu_and_nothing_leaks():
 
     with open("/proc/self/mountinfo") as f:
         mounts_before = f.read()
-    with Fabric(build_topo("leafspine,2,2,2"), Scale(10000), marking="off") as fab:
+    with Fabric(build_topo("leafspine,2,2,2"), Scale(10000), marking="off", in_order=True) as fab:
         assert fab.summary()["receive_steering"].startswith("rps")
         for node in ("h1", "l1", "s1"):
             masks = _rps_masks(fab.netns_path(node))

@@ -45,8 +45,12 @@ def test_the_engine_gives_a_host_to_the_worker_on_its_receive_cpu():
     from engine.run import _assign
 
     loads = {"h1": 10, "h2": 10, "h3": 1, "h4": 1}
-    pinned = {"h1": 0, "h2": 0, "h3": 3, "h4": 3}
-    assert _assign(loads, [0, 3], pinned) == [["h1", "h2"], ["h3", "h4"]]
-    # Not pinned, or fewer workers than pinned CPUs: by load, heaviest first.
-    assert _assign(loads, [0, 3], {}) == [["h1", "h3"], ["h2", "h4"]]
-    assert _assign(loads, [0], pinned) == [["h1", "h2", "h3", "h4"]]
+    assert _assign(loads, [0, 3], {"h1": 0, "h2": 3, "h3": 0, "h4": 3}) == [["h1", "h3"],
+                                                                          ["h2", "h4"]]
+    by_load = [["h1", "h3"], ["h2", "h4"]]  # heaviest first onto the least loaded
+    assert _assign(loads, [0, 3], {}) == by_load
+    # Pinned so that one worker would carry everything (an incast inside a pod): by load.
+    assert _assign(loads, [0, 3], dict.fromkeys(loads, 0)) == by_load
+    # Aligned unless a worker gets more than 1.25 x the mean: 20 of 22 is too much.
+    assert _assign(loads, [0, 3], {"h1": 0, "h2": 0, "h3": 3, "h4": 3}) == by_load
+    assert _assign(loads, [0], {"h1": 0, "h2": 3}) == [["h1", "h2", "h3", "h4"]]
