@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -22,9 +23,11 @@ from pyroute2 import IPRoute
 from core.errors import CapabilityError
 
 NETNS_DIR = "/run/netns"
+_CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
 _MS_BIND = 4096
 _MS_REC = 16384
+_MS_PRIVATE = 1 << 18
 _MS_SHARED = 1 << 20
 _MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -166,6 +169,53 @@ def delete_netns(name: str) -> bool:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     return True
+
+
+def write_netns_sysfs(files: dict[str, dict[str, str]]) -> None:
+    """Write sysfs attributes of namespaces: ``files[netns path][path under /sys]`` =
+    the text. sysfs shows the network namespace of whoever mounted it, so a
+    short-lived thread unshares its mount namespace (made private: nothing reaches
+    the machine's), and for each namespace enters it, mounts a sysfs on a scratch
+    directory, writes and unmounts. FileNotFoundError for a missing attribute."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            _write_sysfs(files)
+        except BaseException as e:  # re-raised in the caller's thread
+            errors.append(e)
+
+    thread = threading.Thread(target=run, name="netns-sysfs")
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+def _write_sysfs(files: dict[str, dict[str, str]]) -> None:
+    _check(_libc.unshare(_CLONE_NEWNS), "unshare mount namespace")
+    _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "make mounts private")
+    scratch = tempfile.mkdtemp(prefix="fabemu-sysfs-")
+    try:
+        for ns, writes in files.items():
+            fd = os.open(ns, os.O_RDONLY)
+            try:
+                _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {ns}")
+            finally:
+                os.close(fd)
+            _check(_libc.mount(b"sysfs", scratch.encode(), b"sysfs", 0, None), "mount sysfs")
+            try:
+                for rel, text in writes.items():
+                    path = os.path.join(scratch, rel)
+                    if not os.path.exists(path):
+                        raise FileNotFoundError(errno.ENOENT, "no such sysfs attribute",
+                                                "/sys/" + rel)
+                    with open(path, "w") as f:
+                        f.write(text)
+            finally:
+                _check(_libc.umount2(scratch.encode(), _MNT_DETACH), "umount sysfs")
+    finally:
+        os.rmdir(scratch)
 
 
 def netns_teardown_running() -> bool:

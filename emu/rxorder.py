@@ -1,4 +1,4 @@
-"""In-order delivery on veth links: every veth's receive work pinned to one CPU (RPS).
+"""In-order delivery on veth links: each node's receive work pinned to one CPU (RPS).
 
 A veth without NAPI hands each frame to the backlog of the CPU that transmitted it.
 A switch port's qdisc is dequeued by whichever CPU runs it at that moment (its
@@ -16,36 +16,18 @@ marker's virtual queue, the INT records' byte counters) see frames in the order 
 join the queues. The nodes are split over the CPUs in equal shares with few links
 between the shares (a frame crossing to another CPU costs an interrupt).
 
-``rps_cpus`` is a sysfs attribute, and sysfs shows the network namespace of whoever
-mounted it: a short-lived thread unshares its mount namespace (made private, so
-nothing propagates to the machine's), and for each of our namespaces mounts a sysfs
-on a scratch directory, writes the masks and unmounts it. No fork per namespace.
+``rps_cpus`` is a sysfs attribute of the interface's own namespace, written with
+``emu.netns.write_netns_sysfs`` (no fork per namespace).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import tempfile
-import threading
 from collections.abc import Sequence
 
 import networkx as nx
 
 from core.errors import CapabilityError
-
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
-_MS_REC = 16384
-_MS_PRIVATE = 1 << 18
-_MNT_DETACH = 2
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(ret: int, what: str) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+from emu.netns import write_netns_sysfs
 
 
 def partition_nodes(graph: nx.Graph, parts: int) -> list[set[str]]:
@@ -91,46 +73,11 @@ def cpu_masks(cpu_of: dict[str, int], ifaces: dict[str, Sequence[tuple[str, str]
 def pin_receive_cpus(masks: dict[tuple[str, str], int]) -> None:
     """Write each interface's RPS mask inside its namespace; raises CapabilityError
     when the kernel has no RPS (no ``rps_cpus`` attribute)."""
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            _write_masks(masks)
-        except BaseException as e:  # re-raised in the caller's thread
-            errors.append(e)
-
-    thread = threading.Thread(target=run, name="rps-pinning")
-    thread.start()
-    thread.join()
-    if errors:
-        raise errors[0]
-
-
-def _write_masks(masks: dict[tuple[str, str], int]) -> None:
-    # This thread's own mount namespace: the scratch sysfs mounts never reach the machine's.
-    _check(_libc.unshare(_CLONE_NEWNS), "unshare mount namespace")
-    _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "make mounts private")
-    by_ns: dict[str, list[tuple[str, int]]] = {}
+    files: dict[str, dict[str, str]] = {}
     for (ns, ifname), mask in masks.items():
-        by_ns.setdefault(ns, []).append((ifname, mask))
-    scratch = tempfile.mkdtemp(prefix="fabemu-sysfs-")
+        files.setdefault(ns, {})[f"class/net/{ifname}/queues/rx-0/rps_cpus"] = f"{mask:x}\n"
     try:
-        for ns, items in by_ns.items():
-            fd = os.open(ns, os.O_RDONLY)
-            try:
-                _check(_libc.setns(fd, _CLONE_NEWNET), f"setns {ns}")
-            finally:
-                os.close(fd)
-            _check(_libc.mount(b"sysfs", scratch.encode(), b"sysfs", 0, None), "mount sysfs")
-            try:
-                for ifname, mask in items:
-                    path = os.path.join(scratch, "class/net", ifname, "queues/rx-0/rps_cpus")
-                    if not os.path.exists(path):
-                        raise CapabilityError(f"no RPS on this kernel ({path} missing): veth "
-                                              "links may reorder frames")
-                    with open(path, "w") as f:
-                        f.write(f"{mask:x}\n")
-            finally:
-                _check(_libc.umount2(scratch.encode(), _MNT_DETACH), "umount sysfs")
-    finally:
-        os.rmdir(scratch)
+        write_netns_sysfs(files)
+    except FileNotFoundError as e:
+        raise CapabilityError(f"no RPS on this kernel ({e.filename} missing): veth links "
+                              "may reorder frames") from None
