@@ -129,8 +129,10 @@ ACK_PER_MESSAGE = "message"
 DEFAULT_ACK_DELAY_S = 1e-6
 _READY_TIMEOUT_S = 120.0     # building the Scapy templates of a big DAG takes a while
 _STOP_GRACE_S = 3.0
-_QUIET_TIMEOUT_S = 30.0
-_ALIGNED_IMBALANCE = 1.25     # the teardown of a fattree,8 takes a few seconds
+_QUIET_TIMEOUT_S = 30.0      # the teardown of a fattree,8 takes a few seconds
+#: With receive steering, hosts follow their node's CPU unless a worker would then
+#: carry more than this times the mean load.
+_ALIGNED_IMBALANCE = 1.25
 _START_DELAY_NS = 2_000_000  # t0 a little after "all ready", so every worker is waiting
 #: A real RDMA NIC's per-message overhead, post to first frame on the wire (~1 us, the
 #: value the RoCE literature measures; the model keeps its own constant).
