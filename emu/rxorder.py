@@ -42,7 +42,8 @@ def partition_nodes(graph: nx.Graph, parts: int) -> list[set[str]]:
         return [set(nodes)] + [set() for _ in range(parts - 1)]
     left_parts = parts // 2
     order = list(nx.bfs_tree(graph, nodes[0])) if nx.is_connected(graph) else nodes
-    order += [n for n in nodes if n not in set(order)]
+    seen = set(order)
+    order += [n for n in nodes if n not in seen]
     cut = round(len(order) * left_parts / parts)
     a, b = nx.algorithms.community.kernighan_lin_bisection(
         graph, partition=(set(order[:cut]), set(order[cut:])), seed=0)
@@ -70,12 +71,22 @@ def cpu_masks(cpu_of: dict[str, int], ifaces: dict[str, Sequence[tuple[str, str]
     return {key: 1 << cpu_of[node] for node, keys in ifaces.items() for key in keys}
 
 
+def cpumask_text(mask: int) -> str:
+    """A CPU mask as sysfs takes it: hex in comma-separated 32-bit groups, the most
+    significant first (CPU 32 alone is ``1,00000000``)."""
+    groups = [mask & 0xFFFFFFFF]
+    while mask >> 32:
+        mask >>= 32
+        groups.append(mask & 0xFFFFFFFF)
+    return ",".join([f"{groups[-1]:x}"] + [f"{g:08x}" for g in reversed(groups[:-1])]) + "\n"
+
+
 def pin_receive_cpus(masks: dict[tuple[str, str], int]) -> None:
     """Write each interface's RPS mask inside its namespace; raises CapabilityError
     when the kernel has no RPS (no ``rps_cpus`` attribute)."""
     files: dict[str, dict[str, str]] = {}
     for (ns, ifname), mask in masks.items():
-        files.setdefault(ns, {})[f"class/net/{ifname}/queues/rx-0/rps_cpus"] = f"{mask:x}\n"
+        files.setdefault(ns, {})[f"class/net/{ifname}/queues/rx-0/rps_cpus"] = cpumask_text(mask)
     try:
         write_netns_sysfs(files)
     except FileNotFoundError as e:

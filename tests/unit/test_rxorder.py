@@ -3,7 +3,7 @@
 import networkx as nx
 import pytest
 
-from emu.rxorder import cpu_masks, node_cpus, partition_nodes
+from emu.rxorder import cpu_masks, cpumask_text, node_cpus, partition_nodes
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
 
@@ -54,3 +54,10 @@ def test_the_engine_gives_a_host_to_the_worker_on_its_receive_cpu():
     # Aligned unless a worker gets more than 1.25 x the mean: 20 of 22 is too much.
     assert _assign(loads, [0, 3], {"h1": 0, "h2": 0, "h3": 3, "h4": 3}) == by_load
     assert _assign(loads, [0], {"h1": 0, "h2": 3}) == [["h1", "h2", "h3", "h4"]]
+
+
+def test_masks_are_written_in_32_bit_groups():
+    assert cpumask_text(1 << 1) == "2\n"
+    assert cpumask_text(1 << 31) == "80000000\n"
+    assert cpumask_text(1 << 32) == "1,00000000\n"
+    assert cpumask_text(1 << 40 | 1) == "100,00000001\n"
