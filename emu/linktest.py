@@ -21,8 +21,8 @@ from emu.wirerate import read_rx_bytes, start_sender
 ETHERTYPE_TEST = 0x88B5
 #: The test frame: Ethernet header and a full RoCE MTU of payload.
 TEST_FRAME_BYTES = 14 + MTU_PAYLOAD_BYTES
-#: Frames the sender may have in flight: at 4 KB, 100 ms of a 400 Mb/s port, so a
-#: stall of the sending thread shorter than that leaves the port busy.
+#: Bytes the sender may have in flight (8 MiB: 170 ms of a 400 Mb/s port), so a stall
+#: of the sending thread shorter than that leaves the port busy.
 _SNDBUF_BYTES = 1 << 23
 
 
@@ -35,8 +35,8 @@ def measure_port_rate(fab: Fabric, node: str, peer: str, duration_s: float = 2.0
     tx_if, rx_if = fab.plan.iface(node, peer), fab.plan.iface(peer, node)
     frame = (mac2str(rx_if.mac) + mac2str(tx_if.mac)
              + ETHERTYPE_TEST.to_bytes(2, "big") + bytes(TEST_FRAME_BYTES - 14))
-    # The socket buffer counts each frame's whole allocation, more than its bytes, so
-    # capping it at the port's buffer keeps the queue from dropping.
+    # Capped at the port's buffer so the queue seldom overflows; a frame it refuses
+    # anyway (a host port's small buffer) is retried by start_sender.
     sndbuf = min(_SNDBUF_BYTES, fab.port(node, peer).buffer_bytes)
     stop = threading.Event()
     thread = start_sender(fab.netns_path(node), tx_if.ifname, frame, stop, sndbuf_bytes=sndbuf)
