@@ -502,7 +502,7 @@ class _WorkerLoop:
             self.wakeups += 1
             for fd, _ in events:
                 if fd == timer_fd:
-                    timer.clear()
+                    timer.fired()  # re-armed below before the next sleep
                 elif fd == wake_fd:
                     os.eventfd_read(wake_fd)
                     self._drain_completions()

@@ -22,6 +22,12 @@ def test_timerfd_fires_at_its_absolute_deadline_and_not_before():
         assert ep.poll(0) == []                       # consumed: no longer readable
         timer.arm(time.monotonic_ns() - 1)            # a past deadline fires at once
         assert [fd for fd, _ in ep.poll(5.0)] == [timer.fd]
+        timer.fired()                                 # not read: re-arming resets it
+        deadline = time.monotonic_ns() + 3_000_000
+        timer.arm(deadline)
+        assert ep.poll(0) == []
+        assert [fd for fd, _ in ep.poll(5.0)] == [timer.fd]
+        assert time.monotonic_ns() >= deadline
     finally:
         ep.close()
         timer.close()
