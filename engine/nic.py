@@ -308,6 +308,16 @@ class _Host:
 
 # ----------------------------------------------------------------------------- process
 
+def runqueue_wait_ns() -> int:
+    """ns this thread has waited on a run queue while runnable (/proc schedstat, field 2;
+    0 where the kernel does not keep it)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 class _Stop(Exception):
     """SIGTERM inside a worker."""
 
@@ -424,6 +434,7 @@ class _WorkerLoop:
         self.wakeups = 0
         self.cpu0 = 0.0
         self.times0: os.times_result | None = None
+        self.cpu_wait0_ns = 0
         self.wall_ns = 0
         self.drops = {h: 0 for h in self.hosts}
         self.stop_reason: str | None = None
@@ -481,6 +492,7 @@ class _WorkerLoop:
             timer.arm(t0)
         self.cpu0 = time.process_time()
         self.times0 = os.times()
+        self.cpu_wait0_ns = runqueue_wait_ns()
         deadlines = self.deadlines
         timer_fd = timer.fd
         wake_fd = self.wake_fd
@@ -1122,5 +1134,7 @@ class _WorkerLoop:
             "cpu_s": time.process_time() - self.cpu0 if self.cpu0 else 0.0,
             # The kernel's share: sends carry frames through the shapers and switches.
             "sys_s": os.times().system - self.times0.system if self.times0 else 0.0,
+            # Runnable but not running (another task had the CPU): what stalls a worker.
+            "cpu_wait_s": (runqueue_wait_ns() - self.cpu_wait0_ns) / 1e9 if self.times0 else 0.0,
             "wall_s": self.wall_ns / 1e9,
         }

@@ -19,7 +19,10 @@ plumbing, ``engine/plan.py`` what workers are handed and share.
 Machine CPU. The engine reads /proc/stat when the clock starts and when the run
 ends: ``machine_busy`` is the fraction of every CPU of the machine that was not
 idle meanwhile (softirq, the kernel's forwarding, other processes included), the
-headroom the fidelity gate checks.
+headroom the fidelity gate checks; ``steal_s`` the CPU time the hypervisor took
+from the machine's virtual CPUs, and each worker's ``cpu_wait_s`` the time it was
+runnable but waited for its CPU (/proc schedstat): the gate names them when a
+worker fell behind.
 
 Dependencies. A message may start once every dependency is **fully received**
 (its last byte delivered in order at the destination, as an RDMA WRITE's data
@@ -529,7 +532,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         ring_count=ctx.RawArray("q", max(1, n_workers * n_workers)),
         wake_fds=[],
     )
-    cpu_marks: list[tuple[int, int]] = []
+    cpu_marks: list[tuple[int, int, int]] = []
     main_thread = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     procs: list[Any] = []
@@ -577,6 +580,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             signal.signal(signal.SIGTERM, old_term)
     result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
     result.stats["machine_busy"] = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
+    result.stats["steal_s"] = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
     result.stats["quiet_wait_s"] = quiet_wait_s
     result.stats["send_path"] = burst.detail
     result.stats["receive_path"] = rx_lib.detail
@@ -586,14 +590,20 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     return result
 
 
-def cpu_ticks() -> tuple[int, int]:
-    """(all jiffies, idle + iowait jiffies) of the whole machine, from /proc/stat."""
+def cpu_ticks() -> tuple[int, int, int]:
+    """(all jiffies, idle + iowait jiffies, steal jiffies) of the whole machine, from
+    /proc/stat. Steal is time the hypervisor ran something else on our virtual CPUs."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:]]
-    return sum(ticks[:8]), ticks[3] + ticks[4]  # guest time is already in user
+    return sum(ticks[:8]), ticks[3] + ticks[4], ticks[7]  # guest time is already in user
 
 
-def machine_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+def steal_s(before: tuple[int, int, int], after: tuple[int, int, int]) -> float:
+    """CPU seconds the hypervisor took between two ``cpu_ticks`` readings."""
+    return (after[2] - before[2]) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy(before: tuple[int, int, int], after: tuple[int, int, int]) -> float:
     """Fraction of all CPU time that was busy between two ``cpu_ticks`` readings."""
     total = after[0] - before[0]
     return 1.0 - (after[1] - before[1]) / total if total > 0 else 0.0
@@ -727,6 +737,7 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
             "packets_received": r["packets_received"], "push_backs": r["push_backs"],
             "ring_drops": r["ring_drops"], "unknown_frames": r["unknown_frames"],
             "cpu_s": cpu_s, "sys_s": r["sys_s"], "wall_s": r["wall_s"], "wakeups": r["wakeups"],
+            "cpu_wait_s": r["cpu_wait_s"],
             "lag_total_ns": r["lag_total_ns"], "pacing_resets": r["pacing_resets"],
             "pacing_dropped_ns": r["pacing_dropped_ns"],
             "pps": r["packets_sent"] / r["wall_s"] if r["wall_s"] else 0.0,
@@ -804,6 +815,7 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
                   "scheduled_emu_s": n["scheduled_emu_ns"] * 1e-9,
                   "dropped_emu_s": n["dropped_emu_ns"] * 1e-9} for n in nic_rows],
         "cpu_s": [w.get("cpu_s", 0.0) for w in workers],
+        "cpu_wait_s": [w.get("cpu_wait_s", 0.0) for w in workers],
         "rto_s": plans[0].rto_s if plans else None,
         "cnp_interval_s": plans[0].cnp_interval_s if plans else None,
         "cc": config.cc_factory.name,

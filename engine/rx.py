@@ -48,6 +48,17 @@ class _RxEvent(ctypes.Structure):
                 ("psn", ctypes.c_uint32), ("arg", ctypes.c_uint32)]
 
 
+class _RxCall(ctypes.Structure):
+    _fields_ = [("ring", ctypes.c_void_p), ("offsets", ctypes.c_void_p),
+                ("n_slots", ctypes.c_uint32), ("budget", ctypes.c_uint32),
+                ("host", ctypes.c_uint32), ("sample_every", ctypes.c_uint32),
+                ("idx", ctypes.c_void_p), ("rt_offset_ns", ctypes.c_int64),
+                ("t0_ns", ctypes.c_int64), ("rx_count", ctypes.c_void_p),
+                ("qps", ctypes.c_void_p), ("n_qps", ctypes.c_uint32), ("pad", ctypes.c_uint32),
+                ("ev", ctypes.c_void_p), ("n_ev", ctypes.c_void_p), ("lat", ctypes.c_void_p),
+                ("n_lat", ctypes.c_void_p), ("intbuf", ctypes.c_void_p)]
+
+
 def source() -> Path:
     return Path(__file__).resolve().parent / "csrc" / "roce_rx.c"
 
@@ -67,13 +78,8 @@ class RxLib:
                 raise CapabilityError(f"compiled receive loop unavailable: {e}") from e
             self.detail = f"python ({str(e).splitlines()[0]})"
             return
-        lib.roce_rx.restype = ctypes.c_int
-        u32p = ctypes.POINTER(ctypes.c_uint32)
-        lib.roce_rx.argtypes = [
-            ctypes.c_void_p, u32p, ctypes.c_uint32, u32p, ctypes.c_uint32, ctypes.c_uint32,
-            ctypes.c_int64, ctypes.c_int64, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64),
-            ctypes.POINTER(_RxQp), ctypes.c_uint32, ctypes.POINTER(_RxEvent), u32p,
-            ctypes.POINTER(ctypes.c_int64), u32p, ctypes.c_void_p]
+        lib.roce_rx_call.restype = ctypes.c_int
+        lib.roce_rx_call.argtypes = [ctypes.c_void_p]
         self.lib = lib
         self.detail = "batched (compiled)"
 
@@ -93,6 +99,8 @@ class RxRing:
         self.idx = ctypes.c_uint32(0)
         self.host_id = host_id
         self.rx_count = ctypes.c_uint64(0)
+        # RxState.read's argument block: (its key, the block, its address, the state).
+        self.call: tuple[tuple[int, int, int], _RxCall, int, RxState] | None = None
 
 
 class RxState:
@@ -100,7 +108,7 @@ class RxState:
 
     def __init__(self, lib: RxLib, n_qpns: int, budget: int):
         assert lib.lib is not None
-        self._fn = lib.lib.roce_rx
+        self._fn = lib.lib.roce_rx_call
         self.qps = (_RxQp * n_qpns)()
         self.n_qpns = n_qpns
         self.budget = budget
@@ -141,8 +149,16 @@ class RxState:
         return self.int_blocks[at:at + INT_HEADER_BYTES + hops * INT_RECORD_BYTES]
 
     def read(self, ring: RxRing, rt_offset_ns: int, t0_ns: int, sample_every: int) -> int:
-        return self._fn(ring.base, ring.offsets, ring.n_slots, ctypes.byref(ring.idx),
-                        self.budget, ring.host_id, rt_offset_ns, t0_ns, sample_every,
-                        ctypes.byref(ring.rx_count), self.qps, self.n_qpns, self.events,
-                        ctypes.byref(self.n_events), self.latency, ctypes.byref(self.n_latency),
-                        self.int_blocks)
+        """Read a batch from ``ring``: frames read (events and samples as above)."""
+        key = (rt_offset_ns, t0_ns, sample_every)
+        call = ring.call
+        if call is None or call[0] != key or call[3] is not self:
+            def at(obj: object) -> int:
+                return ctypes.addressof(obj)  # type: ignore[arg-type]
+
+            c = _RxCall(ring.base, at(ring.offsets), ring.n_slots, self.budget, ring.host_id,
+                        sample_every, at(ring.idx), rt_offset_ns, t0_ns, at(ring.rx_count),
+                        at(self.qps), self.n_qpns, 0, at(self.events), at(self.n_events),
+                        at(self.latency), at(self.n_latency), at(self.int_blocks))
+            call = ring.call = (key, c, at(c), self)
+        return self._fn(call[2])

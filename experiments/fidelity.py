@@ -130,6 +130,8 @@ class RunMeasures:
     ring_drops: int = 0                 # frames the receive rings had no room for
     retransmitted: int = 0              # data frames sent again
     fabric_drops: int = 0               # frames switch and host ports dropped
+    cpu_wait_s: float | None = None     # workers runnable but waiting for a CPU, summed
+    steal_s: float | None = None        # CPU time the hypervisor took from the machine
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,16 @@ def _marking_checks(m: MarkingCounts) -> list[Check]:
     return out
 
 
+def _stall_context(run: RunMeasures) -> str:
+    """What took the CPU from the workers meanwhile, as far as the kernel tells."""
+    parts = []
+    if run.cpu_wait_s is not None:
+        parts.append(f"workers waited {run.cpu_wait_s * 1e3:.1f} ms for a CPU")
+    if run.steal_s is not None:
+        parts.append(f"the hypervisor took {run.steal_s * 1e3:.0f} ms of CPU")
+    return f" ({', '.join(parts)}, wall clock)" if parts else ""
+
+
 def evaluate(run: RunMeasures, limits: Limits = Limits(),
              max_scale: float = math.inf) -> FidelityReport:
     """Run every check; ``max_scale`` is the largest S the topology allows (slowest link)."""
@@ -263,7 +275,8 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
     lag, lag_need = _ratio_check(
         "pacing lag p99", run.pacing_lag_p99_s, lag_limit_s,
         f"p99 send lag {run.pacing_lag_p99_s * 1e3:.3f} ms emulated vs "
-        f"{limits.lag_packets:g} x packet time {packet_time_emu_s * 1e3:.3f} ms")
+        f"{limits.lag_packets:g} x packet time {packet_time_emu_s * 1e3:.3f} ms"
+        + _stall_context(run))
     checks.append(lag)
     need = max(need, lag_need)
 

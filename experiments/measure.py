@@ -225,7 +225,9 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
         nic_busy=[NicBusy(f"{n['host']}:{n['ifname']}", n["busy_emu_s"], n["scheduled_emu_s"])
                   for n in st.get("nics", ())],
         ring_drops=int(st.get("ring_drops", 0)), retransmitted=int(msgs.retransmitted.sum()),
-        fabric_drops=int(m.ports.drops.sum()))
+        fabric_drops=int(m.ports.drops.sum()),
+        cpu_wait_s=float(sum(st["cpu_wait_s"])) if "cpu_wait_s" in st else None,
+        steal_s=st.get("steal_s"))
     return evaluate(measures, max_scale=max_scale(fab))
 
 

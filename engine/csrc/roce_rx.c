@@ -247,3 +247,28 @@ next:
 	*n_lat = nl;
 	return (int)got;
 }
+
+/* roce_rx's arguments in one block: the engine builds it once per ring and run,
+ * so a call through ctypes converts one pointer instead of seventeen values. */
+struct rx_call {                /* mirrors engine/rx.py: _RxCall */
+	uint8_t *ring;
+	const uint32_t *offsets;
+	uint32_t n_slots, budget, host, sample_every;
+	uint32_t *idx;
+	int64_t rt_offset_ns, t0_ns;
+	uint64_t *rx_count;
+	struct rx_qp *qps;
+	uint32_t n_qps, pad;
+	struct rx_event *ev;
+	uint32_t *n_ev;
+	int64_t *lat;
+	uint32_t *n_lat;
+	uint8_t *intbuf;
+};
+
+int roce_rx_call(const struct rx_call *c)
+{
+	return roce_rx(c->ring, c->offsets, c->n_slots, c->idx, c->budget, c->host,
+		       c->rt_offset_ns, c->t0_ns, c->sample_every, c->rx_count, c->qps,
+		       c->n_qps, c->ev, c->n_ev, c->lat, c->n_lat, c->intbuf);
+}
