@@ -737,7 +737,7 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
             "packets_received": r["packets_received"], "push_backs": r["push_backs"],
             "ring_drops": r["ring_drops"], "unknown_frames": r["unknown_frames"],
             "cpu_s": cpu_s, "sys_s": r["sys_s"], "wall_s": r["wall_s"], "wakeups": r["wakeups"],
-            "cpu_wait_s": r["cpu_wait_s"],
+            "cpu_wait_s": r["cpu_wait_s"], "realtime": r["realtime"],
             "lag_total_ns": r["lag_total_ns"], "pacing_resets": r["pacing_resets"],
             "pacing_dropped_ns": r["pacing_dropped_ns"],
             "pps": r["packets_sent"] / r["wall_s"] if r["wall_s"] else 0.0,
@@ -816,6 +816,8 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
                   "dropped_emu_s": n["dropped_emu_ns"] * 1e-9} for n in nic_rows],
         "cpu_s": [w.get("cpu_s", 0.0) for w in workers],
         "cpu_wait_s": [w.get("cpu_wait_s", 0.0) for w in workers],
+        # Workers under SCHED_FIFO (engine/nic.py); False where the privilege is missing.
+        "workers_realtime": bool(workers) and all(w.get("realtime") for w in workers),
         "rto_s": plans[0].rto_s if plans else None,
         "cnp_interval_s": plans[0].cnp_interval_s if plans else None,
         "cc": config.cc_factory.name,

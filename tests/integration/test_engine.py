@@ -110,6 +110,10 @@ def test_1mb_write_completes_with_exact_byte_accounting(send_path):
     workers = result.stats["workers"]
     assert sum(w["data_packets_sent"] for w in workers) == 256
     assert sum(w["ring_drops"] for w in workers) == 0
+    # As root the workers run under SCHED_FIFO; what kept them from their CPU is reported.
+    assert result.stats["workers_realtime"] is (os.geteuid() == 0)
+    assert all(0 <= w["cpu_wait_s"] <= w["wall_s"] for w in workers)
+    assert result.stats["steal_s"] is not None and result.stats["steal_s"] >= 0
 
 
 def test_incast_with_marking_generates_cnps_and_bounds_the_queue():

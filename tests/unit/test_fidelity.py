@@ -95,6 +95,16 @@ def test_pacing_lag_beyond_two_packet_times_fails():
     assert rep.suggested_scale >= 20000 * 2       # lag / limit = 2
 
 
+def test_pacing_lag_names_what_took_the_cpu():
+    lag_s = 4 * PKT_400G_S * 20000
+    rep = evaluate(measures(pacing_lag_p99_s=lag_s, cpu_wait_s=0.0375, steal_s=0.02))
+    (why,) = [r for r in rep.reasons if r.startswith("pacing lag p99")]
+    assert "workers waited 37.5 ms for a CPU" in why and "hypervisor took 20 ms" in why
+    (why,) = [r for r in evaluate(measures(pacing_lag_p99_s=lag_s)).reasons
+              if r.startswith("pacing lag p99")]
+    assert "waited" not in why                    # unknown: nothing claimed
+
+
 def test_saturated_port_below_rate_fails_but_unsaturated_port_may_idle():
     low = PortRate("e1:eth1", 400e9, 300e9, expect_saturated=True)
     idle = PortRate("e2:eth1", 400e9, 10e9, expect_saturated=False)
