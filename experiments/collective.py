@@ -25,6 +25,7 @@ elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -239,6 +240,13 @@ def nccl_row(fabric: str, name: str, size_bytes: int, r: CollectiveRun) -> dict[
             "error": (r.time_s - r.time_model_s) / r.time_model_s}
 
 
+def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc: str,
+             hash_draws: int) -> None:
+    """Run one collective case on ``fab`` and record it, gated."""
+    r = run_collective(fab, name, size_bytes, cc, hash_draws)
+    record(run, fabric, name, size_bytes, r, fab, cc)
+
+
 def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME) -> None:
     """Every collective on every fabric, each case committed as it ends (a resumed
     run skips the cases it has, and fabrics with none left)."""
@@ -258,7 +266,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                 for (name, size), case in cases.items():
                     if run.finished(case):
                         continue
-                    r = run_collective(fab, name, size, opts["cc"], opts["hash_draws"])
-                    record(run, prefix + spec, name, size, r, fab, opts["cc"])
+                    run.attempt(case, partial(_measure, run, fab, prefix + spec, name, size,
+                                              opts["cc"], opts["hash_draws"]),
+                                opts.get("attempts", 1))
                     run.commit(case)
                     advance(case)

@@ -42,6 +42,9 @@ OPTIONS: dict[str, Option] = {
     "sizes": Option([1 << 20, 4 << 20], "ring all-reduce sizes", quick=[1 << 20],
                     parse=parse_sizes),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": Option(2, "measurements of a case the gate refuses for interference only "
+                          "(a worker fell behind, the machine was busy); refused ones are "
+                          "reported", parse=parse_int(1)),
 }
 
 
@@ -55,8 +58,9 @@ def execute(run: Run, opts: dict[str, Any]) -> None:
     incast.execute(run, {
         "topo": opts["topo"], "senders": opts["senders"], "size": opts["incast_size"],
         "cc": ["off", "dcqcn"], "dcqcn": opts["dcqcn"], "thresholds": [opts["thresholds"]],
-        "pmax": incast.OPTIONS["pmax"].default, "scale": opts["scale"]}, prefix="incast ")
+        "pmax": incast.OPTIONS["pmax"].default, "scale": opts["scale"],
+        "attempts": opts["attempts"]}, prefix="incast ")
     collective.execute(run, {
         "topos": [opts["topo"]], "collectives": ["allreduce-ring"], "sizes": opts["sizes"],
         "cc": "off", "hash_draws": collective.OPTIONS["hash_draws"].default,
-        "scale": opts["scale"]})
+        "scale": opts["scale"], "attempts": opts["attempts"]})

@@ -21,6 +21,7 @@ queue the model does not have.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -256,7 +257,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 receiver = fab.hosts[0]
                 senders = nearest_senders(fab, receiver, opts["senders"])
                 for cc, case in todo:
-                    run_case(run, fab, case, senders, receiver, opts["size"], cc, t,
-                             opts["dcqcn"])
+                    run.attempt(case, partial(run_case, run, fab, case, senders, receiver,
+                                              opts["size"], cc, t, opts["dcqcn"]),
+                                opts.get("attempts", 1))
                     run.commit(case)
                     advance(case)

@@ -437,12 +437,16 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     deviations = summary.get("deviations")
     if isinstance(deviations, list) and deviations:
         console.print(deviations_table(deviations))
+    refused = summary.get("refused_attempts") or {}
     for case, rep in summary["cases"].items():
         if rep.get("valid"):
             console.print(f"[green]fidelity ok[/]  {escape(str(case))}")
         else:
             console.print(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
                           + escape("; ".join(map(str, rep["reasons"]))))
+        for k, reasons in enumerate(refused.get(case, ()), start=1):
+            console.print(f"  [yellow]attempt {k} refused[/] (measured again): "
+                          + escape("; ".join(map(str, reasons))))
     suggested = summary.get("suggested_scale")
     verdict = "[green]VALID[/]" if summary["valid"] else "[red]INVALID[/]" + (
         f" (suggested S = {suggested:g})" if isinstance(suggested, (int, float)) else "")

@@ -16,7 +16,7 @@ import pytest
 
 from core.errors import FabricEmuError, ParameterError
 from experiments import rundir
-from experiments.fidelity import FidelityReport
+from experiments.fidelity import Check, FidelityReport
 from experiments.options import Option, parse_list, parse_scale, parse_text
 from experiments.report import render_report
 from experiments.rundir import Run, deferred_interrupts, prepare_out_dir, run_experiment
@@ -166,7 +166,7 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
     out = tmp_path / "run"
     script = textwrap.dedent(f"""
         import os, signal
-        from experiments.fidelity import FidelityReport
+        from experiments.fidelity import Check, FidelityReport
         from experiments import rundir
         from experiments.options import Option, parse_list, parse_scale, parse_text
         from experiments.rundir import run_experiment
@@ -221,3 +221,46 @@ def test_a_second_ctrl_c_while_finishing_keeps_what_was_measured(tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         run_experiment("s", SPEC, sweep([], fail_at="b"), out, False, {})
     assert measured(out) == {"a": 1.0} and summary(out)["status"] == "stopped"
+
+
+def _gated(run: Run, case: str, failing: list[str], value: float) -> None:
+    """Record ``case`` with one metric and a report failing the checks ``failing``."""
+    checks = [Check(name, False, 1.0, 0.5, f"{name} failed") for name in failing]
+    checks.append(Check("traffic completed", True, 1, 1, "1/1 messages"))
+    run.metric(case, "time", "us", value, 1.0)
+    run.note(f"{case} measured {value}")
+    run.fidelity(case, FidelityReport(not failing, [f"{c.name}: {c.detail}" for c in checks
+                                                    if not c.ok], 1.0, checks))
+
+
+def test_a_case_refused_for_interference_is_measured_again_and_the_refusal_kept(tmp_path):
+    run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
+    outcomes = iter([["pacing lag p99", "machine CPU"], []])
+    values = iter([9.0, 1.01])
+    run.attempt("a", lambda: _gated(run, "a", next(outcomes), next(values)), attempts=3)
+    run.commit("a")
+    result = run.finish(show=False)
+    assert result.valid
+    assert result.metrics.measured.tolist() == [1.01]  # the refused attempt's rows are gone
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["refused_attempts"] == {"a": [["pacing lag p99: pacing lag p99 failed",
+                                                  "machine CPU: machine CPU failed"]]}
+    notes = json.loads((tmp_path / "r" / "config.json").read_text())["notes"]
+    assert notes == ["a measured 1.01"]
+
+
+def test_a_case_refused_for_a_wrong_result_or_on_its_last_attempt_stays(tmp_path):
+    run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
+    calls = []
+    run.attempt("a", lambda: calls.append(_gated(run, "a", ["no unexpected retransmissions"],
+                                                 2.0)), attempts=3)
+    assert len(calls) == 1                            # not interference: measured once
+    run.commit("a")
+    run.attempt("b", lambda: calls.append(_gated(run, "b", ["pacing lag p99"], 3.0)),
+                attempts=2)
+    assert len(calls) == 3                            # refused twice: the last one stays
+    run.commit("b")
+    result = run.finish(show=False)
+    assert not result.valid and sorted(result.metrics.measured) == [2.0, 3.0]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert list(summary["refused_attempts"]) == ["b"] and len(summary["refused_attempts"]["b"]) == 1
