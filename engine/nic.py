@@ -235,7 +235,7 @@ class _SendQp:
     __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "cc", "nic",
                  "sched", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
                  "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns", "timer", "echoes",
-                 "delay")
+                 "delay", "post_ns")
 
     def __init__(self, plan: MsgPlan, payload_bytes: int):
         self.plan = plan
@@ -270,6 +270,9 @@ class _SendQp:
         self.echoes = 0                 # ACKs and NAKs received with the ECN echo
         self.delay = (_DelayLine(self) if plan.fwd_delay_emu_ns or plan.back_delay_emu_ns
                       else None)
+        # When the message is posted: its start time, or the completion of its last
+        # dependency if later (the receive stamp of that message's last frame).
+        self.post_ns = -1
 
 
 class _RecvQp:
@@ -498,7 +501,8 @@ class _WorkerLoop:
         turn_ns = self.turn_ns
         for index in self.deps.ready():
             qp = self.by_index[index]
-            self.deadlines.arm(qp, t0 + qp.plan.start_emu_ns)
+            qp.post_ns = t0 + qp.plan.start_emu_ns
+            self.deadlines.arm(qp, qp.post_ns)
         timer.arm(t0)
         while mono() < t0:  # every worker starts on the same clock reading
             ep.poll(0.05)
@@ -576,22 +580,25 @@ class _WorkerLoop:
             self._arm_rto(qp)
 
     # -- dependencies --------------------------------------------------------------------
-    def _completed(self, index: int, now: int) -> None:
-        """Message ``index`` is fully received: start what waited for it."""
+    def _completed(self, index: int, done_ns: int, now: int) -> None:
+        """Message ``index`` was fully received at ``done_ns``: post what waited for it
+        then. A worker that learns of it late (a stall, a wake-up) starts the message
+        late against that post time, and its frames' lag says so."""
         for child in self.deps.complete(index):
             qp = self.by_index[child]
-            start = self.t0_ns + qp.plan.start_emu_ns
-            if start <= now:
+            qp.post_ns = max(done_ns, self.t0_ns + qp.plan.start_emu_ns)
+            if qp.post_ns <= now:
                 self._start(qp, now)
             else:
-                self.deadlines.arm(qp, start)
+                self.deadlines.arm(qp, qp.post_ns)
 
-    def _announce(self, index: int) -> None:
+    def _announce(self, index: int, done_ns: int) -> None:
         """Tell the workers that send dependents of ``index`` (completion ring + eventfd)."""
         shared = self.shared
         for reader in self.plan.notify.get(index, ()):
             slot = self.outbound[reader]
             shared.ring[slot[1] + slot[2]] = index
+            shared.ring_done_ns[slot[1] + slot[2]] = done_ns
             slot[2] += 1
             shared.ring_count[slot[0]] = slot[2]  # published after the entry
             os.eventfd_write(shared.wake_fds[reader], 1)
@@ -599,12 +606,13 @@ class _WorkerLoop:
     def _drain_completions(self) -> None:
         shared = self.shared
         ring = shared.ring
+        done = shared.ring_done_ns
         count = shared.ring_count
         now = time.monotonic_ns()
         for slot in self.inbound:
             c = count[slot[0]]
             for k in range(slot[2], c):
-                self._completed(ring[slot[1] + k], now)
+                self._completed(ring[slot[1] + k], done[slot[1] + k], now)
             slot[2] = c
         if not self.all_acked and sum(shared.acked) >= self.plan.n_messages:
             self.all_acked = True
@@ -618,24 +626,26 @@ class _WorkerLoop:
         # The real line rate and path round trip: CC never sees S.
         qp.cc = p.cc(nic.rate_bps, self.real_s(now), qp.plan.base_rtt_s)
         qp.tx_ns = array("q", bytes(8 * qp.n))
-        # Served up to a turn early, a message still counts from when it was posted.
-        post = max(now, self.t0_ns + qp.plan.start_emu_ns)
+        # A message counts from when it was posted, whether it is served up to a turn
+        # early or late (then its first frames' lag is booked, as any stall's).
+        post = qp.post_ns
         qp.start_ns = post
         qp.next_trace_ns = now
         self._arm_cc_timer(qp)
-        qp.sched.restart(post + self.overhead_ns)  # the NIC's per-message overhead
-        self._wake(qp, now)
+        self._wake(qp, now, post + self.overhead_ns)  # the NIC's per-message overhead
 
-    def _wake(self, qp: _SendQp, now: int) -> None:
-        """``qp`` has frames to send: put it on its NIC and serve the NIC now."""
+    def _wake(self, qp: _SendQp, now: int, due_ns: int | None = None) -> None:
+        """``qp`` has frames to send from ``due_ns`` (default ``now``: an idle QP owed
+        nothing): put it on its NIC and serve the NIC now."""
         if not qp.idle:
             return
         qp.idle = False
         self.deadlines.disarm(qp)
-        qp.sched.restart(now)
+        due = now if due_ns is None else due_ns
+        qp.sched.restart(due)
         nic = qp.nic
         if not nic.qps:
-            nic.sched.restart(now)
+            nic.sched.restart(due)
         nic.qps.append(qp)
         armed = self.deadlines.armed(nic)
         if armed is None or armed > now:
@@ -951,8 +961,8 @@ class _WorkerLoop:
         index = rq.plan.index
         h.np.forget(index)
         self.shared.received[index] = 1
-        self._announce(index)
-        self._completed(index, time.monotonic_ns())
+        self._announce(index, rq.done_ns)
+        self._completed(index, rq.done_ns, time.monotonic_ns())
 
     def _receive(self, h: _Host) -> None:
         mm = h.mm

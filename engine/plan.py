@@ -3,8 +3,9 @@
 Cross-worker completions. A message completes at its receiver's worker; the
 workers that send messages depending on it learn it through a **completion ring**
 per (writer, reader) pair of workers: a slice of one shared int array that only
-the writer appends to, plus a count the writer publishes after the entry, then an
-eventfd write that wakes the reader. Each message completes once, so a slice
+the writer appends to (with the completion's time, the receive stamp of the
+message's last frame, in a parallel array), plus a count the writer publishes
+after the entry, then an eventfd write that wakes the reader. Each message completes once, so a slice
 sized to the messages the writer must announce to that reader never wraps and
 no entry is ever overwritten. ``completion_layout`` computes the slices.
 """
@@ -92,6 +93,7 @@ class Shared:
     t0_ns: Any         # RawValue('q'): 0 until the parent starts the clock
     stop: Any          # RawValue('b'): the parent asks every worker to stop
     ring: Any          # RawArray('i'): completion rings, sliced per (writer, reader)
+    ring_done_ns: Any  # RawArray('q'), parallel to ``ring``: when each message completed
     ring_count: Any    # RawArray('q', workers**2): entries published per (writer, reader)
     wake_fds: list[int]  # one eventfd per worker: completions, stop, all acknowledged
 

@@ -30,7 +30,10 @@ is usable by the receiver) and not before ``t0 + start_s`` (real seconds,
 dilated by S). Completions cross workers through the completion rings and
 eventfds of ``engine.plan``; the start clock ``t0`` is set by the engine once
 every worker is ready. ``end_s`` of a message is that receive time;
-``acked_s`` when the sender saw the final ACK.
+``acked_s`` when the sender saw the final ACK. A dependent message is posted at
+its last dependency's receive stamp, not when its worker learns of it: a worker
+that learns late (a stall, a wake-up) sends the first frames late against that
+post time, and they count as pacing lag, which the gate judges.
 
 Shutdown. The run ends when every message is acknowledged, at ``timeout_s`` of
 wall-clock time (result incomplete, with the reason), on an error in any worker,
@@ -529,6 +532,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         t0_ns=ctx.RawValue("q", 0),
         stop=ctx.RawValue("b", 0),
         ring=ctx.RawArray("i", max(1, ring_len)),
+        ring_done_ns=ctx.RawArray("q", max(1, ring_len)),
         ring_count=ctx.RawArray("q", max(1, n_workers * n_workers)),
         wake_fds=[],
     )

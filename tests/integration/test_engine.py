@@ -275,3 +275,34 @@ def test_wall_clock_timeout_returns_an_incomplete_result():
             proc.kill()
     assert proc.returncode == 0, err
     assert "result False timeout" in out
+
+
+def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(monkeypatch):
+    """A worker that learns of a completion late (here: 15 ms asleep in its hand-off)
+    does not move the dependent message's post time; the lateness is pacing lag."""
+    from engine import nic
+
+    stall_s = 0.015
+    finished = nic._WorkerLoop._finished
+
+    def late(self, h, rq):  # runs in the forked worker
+        if rq.plan.index == 0:
+            time.sleep(stall_s)
+        finished(self, h, rq)
+
+    monkeypatch.setattr(nic._WorkerLoop, "_finished", late)
+    topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G")
+    scale = 5000
+    size = 64 << 10
+    wl = Workload("chain", [Message(0, "h1", "h2", size), Message(1, "h2", "h1", size, deps=(0,))],
+                  ["h1", "h2"], size)
+    with Fabric(topo, Scale(scale), marking="off") as fab:
+        result = run_workload(fab, wl, EngineConfig(timeout_s=60))
+    _assert_exact(result)
+    m = result.messages.set_index("msg_id")
+    # Posted when message 0 was received, not when the worker got to it.
+    assert m.loc[1, "start_s"] == pytest.approx(m.loc[0, "end_s"], abs=1e-12)
+    overhead_emu_s = EngineConfig().nic_overhead_s * scale
+    late_emu_s = stall_s - overhead_emu_s                   # the first frame's lag, at least
+    assert result.stats["pacing_lag_p99_emu_s"] >= 0.9 * late_emu_s
+    assert result.stats["pacing_lag_total_emu_s"] >= 0.9 * late_emu_s
