@@ -13,6 +13,7 @@ were wrong: anything but 0 is a gate bug. Run it alone on the machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import subprocess
@@ -74,6 +75,8 @@ def main() -> None:
                     help="S values, ','-separated (default: the default S and half of it)")
     ap.add_argument("--hogs", default="0,1,2", help="numbers of CPU hogs, ','-separated")
     ap.add_argument("--runs", type=int, default=2, help="runs per (S, hogs)")
+    ap.add_argument("--keep", metavar="DIR", default=None,
+                    help="keep every run's directory under DIR (default: removed)")
     args = ap.parse_args()
     scales = [float(x) for x in args.scales.split(",")]
     hog_counts = [int(x) for x in args.hogs.split(",")]
@@ -82,7 +85,8 @@ def main() -> None:
                 "wall", "why invalid"):
         table.add_column(col)
     valid = valid_wrong = invalid = 0
-    with tempfile.TemporaryDirectory(prefix="fabricemu-bench-gate-") as tmp:
+    with (contextlib.nullcontext(args.keep) if args.keep
+          else tempfile.TemporaryDirectory(prefix="fabricemu-bench-gate-")) as tmp:
         for scale in scales:
             for hogs in hog_counts:
                 for i in range(args.runs):
