@@ -182,6 +182,13 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
             f"{pred['realisations']} runs of the fluid with random marks; 90 % of them lie in "
             f"p99 latency {p99_lo * 1e6:.1f}-{p99_hi * 1e6:.1f} us, peak queue "
             f"{peak_lo / 1e3:.0f}-{peak_hi / 1e3:.0f} KB: where one measured run may fall")
+        for metric, key, factor in (("completion time", "completion_s", 1e6),
+                                    ("latency p50", "latency_p50_s", 1e6),
+                                    ("latency p99", "latency_p99_s", 1e6),
+                                    ("latency p99.9", "latency_p999_s", 1e6),
+                                    ("peak queue", "max_queue_bytes", 1e-3)):
+            run.spread(case, metric, tuple(x * factor for x in pred["bands"][key]),
+                       tuple(x * factor for x in pred["ranges"][key]))
     workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
     m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc), watch=[port])
     done = m.messages.end_s.notna().all()

@@ -172,6 +172,13 @@ class Run:
                                   "predicted": _json_safe(predicted),
                                   "error_rel": error_rel(measured, predicted)})
 
+    def spread(self, case: str, metric: str, band: tuple[float, float],
+               full_range: tuple[float, float]) -> None:
+        """Where the realisations of a randomised model put ``metric`` (its unit): the
+        5-95 % band and the full range. One measured run is compared with them."""
+        self.pending.spreads.setdefault(case, {})[metric] = {
+            "band": [float(x) for x in band], "range": [float(x) for x in full_range]}
+
     def frame(self, name: str, df: pd.DataFrame, **labels: Any) -> None:
         """Append rows to ``name.csv`` with constant label columns in front."""
         if df is None or df.empty:
@@ -306,6 +313,9 @@ class Run:
             # Earlier attempts of a case the gate refused for interference, with their
             # reasons (Run.attempt): never dropped silently.
             "refused_attempts": {c: r for u in units for c, r in u.refused.items()},
+            # Where a randomised model's realisations put a metric (same unit as the
+            # metric): "band" their 5-95 % points, "range" their least and greatest.
+            "model_spreads": {c: r for u in units for c, r in u.spreads.items()},
         }
         write_text_atomic(self.dir / "summary.json",
                           json.dumps(summary, indent=2, default=str))
@@ -363,6 +373,8 @@ class _Unit:
     deviations: list[dict] = field(default_factory=list)
     # Case -> the reasons of each attempt the gate refused for interference (Run.attempt).
     refused: dict[str, list[list[str]]] = field(default_factory=dict)
+    # Case -> metric -> the spread of a randomised model's realisations (Run.spread).
+    spreads: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
 
     def empty(self) -> bool:
         return not (self.rows or self.frames or self.cases or self.notes or self.deviations)
@@ -379,7 +391,7 @@ class _Unit:
         record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
                   "cases": {c: r.as_dict() for c, r in self.cases.items()},
                   "fabrics": self.fabrics, "notes": self.notes, "deviations": self.deviations,
-                  "refused": self.refused}
+                  "refused": self.refused, "spreads": self.spreads}
         (tmp / "unit.json").write_text(json.dumps(record, indent=1, default=str))
         os.replace(tmp, final)
 
@@ -398,7 +410,8 @@ class _Unit:
                                   for c, r in record["cases"].items()},
                                  dict(record["fabrics"]), list(record["notes"]),
                                  list(record.get("deviations", [])),
-                                 dict(record.get("refused", {}))))
+                                 dict(record.get("refused", {})),
+                                 dict(record.get("spreads", {}))))
             except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as e:
                 raise FabricEmuError(f"cannot resume: {path} is damaged ({e}); use --force "
                                      "to start over") from None

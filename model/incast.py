@@ -70,7 +70,8 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     time and so do the peak and the tail. The prediction is the mean over
     ``realisations`` runs of the fluid with random marks (seeds 0, 1, ...; 0: one run
     with expected marks), and ``bands`` holds the 5 % and 95 % points of the metrics in
-    ``_BANDED`` over them: where one measured run may fall.
+    ``_BANDED`` over them, where one measured run may fall, and ``ranges`` their least
+    and greatest values.
     ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
     set of `model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`;
     ``dcqcn_reaction`` is the fluid's 'events' or 'mean-field' reaction point).
@@ -123,7 +124,9 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
         out.update(model="incast-dcqcn (fluid transient; GBN recovery of drops not modelled)",
                    drops=out["dropped_bytes"] > 0, queue_trace=shown.queue_trace,
                    realisations=len(rows),
-                   bands={k: _band([row[k] for row in rows]) for k in _BANDED})
+                   bands={k: _band([row[k] for row in rows]) for k in _BANDED},
+                   ranges={k: (min(row[k] for row in rows), max(row[k] for row in rows))
+                           for k in _BANDED})
         if n_senders * r > port_rate_bps:
             fp = dcqcn_fixed_point(n_senders, port_rate_bps, kmin_bytes, kmax_bytes, pmax,
                                    params, packet_bytes, line_rate_bps=r)

@@ -186,6 +186,8 @@ def test_dcqcn_prediction_is_the_mean_of_random_realisations_with_a_band():
         assert lo <= mc[key] <= hi
         assert expected["bands"][key] == (expected[key], expected[key])
     assert mc["bands"]["max_queue_bytes"][0] < mc["bands"]["max_queue_bytes"][1]
+    for key, (lo, hi) in mc["ranges"].items():
+        assert lo <= mc["bands"][key][0] <= mc["bands"][key][1] <= hi
     # the first marks come at random, sooner on average than the expected marks'
     # deterministic count of 1 (E[sqrt(Exp(1))] < 1 on a linear ramp)
     assert mc["max_queue_bytes"] < expected["max_queue_bytes"]

@@ -264,3 +264,14 @@ def test_a_case_refused_for_a_wrong_result_or_on_its_last_attempt_stays(tmp_path
     assert not result.valid and sorted(result.metrics.measured) == [2.0, 3.0]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert list(summary["refused_attempts"]) == ["b"] and len(summary["refused_attempts"]["b"]) == 1
+
+
+def test_a_randomised_models_spread_reaches_the_summary(tmp_path):
+    run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
+    _gated(run, "a", [], 1.0)
+    run.spread("a", "latency p99", (44.1, 51.7), (42.0, 53.0))
+    run.commit("a")
+    run.finish(show=False)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["model_spreads"] == {
+        "a": {"latency p99": {"band": [44.1, 51.7], "range": [42.0, 53.0]}}}
