@@ -3,7 +3,7 @@
     python -m experiments.bench_gate [--scales 10000,5000] [--hogs 0,1,2] [--runs 2]
 
 Runs the default demo (``emu run demo``, each in its own process) at each S, with 0, 1
-or more CPU hogs (processes spinning on a core, at the same priority) started beside
+or more CPU hogs (processes spinning on a core, at normal priority) started beside
 it, and puts every run's verdict beside its errors against the model of the real
 fabric. A run is **wrong** when a metric misses its bound (`BOUNDS`: the project's
 accuracy targets) and, where the model is a mean over randomised realisations (the
