@@ -297,9 +297,13 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cas
                                          "run in --out and run the rest")]
 
 
+#: What ``emu run`` runs: experiments.registry.EXPERIMENTS's names (a unit test keeps
+#: them equal; the registry is imported only when a command needs it).
+EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo")
+
+
 @app.command()
-def run(name: Annotated[str, typer.Argument(help="incast | collective | ratios | ecmp | "
-                                            "fairness | sweep | demo")] = "",
+def run(name: Annotated[str, typer.Argument(help=" | ".join(EXPERIMENT_NAMES))] = "",
         out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
         sets: SetOpt = None, force: ForceOpt = False, resume: ResumeOpt = False,
         list_options: Annotated[bool, typer.Option("--list", help="list experiments and "

@@ -129,3 +129,10 @@ def test_path_errors_exit_2(monkeypatch, capsys):
         cli.main()
     assert exit_.value.code == 2
     assert capsys.readouterr().err == "error: /root/x: Permission denied\n"
+
+
+def test_emu_run_help_names_every_experiment():
+    from cli.app import EXPERIMENT_NAMES
+    from experiments.registry import EXPERIMENTS
+
+    assert sorted(EXPERIMENT_NAMES) == sorted(EXPERIMENTS)
