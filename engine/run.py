@@ -114,6 +114,8 @@ class LiveFabric(Protocol):
     delay_emulated: bool
     #: node -> the CPU its receive work runs on (``emu.rxorder``; empty: not pinned)
     receive_cpu: dict[str, int]
+    #: ``emu.pfc.PfcController`` while PFC's lossless mode is on, else None
+    pfc: Any
 
     def ports(self) -> list[Port]: ...
 
@@ -346,8 +348,16 @@ def _port_of(fab: LiveFabric, host: str, ifname: str) -> Port:
 
 
 def _auto_rto_s(fab: LiveFabric) -> float:
+    """Three times the longest a frame can wait at a port (a full buffer drained at the
+    port's rate). With PFC a frame is held, not dropped, behind a full buffer at every
+    hop of its path, so three times that wait at each hop of the longest path: a
+    lossless run must not retransmit because its frames were paused."""
     drain_s = max(p.buffer_bytes * 8 / p.rate_bps for p in fab.ports())
-    return 3 * drain_s
+    if fab.pfc is None:
+        return 3 * drain_s
+    hops = max((max(fab.routes.distances_to(h).values(), default=1) for h in fab.hosts),
+               default=1)
+    return 3 * drain_s * hops
 
 
 def first_frame_bytes(size_bytes: int, payload_bytes: int) -> int:
