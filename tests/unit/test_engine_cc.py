@@ -36,6 +36,7 @@ class _Fabric:
     topo = build_topo("leafspine,1,1,2")
     routes = compute_routes(topo)
     receive_cpu: dict[str, int] = {}
+    pfc = None
 
     def ports(self) -> list[Port]:
         return [Port(h, "eth0", 2, f"/run/netns/{h}", "l1", 100e9, 100e6, 1 << 21, "host-leaf",
