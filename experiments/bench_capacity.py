@@ -1,6 +1,7 @@
-"""Benchmark: what the kernel fabric carries vs what the engine drives, on one topology.
+"""Benchmark: what the kernel fabric carries vs what the engine drives, per topology.
 
-    python -m experiments.bench_capacity [--topo fattree,4] [--scales 20000,10000,5000,4000]
+    python -m experiments.bench_capacity [--topo fattree,4 --topo fattree,8@30000,15000]
+                                         [--scales 20000,10000,5000,4000]
                                          [--cc off,dcqcn,dctcp,timely,swift,hpcc]
 
 Printed side by side:
@@ -10,8 +11,9 @@ Printed side by side:
   compiled ``sendmmsg`` burst path, one blasting process per core, to a host half
   the fabric away; delivered frames/s = frames the switch ports towards hosts sent
   (their counters), over the blast time;
-* **engine**: the 16-rank (one per host) ring all-reduce of 4 MiB at each S of
-  ``--scales``, largest first: gate verdict, completion time against the model of
+* **engine**: the ring all-reduce of 4 MiB over every host (16 ranks on fattree,4,
+  128 on fattree,8) at each S of the topology (``SPEC@S,...`` or ``--scales``),
+  largest first: gate verdict, completion time against the model of
   what the fabric emulates (``time_model_emulable_s``: the real-fabric model without
   the fixed delays the emulator does not add), data frames/s, engine CPU per
   delivered frame (workers' CPU, user and kernel: a send's kernel time carries the
@@ -131,31 +133,26 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--topo", default="fattree,4")
-    ap.add_argument("--scales", default="20000,10000,5000,4000",
-                    help="S values for the ring, tried largest first")
-    ap.add_argument("--cc", default="off", type=lambda v: [parse_cc(x) for x in v.split(",")],
-                    help="congestion-control settings, ','-separated (default: off)")
-    ap.add_argument("--blast-scale", type=float, default=800.0)
-    ap.add_argument("--blast-seconds", type=float, default=5.0)
-    ap.add_argument("--receive-steering", choices=("on", "off", "both"), default="off",
-                    help="links pinned to one CPU per node (emu.rxorder): off (default), on, both")
-    args = ap.parse_args()
-    console = Console(width=200)
-    steering = {"on": [True], "off": [False], "both": [True, False]}[args.receive_steering]
+def parse_topo_scales(text: str, default_scales: str) -> tuple[str, list[float]]:
+    """``SPEC[@S1,S2,...]`` -> (topology spec, S values largest first)."""
+    spec, _, scales = text.partition("@")
+    return spec, sorted((float(x) for x in (scales or default_scales).split(",")),
+                        reverse=True)
+
+
+def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[str],
+                   steering: list[bool], blast_scale: float, blast_seconds: float) -> None:
+    """The kernel's capacity and the engine's ring on ``spec``, printed side by side."""
     cap = {}
     for in_order in steering:
-        cap[in_order] = kernel_capacity(args.topo, args.blast_scale, args.blast_seconds, in_order)
-        console.print(f"kernel capacity ({args.topo}, S = {args.blast_scale:g}, every host "
+        cap[in_order] = kernel_capacity(spec, blast_scale, blast_seconds, in_order)
+        console.print(f"kernel capacity ({spec}, S = {blast_scale:g}, every host "
                       f"blasting, receive steering {'on' if in_order else 'off'}): "
                       f"{cap[in_order]['delivered_fps']:,.0f} delivered frames/s "
                       f"({cap[in_order]['offered_fps']:,.0f} handed to the kernel)")
-    rows = [engine_ring(args.topo, float(s), cc, in_order) for in_order in steering
-            for cc in args.cc
-            for s in sorted((float(x) for x in args.scales.split(",")), reverse=True)]
-    table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {args.topo}")
+    rows = [engine_ring(spec, s, cc, in_order) for in_order in steering for cc in ccs
+            for s in scales]
+    table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {spec}")
     for col in ("steering", "cc", "S", "gate", "time vs model", "frames/s", "÷ kernel",
                 "CPU/frame", "of which kernel", "wake-ups/frame", "machine busy", "wall",
                 "why invalid"):
@@ -172,8 +169,8 @@ def main() -> None:
                       f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
     console.print(table)
     for in_order in steering:
-        for cc in args.cc:
-            what = f"cc={cc}, receive steering {'on' if in_order else 'off'}"
+        for cc in ccs:
+            what = f"{spec}, cc={cc}, receive steering {'on' if in_order else 'off'}"
             good = [r for r in rows if r["valid"] and abs(r["error"]) <= WITHIN
                     and r["cc"] == cc and r["in_order"] == in_order]
             if good:
@@ -185,6 +182,29 @@ def main() -> None:
                               f"engine CPU per frame)")
             else:
                 console.print(f"{what}: no S tried was valid and within {WITHIN:.0%} of the model")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--topo", action="append", default=None, metavar="SPEC[@S,...]",
+                    help="a topology and, after '@', its S values (default: --scales); "
+                         "repeat for several (default: fattree,4 and fattree,8@30000,15000)")
+    ap.add_argument("--scales", default="20000,10000,5000,4000",
+                    help="S values for the ring, tried largest first")
+    ap.add_argument("--cc", default="off", type=lambda v: [parse_cc(x) for x in v.split(",")],
+                    help="congestion-control settings, ','-separated (default: off)")
+    ap.add_argument("--blast-scale", type=float, default=800.0)
+    ap.add_argument("--blast-seconds", type=float, default=5.0)
+    ap.add_argument("--receive-steering", choices=("on", "off", "both"), default="off",
+                    help="links pinned to one CPU per node (emu.rxorder): off (default), on, both")
+    args = ap.parse_args()
+    console = Console(width=200)
+    steering = {"on": [True], "off": [False], "both": [True, False]}[args.receive_steering]
+    for text in args.topo or ["fattree,4", "fattree,8@30000,15000"]:
+        spec, scales = parse_topo_scales(text, args.scales)
+        bench_topology(console, spec, scales, args.cc, steering, args.blast_scale,
+                       args.blast_seconds)
+
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,4 @@
-"""bench_gate's definition of a wrong run (pure)."""
+"""The benchmarks' pure parts: bench_gate's wrong run, bench_capacity's arguments."""
 
 from __future__ import annotations
 
@@ -24,3 +24,11 @@ def test_a_randomised_model_metric_is_wrong_only_beyond_all_its_realisations():
     assert is_wrong(_row(case, 56.0, 48.0), spread)          # beyond it
     assert is_wrong(_row(case, 39.0, 48.0), spread)
     assert is_wrong(_row(case, 42.4, 48.0), None)            # no spread recorded: the bound
+
+
+def test_bench_capacity_reads_a_topology_with_its_own_scales():
+    from experiments.bench_capacity import parse_topo_scales
+
+    assert parse_topo_scales("fattree,8@15000,30000", "1,2") == ("fattree,8", [30000.0, 15000.0])
+    assert parse_topo_scales("leafspine,2,2,4,host_rate=100G", "4000,10000") == (
+        "leafspine,2,2,4,host_rate=100G", [10000.0, 4000.0])
