@@ -119,6 +119,25 @@ def _ecmp_hash_seed() -> Check:
                  "each run records ecmp_hash_independent=false")
 
 
+def realtime_check() -> Check:
+    """Whether the engine's workers may run under SCHED_FIFO (engine/nic.py), tried in a
+    short-lived child so that this process keeps its own scheduling."""
+    pid = os.fork()
+    if pid == 0:  # the child: try, report in the exit code, leave at once
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except OSError:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0:
+        return Check("real-time workers", True, "the engine's workers run SCHED_FIFO at the "
+                     "lowest priority: a fired timer takes its CPU at once")
+    return Check("real-time workers", False, "not permitted (no CAP_SYS_NICE): workers run as "
+                 "normal tasks and may wait behind others for their CPUs (more runs refused "
+                 "for pacing lag)")
+
+
 def probe(marking: str = "auto") -> Capabilities:
     """Run every check; needs root for the namespace and qdisc probes."""
     caps = Capabilities()
@@ -147,6 +166,7 @@ def probe(marking: str = "auto") -> Capabilities:
         + " (not needed: switches are L3 routers)"))
     caps.checks.append(_multipath_policy())
     caps.checks.append(_ecmp_hash_seed())
+    caps.checks.append(realtime_check())
     if not is_root:
         caps.marking_detail = "needs root to probe"
         return caps
