@@ -343,8 +343,8 @@ def _setup_process(cpu: int | None) -> bool:
             os.sched_setaffinity(0, {cpu})
     # The lowest real-time priority: a worker whose timer fires takes its CPU at once
     # instead of waiting for the running task's slice to end (the fair scheduler kept
-    # runnable workers waiting 10-50 ms per run beside the engine's own sampler and
-    # kworkers; this: ~1-3 ms). Workers sleep between deadlines, and the kernel's
+    # runnable workers waiting 5-55 ms per demo case beside the engine's own sampler and
+    # kworkers; this: 0.4-7 ms, rarely more). Workers sleep between deadlines, and the kernel's
     # real-time throttling (95 % by default) keeps the machine responsive regardless.
     # Without the privilege the worker stays a normal task (the run says so).
     try:
