@@ -122,7 +122,7 @@ static void int_copy(uint8_t *intbuf, uint32_t k, const uint8_t *f, uint32_t at,
  * `ev` (at most 4 per frame), latency samples (index, rx_ns - t0, one-way ns,
  * ce) to `lat` (at most 4 int64 per frame), counted in *n_ev and *n_lat.
  */
-int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *idx,
+static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *idx,
 	    uint32_t budget, uint32_t host, int64_t rt_offset_ns, int64_t t0_ns,
 	    uint32_t sample_every, uint64_t *rx_count, struct rx_qp *qps, uint32_t n_qps,
 	    struct rx_event *ev, uint32_t *n_ev, int64_t *lat, uint32_t *n_lat,
