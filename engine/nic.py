@@ -175,10 +175,11 @@ _TURN_FRAMES = 0.25
 class _Nic:
     __slots__ = ("host", "ifname", "sock", "rate_bps", "rate_emu_bps", "ns_per_bit", "sched", "qps",
                  "backlog", "bits_sent", "period_start", "period_first_out", "ideal_end", "actual_end",
-                 "rate_period_ns",
+                 "rate_period_ns", "slot",
                  "dropped", "period_dropped", "busy_ns", "ideal_ns")
 
-    def __init__(self, plan: NicPlan, sock: socket.socket, scale: Scale):
+    def __init__(self, plan: NicPlan, sock: socket.socket, scale: Scale, slot: int):
+        self.slot = slot                # its index in RxState.blocked
         self.host = plan.host
         self.ifname = plan.ifname
         self.sock = sock
@@ -395,8 +396,8 @@ class _WorkerLoop:
         self.ack_delay_ns = None if plan.ack_delay_s is None \
             else int(plan.ack_delay_s * self.scale_ns)
         self.overhead_ns = plan.scale.emu_ns(plan.nic_overhead_s)
-        self.nics = {(n.host, n.ifname): _Nic(n, tx_socks[(n.host, n.ifname)], plan.scale)
-                     for n in plan.nics}
+        self.nics = {(n.host, n.ifname): _Nic(n, tx_socks[(n.host, n.ifname)], plan.scale, k)
+                     for k, n in enumerate(plan.nics)}
         self.turn_ns = max(_EARLY_NS, int(
             _TURN_FRAMES * 8 * WIRE_FRAME_BYTES
             * min((n.ns_per_bit for n in self.nics.values()), default=0)))
@@ -416,12 +417,15 @@ class _WorkerLoop:
             self.hosts[m.dst].rx_qps[m.index + 1] = rq
         self.rx: RxState | None = None
         if rx_lib.available:
-            self.rx = RxState(rx_lib, plan.n_messages + 1, _RX_BUDGET)
+            self.rx = RxState(rx_lib, plan.n_messages + 1, _RX_BUDGET, len(self.nics))
             for host_id, h in enumerate(self.hosts.values()):
                 h.ring = RxRing(h.mm, h.offsets, host_id)
                 self.rx.add_qps(host_id, [(qpn, rq.gbn.total_packets, rq.gbn.ack_coalesce)
                                           for qpn, rq in h.rx_qps.items()], plan.ce_ack,
-                                ack_timer=plan.ack_delay_s is not None)
+                                ack_timer=plan.ack_delay_s is not None,
+                                replies={qpn: (rq.nic.sock.fileno(), rq.nic.slot,
+                                               bytes(rq.resp.ack.buf))
+                                         for qpn, rq in h.rx_qps.items()})
             self._receive = self._receive_compiled  # type: ignore[method-assign]
         self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in self.senders})
         self.deadlines = Deadlines()
@@ -895,6 +899,8 @@ class _WorkerLoop:
         if not counted:
             self.push_backs += 1
         nic.backlog.extend(frames)
+        if self.rx is not None:  # the C loop's replies wait too
+            self.rx.blocked[nic.slot] = 1
 
     def _flush_backlog(self, nic: _Nic) -> bool:
         backlog = nic.backlog
@@ -909,6 +915,8 @@ class _WorkerLoop:
                 return False
             backlog.pop(0)
             self.packets_sent += 1
+        if self.rx is not None:
+            self.rx.blocked[nic.slot] = 0
         return True
 
     # -- receiving ----------------------------------------------------------------------
@@ -1120,6 +1128,9 @@ class _WorkerLoop:
                     rq.bytes, rq.ce, rq.seen = c.bytes, c.ce, c.seen
                     rq.first_rx_ns = c.first_rx_ns
                     rq.gbn.duplicates, rq.gbn.out_of_order = c.duplicates, c.out_of_order
+            self.packets_sent += self.rx.ctrl_sent.value  # the replies it sent
+            self.ctrl_sent += self.rx.ctrl_sent.value
+            self.rx.ctrl_sent.value = 0
         sends = [{
             "index": q.plan.index, "start_ns": rel(q.start_ns), "acked_ns": rel(q.acked_ns),
             "first_tx_ns": rel(q.first_tx_ns), "last_tx_ns": rel(q.last_tx_ns),

@@ -7,7 +7,10 @@ budget of frames from one host's ring and returns how many; the events it
 leaves in ``events[:n_events]`` are what Python must act on (ACKs and NAKs to
 send with their ECN echo, CE-marked frames, completed messages, the senders' ACK
 frames with their echo and CNP frames) and
-``latency[:n_latency]`` the latency samples, 4 int64 each. Without clang the
+``latency[:n_latency]`` the latency samples, 4 int64 each. A QP registered with
+its reply socket (``add_qps``' ``replies``) has its ACKs and NAKs written and sent
+by the C loop (``ctrl_sent`` counts them); they come back as events only when
+the reply NIC is ``block``-ed or the socket refuses them. Without clang the
 worker keeps its pure-Python receive path (same counters, same frames).
 """
 
@@ -19,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from core.errors import CapabilityError
-from core.frame import INT_BLOCK_BYTES, INT_HEADER_BYTES, INT_RECORD_BYTES
+from core.frame import ACK_FRAME_BYTES, INT_BLOCK_BYTES, INT_HEADER_BYTES, INT_RECORD_BYTES
 from emu.cbuild import compile_c
 
 EV_ACK, EV_NAK, EV_CE, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING = range(1, 9)
@@ -40,7 +43,8 @@ class _RxQp(ctypes.Structure):
                 ("delivered", ctypes.c_uint64), ("duplicates", ctypes.c_uint64),
                 ("out_of_order", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("ce", ctypes.c_uint64), ("seen", ctypes.c_uint64),
-                ("first_rx_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64)]
+                ("first_rx_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64),
+                ("ack_fd", ctypes.c_int32), ("nic", ctypes.c_uint32)]
 
 
 class _RxEvent(ctypes.Structure):
@@ -56,7 +60,9 @@ class _RxCall(ctypes.Structure):
                 ("t0_ns", ctypes.c_int64), ("rx_count", ctypes.c_void_p),
                 ("qps", ctypes.c_void_p), ("n_qps", ctypes.c_uint32), ("pad", ctypes.c_uint32),
                 ("ev", ctypes.c_void_p), ("n_ev", ctypes.c_void_p), ("lat", ctypes.c_void_p),
-                ("n_lat", ctypes.c_void_p), ("intbuf", ctypes.c_void_p)]
+                ("n_lat", ctypes.c_void_p), ("intbuf", ctypes.c_void_p),
+                ("blocked", ctypes.c_void_p), ("ack_tmpl", ctypes.c_void_p),
+                ("ctrl_sent", ctypes.c_void_p)]
 
 
 def source() -> Path:
@@ -80,12 +86,25 @@ class RxLib:
             return
         lib.roce_rx_call.restype = ctypes.c_int
         lib.roce_rx_call.argtypes = [ctypes.c_void_p]
+        lib.roce_ack_write.restype = ctypes.c_size_t
+        lib.roce_ack_write.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint32,
+                                       ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int,
+                                       ctypes.c_char_p]
         self.lib = lib
         self.detail = "batched (compiled)"
 
     @property
     def available(self) -> bool:
         return self.lib is not None
+
+    def ack_frame(self, ack: bytes, psn: int, syndrome: int, msn: int, echo: bool,
+                  block: bytes = b"") -> bytes:
+        """The reply the C loop sends: prototype ``ack`` (an ACK frame) with these fields
+        and INT ``block`` (for tests against ``ResponderTemplate.write_ack``)."""
+        assert self.lib is not None and len(ack) == ACK_FRAME_BYTES
+        out = ctypes.create_string_buffer(ACK_FRAME_BYTES + INT_BLOCK_BYTES)
+        n = self.lib.roce_ack_write(out, ack, psn, syndrome, msn, int(echo), block or None)
+        return out.raw[:n]
 
 
 class RxRing:
@@ -106,7 +125,7 @@ class RxRing:
 class RxState:
     """Responder state of a worker's receive QPs and the buffers of one call."""
 
-    def __init__(self, lib: RxLib, n_qpns: int, budget: int):
+    def __init__(self, lib: RxLib, n_qpns: int, budget: int, n_nics: int = 1):
         assert lib.lib is not None
         self._fn = lib.lib.roce_rx_call
         self.qps = (_RxQp * n_qpns)()
@@ -118,17 +137,32 @@ class RxState:
         self.n_latency = ctypes.c_uint32(0)
         # One INT block per event (roce_rx.c): what a reply echoes, what an ACK carried.
         self.int_blocks = ctypes.create_string_buffer(budget * _EVENTS_PER_FRAME * INT_BLOCK_BYTES)
+        # The replies C sends: each QPN's ACK prototype, and per reply NIC a flag the
+        # engine sets while that NIC holds frames pushed back (sent before anything).
+        self.ack_tmpl = ctypes.create_string_buffer(n_qpns * ACK_FRAME_BYTES)
+        self.blocked = (ctypes.c_uint8 * n_nics)()
+        self.ctrl_sent = ctypes.c_uint64(0)
 
     def add_qps(self, host_id: int, qps: Iterable[tuple[int, int, int]],
-                ce_ack: bool = False, ack_timer: bool = False) -> None:
+                ce_ack: bool = False, ack_timer: bool = False,
+                replies: dict[int, tuple[int, int, bytes]] | None = None) -> None:
         """Register ``(qpn, total_packets, ack_coalesce)`` received by host ``host_id``;
         ``ce_ack``: ACK at once when the CE state changes (``gbn.GbnReceiver``);
-        ``ack_timer``: report the first frame left waiting for its ACK (EV_PENDING)."""
+        ``ack_timer``: report the first frame left waiting for its ACK (EV_PENDING);
+        ``replies``: per QPN, (socket fd, NIC index, ACK prototype) C sends its replies
+        with (others come back as events)."""
         for qpn, total, coalesce in qps:
             q = self.qps[qpn]
             q.host, q.total, q.coalesce = host_id + 1, total, coalesce
             q.ce_ack, q.ack_timer = int(ce_ack), int(ack_timer)
             q.first_rx_ns = q.done_ns = -1
+            q.ack_fd = -1
+            if replies and qpn in replies:
+                fd, nic, ack = replies[qpn]
+                assert len(ack) == ACK_FRAME_BYTES and 0 <= nic < len(self.blocked)
+                q.ack_fd, q.nic = fd, nic
+                at = qpn * ACK_FRAME_BYTES
+                self.ack_tmpl[at:at + ACK_FRAME_BYTES] = ack
 
     def ack_pending(self, qpn: int) -> tuple[int, bool] | None:
         """The delayed ACK of ``qpn`` (``gbn.GbnReceiver.ack_pending`` on the C state):
@@ -159,6 +193,7 @@ class RxState:
             c = _RxCall(ring.base, at(ring.offsets), ring.n_slots, self.budget, ring.host_id,
                         sample_every, at(ring.idx), rt_offset_ns, t0_ns, at(ring.rx_count),
                         at(self.qps), self.n_qpns, 0, at(self.events), at(self.n_events),
-                        at(self.latency), at(self.n_latency), at(self.int_blocks))
+                        at(self.latency), at(self.n_latency), at(self.int_blocks),
+                        at(self.blocked), at(self.ack_tmpl), at(self.ctrl_sent))
             call = ring.call = (key, c, at(c), self)
         return self._fn(call[2])

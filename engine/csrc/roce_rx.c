@@ -24,11 +24,19 @@
  * echoed block over; either is copied to `intbuf` at the event's index (a block
  * of INT_BLOCK_BYTES per event; hop count 0: none). `intbuf` may be NULL.
  *
+ * ACKs and NAKs are written and sent here (ack_send) for a QP given an `ack_fd`,
+ * byte for byte what traffic/roce.py's ResponderTemplate.write_ack and
+ * traffic/telemetry.py's ack_with_int write; a reply goes back to Python as an
+ * event instead when its NIC has a backlog (`blocked`), the socket refuses it,
+ * or an earlier event of the batch may make Python send a frame first (a CE
+ * mark may send a CNP): control frames leave in the order the Python path sends them.
+ *
  * Frames are the ring's header-only snaps (engine/rawsock.py, INT blocks
  * included); the payload length comes from the IPv4 total length.
  */
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define TP_STATUS_USER 1u
 #define PSN_MASK 0xFFFFFFu
@@ -37,6 +45,13 @@
 #define ACK_IP_BYTES 48         /* an ACK's IPv4 total length without INT: + AETH 4 */
 #define TS_BYTES 8
 #define INT_BLOCK_BYTES (INT_HEADER_BYTES + INT_MAX_HOPS * INT_RECORD_BYTES)
+#define OFF_IP 14
+#define OFF_BECN 46             /* BTH byte 4: FECN, BECN */
+#define BECN_BIT 0x40
+#define OFF_PSN_WORD 50
+#define OFF_AETH 54
+#define AETH_ACK 0x00
+#define AETH_NAK_PSN_SEQ 0x60
 
 enum { EV_ACK = 1, EV_NAK = 2, EV_CE = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
        EV_UNKNOWN = 7, EV_PENDING = 8 };
@@ -54,6 +69,8 @@ struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t ack_timer;         /* report the first frame left waiting (EV_PENDING) */
 	uint64_t delivered, duplicates, out_of_order, bytes, ce, seen;
 	int64_t first_rx_ns, done_ns;
+	int32_t ack_fd;             /* socket of the reply NIC; < 0: Python sends the replies */
+	uint32_t nic;               /* the reply NIC's index in `blocked` */
 };
 
 struct rx_event {               /* mirrors engine/rx.py: _RxEvent */
@@ -77,7 +94,131 @@ static uint64_t be64(const uint8_t *p)
 	return (uint64_t)be32(p) << 32 | be32(p + 4);
 }
 
+#define ARG_COMPLETE 1u
 #define ARG_ECHO 2u
+
+static uint32_t crc_table[256];
+
+static void crc_init(void)
+{
+	for (uint32_t b = 0; b < 256; b++) {
+		uint32_t c = b;
+
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+		crc_table[b] = c;
+	}
+}
+
+static uint32_t crc_bytes(uint32_t c, const uint8_t *p, size_t n)
+{
+	while (n--)
+		c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+	return c;
+}
+
+/* RoCEv2's ICRC of `frame` (`len` bytes, ICRC last): CRC-32 over a pseudo-LRH of
+ * ones and the frame from IPv4 on, with the fields routers change masked to ones
+ * (traffic/roce.py: _masked). */
+static uint32_t icrc(const uint8_t *frame, size_t len)
+{
+	static const uint8_t ones[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+	uint8_t hdr[64];
+	size_t udp = OFF_IP + (size_t)(frame[OFF_IP] & 0x0F) * 4;
+	size_t n = udp + 8 + 12;    /* masked bytes end after the BTH */
+
+	if (n > sizeof(hdr) || n > len - 4)
+		return 0;
+	memcpy(hdr, frame, n);
+	hdr[OFF_IP + 1] = hdr[OFF_IP + 8] = hdr[OFF_IP + 10] = hdr[OFF_IP + 11] = 0xFF;
+	hdr[udp + 6] = hdr[udp + 7] = 0xFF;
+	hdr[udp + 8 + 4] = 0xFF;
+	uint32_t c = crc_bytes(0xFFFFFFFFu, ones, 8);
+
+	c = crc_bytes(c, hdr + OFF_IP, n - OFF_IP);
+	return ~crc_bytes(c, frame + n, len - 4 - n);
+}
+
+static void put_be16(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+	put_be16(p, v >> 16);
+	put_be16(p + 2, v);
+}
+
+/*
+ * Write into `out` the ACK (syndrome AETH_ACK) or NAK (AETH_NAK_PSN_SEQ) of PSN
+ * `psn` from prototype `tmpl` (ACK_FRAME_BYTES): MSN, BECN for the ECN echo, and the INT
+ * block `block` (hop count first; NULL or 0 hops: none) after the AETH with the IPv4
+ * and UDP lengths and the IPv4 checksum that follow. Returns the frame's length.
+ */
+static size_t ack_write(uint8_t *out, const uint8_t *tmpl, uint32_t psn, uint32_t syndrome,
+			uint32_t msn, int echo, const uint8_t *block)
+{
+	size_t len = ACK_FRAME_BYTES;
+
+	memcpy(out, tmpl, OFF_ACK_INT);
+	if (echo)
+		out[OFF_BECN] |= BECN_BIT;
+	put_be32(out + OFF_PSN_WORD, psn & PSN_MASK);
+	put_be32(out + OFF_AETH, syndrome << 24 | (msn & PSN_MASK));
+	if (block && block[0]) {
+		size_t n = INT_HEADER_BYTES + (size_t)block[0] * INT_RECORD_BYTES;
+		uint32_t sum = 0;
+
+		memcpy(out + OFF_ACK_INT, block, n);
+		len = OFF_ACK_INT + n + 4;
+		put_be16(out + OFF_IP + 2, (uint32_t)(len - OFF_IP));
+		put_be16(out + OFF_IP + 20 + 4, (uint32_t)(len - OFF_IP - 20));
+		put_be16(out + OFF_IP + 10, 0);
+		for (int k = 0; k < 20; k += 2)
+			sum += (uint32_t)out[OFF_IP + k] << 8 | out[OFF_IP + k + 1];
+		while (sum >> 16)
+			sum = (sum & 0xFFFF) + (sum >> 16);
+		put_be16(out + OFF_IP + 10, ~sum & 0xFFFF);
+	}
+	uint32_t c = icrc(out, len);
+
+	out[len - 4] = (uint8_t)c;
+	out[len - 3] = (uint8_t)(c >> 8);
+	out[len - 2] = (uint8_t)(c >> 16);
+	out[len - 1] = (uint8_t)(c >> 24);
+	return len;
+}
+
+/* What a batch's replies need: where they may be sent from C and what it sent. */
+struct replies {
+	const uint8_t *blocked;     /* per NIC: Python holds frames it must send first */
+	const uint8_t *ack_tmpl;    /* ACK_FRAME_BYTES per QPN */
+	uint64_t *sent;             /* ACKs and NAKs sent from C */
+	int defer;                  /* from here on this batch's replies go to Python */
+};
+
+/* Send reply `kind` (EV_ACK or EV_NAK, `arg` its event argument) for QP `qpn` with
+ * the INT `block` now; 0 if it must go to Python as an event instead. */
+static int ack_send(struct replies *r, struct rx_qp *q, uint32_t qpn, uint32_t kind,
+		    uint32_t psn, uint32_t arg, const uint8_t *block)
+{
+	uint8_t out[ACK_FRAME_BYTES + INT_BLOCK_BYTES];
+	size_t len;
+
+	if (r->defer || q->ack_fd < 0 || r->blocked[q->nic] || !r->ack_tmpl)
+		return 0;
+	len = ack_write(out, r->ack_tmpl + (size_t)qpn * ACK_FRAME_BYTES, psn,
+			kind == EV_ACK ? AETH_ACK : AETH_NAK_PSN_SEQ, arg & ARG_COMPLETE,
+			!!(arg & ARG_ECHO), block);
+	if (send(q->ack_fd, out, len, MSG_DONTWAIT) != (ssize_t)len) {
+		r->defer = 1;       /* Python retries it and keeps it if the qdisc refuses */
+		return 0;
+	}
+	++*r->sent;
+	return 1;
+}
 
 /* The echo of a reply acknowledging everything delivered so far, as its arg bit. */
 static uint32_t reported(struct rx_qp *q)
@@ -126,7 +267,7 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 	    uint32_t budget, uint32_t host, int64_t rt_offset_ns, int64_t t0_ns,
 	    uint32_t sample_every, uint64_t *rx_count, struct rx_qp *qps, uint32_t n_qps,
 	    struct rx_event *ev, uint32_t *n_ev, int64_t *lat, uint32_t *n_lat,
-	    uint8_t *intbuf)
+	    uint8_t *intbuf, struct replies *r)
 {
 	uint32_t i = *idx, got = 0, ne = 0, nl = 0;
 
@@ -169,10 +310,13 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 					uint32_t arg = reported(q);
 
 					q->since_ack = 0;
-					if (intbuf)  /* no INT: those frames' blocks were not kept */
-						intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
-					ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
-								     (psn - 1) & PSN_MASK, arg};
+					/* no INT: those frames' blocks were not kept */
+					if (!ack_send(r, q, qpn, EV_ACK, (psn - 1) & PSN_MASK, arg, 0)) {
+						if (intbuf)
+							intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
+						ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
+									     (psn - 1) & PSN_MASK, arg};
+					}
 				}
 				q->expected = exp + 1;
 				q->delivered++;
@@ -205,6 +349,7 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			if (ce) {
 				q->ce++;
 				ev[ne++] = (struct rx_event){rx_ns, EV_CE, qpn, psn, 0};
+				r->defer = 1;   /* Python may send a CNP before this reply */
 			}
 			if (++*rx_count % sample_every == 0) {
 				lat[nl++] = qpn - 1;
@@ -215,10 +360,12 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			int complete = q->expected >= q->total;
 			if (reply) {
 				uint32_t at = reth ? OFF_INT_RETH : OFF_INT;
+				uint32_t arg = reply_arg | (uint32_t)complete;
 
 				int_copy(intbuf, ne, f, at, h.snaplen, (int64_t)payload - TS_BYTES);
-				ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn,
-							     reply_arg | (uint32_t)complete};
+				if (!ack_send(r, q, qpn, reply, reply_psn, arg,
+					      intbuf ? intbuf + (size_t)ne * INT_BLOCK_BYTES : 0))
+					ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn, arg};
 			}
 			else if (q->ack_timer && q->unreported == 1 && d == 0)
 				ev[ne++] = (struct rx_event){rx_ns, EV_PENDING, qpn, psn, 0};
@@ -264,11 +411,27 @@ struct rx_call {                /* mirrors engine/rx.py: _RxCall */
 	int64_t *lat;
 	uint32_t *n_lat;
 	uint8_t *intbuf;
+	const uint8_t *blocked;
+	const uint8_t *ack_tmpl;
+	uint64_t *ctrl_sent;
 };
 
 int roce_rx_call(const struct rx_call *c)
 {
+	struct replies r = {c->blocked, c->ack_tmpl, c->ctrl_sent, 0};
+
+	if (!crc_table[1])
+		crc_init();
 	return roce_rx(c->ring, c->offsets, c->n_slots, c->idx, c->budget, c->host,
 		       c->rt_offset_ns, c->t0_ns, c->sample_every, c->rx_count, c->qps,
-		       c->n_qps, c->ev, c->n_ev, c->lat, c->n_lat, c->intbuf);
+		       c->n_qps, c->ev, c->n_ev, c->lat, c->n_lat, c->intbuf, &r);
+}
+
+/* One reply frame as ack_send writes it (for tests against the Python writers). */
+size_t roce_ack_write(uint8_t *out, const uint8_t *tmpl, uint32_t psn, uint32_t syndrome,
+		      uint32_t msn, int echo, const uint8_t *block)
+{
+	if (!crc_table[1])
+		crc_init();
+	return ack_write(out, tmpl, psn, syndrome, msn, echo, block);
 }

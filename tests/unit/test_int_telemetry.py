@@ -14,7 +14,15 @@ from core.errors import CapabilityError
 from core.frame import INT_MAX_HOPS, OFF_ACK_INT, OFF_INT, OFF_INT_RETH, TS_BYTES
 from engine.rawsock import SNAP_INT_BYTES, RingSpec, slot_offsets
 from engine.rx import EV_ACK, EV_ACK_IN, RxLib, RxRing, RxState
-from traffic.roce import Flow, QpTemplate, ResponderTemplate, icrc_ok, parse_frame
+from traffic.roce import (
+    AETH_ACK,
+    AETH_NAK_PSN_SEQ,
+    Flow,
+    QpTemplate,
+    ResponderTemplate,
+    icrc_ok,
+    parse_frame,
+)
 from traffic.telemetry import IntRecord, ack_with_int, block_at, decode_block, encode_block
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5)
@@ -43,6 +51,26 @@ def test_an_ack_carrying_a_block_is_a_valid_frame():
     f = parse_frame(frame)
     assert (f.psn, f.msn, f.becn) == (7, 3, 1)
     assert decode_block(frame[OFF_ACK_INT:]) == tuple(HOPS)
+
+
+@pytest.mark.parametrize("hops", [0, 1, 2, INT_MAX_HOPS])
+def test_the_compiled_loop_writes_the_replies_python_writes(hops):
+    """roce_rx.c's own ACKs and NAKs (sent from C) against write_ack and ack_with_int."""
+    try:
+        lib = RxLib("compiled")
+    except CapabilityError as e:
+        pytest.skip(f"compiled receive loop unavailable: {e}")
+    block = encode_block((HOPS * INT_MAX_HOPS)[:hops]) if hops else b""
+    for flow in (FLOW, FLOW._replace(ecn="ect1", src_ip="10.9.8.7", sport=0xFFFF, dqpn=0xFFFFFF)):
+        resp = ResponderTemplate(flow)
+        prototype = bytes(resp.ack.buf)
+        for psn, msn, syndrome, echo in [(0, 0, AETH_ACK, False), (0xFFFFFF, 1, AETH_ACK, True),
+                                         (12345, 0, AETH_NAK_PSN_SEQ, True)]:
+            want = bytes(resp.write_ack(psn, msn, syndrome, echo))
+            if block:
+                want = ack_with_int(want, block)
+            got = lib.ack_frame(prototype, psn, syndrome, msn, echo, block)
+            assert got == want and icrc_ok(got)
 
 
 def _with_int(frame: bytes, at: int, block: bytes) -> bytes:

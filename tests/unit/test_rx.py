@@ -3,8 +3,11 @@ hand-filled TPACKET_V2 ring of header-only snaps (no kernel, no root)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import socket
 import struct
+from typing import NamedTuple
 
 import pytest
 
@@ -12,6 +15,7 @@ from core.errors import CapabilityError
 from engine.rawsock import SNAP_BYTES, RingSpec, slot_offsets
 from engine.rx import (
     ARG_BECN,
+    ARG_COMPLETE,
     ARG_ECHO,
     EV_ACK,
     EV_ACK_IN,
@@ -26,7 +30,7 @@ from engine.rx import (
     RxState,
 )
 from traffic import gbn
-from traffic.roce import Flow, QpTemplate, ResponderTemplate
+from traffic.roce import AETH_ACK, AETH_NAK_PSN_SEQ, Flow, QpTemplate, ResponderTemplate
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5,
             ecn="ect0")
@@ -50,9 +54,28 @@ def _fill(buf: bytearray, offsets: list[int], start: int, frames: list[bytes],
         buf[off + _MAC_OFF:off + _MAC_OFF + len(snap)] = snap
 
 
-@pytest.mark.parametrize("ce_ack", [False, True])   # and the delayed-ACK reports with it
-@pytest.mark.parametrize("seed", range(6))
-def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
+class _Scenario(NamedTuple):
+    """Random arrivals of one QP's frames (gaps, duplicates, CE marks, solicited ACKs),
+    then an ACK and a CNP for a sender and a stranger's frame, in a ring whose batch
+    wraps; ``want``: the events the Python reference (gbn.GbnReceiver) implies."""
+
+    buf: bytearray
+    offsets: list[int]
+    start: int
+    n_frames: int
+    n_packets: int
+    size: int
+    coalesce: int
+    every: int
+    stamps: list[int]
+    order: list[int]
+    ce: list[bool]
+    want: list[tuple[int, int, int]]
+    lat: list[int]
+    ref: gbn.GbnReceiver
+
+
+def _scenario(seed: int, ce_ack: bool) -> _Scenario:
     rng = random.Random(seed)
     payload = rng.choice([256, 1000, 4096])
     size = payload * rng.randint(3, 40) - rng.randint(0, payload - 1)
@@ -88,17 +111,7 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
     stamps = [2_000_000_000 + 1000 * k for k in range(len(frames))]
     start = len(offsets) - 5                                 # the batch wraps the ring
     _fill(buf, offsets, start, frames, stamps)
-
-    lib = _lib()
-    state = RxState(lib, 16, budget=len(frames) + 8)
-    state.add_qps(0, [(5, n, coalesce)], ce_ack=ce_ack, ack_timer=ce_ack)
-    rx = RxRing(buf, offsets, 0)
-    rx.idx.value = start
     every = rng.choice([1, 3])
-    got = state.read(rx, rt_offset_ns=500, t0_ns=100, sample_every=every)
-    assert got == len(frames) and rx.idx.value == (start + len(frames)) % len(offsets)
-    assert all(struct.unpack_from("<I", buf, offsets[(start + k) % len(offsets)])[0] == 0
-               for k in range(len(frames)))                 # every slot handed back
 
     # The reference: the same frames through GbnReceiver, as the Python path does.
     ref = gbn.GbnReceiver(n, coalesce, ce_ack=ce_ack)
@@ -120,20 +133,77 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
         if ref.complete and not done:
             done = True
             want.append((EV_DONE, idx, 0))
-    events = [(e.kind, e.psn, e.arg) for e in state.events[:state.n_events.value]]
+    return _Scenario(buf, offsets, start, len(frames), n, size, coalesce, every, stamps, order,
+                     ce, want, lat, ref)
+
+
+def _read(sc: _Scenario, state: RxState) -> list[tuple[int, int, int]]:
+    """One batch of the whole scenario: its events, after checking the ring handed back."""
+    rx = RxRing(sc.buf, sc.offsets, 0)
+    rx.idx.value = sc.start
+    got = state.read(rx, rt_offset_ns=500, t0_ns=100, sample_every=sc.every)
+    n_slots = len(sc.offsets)
+    assert got == sc.n_frames and rx.idx.value == (sc.start + sc.n_frames) % n_slots
+    assert all(struct.unpack_from("<I", sc.buf, sc.offsets[(sc.start + k) % n_slots])[0] == 0
+               for k in range(sc.n_frames))                 # every slot handed back
+    return [(e.kind, e.psn, e.arg) for e in state.events[:state.n_events.value]]
+
+
+@pytest.mark.parametrize("ce_ack", [False, True])   # and the delayed-ACK reports with it
+@pytest.mark.parametrize("seed", range(6))
+def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
+    sc = _scenario(seed, ce_ack)
+    n = sc.n_packets
+    state = RxState(_lib(), 16, budget=sc.n_frames + 8)
+    state.add_qps(0, [(5, n, sc.coalesce)], ce_ack=ce_ack, ack_timer=ce_ack)
+    events = _read(sc, state)
+    want, ref = sc.want, sc.ref
     assert events[:len(want)] == want
-    assert any(k == EV_PENDING for k, _, _ in want) == (ce_ack and coalesce > 1)
+    assert any(k == EV_PENDING for k, _, _ in want) == (ce_ack and sc.coalesce > 1)
     # The ACK to a sender (its BECN is the echo), the CNP, then the stranger.
     assert [(e, a) for e, _, a in events[len(want):]][:2] == [(EV_ACK_IN, ARG_BECN), (EV_CNP_IN, 0)]
     assert events[-1][0] == EV_UNKNOWN
-    assert list(state.latency[:state.n_latency.value]) == lat
+    assert list(state.latency[:state.n_latency.value]) == sc.lat
     q = state.qps[5]
     assert (q.delivered, q.duplicates, q.out_of_order) == \
         (ref.delivered, ref.duplicates, ref.out_of_order)
-    assert q.seen == len(order) and q.ce == sum(ce)
-    assert q.bytes == size                                   # every byte delivered once
-    assert q.first_rx_ns == stamps[0] - 500
+    assert q.seen == len(sc.order) and q.ce == sum(sc.ce)
+    assert q.bytes == sc.size                                # every byte delivered once
+    assert q.first_rx_ns == sc.stamps[0] - 500
     # The delayed ACK on the C state is the reference's.
     want_ack = ref.ack_pending()
     assert state.ack_pending(5) == (None if want_ack is None else (want_ack.psn, want_ack.echo))
     assert state.ack_pending(5) is None
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_c_sends_the_replies_python_would_until_python_must_act_first(seed, blocked):
+    """With a reply socket, C writes and sends the ACKs and NAKs itself, the frames
+    ResponderTemplate.write_ack writes, until a CE mark (Python may send a CNP first)
+    or while its NIC is blocked (frames pushed back wait): then they are events."""
+    sc = _scenario(seed, ce_ack=False)
+    proto = ResponderTemplate(FLOW._replace(dqpn=77))
+    prototype = bytes(proto.ack.buf)
+    tx, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with tx, peer:
+        state = RxState(_lib(), 16, budget=sc.n_frames + 8, n_nics=2)
+        state.add_qps(0, [(5, sc.n_packets, sc.coalesce)], replies={5: (tx.fileno(), 1, prototype)})
+        state.blocked[1] = int(blocked)
+        events = _read(sc, state)
+        peer.setblocking(False)
+        sent = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                sent.append(peer.recv(4096))
+    first_ce = next((k for k, e in enumerate(sc.want) if e[0] == EV_CE), len(sc.want))
+    in_c = [k for k, e in enumerate(sc.want)
+            if not blocked and k < first_ce and e[0] in (EV_ACK, EV_NAK)]
+    assert sent == [bytes(proto.write_ack(psn, arg & ARG_COMPLETE,
+                                          AETH_ACK if kind == EV_ACK else AETH_NAK_PSN_SEQ,
+                                          bool(arg & ARG_ECHO)))
+                    for kind, psn, arg in (sc.want[k] for k in in_c)]
+    rest = [e for k, e in enumerate(sc.want) if k not in in_c]
+    assert events[:len(rest)] == rest
+    assert state.ctrl_sent.value == len(in_c)
+    assert blocked or in_c or first_ce == 0     # C sent what came before any CE mark
