@@ -105,12 +105,13 @@ from engine.rx import (
     ARG_ECHO,
     EV_ACK,
     EV_ACK_IN,
-    EV_CE,
+    EV_CNP,
     EV_CNP_IN,
     EV_DONE,
     EV_NAK,
     EV_PENDING,
     RxLib,
+    RxQpSpec,
     RxRing,
     RxState,
 )
@@ -417,15 +418,16 @@ class _WorkerLoop:
             self.hosts[m.dst].rx_qps[m.index + 1] = rq
         self.rx: RxState | None = None
         if rx_lib.available:
-            self.rx = RxState(rx_lib, plan.n_messages + 1, _RX_BUDGET, len(self.nics))
+            self.rx = RxState(rx_lib, plan.n_messages + 1, _RX_BUDGET, len(self.nics),
+                              self.scale_ns, plan.cnp_interval_s)
             for host_id, h in enumerate(self.hosts.values()):
                 h.ring = RxRing(h.mm, h.offsets, host_id)
-                self.rx.add_qps(host_id, [(qpn, rq.gbn.total_packets, rq.gbn.ack_coalesce)
-                                          for qpn, rq in h.rx_qps.items()], plan.ce_ack,
-                                ack_timer=plan.ack_delay_s is not None,
-                                replies={qpn: (rq.nic.sock.fileno(), rq.nic.slot,
-                                               bytes(rq.resp.ack.buf))
-                                         for qpn, rq in h.rx_qps.items()})
+                self.rx.add_qps(host_id, [
+                    RxQpSpec(qpn, rq.gbn.total_packets, rq.gbn.ack_coalesce,
+                             rq.nic.sock.fileno(), rq.nic.slot, bytes(rq.resp.ack.buf),
+                             rq.resp.cnp)
+                    for qpn, rq in h.rx_qps.items()], plan.ce_ack,
+                    ack_timer=plan.ack_delay_s is not None)
             self._receive = self._receive_compiled  # type: ignore[method-assign]
         self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in self.senders})
         self.deadlines = Deadlines()
@@ -940,11 +942,9 @@ class _WorkerLoop:
                                 rx.int_block(k))
             elif kind == EV_PENDING:
                 self._arm_delayed_ack(h.rx_qps[e.qpn], e.rx_ns)
-            elif kind == EV_CE:
+            elif kind == EV_CNP:  # decided (and counted) in C, sent here
                 rq = h.rx_qps[e.qpn]
-                if h.np.on_packet(rq.plan.index, True, self.real_s(e.rx_ns)):
-                    rq.cnps += 1
-                    self._send_ctrl(rq.nic, rq.resp.cnp)
+                self._send_ctrl(rq.nic, rq.resp.cnp)
             elif kind == EV_DONE:
                 rq = h.rx_qps[e.qpn]
                 rq.done_ns = e.rx_ns
@@ -1128,6 +1128,7 @@ class _WorkerLoop:
                     rq.bytes, rq.ce, rq.seen = c.bytes, c.ce, c.seen
                     rq.first_rx_ns = c.first_rx_ns
                     rq.gbn.duplicates, rq.gbn.out_of_order = c.duplicates, c.out_of_order
+                    rq.cnps = c.cnps
             self.packets_sent += self.rx.ctrl_sent.value  # the replies it sent
             self.ctrl_sent += self.rx.ctrl_sent.value
             self.rx.ctrl_sent.value = 0

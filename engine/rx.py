@@ -4,13 +4,13 @@
 responder state of every QP it receives (the C mirror of ``gbn.GbnReceiver``,
 one slot per QPN) and the buffers one call fills. ``RxState.read`` reads up to a
 budget of frames from one host's ring and returns how many; the events it
-leaves in ``events[:n_events]`` are what Python must act on (ACKs and NAKs to
-send with their ECN echo, CE-marked frames, completed messages, the senders' ACK
-frames with their echo and CNP frames) and
-``latency[:n_latency]`` the latency samples, 4 int64 each. A QP registered with
-its reply socket (``add_qps``' ``replies``) has its ACKs and NAKs written and sent
-by the C loop (``ctrl_sent`` counts them); they come back as events only when
-the reply NIC is ``block``-ed or the socket refuses them. Without clang the
+leaves in ``events[:n_events]`` are what Python must act on (ACKs, NAKs and CNPs
+the C loop could not send, completed messages, the senders' ACK frames with their
+echo and CNP frames) and ``latency[:n_latency]`` the latency samples, 4 int64
+each. The C loop writes and sends each QP's ACKs, NAKs and CNPs on its reply
+socket (``add_qps``; ``ctrl_sent`` counts them) and decides the CNPs as
+``dcqcn.NotificationPoint`` does; they come back as events only when the reply
+NIC is ``blocked`` or its socket refuses them. Without clang the
 worker keeps its pure-Python receive path (same counters, same frames).
 """
 
@@ -20,16 +20,23 @@ import ctypes
 import mmap
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from core.errors import CapabilityError
-from core.frame import ACK_FRAME_BYTES, INT_BLOCK_BYTES, INT_HEADER_BYTES, INT_RECORD_BYTES
+from core.frame import (
+    ACK_FRAME_BYTES,
+    CNP_FRAME_BYTES,
+    INT_BLOCK_BYTES,
+    INT_HEADER_BYTES,
+    INT_RECORD_BYTES,
+)
 from emu.cbuild import compile_c
 
-EV_ACK, EV_NAK, EV_CE, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING = range(1, 9)
+EV_ACK, EV_NAK, EV_CNP, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING = range(1, 9)
 #: Bits of an event's ``arg``: EV_ACK/EV_NAK complete and ECN echo; EV_ACK_IN the
 #: AETH syndrome (low byte) and the ACK's BECN (ECN echo).
 ARG_COMPLETE, ARG_ECHO, ARG_BECN = 1, 2, 0x100
-_EVENTS_PER_FRAME = 4       # an ACK flushed on a CE change, a CE mark, a reply or pending, done
+_EVENTS_PER_FRAME = 4       # an ACK flushed on a CE change, a CNP, a reply or pending, done
 _PSN_MASK = 0xFFFFFF
 _LATENCY_PER_FRAME = 4
 
@@ -44,7 +51,9 @@ class _RxQp(ctypes.Structure):
                 ("out_of_order", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
                 ("ce", ctypes.c_uint64), ("seen", ctypes.c_uint64),
                 ("first_rx_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64),
-                ("ack_fd", ctypes.c_int32), ("nic", ctypes.c_uint32)]
+                ("ack_fd", ctypes.c_int32), ("nic", ctypes.c_uint32),
+                ("has_cnp", ctypes.c_uint32), ("cnps", ctypes.c_uint32),
+                ("last_cnp_s", ctypes.c_double)]
 
 
 class _RxEvent(ctypes.Structure):
@@ -62,11 +71,24 @@ class _RxCall(ctypes.Structure):
                 ("ev", ctypes.c_void_p), ("n_ev", ctypes.c_void_p), ("lat", ctypes.c_void_p),
                 ("n_lat", ctypes.c_void_p), ("intbuf", ctypes.c_void_p),
                 ("blocked", ctypes.c_void_p), ("ack_tmpl", ctypes.c_void_p),
-                ("ctrl_sent", ctypes.c_void_p)]
+                ("cnp_tmpl", ctypes.c_void_p), ("ctrl_sent", ctypes.c_void_p),
+                ("scale_ns", ctypes.c_double), ("cnp_interval_s", ctypes.c_double)]
 
 
 def source() -> Path:
     return Path(__file__).resolve().parent / "csrc" / "roce_rx.c"
+
+
+class RxQpSpec(NamedTuple):
+    """A QP a host receives, and how its control frames go back."""
+
+    qpn: int
+    total_packets: int
+    ack_coalesce: int
+    fd: int             # the reply NIC's socket
+    nic: int            # the reply NIC's index in RxState.blocked
+    ack: bytes          # ACK prototype (ResponderTemplate.ack)
+    cnp: bytes          # the CNP (ResponderTemplate.cnp)
 
 
 class RxLib:
@@ -125,7 +147,8 @@ class RxRing:
 class RxState:
     """Responder state of a worker's receive QPs and the buffers of one call."""
 
-    def __init__(self, lib: RxLib, n_qpns: int, budget: int, n_nics: int = 1):
+    def __init__(self, lib: RxLib, n_qpns: int, budget: int, n_nics: int, scale_ns: float,
+                 cnp_interval_s: float):
         assert lib.lib is not None
         self._fn = lib.lib.roce_rx_call
         self.qps = (_RxQp * n_qpns)()
@@ -137,32 +160,31 @@ class RxState:
         self.n_latency = ctypes.c_uint32(0)
         # One INT block per event (roce_rx.c): what a reply echoes, what an ACK carried.
         self.int_blocks = ctypes.create_string_buffer(budget * _EVENTS_PER_FRAME * INT_BLOCK_BYTES)
-        # The replies C sends: each QPN's ACK prototype, and per reply NIC a flag the
-        # engine sets while that NIC holds frames pushed back (sent before anything).
+        # The control frames C sends: each QPN's ACK and CNP prototypes, and per reply
+        # NIC a flag the engine sets while that NIC holds frames pushed back (sent
+        # before anything else). CNPs are decided in real seconds, as Python does.
         self.ack_tmpl = ctypes.create_string_buffer(n_qpns * ACK_FRAME_BYTES)
+        self.cnp_tmpl = ctypes.create_string_buffer(n_qpns * CNP_FRAME_BYTES)
+        self.scale_ns = scale_ns
+        self.cnp_interval_s = cnp_interval_s
         self.blocked = (ctypes.c_uint8 * n_nics)()
         self.ctrl_sent = ctypes.c_uint64(0)
 
-    def add_qps(self, host_id: int, qps: Iterable[tuple[int, int, int]],
-                ce_ack: bool = False, ack_timer: bool = False,
-                replies: dict[int, tuple[int, int, bytes]] | None = None) -> None:
-        """Register ``(qpn, total_packets, ack_coalesce)`` received by host ``host_id``;
-        ``ce_ack``: ACK at once when the CE state changes (``gbn.GbnReceiver``);
-        ``ack_timer``: report the first frame left waiting for its ACK (EV_PENDING);
-        ``replies``: per QPN, (socket fd, NIC index, ACK prototype) C sends its replies
-        with (others come back as events)."""
-        for qpn, total, coalesce in qps:
-            q = self.qps[qpn]
-            q.host, q.total, q.coalesce = host_id + 1, total, coalesce
+    def add_qps(self, host_id: int, qps: Iterable[RxQpSpec], ce_ack: bool = False,
+                ack_timer: bool = False) -> None:
+        """Register the QPs host ``host_id`` receives; ``ce_ack``: ACK at once when the
+        CE state changes (``gbn.GbnReceiver``); ``ack_timer``: report the first frame
+        left waiting for its ACK (EV_PENDING)."""
+        for spec in qps:
+            assert len(spec.ack) == ACK_FRAME_BYTES and len(spec.cnp) == CNP_FRAME_BYTES
+            assert 0 <= spec.nic < len(self.blocked)
+            q = self.qps[spec.qpn]
+            q.host, q.total, q.coalesce = host_id + 1, spec.total_packets, spec.ack_coalesce
             q.ce_ack, q.ack_timer = int(ce_ack), int(ack_timer)
             q.first_rx_ns = q.done_ns = -1
-            q.ack_fd = -1
-            if replies and qpn in replies:
-                fd, nic, ack = replies[qpn]
-                assert len(ack) == ACK_FRAME_BYTES and 0 <= nic < len(self.blocked)
-                q.ack_fd, q.nic = fd, nic
-                at = qpn * ACK_FRAME_BYTES
-                self.ack_tmpl[at:at + ACK_FRAME_BYTES] = ack
+            q.ack_fd, q.nic = spec.fd, spec.nic
+            self.ack_tmpl[spec.qpn * ACK_FRAME_BYTES:(spec.qpn + 1) * ACK_FRAME_BYTES] = spec.ack
+            self.cnp_tmpl[spec.qpn * CNP_FRAME_BYTES:(spec.qpn + 1) * CNP_FRAME_BYTES] = spec.cnp
 
     def ack_pending(self, qpn: int) -> tuple[int, bool] | None:
         """The delayed ACK of ``qpn`` (``gbn.GbnReceiver.ack_pending`` on the C state):
@@ -194,6 +216,7 @@ class RxState:
                         sample_every, at(ring.idx), rt_offset_ns, t0_ns, at(ring.rx_count),
                         at(self.qps), self.n_qpns, 0, at(self.events), at(self.n_events),
                         at(self.latency), at(self.n_latency), at(self.int_blocks),
-                        at(self.blocked), at(self.ack_tmpl), at(self.ctrl_sent))
+                        at(self.blocked), at(self.ack_tmpl), at(self.cnp_tmpl),
+                        at(self.ctrl_sent), self.scale_ns, self.cnp_interval_s)
             call = ring.call = (key, c, at(c), self)
         return self._fn(call[2])

@@ -13,9 +13,8 @@
  * frames awaiting their ACK first ACKs those (DCTCP's receiver); with
  * `ack_timer` the first delivered frame left waiting for its ACK is reported
  * (EV_PENDING: Python arms the delayed-ACK timer). Only what
- * Python must act on comes back, as events in arrival order: an ACK or NAK to
- * send (arg: bit 0 complete, bit 1 ECN echo), a CE-marked frame (the
- * notification point decides on a CNP), a completed message, and the ACK
+ * Python must act on comes back, as events in arrival order: an ACK, NAK or CNP
+ * C could not send (ACK/NAK arg: bit 0 complete, bit 1 ECN echo), a completed message, and the ACK
  * (arg: AETH syndrome, bit 8 the BECN echo) and CNP frames that belong to the
  * host's senders. Latency samples go to their own buffer.
  *
@@ -24,12 +23,17 @@
  * echoed block over; either is copied to `intbuf` at the event's index (a block
  * of INT_BLOCK_BYTES per event; hop count 0: none). `intbuf` may be NULL.
  *
- * ACKs and NAKs are written and sent here (ack_send) for a QP given an `ack_fd`,
- * byte for byte what traffic/roce.py's ResponderTemplate.write_ack and
+ * ACKs and NAKs are written and sent here (ack_send) on the QP's `ack_fd`, byte
+ * for byte what traffic/roce.py's ResponderTemplate.write_ack and
  * traffic/telemetry.py's ack_with_int write; a reply goes back to Python as an
- * event instead when its NIC has a backlog (`blocked`), the socket refuses it,
- * or an earlier event of the batch may make Python send a frame first (a CE
- * mark may send a CNP): control frames leave in the order the Python path sends them.
+ * event instead when its NIC has a backlog (`blocked`) or the socket refuses
+ * it, and so does every control frame after it in the batch: they leave in
+ * the order the Python path sends them.
+ *
+ * CNPs are decided here too, as traffic/dcqcn.py's NotificationPoint decides
+ * (the first CE-marked frame of a QP, then at most one per `cnp_interval_s` of
+ * real time; forgotten when the message completes), and sent from the QP's
+ * prototype `cnp_tmpl` or handed to Python (EV_CNP) on the same terms as a reply.
  *
  * Frames are the ring's header-only snaps (engine/rawsock.py, INT blocks
  * included); the payload length comes from the IPv4 total length.
@@ -53,7 +57,7 @@
 #define AETH_ACK 0x00
 #define AETH_NAK_PSN_SEQ 0x60
 
-enum { EV_ACK = 1, EV_NAK = 2, EV_CE = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
+enum { EV_ACK = 1, EV_NAK = 2, EV_CNP = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
        EV_UNKNOWN = 7, EV_PENDING = 8 };
 
 struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
@@ -69,8 +73,11 @@ struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t ack_timer;         /* report the first frame left waiting (EV_PENDING) */
 	uint64_t delivered, duplicates, out_of_order, bytes, ce, seen;
 	int64_t first_rx_ns, done_ns;
-	int32_t ack_fd;             /* socket of the reply NIC; < 0: Python sends the replies */
+	int32_t ack_fd;             /* socket of the reply NIC */
 	uint32_t nic;               /* the reply NIC's index in `blocked` */
+	uint32_t has_cnp;           /* last_cnp_s holds this message's latest CNP */
+	uint32_t cnps;              /* CNPs decided */
+	double last_cnp_s;          /* real seconds after t0 */
 };
 
 struct rx_event {               /* mirrors engine/rx.py: _RxEvent */
@@ -191,32 +198,53 @@ static size_t ack_write(uint8_t *out, const uint8_t *tmpl, uint32_t psn, uint32_
 	return len;
 }
 
-/* What a batch's replies need: where they may be sent from C and what it sent. */
+/* What a batch's control frames need: where they may be sent from C, what it sent. */
 struct replies {
 	const uint8_t *blocked;     /* per NIC: Python holds frames it must send first */
 	const uint8_t *ack_tmpl;    /* ACK_FRAME_BYTES per QPN */
-	uint64_t *sent;             /* ACKs and NAKs sent from C */
-	int defer;                  /* from here on this batch's replies go to Python */
+	const uint8_t *cnp_tmpl;    /* CNP_FRAME_BYTES per QPN */
+	uint64_t *sent;             /* control frames sent from C */
+	double scale_ns;            /* emulated ns per real second */
+	double cnp_interval_s;      /* real */
+	int defer;                  /* from here on this batch's frames go to Python */
 };
 
-/* Send reply `kind` (EV_ACK or EV_NAK, `arg` its event argument) for QP `qpn` with
- * the INT `block` now; 0 if it must go to Python as an event instead. */
-static int ack_send(struct replies *r, struct rx_qp *q, uint32_t qpn, uint32_t kind,
-		    uint32_t psn, uint32_t arg, const uint8_t *block)
+/* Send control frame `out` of QP `q` now; 0 if it must go to Python as an event. */
+static int ctrl_send(struct replies *r, const struct rx_qp *q, const uint8_t *out, size_t len)
 {
-	uint8_t out[ACK_FRAME_BYTES + INT_BLOCK_BYTES];
-	size_t len;
-
-	if (r->defer || q->ack_fd < 0 || r->blocked[q->nic] || !r->ack_tmpl)
+	if (r->defer || r->blocked[q->nic])
 		return 0;
-	len = ack_write(out, r->ack_tmpl + (size_t)qpn * ACK_FRAME_BYTES, psn,
-			kind == EV_ACK ? AETH_ACK : AETH_NAK_PSN_SEQ, arg & ARG_COMPLETE,
-			!!(arg & ARG_ECHO), block);
 	if (send(q->ack_fd, out, len, MSG_DONTWAIT) != (ssize_t)len) {
 		r->defer = 1;       /* Python retries it and keeps it if the qdisc refuses */
 		return 0;
 	}
 	++*r->sent;
+	return 1;
+}
+
+/* Send reply `kind` (EV_ACK or EV_NAK, `arg` its event argument) for QP `qpn` with
+ * the INT `block` now; 0 if it must go to Python as an event instead. */
+static int ack_send(struct replies *r, const struct rx_qp *q, uint32_t qpn, uint32_t kind,
+		    uint32_t psn, uint32_t arg, const uint8_t *block)
+{
+	uint8_t out[ACK_FRAME_BYTES + INT_BLOCK_BYTES];
+
+	return ctrl_send(r, q, out, ack_write(out, r->ack_tmpl + (size_t)qpn * ACK_FRAME_BYTES,
+					    psn, kind == EV_ACK ? AETH_ACK : AETH_NAK_PSN_SEQ,
+					    arg & ARG_COMPLETE, !!(arg & ARG_ECHO), block));
+}
+
+/* A CE-marked frame of QP `q` arrived at `rx_ns`: 1 if the notification point
+ * decides on a CNP (NotificationPoint.on_packet, in real seconds after t0). */
+static int cnp_due(const struct replies *r, struct rx_qp *q, int64_t rx_ns, int64_t t0_ns)
+{
+	double now_s = (double)(rx_ns - t0_ns) / r->scale_ns;
+
+	if (q->has_cnp && now_s - q->last_cnp_s < r->cnp_interval_s)
+		return 0;
+	q->has_cnp = 1;
+	q->last_cnp_s = now_s;
+	q->cnps++;
 	return 1;
 }
 
@@ -348,8 +376,10 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			q->seen++;
 			if (ce) {
 				q->ce++;
-				ev[ne++] = (struct rx_event){rx_ns, EV_CE, qpn, psn, 0};
-				r->defer = 1;   /* Python may send a CNP before this reply */
+				if (cnp_due(r, q, rx_ns, t0_ns) &&
+				    !ctrl_send(r, q, r->cnp_tmpl + (size_t)qpn * CNP_FRAME_BYTES,
+					       CNP_FRAME_BYTES))
+					ev[ne++] = (struct rx_event){rx_ns, EV_CNP, qpn, psn, 0};
 			}
 			if (++*rx_count % sample_every == 0) {
 				lat[nl++] = qpn - 1;
@@ -371,6 +401,7 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 				ev[ne++] = (struct rx_event){rx_ns, EV_PENDING, qpn, psn, 0};
 			if (complete && q->done_ns < 0) {
 				q->done_ns = rx_ns;
+				q->has_cnp = 0;     /* NotificationPoint.forget */
 				ev[ne++] = (struct rx_event){rx_ns, EV_DONE, qpn, psn, 0};
 			}
 		} else if (op == 0x11) {
@@ -413,12 +444,15 @@ struct rx_call {                /* mirrors engine/rx.py: _RxCall */
 	uint8_t *intbuf;
 	const uint8_t *blocked;
 	const uint8_t *ack_tmpl;
+	const uint8_t *cnp_tmpl;
 	uint64_t *ctrl_sent;
+	double scale_ns, cnp_interval_s;
 };
 
 int roce_rx_call(const struct rx_call *c)
 {
-	struct replies r = {c->blocked, c->ack_tmpl, c->ctrl_sent, 0};
+	struct replies r = {c->blocked, c->ack_tmpl, c->cnp_tmpl, c->ctrl_sent, c->scale_ns,
+			    c->cnp_interval_s, 0};
 
 	if (!crc_table[1])
 		crc_init();

@@ -13,7 +13,7 @@ from scapy.layers.l2 import Ether
 from core.errors import CapabilityError
 from core.frame import INT_MAX_HOPS, OFF_ACK_INT, OFF_INT, OFF_INT_RETH, TS_BYTES
 from engine.rawsock import SNAP_INT_BYTES, RingSpec, slot_offsets
-from engine.rx import EV_ACK, EV_ACK_IN, RxLib, RxRing, RxState
+from engine.rx import EV_ACK, EV_ACK_IN, RxLib, RxQpSpec, RxRing, RxState
 from traffic.roce import (
     AETH_ACK,
     AETH_NAK_PSN_SEQ,
@@ -111,8 +111,10 @@ def test_both_receive_paths_echo_a_data_frames_block_and_hand_an_acks_on():
     assert py(4, OFF_ACK_INT, ip_len[4] + 14 - 62) == b""
     assert py(1, OFF_INT, 8) == b""                       # no room: a tiny payload
 
-    state = RxState(lib, 16, budget=16)
-    state.add_qps(0, [(5, 3, 1)])                          # ACK every frame
+    state = RxState(lib, 16, budget=16, n_nics=1, scale_ns=1e9, cnp_interval_s=0.0)
+    resp = ResponderTemplate(FLOW)
+    state.add_qps(0, [RxQpSpec(5, 3, 1, -1, 0, bytes(resp.ack.buf), resp.cnp)])  # ACK each
+    state.blocked[0] = 1                                   # the replies come back as events
     assert state.read(RxRing(buf, offsets, 0), 0, 0, 1) == len(frames)
     events = state.events[:state.n_events.value]
     got = [(e.kind, e.psn, state.int_block(k)) for k, e in enumerate(events)

@@ -19,21 +19,27 @@ from engine.rx import (
     ARG_ECHO,
     EV_ACK,
     EV_ACK_IN,
-    EV_CE,
+    EV_CNP,
     EV_CNP_IN,
     EV_DONE,
     EV_NAK,
     EV_PENDING,
     EV_UNKNOWN,
     RxLib,
+    RxQpSpec,
     RxRing,
     RxState,
 )
 from traffic import gbn
+from traffic.dcqcn import NotificationPoint
 from traffic.roce import AETH_ACK, AETH_NAK_PSN_SEQ, Flow, QpTemplate, ResponderTemplate
 
+SCALE_NS = 1e9                  # S = 1: real seconds are emulated ones
+CNP_INTERVAL_S = 2.5e-6         # frames arrive 1 us apart: CNPs are held back
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5,
             ecn="ect0")
+RESP = ResponderTemplate(FLOW._replace(dqpn=77))   # where the replies go
+PROTO_ACK = bytes(RESP.ack.buf)
 _MAC_OFF = 66
 
 
@@ -113,16 +119,18 @@ def _scenario(seed: int, ce_ack: bool) -> _Scenario:
     _fill(buf, offsets, start, frames, stamps)
     every = rng.choice([1, 3])
 
-    # The reference: the same frames through GbnReceiver, as the Python path does.
+    # The reference: the same frames through GbnReceiver and NotificationPoint, as
+    # the Python path does.
     ref = gbn.GbnReceiver(n, coalesce, ce_ack=ce_ack)
+    np = NotificationPoint(CNP_INTERVAL_S)
     want, lat, done = [], [], False
     for k, (idx, marked, solicit) in enumerate(zip(order, ce, ackreq, strict=True)):
         rx_ns = stamps[k] - 500
         act = ref.on_packet(idx, marked, solicit or idx == n - 1)  # LAST carries AckReq
         if act.flush:
             want.append((EV_ACK, idx - 1, 0 if marked else ARG_ECHO))
-        if marked:
-            want.append((EV_CE, idx, 0))
+        if np.on_packet(5, marked, (rx_ns - 100) / SCALE_NS):
+            want.append((EV_CNP, idx, 0))
         if (k + 1) % every == 0:
             lat.extend([4, rx_ns - 100, rx_ns - (1_000 + idx), int(marked)])
         if act.reply != gbn.NONE:
@@ -132,6 +140,7 @@ def _scenario(seed: int, ce_ack: bool) -> _Scenario:
             want.append((EV_PENDING, idx, 0))
         if ref.complete and not done:
             done = True
+            np.forget(5)
             want.append((EV_DONE, idx, 0))
     return _Scenario(buf, offsets, start, len(frames), n, size, coalesce, every, stamps, order,
                      ce, want, lat, ref)
@@ -149,13 +158,21 @@ def _read(sc: _Scenario, state: RxState) -> list[tuple[int, int, int]]:
     return [(e.kind, e.psn, e.arg) for e in state.events[:state.n_events.value]]
 
 
+def _state(sc: _Scenario, ce_ack: bool, fd: int, blocked: bool) -> RxState:
+    state = RxState(_lib(), 16, budget=sc.n_frames + 8, n_nics=2, scale_ns=SCALE_NS,
+                    cnp_interval_s=CNP_INTERVAL_S)
+    state.add_qps(0, [RxQpSpec(5, sc.n_packets, sc.coalesce, fd, 1, PROTO_ACK, RESP.cnp)],
+                  ce_ack=ce_ack, ack_timer=ce_ack)
+    state.blocked[1] = int(blocked)
+    return state
+
+
 @pytest.mark.parametrize("ce_ack", [False, True])   # and the delayed-ACK reports with it
 @pytest.mark.parametrize("seed", range(6))
 def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
+    """Its reply NIC blocked, the C loop hands every ACK, NAK and CNP to Python."""
     sc = _scenario(seed, ce_ack)
-    n = sc.n_packets
-    state = RxState(_lib(), 16, budget=sc.n_frames + 8)
-    state.add_qps(0, [(5, n, sc.coalesce)], ce_ack=ce_ack, ack_timer=ce_ack)
+    state = _state(sc, ce_ack, -1, blocked=True)
     events = _read(sc, state)
     want, ref = sc.want, sc.ref
     assert events[:len(want)] == want
@@ -168,42 +185,42 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
     assert (q.delivered, q.duplicates, q.out_of_order) == \
         (ref.delivered, ref.duplicates, ref.out_of_order)
     assert q.seen == len(sc.order) and q.ce == sum(sc.ce)
+    assert q.cnps == sum(1 for e in want if e[0] == EV_CNP)
     assert q.bytes == sc.size                                # every byte delivered once
     assert q.first_rx_ns == sc.stamps[0] - 500
+    assert state.ctrl_sent.value == 0
     # The delayed ACK on the C state is the reference's.
     want_ack = ref.ack_pending()
     assert state.ack_pending(5) == (None if want_ack is None else (want_ack.psn, want_ack.echo))
     assert state.ack_pending(5) is None
 
 
-@pytest.mark.parametrize("blocked", [False, True])
+@pytest.mark.parametrize("refused", [False, True])
+@pytest.mark.parametrize("ce_ack", [False, True])
 @pytest.mark.parametrize("seed", range(6))
-def test_c_sends_the_replies_python_would_until_python_must_act_first(seed, blocked):
-    """With a reply socket, C writes and sends the ACKs and NAKs itself, the frames
-    ResponderTemplate.write_ack writes, until a CE mark (Python may send a CNP first)
-    or while its NIC is blocked (frames pushed back wait): then they are events."""
-    sc = _scenario(seed, ce_ack=False)
-    proto = ResponderTemplate(FLOW._replace(dqpn=77))
-    prototype = bytes(proto.ack.buf)
+def test_c_sends_the_control_frames_python_would_in_its_order(seed, ce_ack, refused):
+    """With its NIC free, C writes and sends the ACKs, NAKs and CNPs itself, the frames
+    ResponderTemplate writes, in the reference's order; once the socket refuses one,
+    it and everything after it in the batch go to Python as events."""
+    sc = _scenario(seed, ce_ack)
     tx, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     with tx, peer:
-        state = RxState(_lib(), 16, budget=sc.n_frames + 8, n_nics=2)
-        state.add_qps(0, [(5, sc.n_packets, sc.coalesce)], replies={5: (tx.fileno(), 1, prototype)})
-        state.blocked[1] = int(blocked)
+        if refused:
+            peer.close()                                    # sends fail: ECONNREFUSED
+        state = _state(sc, ce_ack, tx.fileno(), blocked=False)
         events = _read(sc, state)
-        peer.setblocking(False)
         sent = []
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                sent.append(peer.recv(4096))
-    first_ce = next((k for k, e in enumerate(sc.want) if e[0] == EV_CE), len(sc.want))
-    in_c = [k for k, e in enumerate(sc.want)
-            if not blocked and k < first_ce and e[0] in (EV_ACK, EV_NAK)]
-    assert sent == [bytes(proto.write_ack(psn, arg & ARG_COMPLETE,
-                                          AETH_ACK if kind == EV_ACK else AETH_NAK_PSN_SEQ,
-                                          bool(arg & ARG_ECHO)))
-                    for kind, psn, arg in (sc.want[k] for k in in_c)]
+        if not refused:
+            peer.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    sent.append(peer.recv(4096))
+    ctrl = [(k, e) for k, e in enumerate(sc.want) if e[0] in (EV_ACK, EV_NAK, EV_CNP)]
+    in_c = set() if refused else {k for k, _ in ctrl}
+    assert sent == [RESP.cnp if kind == EV_CNP else bytes(RESP.write_ack(
+        psn, arg & ARG_COMPLETE, AETH_ACK if kind == EV_ACK else AETH_NAK_PSN_SEQ,
+        bool(arg & ARG_ECHO))) for k, (kind, psn, arg) in ctrl if k in in_c]
     rest = [e for k, e in enumerate(sc.want) if k not in in_c]
     assert events[:len(rest)] == rest
-    assert state.ctrl_sent.value == len(in_c)
-    assert blocked or in_c or first_ce == 0     # C sent what came before any CE mark
+    assert state.ctrl_sent.value == len(in_c) and (refused or ctrl == [] or sent)
+    assert state.qps[5].cnps == sum(1 for e in sc.want if e[0] == EV_CNP)
