@@ -630,7 +630,7 @@ class _WorkerLoop:
         assert nic is not None
         qp.gbn = gbn.GbnSender(qp.n, timeout_s=p.rto_s)
         # The real line rate and path round trip: CC never sees S.
-        qp.cc = p.cc(nic.rate_bps, self.real_s(now), qp.plan.base_rtt_s)
+        qp.cc = p.cc(nic.rate_bps, self.real_s(now), qp.plan.base_rtt_s, qp.plan.hops)
         qp.tx_ns = array("q", bytes(8 * qp.n))
         # A message counts from when it was posted, whether it is served up to a turn
         # early or late (then its first frames' lag is booked, as any stall's).

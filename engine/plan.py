@@ -46,6 +46,9 @@ class MsgPlan:
     #: The real fabric's unloaded round trip of a full frame and its ACK (real s), for
     #: congestion control that is configured with one (``CcFactory``'s base_rtt_s).
     base_rtt_s: float | None = None
+    #: The switches on the path, for congestion control configured with their count
+    #: (``CcFactory``'s hops: Swift's topology scaling).
+    hops: int | None = None
 
 
 @dataclass(frozen=True)

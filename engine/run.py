@@ -387,6 +387,12 @@ class FixedDelays:
                 for p in fab.routes.paths(src, dst)])
         return self._cache[key]
 
+    def switches(self, src: str, dst: str) -> int:
+        """Switches a frame from ``src`` to ``dst`` crosses (the mean over the ECMP
+        paths, rounded: equal in a Clos)."""
+        paths = self.fab.routes.paths(src, dst)
+        return round(sum(len(p) - 2 for p in paths) / len(paths))
+
     def base_rtt_s(self, src: str, dst: str) -> float:
         """The real fabric's unloaded round trip: a full frame there, its ACK back."""
         key = (src, dst)
@@ -448,7 +454,8 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             back_delay_emu_ns=scale.emu_ns(fixed(m.dst, m.src, ACK_FRAME_BYTES).total_s)
             if fixed else 0,
             base_rtt_s=delays.base_rtt_s(m.src, m.dst) if config.cc_factory.takes_base_rtt
-            else None))
+            else None,
+            hops=delays.switches(m.src, m.dst) if config.cc_factory.takes_hops else None))
         n_packets = -(-m.size_bytes // config.payload_bytes)
         loads[m.src] += n_packets
         loads[m.dst] += n_packets

@@ -104,7 +104,7 @@ class CcFactory:
     A factory pickles as its ``cc`` setting and is resolved again when loaded.
     """
 
-    __slots__ = ("spec", "name", "constructor", "params", "takes_base_rtt")
+    __slots__ = ("spec", "name", "constructor", "params", "takes_base_rtt", "takes_hops")
 
     def __init__(self, spec: object, name: str, constructor: Callable[..., Any],
                  params: Mapping[str, object]):
@@ -112,18 +112,21 @@ class CcFactory:
         self.name = name
         self.constructor = constructor
         self.params = dict(params)
-        #: The constructor has a ``base_rtt_s`` keyword parameter.
+        #: The constructor has a ``base_rtt_s`` (``hops``) keyword parameter.
         self.takes_base_rtt = _has_parameter(constructor, "base_rtt_s")
+        self.takes_hops = _has_parameter(constructor, "hops")
 
     def __call__(self, line_rate_bps: float, start_s: float = 0.0,
-                 base_rtt_s: float | None = None) -> CongestionControl:
+                 base_rtt_s: float | None = None, hops: int | None = None
+                 ) -> CongestionControl:
         """One QP's algorithm. ``base_rtt_s``: the QP's path round trip in the real
-        fabric, given to an algorithm that takes a ``base_rtt_s`` the setting left open
-        (HPCC's T, DCTCP's and Swift's initial window), as a deployment configures it."""
-        params = self.params
-        if base_rtt_s is not None and "base_rtt_s" not in params and self.takes_base_rtt:
-            params = {**params, "base_rtt_s": base_rtt_s}
-        return self.constructor(line_rate_bps, start_s, **params)
+        fabric, ``hops`` the switches on its path, each given to an algorithm that takes
+        it and whose setting left it open (HPCC's T, DCTCP's and Swift's initial window,
+        Swift's topology scaling), as a deployment configures it."""
+        path = {name: value for name, value, takes in (
+            ("base_rtt_s", base_rtt_s, self.takes_base_rtt), ("hops", hops, self.takes_hops))
+            if value is not None and takes and name not in self.params}
+        return self.constructor(line_rate_bps, start_s, **self.params, **path)
 
     @property
     def dcqcn_params(self) -> DcqcnParams | None:

@@ -64,6 +64,20 @@ def test_algorithms_that_take_a_base_rtt_get_the_paths():
     assert p.cc(100e9, 0.0, p.sends[0].base_rtt_s).base_rtt_s == pytest.approx(7e-6)
 
 
+def test_swift_gets_the_switches_on_its_path_unless_the_setting_names_them():
+    # leafspine,1,1,2: h1 -> l1 -> h2 crosses one switch (Swift's default assumes 5).
+    assert FixedDelays(_Fabric(), "store-and-forward").switches("h1", "h2") == 1
+    p = _plan(EngineConfig(cc="swift"))
+    assert p.sends[0].hops == 1
+    swift = p.cc(100e9, 0.0, p.sends[0].base_rtt_s, p.sends[0].hops)
+    assert swift.hops == 1
+    assert swift.target_for(1.0, swift.hops) < swift.target_for(1.0, 5)
+    p = _plan(EngineConfig(cc="swift,hops=3"))
+    assert p.cc(100e9, 0.0, p.sends[0].base_rtt_s, p.sends[0].hops).hops == 3
+    # Algorithms without a hop count are not given one.
+    assert _plan(EngineConfig(cc="hpcc")).sends[0].hops is None
+
+
 def _plan(config: EngineConfig):
     # The fixed delays read the topology and routes, which this stand-in has none of;
     # they are tested on their own (test_fixeddelay).

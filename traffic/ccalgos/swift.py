@@ -15,7 +15,8 @@ the Datacenter", SIGCOMM 2020, Algorithm 1 and section 3.5 (cwnd in packets)::
 
 The delay is the ACK's RTT sample (the paper subtracts host delays it can
 measure, which this engine does not separate). ``hops`` is the number of INT
-records on the ACK when the fabric writes them, else the ``hops`` parameter.
+records on the ACK when the fabric writes them, else the ``hops`` parameter (the
+engine passes the switches on the QP's path).
 ``num_acked`` is ``bytes_acked / mtu_bytes`` (fractional packets).
 
 Read back: ``window_bytes = max(cwnd, 1) mtu`` (payload bytes in flight); the rate
