@@ -222,7 +222,10 @@ def _build_lock(directory: Path) -> Iterator[None]:
 def _inputs(src: Path, kind: Kind, clang: str) -> tuple[list[str], str]:
     flags = [*_FLAGS[kind], *_include_args(kind)]
     version = subprocess.run([clang, "--version"], capture_output=True, text=True).stdout
-    digest = hashlib.sha256(src.read_bytes() + " ".join(flags).encode() + version.encode())
+    # The headers beside a source are part of it (engine/csrc/crc32.h).
+    headers = b"".join(h.read_bytes() for h in sorted(src.parent.glob("*.h")))
+    digest = hashlib.sha256(src.read_bytes() + headers + " ".join(flags).encode()
+                            + version.encode())
     return flags, digest.hexdigest()
 
 

@@ -22,6 +22,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "crc32.h"
+
 #define OFF_PSN_WORD 50
 #define MAX_BURST 64
 
@@ -36,27 +38,6 @@ struct roce_shape {             /* mirrors engine/burst.py: _CShape */
 	uint32_t ackreq;            /* 0 or 1 */
 	const uint32_t *advance;    /* 4 x 256 tables of the linear map A */
 };
-
-static uint32_t crc_table[256];
-
-__attribute__((constructor)) static void init_crc_table(void)
-{
-	for (uint32_t n = 0; n < 256; n++) {
-		uint32_t c = n;
-		for (int k = 0; k < 8; k++)
-			c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-		crc_table[n] = c;
-	}
-}
-
-/* zlib's crc32(buf, crc): reflected CRC-32, pre- and post-inverted. */
-static uint32_t crc32_update(uint32_t crc, const uint8_t *p, uint32_t n)
-{
-	crc = ~crc;
-	while (n--)
-		crc = crc_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-	return ~crc;
-}
 
 static void put_be32(uint8_t *p, uint32_t v)
 {

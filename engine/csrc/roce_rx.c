@@ -42,6 +42,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "crc32.h"
+
 #define TP_STATUS_USER 1u
 #define PSN_MASK 0xFFFFFFu
 #define PSN_HALF 0x800000u
@@ -104,26 +106,6 @@ static uint64_t be64(const uint8_t *p)
 #define ARG_COMPLETE 1u
 #define ARG_ECHO 2u
 
-static uint32_t crc_table[256];
-
-static void crc_init(void)
-{
-	for (uint32_t b = 0; b < 256; b++) {
-		uint32_t c = b;
-
-		for (int k = 0; k < 8; k++)
-			c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-		crc_table[b] = c;
-	}
-}
-
-static uint32_t crc_bytes(uint32_t c, const uint8_t *p, size_t n)
-{
-	while (n--)
-		c = crc_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
-	return c;
-}
-
 /* RoCEv2's ICRC of `frame` (`len` bytes, ICRC last): CRC-32 over a pseudo-LRH of
  * ones and the frame from IPv4 on, with the fields routers change masked to ones
  * (traffic/roce.py: _masked). */
@@ -140,10 +122,10 @@ static uint32_t icrc(const uint8_t *frame, size_t len)
 	hdr[OFF_IP + 1] = hdr[OFF_IP + 8] = hdr[OFF_IP + 10] = hdr[OFF_IP + 11] = 0xFF;
 	hdr[udp + 6] = hdr[udp + 7] = 0xFF;
 	hdr[udp + 8 + 4] = 0xFF;
-	uint32_t c = crc_bytes(0xFFFFFFFFu, ones, 8);
+	uint32_t c = crc32_update(0, ones, 8);
 
-	c = crc_bytes(c, hdr + OFF_IP, n - OFF_IP);
-	return ~crc_bytes(c, frame + n, len - 4 - n);
+	c = crc32_update(c, hdr + OFF_IP, n - OFF_IP);
+	return crc32_update(c, frame + n, len - 4 - n);
 }
 
 static void put_be16(uint8_t *p, uint32_t v)
@@ -454,8 +436,6 @@ int roce_rx_call(const struct rx_call *c)
 	struct replies r = {c->blocked, c->ack_tmpl, c->cnp_tmpl, c->ctrl_sent, c->scale_ns,
 			    c->cnp_interval_s, 0};
 
-	if (!crc_table[1])
-		crc_init();
 	return roce_rx(c->ring, c->offsets, c->n_slots, c->idx, c->budget, c->host,
 		       c->rt_offset_ns, c->t0_ns, c->sample_every, c->rx_count, c->qps,
 		       c->n_qps, c->ev, c->n_ev, c->lat, c->n_lat, c->intbuf, &r);
@@ -465,7 +445,5 @@ int roce_rx_call(const struct rx_call *c)
 size_t roce_ack_write(uint8_t *out, const uint8_t *tmpl, uint32_t psn, uint32_t syndrome,
 		      uint32_t msn, int echo, const uint8_t *block)
 {
-	if (!crc_table[1])
-		crc_init();
 	return ack_write(out, tmpl, psn, syndrome, msn, echo, block);
 }

@@ -167,6 +167,19 @@ def test_a_good_cache_entry_is_reused(tmp_path):
     assert stat.S_IMODE(os.stat(cache).st_mode) & 0o077 == 0 or os.geteuid() != 0
 
 
+@needs_clang
+def test_a_header_beside_the_source_is_an_input(tmp_path):
+    """An edit of a shared header (engine/csrc/crc32.h) builds the sources again."""
+    src = tmp_path / "a.c"
+    src.write_text('#include "h.h"\nint f(void) { return H; }\n')
+    (tmp_path / "h.h").write_text("#define H 1\n")
+    clang = shutil.which("clang")
+    before = cbuild._inputs(src, "shared", clang)[1]
+    assert cbuild._inputs(src, "shared", clang)[1] == before
+    (tmp_path / "h.h").write_text("#define H 2\n")
+    assert cbuild._inputs(src, "shared", clang)[1] != before
+
+
 def test_the_root_cache_ignores_home(monkeypatch):
     monkeypatch.delenv("FABRICEMU_CACHE", raising=False)
     monkeypatch.setenv("HOME", "/home/somebody")
