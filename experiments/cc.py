@@ -37,6 +37,11 @@ each ``cc`` setting in ``algorithms``:
   alpha from the senders' trace.
   The model is the DCTCP paper's analysis (``model.dctcp``) from the configured
   rates, the path's unloaded round trip and K.
+* ``steady cc=X`` (HPCC only, no PFC): the same long flows at the fabric's marking,
+  against HPCC's equilibrium (U = eta): no standing queue (mean and p95 of the
+  bottleneck's sampled queue, predicted 0) and eta of the port delivered (payload).
+  DCQCN's fixed point (``model.dcqcn``) has no such case: its alpha settles from 1 by
+  g = 1/256 per 55 us, some 30 ms of real time (minutes of wall time), far beyond a run.
 
 Model predictions where the project has them: the incast with CC off (its completion,
 latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
@@ -45,7 +50,7 @@ latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
 max-min fair sharing (``model.fairshare``: an ideal congestion control, without PFC's
 head-of-line blocking; for an algorithm that declares a ``target_utilisation``, HPCC's
 eta, the shares of that fraction of the bottleneck), DCTCP's steady queue oscillation
-(``model.dctcp``). The model
+(``model.dctcp``), HPCC's equilibrium. The model
 has no incast or fairness dynamics of DCTCP, TIMELY, Swift, HPCC or a user algorithm, no
 PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
 HPCC runs on the in-band telemetry the switches' eBPF markers write (``hpcc`` needs
@@ -106,6 +111,7 @@ from topologies.routing import topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
 from traffic.ccalgos.dctcp import Dctcp
+from traffic.ccalgos.hpcc import Hpcc
 from traffic.ccload import resolve_cc
 from traffic.fixeddelay import round_trip_s
 
@@ -136,13 +142,15 @@ OPTIONS: dict[str, Option] = {
     # Two flows whose windows (W* = 17 frames at K = 80 KB on the default fabric) are
     # large enough for the analysis' fluid sawtooth; 4 MiB each give alpha (from 1) time
     # to settle and some 10 periods after it.
-    "osc_flows": Option(2, "flows of the DCTCP oscillation case", parse=parse_int(1)),
-    "osc_size": Option(4 << 20, "bytes per flow of the DCTCP oscillation case (also when "
-                       "quick: a shorter run measures alpha still settling)", parse=parse_size),
+    "osc_flows": Option(2, "flows of the DCTCP oscillation and HPCC steady cases",
+                        parse=parse_int(1)),
+    "osc_size": Option(4 << 20, "bytes per flow of the DCTCP oscillation and HPCC steady "
+                       "cases (also when quick: a shorter run measures alpha still settling)",
+                       parse=parse_size),
     "osc_k": Option(80_000, "DCTCP step-marking threshold K of the oscillation case (bytes)",
                     parse=parse_size),
-    "osc_settle": Option(0.5, "fraction of the oscillation case skipped while DCTCP's alpha "
-                         "settles", parse=parse_float(0, 1, open_high=True)),
+    "osc_settle": Option(0.5, "fraction of the oscillation and steady cases skipped while "
+                         "the algorithm settles", parse=parse_float(0, 1, open_high=True)),
     "thresholds": Option("40K/160K", "ECN Kmin/Kmax of every switch port (bytes)",
                          parse=parse_thresholds),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
@@ -414,9 +422,44 @@ def sawtooth(t_s: Sequence[float], queue_bytes: Sequence[float]) -> Sawtooth:
     return Sawtooth(math.sqrt(12) * float(q.std()), float(q.mean()), p5, p95, period)
 
 
-def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
-                    cc: str, t: Thresholds) -> None:
-    """DCTCP's steady queue oscillation at a step threshold (see the module doc)."""
+@dataclass(frozen=True)
+class LongFlows:
+    """``osc_flows`` same-RTT senders writing ``osc_size`` bytes each to the receiver
+    from t = 0, and the window where all are active and settled."""
+
+    senders: list[str]
+    port: Any                 # the bottleneck (emu.ports.Port)
+    rtt_s: float              # their unloaded round trip
+    m: Measurement
+    report: Any               # the gate's verdict
+    workload: Workload
+    lo_s: float               # the window [lo, hi)
+    hi_s: float
+    flows: list[int]
+
+    def queue(self) -> pd.DataFrame:
+        q = self.m.queue
+        return q[(q.port == self.port.name) & (q.t_s >= self.lo_s) & (q.t_s < self.hi_s)]
+
+    def rates(self) -> pd.DataFrame:
+        r = self.m.rates
+        return r[(r.t_s >= self.lo_s) & (r.t_s < self.hi_s)]
+
+    def payload_bps(self) -> float:
+        """Payload delivered to the receiver in the window, all flows."""
+        return sum(window_rate_bps(self.m, f, self.lo_s, self.hi_s, 0.0, 0.0)
+                   for f in self.flows)
+
+
+def long_flows(fab: Fabric, receiver: str, opts: dict[str, Any], cc: str,
+               drain_queue_bytes: Callable[[list[str], Any, float], float],
+               marking: tuple[Thresholds, Thresholds] | None = None) -> LongFlows:
+    """Run the long flows of the oscillation and steady cases, with every switch port
+    at ``marking[0]`` for the run and ``marking[1]`` after, if given (else as the fabric
+    marks). The window starts once every flow has delivered
+    a frame and ``osc_settle`` of the rest has passed; it ends two round trips with
+    ``drain_queue_bytes(senders, port, rtt)`` queued before the first flow completes,
+    where that queue starts to drain."""
     graph = model_graph(fab)
 
     def rtt_s(h: str) -> float:
@@ -424,30 +467,55 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
 
     senders = same_rtt_senders(list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
     port = incast.bottleneck_port(fab, senders, receiver)
-    k = opts["osc_k"]
     rtt = rtt_s(senders[0])
-    pred = dctcp_oscillation(len(senders), port.rate_bps, rtt, k, WIRE_FRAME_BYTES, FRAME_BYTES)
     workload = collectives.build("incast", [receiver, *senders], opts["osc_size"])
-    fab.set_thresholds(Thresholds(k, k, 1.0))
+    if marking:
+        fab.set_thresholds(marking[0])
     try:
         m = measure(fab, workload, engine_config(cc), watch=[port])
         report = gate(fab, m, workload, cc=True)
     finally:
-        fab.set_thresholds(t)
+        if marking:
+            fab.set_thresholds(marking[1])
     ids = [msg.msg_id for msg in workload.messages if msg.src != msg.dst]
     lat = m.latency[m.latency.msg_id.isin(ids)]
     t0 = float(lat.groupby("msg_id").t_s.min().max())
-    # The queue drains from when the first flow's last frame is queued: end the window
-    # two round trips with a full queue (the model's) before that flow completes.
-    drain_s = 2 * (rtt + 8 * pred.q_max_bytes / port.rate_bps)
+    drain_s = 2 * (rtt + 8 * drain_queue_bytes(senders, port, rtt) / port.rate_bps)
     t1 = float(m.messages[m.messages.msg_id.isin(ids)].end_s.min()) - drain_s
     lo = t0 + opts["osc_settle"] * (t1 - t0)
-    q = m.queue[(m.queue.port == port.name) & (m.queue.t_s >= lo) & (m.queue.t_s < t1)]
+    return LongFlows(senders, port, rtt, m, report, workload, lo, t1, ids)
+
+
+def _finish_long(run: Run, fab: Fabric, case: str, lf: LongFlows, row: dict[str, Any],
+                 what: str) -> None:
+    run.note(f"{case}: {len(lf.senders)} flows ({', '.join(lf.senders)}) at "
+             f"{lf.rtt_s * 1e6:.2f} us unloaded RTT, {what}; {len(lf.queue())} queue samples "
+             f"over {(lf.hi_s - lf.lo_s) * 1e6:.1f} us")
+    record(run, row, lf.m, rates=True)
+    run.fidelity(case, lf.report)
+    run.deviations([{**d, "effect": "lengthens the round trip the flows see by the missing delay"}
+                    for d in measure_deviations(fab, lf.m, case, model_graph(fab))])
+
+
+def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
+                    cc: str, t: Thresholds) -> None:
+    """DCTCP's steady queue oscillation at a step threshold (see the module doc)."""
+    k = opts["osc_k"]
+
+    def model(senders: list[str], port: Any, rtt: float) -> Any:
+        return dctcp_oscillation(len(senders), port.rate_bps, rtt, k, WIRE_FRAME_BYTES,
+                                 FRAME_BYTES)
+
+    lf = long_flows(fab, receiver, opts, cc, lambda s, p, rtt: model(s, p, rtt).q_max_bytes,
+                    (Thresholds(k, k, 1.0), t))
+    pred = model(lf.senders, lf.port, lf.rtt_s)
+    q = lf.queue()
     saw = sawtooth(q.t_s, q.backlog_bytes)
-    rates = m.rates[(m.rates.t_s >= lo) & (m.rates.t_s < t1)]
+    rates = lf.rates()
     alpha = float(rates.alpha.mean()) if not rates.empty else math.nan
+    m = lf.m
     row = {"case": case, "scenario": "oscillation", "cc": label(cc), "pfc": False,
-           "flows": len(senders), "k_KB": k / 1e3,
+           "flows": len(lf.senders), "k_KB": k / 1e3,
            "amplitude_KB": saw.amplitude_bytes / 1e3, "model_amplitude_KB": pred.amplitude_bytes / 1e3,
            "mean_queue_KB": saw.mean_bytes / 1e3, "model_mean_queue_KB": pred.mean_bytes / 1e3,
            "period_us": saw.period_s * 1e6, "model_period_us": pred.period_s * 1e6,
@@ -461,13 +529,33 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
                (pred.q_min_bytes + 0.05 * pred.amplitude_bytes) / 1e3)
     run.metric(case, "oscillation period", "us", row["period_us"], row["model_period_us"])
     run.metric(case, "alpha", "", alpha, pred.alpha)
-    run.note(f"{case}: {len(senders)} flows ({', '.join(senders)}) at {rtt * 1e6:.2f} "
-             f"us unloaded RTT, step marking at K = {k} B; {len(q)} queue samples over "
-             f"{(t1 - lo) * 1e6:.1f} us")
-    record(run, row, m, rates=True)
-    run.fidelity(case, report)
-    run.deviations([{**d, "effect": "lengthens the round trip the flows see by the missing delay"}
-                    for d in measure_deviations(fab, m, case, graph)])
+    _finish_long(run, fab, case, lf, row, f"step marking at K = {k} B")
+
+
+def has_steady_model(cc: str) -> bool:
+    """``cc`` has a closed-form equilibrium the steady case measures: HPCC's (U = eta,
+    no standing queue). DCQCN's fixed point (``model.dcqcn``) is not reached in a run:
+    alpha decays from 1 by g = 1/256 per 55 us, some 30 ms of real time to near 0.1."""
+    return resolve_cc(cc).constructor is Hpcc
+
+
+def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
+               cc: str) -> None:
+    """HPCC's long flows against its equilibrium: no standing queue, eta of the port."""
+    lf = long_flows(fab, receiver, opts, cc, lambda s, p, rtt: 0.0)
+    q = lf.queue()
+    payload_bps = lf.payload_bps()
+    eta = resolve_cc(cc)(lf.port.rate_bps).target_utilisation
+    m = lf.m
+    row = {"case": case, "scenario": "steady", "cc": label(cc), "pfc": False,
+           "flows": len(lf.senders), "mean_queue_KB": float(q.backlog_bytes.mean()) / 1e3,
+           "aggregate_gbps": payload_bps * 1e-9,
+           "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
+    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], 0.0)
+    run.metric(case, "queue p95", "KB", float(q.backlog_bytes.quantile(0.95)) / 1e3, 0.0)
+    run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
+               eta * lf.port.rate_bps / roce_wire_factor() * 1e-9)
+    _finish_long(run, fab, case, lf, row, "INT on every switch port")
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
@@ -481,7 +569,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
              + ("" if kind != "incast" else f" pfc={'on' if pfc else 'off'}"))
             for pfc in (False, True) for cc in opts["algorithms"]
             for kind in (("incast",) if pfc else ("incast", "fairness")
-                         + (("oscillation",) if is_dctcp(cc) else ()))]
+                         + (("oscillation",) if is_dctcp(cc) else ())
+                         + (("steady",) if has_steady_model(cc) else ()))]
     todo = [p for p in plan if not run.finished(p[3])]
     run.note("metrics without a prediction are measured only: the model has no DCTCP, "
              "TIMELY, Swift or user algorithm, no PAUSE and no convergence dynamics")
@@ -501,6 +590,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                     run_incast(run, fab, case, r, opts, cc, pfc, t)
                 elif kind == "oscillation":
                     run_oscillation(run, fab, case, r.receiver, opts, cc, t)
+                elif kind == "steady":
+                    run_steady(run, fab, case, r.receiver, opts, cc)
                 else:
                     run_fairness(run, fab, case, r, opts, cc)
                 run.commit(case)

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from core.errors import CapabilityError
+from core.frame import FRAME_BYTES
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.ecn import Thresholds
@@ -186,7 +187,7 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     assert result.valid and summary["valid"], summary["reasons"]
     algorithms = ["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"]
     expected = {f"incast cc={cc} pfc={p}" for cc in algorithms for p in ("off", "on")} | \
-        {f"fairness cc={cc}" for cc in algorithms} | {"oscillation cc=dctcp"}
+        {f"fairness cc={cc}" for cc in algorithms} | {"oscillation cc=dctcp", "steady cc=hpcc"}
     assert set(summary["cases"]) == expected
     assert all(rep["valid"] for rep in summary["cases"].values())
     rows = _rows(tmp_path)
@@ -226,6 +227,11 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     assert abs(osc.loc["mean queue"].error_rel) <= 0.20, osc
     assert -0.5 <= osc.loc["queue amplitude"].error_rel <= 0.6, osc
     assert rows.loc["oscillation cc=dctcp"].drops == 0
+    # HPCC's equilibrium (U = eta): long flows keep no standing queue (less than a
+    # frame on average; measured 0) and deliver about eta of the port.
+    steady = metrics.xs("steady cc=hpcc")
+    assert steady.loc["mean queue"].measured < FRAME_BYTES / 1e3, steady
+    assert abs(steady.loc["aggregate throughput"].error_rel) <= 0.10, steady
     # HPCC reads the queue from the switches: its incast queues less than DCQCN's.
     assert rows.loc["incast cc=hpcc pfc=off"].latency_p99_us < \
         rows.loc["incast cc=dcqcn pfc=off"].latency_p99_us

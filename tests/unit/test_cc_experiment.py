@@ -126,3 +126,8 @@ def test_the_oscillation_case_runs_for_dctcp_only_and_its_k_is_checked():
     with pytest.raises(ParameterError, match="osc_k"):
         resolve_options(cc.OPTIONS, False, {"algorithms": "dctcp", "osc_k": "1M",
                                             "buffer": "512K"}, cc.check)
+
+
+def test_the_steady_case_runs_for_hpcc_only():
+    assert cc.has_steady_model("hpcc") and cc.has_steady_model("hpcc,eta=0.9")
+    assert not any(cc.has_steady_model(x) for x in ("off", "dcqcn", "paper", "dctcp", "swift"))
