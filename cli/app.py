@@ -74,8 +74,10 @@ def doctor(marking: MarkingOpt = "auto") -> None:
     console.print("Link delay: " + ("netem, dilated by S" if caps.has("qdisc netem") else
                                     f"not emulated ({netem.detail if netem else 'not probed'})"))
     from engine.burst import Burst
+    from engine.rx import RxLib
 
     console.print(f"Engine send path: {Burst().detail}")
+    console.print(f"Engine receive path: {RxLib().detail}")
     console.print(_default_scale_note())
     _print_registry()
     if not caps.essentials_ok or caps.marking_backend is None:

@@ -113,7 +113,7 @@ class RxLib:
                                        ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int,
                                        ctypes.c_char_p]
         self.lib = lib
-        self.detail = "batched (compiled)"
+        self.detail = "batched ring reads, ACKs, NAKs and CNPs written and sent (compiled)"
 
     @property
     def available(self) -> bool:
