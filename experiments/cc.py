@@ -423,23 +423,42 @@ def sawtooth(t_s: Sequence[float], queue_bytes: Sequence[float]) -> Sawtooth:
 
 
 @dataclass(frozen=True)
-class LongFlows:
-    """``osc_flows`` same-RTT senders writing ``osc_size`` bytes each to the receiver
-    from t = 0, and the window where all are active and settled."""
+class LongFlowSet:
+    """``osc_flows`` hosts with one unloaded round trip to the receiver (the largest
+    such group), their bottleneck port and that round trip."""
 
+    receiver: str
     senders: list[str]
     port: Any                 # the bottleneck (emu.ports.Port)
-    rtt_s: float              # their unloaded round trip
+    rtt_s: float
+
+
+def long_flow_set(fab: Fabric, receiver: str, opts: dict[str, Any]) -> LongFlowSet:
+    graph = model_graph(fab)
+
+    def rtt_s(h: str) -> float:
+        return round_trip_s(graph, fab.routes.paths, h, receiver)
+
+    senders = same_rtt_senders(list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
+    return LongFlowSet(receiver, senders, incast.bottleneck_port(fab, senders, receiver),
+                       rtt_s(senders[0]))
+
+
+@dataclass(frozen=True)
+class LongFlows:
+    """The set's senders writing ``osc_size`` bytes each to the receiver from t = 0,
+    measured, and the window where all are active and settled."""
+
+    fs: LongFlowSet
     m: Measurement
     report: Any               # the gate's verdict
-    workload: Workload
     lo_s: float               # the window [lo, hi)
     hi_s: float
     flows: list[int]
 
     def queue(self) -> pd.DataFrame:
         q = self.m.queue
-        return q[(q.port == self.port.name) & (q.t_s >= self.lo_s) & (q.t_s < self.hi_s)]
+        return q[(q.port == self.fs.port.name) & (q.t_s >= self.lo_s) & (q.t_s < self.hi_s)]
 
     def rates(self) -> pd.DataFrame:
         r = self.m.rates
@@ -451,28 +470,19 @@ class LongFlows:
                    for f in self.flows)
 
 
-def long_flows(fab: Fabric, receiver: str, opts: dict[str, Any], cc: str,
-               drain_queue_bytes: Callable[[list[str], Any, float], float],
+def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: str,
+               drain_queue_bytes: float,
                marking: tuple[Thresholds, Thresholds] | None = None) -> LongFlows:
     """Run the long flows of the oscillation and steady cases, with every switch port
     at ``marking[0]`` for the run and ``marking[1]`` after, if given (else as the fabric
-    marks). The window starts once every flow has delivered
-    a frame and ``osc_settle`` of the rest has passed; it ends two round trips with
-    ``drain_queue_bytes(senders, port, rtt)`` queued before the first flow completes,
-    where that queue starts to drain."""
-    graph = model_graph(fab)
-
-    def rtt_s(h: str) -> float:
-        return round_trip_s(graph, fab.routes.paths, h, receiver)
-
-    senders = same_rtt_senders(list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
-    port = incast.bottleneck_port(fab, senders, receiver)
-    rtt = rtt_s(senders[0])
-    workload = collectives.build("incast", [receiver, *senders], opts["osc_size"])
+    marks). The window starts once every flow has delivered a frame and ``osc_settle``
+    of the rest has passed; it ends two round trips with ``drain_queue_bytes`` queued
+    before the first flow completes, where that queue starts to drain."""
+    workload = collectives.build("incast", [fs.receiver, *fs.senders], opts["osc_size"])
     if marking:
         fab.set_thresholds(marking[0])
     try:
-        m = measure(fab, workload, engine_config(cc), watch=[port])
+        m = measure(fab, workload, engine_config(cc), watch=[fs.port])
         report = gate(fab, m, workload, cc=True)
     finally:
         if marking:
@@ -480,16 +490,16 @@ def long_flows(fab: Fabric, receiver: str, opts: dict[str, Any], cc: str,
     ids = [msg.msg_id for msg in workload.messages if msg.src != msg.dst]
     lat = m.latency[m.latency.msg_id.isin(ids)]
     t0 = float(lat.groupby("msg_id").t_s.min().max())
-    drain_s = 2 * (rtt + 8 * drain_queue_bytes(senders, port, rtt) / port.rate_bps)
+    drain_s = 2 * (fs.rtt_s + 8 * drain_queue_bytes / fs.port.rate_bps)
     t1 = float(m.messages[m.messages.msg_id.isin(ids)].end_s.min()) - drain_s
     lo = t0 + opts["osc_settle"] * (t1 - t0)
-    return LongFlows(senders, port, rtt, m, report, workload, lo, t1, ids)
+    return LongFlows(fs, m, report, lo, t1, ids)
 
 
 def _finish_long(run: Run, fab: Fabric, case: str, lf: LongFlows, row: dict[str, Any],
                  what: str) -> None:
-    run.note(f"{case}: {len(lf.senders)} flows ({', '.join(lf.senders)}) at "
-             f"{lf.rtt_s * 1e6:.2f} us unloaded RTT, {what}; {len(lf.queue())} queue samples "
+    run.note(f"{case}: {len(lf.fs.senders)} flows ({', '.join(lf.fs.senders)}) at "
+             f"{lf.fs.rtt_s * 1e6:.2f} us unloaded RTT, {what}; {len(lf.queue())} queue samples "
              f"over {(lf.hi_s - lf.lo_s) * 1e6:.1f} us")
     record(run, row, lf.m, rates=True)
     run.fidelity(case, lf.report)
@@ -501,21 +511,17 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
                     cc: str, t: Thresholds) -> None:
     """DCTCP's steady queue oscillation at a step threshold (see the module doc)."""
     k = opts["osc_k"]
-
-    def model(senders: list[str], port: Any, rtt: float) -> Any:
-        return dctcp_oscillation(len(senders), port.rate_bps, rtt, k, WIRE_FRAME_BYTES,
-                                 FRAME_BYTES)
-
-    lf = long_flows(fab, receiver, opts, cc, lambda s, p, rtt: model(s, p, rtt).q_max_bytes,
-                    (Thresholds(k, k, 1.0), t))
-    pred = model(lf.senders, lf.port, lf.rtt_s)
+    fs = long_flow_set(fab, receiver, opts)
+    pred = dctcp_oscillation(len(fs.senders), fs.port.rate_bps, fs.rtt_s, k, WIRE_FRAME_BYTES,
+                             FRAME_BYTES)
+    lf = long_flows(fab, fs, opts, cc, pred.q_max_bytes, (Thresholds(k, k, 1.0), t))
     q = lf.queue()
     saw = sawtooth(q.t_s, q.backlog_bytes)
     rates = lf.rates()
     alpha = float(rates.alpha.mean()) if not rates.empty else math.nan
     m = lf.m
     row = {"case": case, "scenario": "oscillation", "cc": label(cc), "pfc": False,
-           "flows": len(lf.senders), "k_KB": k / 1e3,
+           "flows": len(fs.senders), "k_KB": k / 1e3,
            "amplitude_KB": saw.amplitude_bytes / 1e3, "model_amplitude_KB": pred.amplitude_bytes / 1e3,
            "mean_queue_KB": saw.mean_bytes / 1e3, "model_mean_queue_KB": pred.mean_bytes / 1e3,
            "period_us": saw.period_s * 1e6, "model_period_us": pred.period_s * 1e6,
@@ -542,19 +548,20 @@ def has_steady_model(cc: str) -> bool:
 def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
                cc: str) -> None:
     """HPCC's long flows against its equilibrium: no standing queue, eta of the port."""
-    lf = long_flows(fab, receiver, opts, cc, lambda s, p, rtt: 0.0)
+    fs = long_flow_set(fab, receiver, opts)
+    lf = long_flows(fab, fs, opts, cc, 0.0)
     q = lf.queue()
     payload_bps = lf.payload_bps()
-    eta = resolve_cc(cc)(lf.port.rate_bps).target_utilisation
+    eta = resolve_cc(cc)(fs.port.rate_bps).target_utilisation
     m = lf.m
     row = {"case": case, "scenario": "steady", "cc": label(cc), "pfc": False,
-           "flows": len(lf.senders), "mean_queue_KB": float(q.backlog_bytes.mean()) / 1e3,
+           "flows": len(fs.senders), "mean_queue_KB": float(q.backlog_bytes.mean()) / 1e3,
            "aggregate_gbps": payload_bps * 1e-9,
            "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
     run.metric(case, "mean queue", "KB", row["mean_queue_KB"], 0.0)
     run.metric(case, "queue p95", "KB", float(q.backlog_bytes.quantile(0.95)) / 1e3, 0.0)
     run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
-               eta * lf.port.rate_bps / roce_wire_factor() * 1e-9)
+               eta * fs.port.rate_bps / roce_wire_factor() * 1e-9)
     _finish_long(run, fab, case, lf, row, "INT on every switch port")
 
 
