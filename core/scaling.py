@@ -23,7 +23,7 @@ MAX_EMULATED_RATE_BPS = 2.0e9
 #: Lowest emulated rate that still keeps HTB and timer granularity negligible.
 MIN_EMULATED_RATE_BPS = 100e3
 # S = 10000: a 400G NIC runs at 40 Mb/s emulated, one 4 KB frame every 0.84 ms. The
-# engine (engine/nic.py, with the fixed-delay lines) costs ~45-65 us of CPU per frame
+# engine (engine/nic.py, with the fixed path delays) costs ~45-65 us of CPU per frame
 # on this 2-core machine, about half of it the kernel carrying the frame through
 # shapers and switches. A 4 MiB ring all-reduce over 16 ranks on fattree,4 (python -m
 # experiments.bench_capacity) keeps the machine ~35 % busy at 10000 and is VALID

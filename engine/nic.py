@@ -40,16 +40,24 @@ frames) is compared with the time its schedule allotted the same frames (rate ch
 The wait before a period's first frame, and short periods, are wake-up lag, judged by
 the lag checks: counted here they would fail every small message on wake latency.
 
-Fixed delays. A QP with a path delay (``MsgPlan.fwd_delay_emu_ns``, the real
-fabric's fixed delay dilated by S, engine/run.py) has a **delay line**: the NIC
-model decides, paces and books every frame at its slot as before (the time it
-would leave a real NIC), and the burst waits in the QP's FIFO until that slot plus
-the path delay, then goes to the fabric stamped with the hand-over time less the
-delay, so the receiver's one-way latency includes it. ACKs and CNPs for the QP wait
-in a second FIFO for the ACK path's delay before the requester acts on them, at
-their nominal time. Both delays are constant per QP, so either FIFO releases in
-order; a frame's pacing lag includes how late its hand-over was. A message's first
-frame is due ``nic_overhead_s`` after it is posted.
+Fixed delays. A QP's frames enter the fabric the real fabric's fixed path delay
+(``MsgPlan.fwd_delay_emu_ns``, dilated by S, engine/run.py) after the time they
+would leave a real NIC, stamped with that time, so the receiver's one-way latency
+includes the delay. Rather than hold every decided frame, the NIC model runs on a
+**NIC clock** ``fwd_ns`` behind the wall clock, ``fwd_ns`` the smallest path delay
+of its QPs: it decides, paces and books a frame at its slot on that clock, i.e. at
+the wall time its frame is due on the fabric, and hands it over at once. A QP whose
+path delay is longer has a **delay line** for the difference: the burst waits in a
+FIFO and goes to the fabric stamped with its hand-over time less the whole delay.
+ACKs and CNPs reach the requester the ACK path's delay after they arrive, on its
+NIC's clock (``fwd_ns`` later on the wall clock: a second FIFO). Every sender-side
+time (slots, send stamps, RTT samples, the CC's clock, retransmission and CC timers,
+a message's post) is NIC time; the deadline heap holds wall times. Both delays are
+constant per QP, so either FIFO releases in order; a frame's pacing lag includes how
+late its hand-over was. A message's first frame is due ``nic_overhead_s`` after it
+is posted. (The clock saves a wake-up and a hold per burst: in a ring all-reduce,
+every QP of a NIC has the same path, and the delay lines had cost a third of the
+engine's CPU per frame.)
 
 Clocks. Data frames carry the send time as CLOCK_MONOTONIC ns (``traffic.roce``);
 receive times are the ring's kernel timestamps converted with the parent's
@@ -176,11 +184,12 @@ _TURN_FRAMES = 0.25
 class _Nic:
     __slots__ = ("host", "ifname", "sock", "rate_bps", "rate_emu_bps", "ns_per_bit", "sched", "qps",
                  "backlog", "bits_sent", "period_start", "period_first_out", "ideal_end", "actual_end",
-                 "rate_period_ns", "slot",
+                 "rate_period_ns", "slot", "fwd_ns",
                  "dropped", "period_dropped", "busy_ns", "ideal_ns")
 
     def __init__(self, plan: NicPlan, sock: socket.socket, scale: Scale, slot: int):
         self.slot = slot                # its index in RxState.blocked
+        self.fwd_ns = 0                 # how far its clock runs behind the wall clock
         self.host = plan.host
         self.ifname = plan.ifname
         self.sock = sock
@@ -216,9 +225,11 @@ class _CcTimer:
 class _DelayLine:
     """A QP's delay lines (module docstring, "Fixed delays"), a deadline key of its own.
 
-    ``frames``: (release_ns, shape, psn, count, lag_ns, step_ns, solicit) of decided bursts;
-    ``ctrl``: (release_ns, kind, psn, syndrome, int_block) of received ACKs (kind
-    EV_ACK_IN) and CNPs (EV_CNP_IN). Each FIFO's delay is constant, so its head is its earliest.
+    ``frames``: (release_ns, shape, psn, count, lag_ns, step_ns, solicit) of decided bursts
+    whose path delay exceeds their NIC clock's; ``ctrl``: (release_ns, kind, psn,
+    syndrome, int_block) of received ACKs (kind EV_ACK_IN) and CNPs (EV_CNP_IN).
+    Release times are wall times. Each FIFO's delay is constant, so its head is its
+    earliest.
     """
 
     __slots__ = ("qp", "frames", "ctrl")
@@ -237,7 +248,7 @@ class _SendQp:
     __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "cc", "nic",
                  "sched", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
                  "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns", "timer", "echoes",
-                 "delay", "post_ns")
+                 "delay", "line_ns", "post_ns")
 
     def __init__(self, plan: MsgPlan, payload_bytes: int):
         self.plan = plan
@@ -272,8 +283,9 @@ class _SendQp:
         self.echoes = 0                 # ACKs and NAKs received with the ECN echo
         self.delay = (_DelayLine(self) if plan.fwd_delay_emu_ns or plan.back_delay_emu_ns
                       else None)
-        # When the message is posted: its start time, or the completion of its last
-        # dependency if later (the receive stamp of that message's last frame).
+        self.line_ns = 0                # path delay beyond its NIC clock's: a frame's wait
+        # When the message is posted (NIC time): its start time, or the completion of its
+        # last dependency if later (the receive stamp of that message's last frame).
         self.post_ns = -1
 
 
@@ -411,6 +423,11 @@ class _WorkerLoop:
         for qp in self.senders:
             qp.nic = self.nics[(qp.plan.src, qp.plan.ifname)]
             self.hosts[qp.plan.src].tx_qps[qp.plan.index + 1] = qp
+        for nic in self.nics.values():
+            nic.fwd_ns = min((qp.plan.fwd_delay_emu_ns for qp in self.senders
+                              if qp.nic is nic), default=0)
+        for qp in self.senders:
+            qp.line_ns = qp.plan.fwd_delay_emu_ns - qp.nic.fwd_ns
         for m in plan.receives:
             n_packets = -(-m.size_bytes // plan.payload_bytes)
             rq = _RecvQp(m, n_packets, plan.ack_coalesce or n_packets, plan.ce_ack,
@@ -508,7 +525,7 @@ class _WorkerLoop:
         for index in self.deps.ready():
             qp = self.by_index[index]
             qp.post_ns = t0 + qp.plan.start_emu_ns
-            self.deadlines.arm(qp, qp.post_ns)
+            self.deadlines.arm(qp, qp.post_ns + qp.nic.fwd_ns)
         timer.arm(t0)
         while mono() < t0:  # every worker starts on the same clock reading
             ep.poll(0.05)
@@ -560,11 +577,12 @@ class _WorkerLoop:
         self.wall_ns = mono() - t0
 
     def _fire(self, key: Any, now: int) -> None:
+        """Act on deadline ``key`` at wall time ``now`` (a sender's on its NIC clock)."""
         if isinstance(key, _Nic):
-            self._service(key, now)
+            self._service(key, now - key.fwd_ns)
             return
         if isinstance(key, _CcTimer):
-            self._on_cc_timer(key.qp, now)
+            self._on_cc_timer(key.qp, now - key.qp.nic.fwd_ns)
             return
         if isinstance(key, _RecvQp):
             self._delayed_ack(key)
@@ -573,6 +591,7 @@ class _WorkerLoop:
             self._release(key, now)
             return
         qp: _SendQp = key
+        now -= qp.nic.fwd_ns
         if qp.gbn is None:
             self._start(qp, now)
             return
@@ -589,14 +608,15 @@ class _WorkerLoop:
     def _completed(self, index: int, done_ns: int, now: int) -> None:
         """Message ``index`` was fully received at ``done_ns``: post what waited for it
         then. A worker that learns of it late (a stall, a wake-up) starts the message
-        late against that post time, and its frames' lag says so."""
+        late against that post time, and its frames' lag says so. ``now`` is wall time."""
         for child in self.deps.complete(index):
             qp = self.by_index[child]
             qp.post_ns = max(done_ns, self.t0_ns + qp.plan.start_emu_ns)
-            if qp.post_ns <= now:
-                self._start(qp, now)
+            fwd = qp.nic.fwd_ns
+            if qp.post_ns <= now - fwd:
+                self._start(qp, now - fwd)
             else:
-                self.deadlines.arm(qp, qp.post_ns)
+                self.deadlines.arm(qp, qp.post_ns + fwd)
 
     def _announce(self, index: int, done_ns: int) -> None:
         """Tell the workers that send dependents of ``index`` (completion ring + eventfd)."""
@@ -642,7 +662,7 @@ class _WorkerLoop:
 
     def _wake(self, qp: _SendQp, now: int, due_ns: int | None = None) -> None:
         """``qp`` has frames to send from ``due_ns`` (default ``now``: an idle QP owed
-        nothing): put it on its NIC and serve the NIC now."""
+        nothing; both NIC time): put it on its NIC and serve the NIC now."""
         if not qp.idle:
             return
         qp.idle = False
@@ -653,20 +673,21 @@ class _WorkerLoop:
         if not nic.qps:
             nic.sched.restart(due)
         nic.qps.append(qp)
+        wall = now + nic.fwd_ns
         armed = self.deadlines.armed(nic)
-        if armed is None or armed > now:
-            self.deadlines.arm(nic, now)
+        if armed is None or armed > wall:
+            self.deadlines.arm(nic, wall)
 
     def _arm_rto(self, qp: _SendQp) -> None:
         deadline = qp.gbn.deadline_s
         if deadline is not None:
-            self.deadlines.arm(qp, self.t0_ns + int(deadline * self.scale_ns))
+            self.deadlines.arm(qp, self.t0_ns + int(deadline * self.scale_ns) + qp.nic.fwd_ns)
 
     def _arm_cc_timer(self, qp: _SendQp) -> None:
         """Arm (or disarm) ``qp``'s CC timer at its ``next_timer_s`` (read after its events)."""
         t_s = qp.cc.next_timer_s
         if t_s < math.inf and qp.acked_ns < 0:
-            self.deadlines.arm(qp.timer, self.t0_ns + int(t_s * self.scale_ns))
+            self.deadlines.arm(qp.timer, self.t0_ns + int(t_s * self.scale_ns) + qp.nic.fwd_ns)
         else:
             self.deadlines.disarm(qp.timer)
 
@@ -681,9 +702,11 @@ class _WorkerLoop:
 
     # -- sending -----------------------------------------------------------------------
     def _service(self, nic: _Nic, now: int) -> None:
-        """Send every frame of ``nic`` due within a turn of ``now``; re-arm its deadline."""
+        """Send every frame of ``nic`` due within a turn of ``now`` (NIC time); re-arm
+        its deadline."""
+        fwd = nic.fwd_ns
         if nic.backlog and not self._flush_backlog(nic):
-            self.deadlines.arm(nic, now + int(nic.ns_per_bit * 8 * 1500))
+            self.deadlines.arm(nic, now + fwd + int(nic.ns_per_bit * 8 * 1500))
             return
         scale_ns = self.scale_ns
         t0 = self.t0_ns
@@ -697,7 +720,7 @@ class _WorkerLoop:
             sched = best.sched.next_ns if best.sched.next_ns > nic.sched.next_ns \
                 else nic.sched.next_ns
             if sched > horizon:
-                self.deadlines.arm(nic, sched)
+                self.deadlines.arm(nic, sched + fwd)
                 return
             lag = now - sched
             g = best.gbn
@@ -733,11 +756,11 @@ class _WorkerLoop:
             # The frame that fills the window asks for an ACK (AckReq): coalesced
             # ACKs would otherwise hold it shut until the retransmission timer.
             solicit = window is not None and g.in_flight >= allowed
-            delay = best.delay
-            if delay is None:
+            if not best.line_ns:  # on the fabric now: its slot plus the NIC clock's delay
                 self._book_lags(lag, n, step)
-                sent = self._hand_over(nic, shape, psn, n, now, now, solicit)
+                sent = self._hand_over(nic, shape, psn, n, now + fwd, now, solicit)
             else:  # the lags are booked when the line hands the burst over
+                delay = best.delay
                 self._hold(delay, delay.frames,
                            (now + best.plan.fwd_delay_emu_ns, shape, psn, n, lag, step, solicit))
                 sent = n
@@ -793,9 +816,9 @@ class _WorkerLoop:
 
     def _hand_over(self, nic: _Nic, shape: Any, psn: int, n: int, now: int, ts_ns: int,
                    solicit: bool = False) -> int:
-        """Give a burst stamped ``ts_ns`` to the NIC's socket behind the frames the qdisc
-        pushed back; what it refuses joins them, retried shortly. Returns frames taken.
-        ``solicit`` sets AckReq on the burst's last frame."""
+        """Give a burst stamped ``ts_ns`` to the NIC's socket at wall time ``now``, behind
+        the frames the qdisc pushed back; what it refuses joins them, retried shortly.
+        Returns frames taken. ``solicit`` sets AckReq on the burst's last frame."""
         burst = self.burst
         blocked = bool(nic.backlog) and not self._flush_backlog(nic)
         sent = 0 if blocked else burst.send(nic.sock, shape, psn, n, ts_ns, solicit)
@@ -831,7 +854,7 @@ class _WorkerLoop:
         ctrl = delay.ctrl
         while ctrl and ctrl[0][0] <= horizon:
             release, kind, psn, arg, int_block = ctrl.popleft()
-            self._act(qp, kind, psn, arg, release, int_block)
+            self._act(qp, kind, psn, arg, release - qp.nic.fwd_ns, int_block)
         due = delay.next_ns()
         if due is not None:
             self.deadlines.arm(delay, due)
@@ -840,16 +863,18 @@ class _WorkerLoop:
                  int_block: bytes = b"") -> None:
         """An ACK (``EV_ACK_IN``, ``arg``: AETH syndrome | ARG_BECN for the ECN echo,
         ``int_block`` the INT it echoes) or CNP (``EV_CNP_IN``) for ``qp`` arrived at
-        ``rx_ns``: acted on now, or once the ACK path's delay is up."""
+        ``rx_ns`` (wall): acted on now, or at its arrival plus the ACK path's delay on
+        the NIC's clock (wall time plus both delays)."""
         delay = qp.delay
         if delay is None:
             self._act(qp, kind, psn, arg, rx_ns, int_block)
         else:
-            self._hold(delay, delay.ctrl,
-                       (rx_ns + qp.plan.back_delay_emu_ns, kind, psn, arg, int_block))
+            self._hold(delay, delay.ctrl, (rx_ns + qp.plan.back_delay_emu_ns + qp.nic.fwd_ns,
+                                           kind, psn, arg, int_block))
 
     def _act(self, qp: _SendQp, kind: int, psn: int, arg: int, t_ns: int,
              int_block: bytes) -> None:
+        """The requester acts on an ACK or CNP at ``t_ns``, NIC time."""
         if kind == EV_ACK_IN:
             self._on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN), int_block)
         else:
@@ -1107,7 +1132,7 @@ class _WorkerLoop:
             return
         if qp.idle:
             if g.next_index < g.total_packets:
-                self._wake(qp, time.monotonic_ns())
+                self._wake(qp, time.monotonic_ns() - qp.nic.fwd_ns)
             else:
                 self._arm_rto(qp)
 
