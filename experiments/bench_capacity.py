@@ -25,7 +25,12 @@ Printed side by side:
   ACK per frame and in-band telemetry);
 * with ``--receive-steering both``, everything once with each node's links pinned to
   one CPU (``emu.rxorder``) and once without (the default): what in-order delivery
-  costs.
+  costs;
+* first, the machine's price of one wake-up: the CPU of arming the engine's timer
+  (``engine.rawsock.TimerFd``) a frame time ahead, sleeping in epoll and waking, per
+  cycle. The table's wake-up share of a frame is the wake-ups per frame times it. On
+  a VM whose timer programming traps to the hypervisor this is tens of µs, the
+  largest part of the engine's own CPU per frame.
 
 Run it alone on the machine (under the heavy-work lock): the gate counts every
 process's CPU.
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import select
 import time
 from typing import Any
 
@@ -47,7 +53,7 @@ from core.scaling import Scale
 from emu.fabric import Fabric
 from emu.netns import in_netns
 from engine.burst import MAX_BURST, Burst
-from engine.rawsock import open_tx_socket
+from engine.rawsock import TimerFd, open_tx_socket
 from experiments.collective import run_collective
 from experiments.measure import fidelity_of
 from experiments.options import parse_cc
@@ -56,6 +62,25 @@ from traffic.roce import Flow, QpTemplate
 
 WITHIN = 0.05
 RING_BYTES = 4 << 20
+#: The wake-up price is measured for sleeps of a 4 KB frame time at 400G and S = 10000.
+WAKE_SLEEP_S = 830e-6
+
+
+def wakeup_cpu_us(sleep_s: float = WAKE_SLEEP_S, cycles: int = 500) -> float:
+    """CPU (user + kernel) per arm-sleep-wake cycle of the engine's timer, in µs."""
+    timer = TimerFd()
+    ep = select.epoll()
+    try:
+        ep.register(timer.fd, select.EPOLLIN)
+        cpu0 = time.process_time()
+        for _ in range(cycles):
+            timer.arm(time.monotonic_ns() + int(sleep_s * 1e9))
+            ep.poll()
+            timer.fired()
+        return (time.process_time() - cpu0) / cycles * 1e6
+    finally:
+        ep.close()
+        timer.close()
 
 
 def _blaster(socks: list[Any], shapes: list[Any], stop_at: float, counts: Any, w: int) -> None:
@@ -152,10 +177,13 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
                       f"({cap[in_order]['offered_fps']:,.0f} handed to the kernel)")
     rows = [engine_ring(spec, s, cc, in_order) for in_order in steering for cc in ccs
             for s in scales]
+    wake_us = wakeup_cpu_us()
+    console.print(f"one wake-up of the engine's timer ({WAKE_SLEEP_S * 1e6:.0f} µs sleep) "
+                  f"costs {wake_us:.1f} µs of CPU on this machine")
     table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {spec}")
     for col in ("steering", "cc", "S", "gate", "time vs model", "frames/s", "÷ kernel",
-                "CPU/frame", "of which kernel", "wake-ups/frame", "machine busy", "wall",
-                "why invalid"):
+                "CPU/frame", "of which kernel", "wake-ups/frame", "≈ wake-up CPU/frame",
+                "machine busy", "wall", "why invalid"):
         table.add_column(col)
     for r in rows:
         kernel_fps = cap[r["in_order"]]["delivered_fps"]
@@ -165,6 +193,7 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
                       f"{r['fps'] / kernel_fps:.3f}",
                       f"{r['cpu_per_frame_us']:.1f} µs", f"{r['sys_per_frame_us']:.1f} µs",
                       f"{r['wakeups_per_frame']:.2f}",
+                      f"{r['wakeups_per_frame'] * wake_us:.1f} µs",
                       f"{r['machine_busy']:.0%}" if r["machine_busy"] is not None else "-",
                       f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
     console.print(table)
