@@ -14,9 +14,10 @@ each ``cc`` setting in ``algorithms``:
   bottleneck drops what it cannot hold and go-back-N recovers; with PFC (enabled once
   every case without it has run) nothing is dropped, the pauses spread upstream and
   the uplink the victim shares with senders pauses the victim too: PFC's head-of-line
-  blocking. Measured: the incast's completion, drops (every port), PAUSE events, p99
-  one-way latency of its frames, peak bottleneck queue, retransmissions, ECN-echo
-  ACKs; the victim's FCT, throughput and p99 one-way latency.
+  blocking. Measured: the incast's completion and throughput (its payload over the
+  completion, and that as a share of the bottleneck's payload rate), drops (every
+  port), PAUSE events, p99 one-way latency of its frames, peak bottleneck queue,
+  retransmissions, ECN-echo ACKs; the victim's FCT, throughput and p99 one-way latency.
 * ``fairness cc=X`` (scenario b, no PFC): ``flows`` of those senders write
   ``flow_size`` bytes each to the receiver, flow k starting ``k * gap`` after the
   first. Over the interval when all are active (the model's, shifted by the path
@@ -209,6 +210,12 @@ def label(cc: str) -> str:
     return resolve_cc(cc).name
 
 
+def target_share(cc: str, rate_bps: float) -> float:
+    """The share of a bottleneck ``cc`` aims to keep busy where it declares one
+    (HPCC: eta, by design below 1), else 1: what an ideal control scaled by it gets."""
+    return getattr(resolve_cc(cc)(rate_bps), "target_utilisation", 1.0)
+
+
 def incast_workload(r: Roles, size_bytes: int) -> Workload:
     msgs = [Message(i, s, r.receiver, size_bytes) for i, s in enumerate(r.senders, start=1)]
     victim = Message(len(msgs) + 1, *r.victim, size_bytes, tag="victim")
@@ -262,9 +269,14 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     drops = int(m.ports.drops.sum())
     peak_bytes = float(m.queue[m.queue.port == port.name].backlog_bytes.max())
     victim_model_s = shares.finish_s[victim_id]
+    # The incast's payload over its completion, against the bottleneck's payload rate.
+    incast_bits = 8.0 * size * len(r.senders)
+    capacity_bps = port.rate_bps / roce_wire_factor()
     row = {
         "case": case, "scenario": "incast", "cc": label(cc), "pfc": pfc,
         "completion_us": completion_s * 1e6, "drops": drops, "pauses": pauses,
+        "incast_gbps": incast_bits / completion_s * 1e-9,
+        "bottleneck_share": incast_bits / completion_s / capacity_bps,
         "latency_p99_us": float(inc_lat_us.quantile(0.99)),
         "peak_queue_KB": peak_bytes / 1e3, "retransmitted": int(msgs.retransmitted.sum()),
         "ecn_echoes": int(msgs.ecn_echoes.sum()), "cnps": int(msgs.cnps_received.sum()),
@@ -273,6 +285,11 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
         "victim_latency_p99_us": float(victim_lat_us.quantile(0.99)),
     }
     run.metric(case, "incast completion", "us", row["completion_us"], model("completion_s", 1e6))
+    # Where the model has no completion: an ideal control (scaled by the share the
+    # algorithm aims at) keeps the bottleneck busy from the first byte to the last.
+    run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
+               incast_bits / pred["completion_s"] * 1e-9 if pred.get("completion_s")
+               else target_share(cc, port.rate_bps) * capacity_bps * 1e-9)
     run.metric(case, "drops", "packets", drops, model("drops"))
     run.metric(case, "latency p99", "us", row["latency_p99_us"], model("latency_p99_s", 1e6))
     run.metric(case, "peak queue", "KB", row["peak_queue_KB"], model("max_queue_bytes", 1e-3))
@@ -342,7 +359,7 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
                                 sched.finish_s[f] - sched.last_byte_s[f]) for f in active]
     # The max-min shares of an ideal control, scaled by the bottleneck share the
     # algorithm aims at where it declares one (HPCC: eta, by design below 1).
-    aim = getattr(resolve_cc(cc)(port.rate_bps), "target_utilisation", 1.0)
+    aim = target_share(cc, port.rate_bps)
     model = [full.payload_rates_bps[f] * aim for f in active]
     bin_s = CONVERGENCE_BIN_FRAMES * 8.0 * WIRE_FRAME_BYTES / port.rate_bps
     conv_s = convergence_s(m, active, bin_s)
@@ -552,7 +569,7 @@ def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, 
     lf = long_flows(fab, fs, opts, cc, 0.0)
     q = lf.queue()
     payload_bps = lf.payload_bps()
-    eta = resolve_cc(cc)(fs.port.rate_bps).target_utilisation
+    eta = target_share(cc, fs.port.rate_bps)
     m = lf.m
     row = {"case": case, "scenario": "steady", "cc": label(cc), "pfc": False,
            "flows": len(fs.senders), "mean_queue_KB": float(q.backlog_bytes.mean()) / 1e3,

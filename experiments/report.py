@@ -314,6 +314,7 @@ def nccl_table(df: pd.DataFrame) -> Table:
 #: cc.csv columns of each scenario's comparison table: (column, header).
 CC_TABLE_COLUMNS = {
     "incast": (("cc", "cc"), ("pfc", "PFC"), ("completion_us", "incast completion (us)"),
+               ("incast_gbps", "incast (Gb/s)"), ("bottleneck_share", "of bottleneck"),
                ("drops", "drops"), ("pauses", "PAUSEs"), ("latency_p99_us", "p99 latency (us)"),
                ("peak_queue_KB", "peak queue (KB)"), ("retransmitted", "retransmitted"),
                ("ecn_echoes", "ECN echoes"), ("victim_fct_us", "victim FCT (us)"),
@@ -328,6 +329,9 @@ CC_TABLE_COLUMNS = {
                     ("period_us", "period (us)"), ("model_period_us", "model (us)"),
                     ("alpha", "alpha"), ("model_alpha", "model alpha"), ("drops", "drops"),
                     ("valid", "valid")),
+    "steady": (("cc", "cc"), ("flows", "flows"), ("mean_queue_KB", "mean queue (KB)"),
+               ("aggregate_gbps", "aggregate (Gb/s)"), ("retransmitted", "retransmitted"),
+               ("drops", "drops"), ("valid", "valid")),
 }
 
 

@@ -77,15 +77,23 @@ def test_settling_time_is_the_end_of_the_last_unfair_bin():
 def test_comparison_tables_per_scenario_with_the_verdicts():
     df = pd.DataFrame([
         {"case": "incast cc=off pfc=on", "scenario": "incast", "cc": "off", "pfc": True,
-         "completion_us": 84.6, "drops": 0.0, "pauses": 74.0, "victim_fct_us": 59.6},
+         "completion_us": 84.6, "drops": 0.0, "pauses": 74.0, "victim_fct_us": 59.6,
+         "incast_gbps": 49.6, "bottleneck_share": 0.506},
         {"case": "fairness cc=dctcp", "scenario": "fairness", "cc": "dctcp", "pfc": False,
-         "jain": 0.98, "convergence_us": float("nan")}])
+         "jain": 0.98, "convergence_us": float("nan")},
+        {"case": "steady cc=hpcc", "scenario": "steady", "cc": "hpcc", "pfc": False,
+         "flows": 2.0, "mean_queue_KB": 0.03, "aggregate_gbps": 91.0, "drops": 0.0}])
     tables = cc_tables(df, {"incast cc=off pfc=on": {"valid": True},
-                            "fairness cc=dctcp": {"valid": False}})
-    assert [t.title.split(", ")[1].split(" ")[0] for t in tables] == ["incast", "fairness"]
+                            "fairness cc=dctcp": {"valid": False},
+                            "steady cc=hpcc": {"valid": True}})
+    assert [t.title.split(", ")[1].split(" ")[0] for t in tables] == ["incast", "fairness",
+                                                                     "steady"]
     incast_cells = {c.header: c._cells[0] for c in tables[0].columns}
     assert incast_cells["PFC"] == "on" and incast_cells["PAUSEs"] == "74"
     assert incast_cells["drops"] == "0" and "yes" in incast_cells["valid"]
+    assert incast_cells["incast (Gb/s)"] == "49.6"
+    steady_cells = {c.header: c._cells[0] for c in tables[2].columns}
+    assert steady_cells["flows"] == "2" and steady_cells["aggregate (Gb/s)"] == "91.0"
     fair_cells = {c.header: c._cells[0] for c in tables[1].columns}
     assert fair_cells["convergence (us)"] == "n/a" and "no" in fair_cells["valid"]
 
@@ -131,3 +139,9 @@ def test_the_oscillation_case_runs_for_dctcp_only_and_its_k_is_checked():
 def test_the_steady_case_runs_for_hpcc_only():
     assert cc.has_steady_model("hpcc") and cc.has_steady_model("hpcc,eta=0.9")
     assert not any(cc.has_steady_model(x) for x in ("off", "dcqcn", "paper", "dctcp", "swift"))
+
+
+def test_an_ideal_control_is_scaled_by_the_share_an_algorithm_aims_at():
+    assert cc.target_share("hpcc", 100e9) == pytest.approx(0.95)
+    assert cc.target_share("hpcc,eta=0.9", 100e9) == pytest.approx(0.9)
+    assert all(cc.target_share(x, 100e9) == 1.0 for x in ("off", "dcqcn", "dctcp", "swift"))
