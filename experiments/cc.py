@@ -16,7 +16,8 @@ each ``cc`` setting in ``algorithms``:
   the uplink the victim shares with senders pauses the victim too: PFC's head-of-line
   blocking. Measured: the incast's completion and throughput (its payload over the
   completion, and that as a share of the bottleneck's payload rate), drops (every
-  port), PAUSE events, p99 one-way latency of its frames, peak bottleneck queue,
+  port), PAUSE events, p99 one-way latency of its frames, peak and mean bottleneck
+  queue (the mean over the incast's duration),
   retransmissions, ECN-echo ACKs; the victim's FCT, throughput and p99 one-way latency.
 * ``fairness cc=X`` (scenario b, no PFC): ``flows`` of those senders write
   ``flow_size`` bytes each to the receiver, flow k starting ``k * gap`` after the
@@ -267,7 +268,12 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
         return pred[key] * factor if pred.get(key) is not None else None
 
     drops = int(m.ports.drops.sum())
-    peak_bytes = float(m.queue[m.queue.port == port.name].backlog_bytes.max())
+    q = m.queue[m.queue.port == port.name]
+    peak_bytes = float(q.backlog_bytes.max())
+    # Time-averaged over the incast (the samples are periodic): the line-rate start of
+    # a window-based control sets the peak, its reaction the mean.
+    busy = q[(q.t_s >= inc.start_s.min()) & (q.t_s <= inc.end_s.max())] if done else q
+    mean_bytes = float(busy.backlog_bytes.mean())
     victim_model_s = shares.finish_s[victim_id]
     # The incast's payload over its completion, against the bottleneck's payload rate.
     incast_bits = 8.0 * size * len(r.senders)
@@ -278,7 +284,8 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
         "incast_gbps": incast_bits / completion_s * 1e-9,
         "bottleneck_share": incast_bits / completion_s / capacity_bps,
         "latency_p99_us": float(inc_lat_us.quantile(0.99)),
-        "peak_queue_KB": peak_bytes / 1e3, "retransmitted": int(msgs.retransmitted.sum()),
+        "peak_queue_KB": peak_bytes / 1e3, "mean_queue_KB": mean_bytes / 1e3,
+        "retransmitted": int(msgs.retransmitted.sum()),
         "ecn_echoes": int(msgs.ecn_echoes.sum()), "cnps": int(msgs.cnps_received.sum()),
         "victim_fct_us": float(victim.fct_s) * 1e6,
         "victim_gbps": 8e-9 * size / float(victim.fct_s),
@@ -293,6 +300,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     run.metric(case, "drops", "packets", drops, model("drops"))
     run.metric(case, "latency p99", "us", row["latency_p99_us"], model("latency_p99_s", 1e6))
     run.metric(case, "peak queue", "KB", row["peak_queue_KB"], model("max_queue_bytes", 1e-3))
+    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], None)
     if pfc:
         run.metric(case, "PAUSE events", "count", pauses, None)
     run.metric(case, "retransmissions", "packets", row["retransmitted"], None)

@@ -213,6 +213,13 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     # with drops and go-back-N, CC off's Jain index varies from run to run).
     assert rows.loc["incast cc=dctcp pfc=off"].ecn_echoes > 0
     assert rows.loc["incast cc=dctcp pfc=off"].drops < off.drops
+    # HPCC's line-rate start sets its peak queue (112 KB here, a fifth of DCQCN's);
+    # its reaction from the first round trip keeps the incast's mean queue at 5-10 %
+    # of DCQCN's (measured: 10.5-11.6 KB against 110-219 KB, three runs, PFC off and on).
+    for p in ("off", "on"):
+        hpcc, dcqcn = rows.loc[f"incast cc=hpcc pfc={p}"], rows.loc[f"incast cc=dcqcn pfc={p}"]
+        assert hpcc.mean_queue_KB < 0.25 * dcqcn.mean_queue_KB, p
+        assert hpcc.peak_queue_KB < dcqcn.peak_queue_KB, p
     for cc in algorithms:
         fair = rows.loc[f"fairness cc={cc}"]
         # HPCC aims at eta = 95 % of the wire and climbs back to it through the paper's
