@@ -78,10 +78,21 @@ def doctor(marking: MarkingOpt = "auto") -> None:
 
     console.print(f"Engine send path: {Burst().detail}")
     console.print(f"Engine receive path: {RxLib().detail}")
+    console.print(_wakeup_note())
     console.print(_default_scale_note())
     _print_registry()
     if not caps.essentials_ok or caps.marking_backend is None:
         raise typer.Exit(1)
+
+
+def _wakeup_note() -> str:
+    """What one engine wake-up costs here, measured now."""
+    from engine.rawsock import WAKE_SLEEP_S, wakeup_cpu_us
+
+    return (f"Engine wake-up: {wakeup_cpu_us():.1f} µs of CPU per timer sleep of "
+            f"{WAKE_SLEEP_S * 1e6:.0f} µs (the engine wakes 0.5-0.9 times per frame it sends; "
+            "a VM that traps timer programming pays tens of µs, bare metal a few: "
+            "python -m experiments.bench_capacity prints each run's share)")
 
 
 def _default_scale_note() -> str:

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import select
 import time
 from typing import Any
 
@@ -53,7 +52,7 @@ from core.scaling import Scale
 from emu.fabric import Fabric
 from emu.netns import in_netns
 from engine.burst import MAX_BURST, Burst
-from engine.rawsock import TimerFd, open_tx_socket
+from engine.rawsock import WAKE_SLEEP_S, open_tx_socket, wakeup_cpu_us
 from experiments.collective import run_collective
 from experiments.measure import fidelity_of
 from experiments.options import parse_cc
@@ -62,25 +61,6 @@ from traffic.roce import Flow, QpTemplate
 
 WITHIN = 0.05
 RING_BYTES = 4 << 20
-#: The wake-up price is measured for sleeps of a 4 KB frame time at 400G and S = 10000.
-WAKE_SLEEP_S = 830e-6
-
-
-def wakeup_cpu_us(sleep_s: float = WAKE_SLEEP_S, cycles: int = 500) -> float:
-    """CPU (user + kernel) per arm-sleep-wake cycle of the engine's timer, in µs."""
-    timer = TimerFd()
-    ep = select.epoll()
-    try:
-        ep.register(timer.fd, select.EPOLLIN)
-        cpu0 = time.process_time()
-        for _ in range(cycles):
-            timer.arm(time.monotonic_ns() + int(sleep_s * 1e9))
-            ep.poll()
-            timer.fired()
-        return (time.process_time() - cpu0) / cycles * 1e6
-    finally:
-        ep.close()
-        timer.close()
 
 
 def _blaster(socks: list[Any], shapes: list[Any], stop_at: float, counts: Any, w: int) -> None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import select
 import time
 
-from engine.rawsock import SNAP_BYTES, RingSpec, TimerFd, _bpf_program, slot_offsets
+from engine.rawsock import (
+    SNAP_BYTES,
+    RingSpec,
+    TimerFd,
+    _bpf_program,
+    slot_offsets,
+    wakeup_cpu_us,
+)
 
 
 def test_timerfd_fires_at_its_absolute_deadline_and_not_before():
@@ -31,6 +38,15 @@ def test_timerfd_fires_at_its_absolute_deadline_and_not_before():
     finally:
         ep.close()
         timer.close()
+
+
+def test_the_wakeup_price_sleeps_every_cycle_and_counts_only_cpu():
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    price_us = wakeup_cpu_us(sleep_s=2e-3, cycles=5)
+    wall_s, cpu_s = time.monotonic() - wall0, time.process_time() - cpu0
+    assert wall_s >= 5 * 2e-3                          # it really slept to each deadline
+    assert 0 < price_us <= cpu_s / 5 * 1e6 + 1         # the CPU of a cycle, not its wall time
+    assert price_us < 2e3                              # far below the 2 ms each cycle slept
 
 
 def test_ring_slots_hold_headers_only_and_the_filter_snaps_them():
