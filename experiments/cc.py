@@ -272,8 +272,8 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     peak_bytes = float(q.backlog_bytes.max())
     # Time-averaged over the incast (the samples are periodic): the line-rate start of
     # a window-based control sets the peak, its reaction the mean.
-    busy = q[(q.t_s >= inc.start_s.min()) & (q.t_s <= inc.end_s.max())] if done else q
-    mean_bytes = float(busy.backlog_bytes.mean())
+    during = q[(q.t_s >= inc.start_s.min()) & (q.t_s <= inc.end_s.max())] if done else q
+    mean_bytes = float(during.backlog_bytes.mean())
     victim_model_s = shares.finish_s[victim_id]
     # The incast's payload over its completion, against the bottleneck's payload rate.
     incast_bits = 8.0 * size * len(r.senders)
