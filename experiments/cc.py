@@ -17,8 +17,8 @@ each ``cc`` setting in ``algorithms``:
   blocking. Measured: the incast's completion and throughput (its payload over the
   completion, and that as a share of the bottleneck's payload rate), drops (every
   port), PAUSE events, p99 one-way latency of its frames, peak and mean bottleneck
-  queue (the mean over the incast's duration),
-  retransmissions, ECN-echo ACKs; the victim's FCT, throughput and p99 one-way latency.
+  queue (the mean over the incast's duration), retransmissions, ECN-echo ACKs; the
+  victim's FCT, throughput and p99 one-way latency.
 * ``fairness cc=X`` (scenario b, no PFC): ``flows`` of those senders write
   ``flow_size`` bytes each to the receiver, flow k starting ``k * gap`` after the
   first. Over the interval when all are active (the model's, shifted by the path
