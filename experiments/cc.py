@@ -67,6 +67,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,7 @@ from experiments.measure import (
     model_graph,
 )
 from experiments.options import (
+    ATTEMPTS,
     CC_CHOICES,
     SCALE_HELP,
     Option,
@@ -161,6 +163,7 @@ OPTIONS: dict[str, Option] = {
     "pfc_budget": Option(0.05, "wall-clock reaction time PFC's headroom is sized for (s)",
                          parse=parse_float(1e-3, 10.0)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
 }
 
 
@@ -618,13 +621,11 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
             for kind, cc, pfc, case in todo:
                 if pfc and fab.pfc is None:
                     fab.enable_pfc(PfcConfig(reaction_budget_wall_s=opts["pfc_budget"]))
-                if kind == "incast":
-                    run_incast(run, fab, case, r, opts, cc, pfc, t)
-                elif kind == "oscillation":
-                    run_oscillation(run, fab, case, r.receiver, opts, cc, t)
-                elif kind == "steady":
-                    run_steady(run, fab, case, r.receiver, opts, cc)
-                else:
-                    run_fairness(run, fab, case, r, opts, cc)
+                body = {"incast": partial(run_incast, run, fab, case, r, opts, cc, pfc, t),
+                        "oscillation": partial(run_oscillation, run, fab, case, r.receiver,
+                                               opts, cc, t),
+                        "steady": partial(run_steady, run, fab, case, r.receiver, opts, cc),
+                        "fairness": partial(run_fairness, run, fab, case, r, opts, cc)}[kind]
+                run.attempt(body, opts["attempts"])
                 run.commit(case)
                 advance(case)

@@ -44,6 +44,7 @@ from experiments.measure import (
     model_graph,
 )
 from experiments.options import (
+    ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
     Option,
@@ -88,6 +89,7 @@ OPTIONS: dict[str, Option] = {
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
 }
 
 
@@ -266,8 +268,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                 for (name, size), case in cases.items():
                     if run.finished(case):
                         continue
-                    run.attempt(case, partial(_measure, run, fab, prefix + spec, name, size,
-                                              opts["cc"], opts["hash_draws"]),
-                                opts.get("attempts", 1))
+                    run.attempt(partial(_measure, run, fab, prefix + spec, name, size,
+                                        opts["cc"], opts["hash_draws"]), opts["attempts"])
                     run.commit(case)
                     advance(case)

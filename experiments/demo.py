@@ -11,6 +11,7 @@ from typing import Any
 from core.scaling import DEFAULT_SCALE
 from experiments import collective, incast
 from experiments.options import (
+    ATTEMPTS,
     SCALE_HELP,
     Option,
     check_senders,
@@ -42,9 +43,7 @@ OPTIONS: dict[str, Option] = {
     "sizes": Option([1 << 20, 4 << 20], "ring all-reduce sizes", quick=[1 << 20],
                     parse=parse_sizes),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": Option(2, "measurements of a case the gate refuses for interference only "
-                          "(a worker fell behind, the machine was busy); refused ones are "
-                          "reported", parse=parse_int(1)),
+    "attempts": ATTEMPTS,
 }
 
 

@@ -18,6 +18,7 @@ distribution of per-flow throughput is compared with that pooled distribution
 from __future__ import annotations
 
 import random
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from experiments.measure import (
     record_slowdown,
 )
 from experiments.options import (
+    ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
     Option,
@@ -73,6 +75,7 @@ OPTIONS: dict[str, Option] = {
     "samples": Option(300, "random hash draws of the model", parse=parse_int(1, MAX_SAMPLES)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
 }
 
 
@@ -105,6 +108,42 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
     return pd.DataFrame(rows)
 
 
+def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
+             opts: dict[str, Any]) -> None:
+    """One permutation drawn with ``seed``: flow throughputs against the model's."""
+    workload = collectives.build("permutation", list(fab.hosts), opts["size"], seed=seed)
+    model = model_throughputs(fab, workload, opts["samples"], seed)
+    m = measure(fab, workload, engine_config(opts["cc"]))
+    measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
+    predicted = model.throughput_bps
+    makespan = model.groupby("sample").throughput_bps.min()
+    run.metric(case, "mean flow throughput", "Gb/s", measured.mean() * 1e-9,
+               predicted.mean() * 1e-9)
+    run.metric(case, "p10 flow throughput", "Gb/s", measured.quantile(0.1) * 1e-9,
+               predicted.quantile(0.1) * 1e-9)
+    run.metric(case, "flows near line rate", "fraction",
+               float((measured >= NEAR_LINE_RATE * nic_bps).mean()),
+               float((predicted >= NEAR_LINE_RATE * nic_bps).mean()))
+    run.metric(case, "slowest flow throughput", "Gb/s", measured.min() * 1e-9,
+               float(np.mean(makespan)) * 1e-9)
+    run.frame("flows", pd.DataFrame({"msg_id": m.messages.msg_id,
+                                     "throughput_bps": measured}),
+              case=case, source="measured")
+    run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
+    run.frame("messages", m.messages, case=case)
+    run.frame("ports", m.ports.reset_index(), case=case)
+    run.fidelity(case, gate(fab, m, workload, cc=opts["cc"] != "off"))
+    run.deviations([{**d, "effect": "mean flow throughput: model "
+                     f"{predicted.mean() * 1e-9:.1f} Gb/s, measured "
+                     f"{measured.mean() * 1e-9:.1f} Gb/s"}
+                    for d in measure_deviations(fab, m, case)])
+    graph = model_graph(fab)
+    ideal = {msg.msg_id: ideal_fct_s(graph, fab.routes.paths, msg.src, msg.dst,
+                                     msg.size_bytes) for msg in workload.messages}
+    record_slowdown(run, case, fct_slowdown(
+        m.messages, ideal, model.groupby("msg_id").fct_s.apply(list).to_dict()))
+
+
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     cases = {seed: f"{prefix}permutation seed={seed}" for seed in opts["seeds"]}
     with progress(len(cases), f"{prefix}ecmp") as advance:
@@ -119,37 +158,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
             for seed, case in cases.items():
                 if run.finished(case):
                     continue
-                workload = collectives.build("permutation", list(fab.hosts), opts["size"],
-                                             seed=seed)
-                model = model_throughputs(fab, workload, opts["samples"], seed)
-                m = measure(fab, workload, engine_config(opts["cc"]))
-                measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
-                predicted = model.throughput_bps
-                makespan = model.groupby("sample").throughput_bps.min()
-                run.metric(case, "mean flow throughput", "Gb/s", measured.mean() * 1e-9,
-                           predicted.mean() * 1e-9)
-                run.metric(case, "p10 flow throughput", "Gb/s", measured.quantile(0.1) * 1e-9,
-                           predicted.quantile(0.1) * 1e-9)
-                run.metric(case, "flows near line rate", "fraction",
-                           float((measured >= NEAR_LINE_RATE * nic_bps).mean()),
-                           float((predicted >= NEAR_LINE_RATE * nic_bps).mean()))
-                run.metric(case, "slowest flow throughput", "Gb/s", measured.min() * 1e-9,
-                           float(np.mean(makespan)) * 1e-9)
-                run.frame("flows", pd.DataFrame({"msg_id": m.messages.msg_id,
-                                                 "throughput_bps": measured}),
-                          case=case, source="measured")
-                run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
-                run.frame("messages", m.messages, case=case)
-                run.frame("ports", m.ports.reset_index(), case=case)
-                run.fidelity(case, gate(fab, m, workload, cc=opts["cc"] != "off"))
-                run.deviations([{**d, "effect": "mean flow throughput: model "
-                                 f"{predicted.mean() * 1e-9:.1f} Gb/s, measured "
-                                 f"{measured.mean() * 1e-9:.1f} Gb/s"}
-                                for d in measure_deviations(fab, m, case)])
-                graph = model_graph(fab)
-                ideal = {msg.msg_id: ideal_fct_s(graph, fab.routes.paths, msg.src, msg.dst,
-                                                 msg.size_bytes) for msg in workload.messages}
-                record_slowdown(run, case, fct_slowdown(
-                    m.messages, ideal, model.groupby("msg_id").fct_s.apply(list).to_dict()))
+                run.attempt(partial(_measure, run, fab, case, seed, nic_bps, opts),
+                            opts["attempts"])
                 run.commit(case)
                 advance(case)

@@ -17,6 +17,7 @@ in rates.csv, the receiver port's real and virtual queue in queue.csv.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -38,6 +39,7 @@ from experiments.measure import (
     model_graph,
 )
 from experiments.options import (
+    ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
     Option,
@@ -79,6 +81,7 @@ OPTIONS: dict[str, Option] = {
     "thresholds": Option("100K/400K", "Kmin/Kmax (bytes)", parse=parse_thresholds),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
 }
 
 
@@ -94,8 +97,55 @@ def staggered(workload: Workload, gap_s: float) -> Workload:
     return Workload("fairness", msgs, workload.ranks, workload.size_bytes, dict(workload.meta))
 
 
+def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
+    """The staggered flows on ``fab``: each interval's shares against the model's."""
+    receiver = fab.hosts[0]
+    senders = nearest_senders(fab, receiver, opts["flows"])
+    workload = staggered(collectives.build("incast", [receiver, *senders], opts["size"]),
+                         opts["gap"])
+    flows = [msg for msg in workload.messages if msg.src != msg.dst]
+    # The prediction, from the configuration alone: routes, sizes, configured starts.
+    graph = model_graph(fab)
+    sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id,
+                                                 fab.routes.paths(msg.src, msg.dst),
+                                                 msg.size_bytes, msg.start_s)
+                                        for msg in flows])
+    port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
+    m = measure(fab, workload, engine_config(opts["cc"]), watch=[port])
+    report = gate(fab, m, workload, cc=opts["cc"] != "off")
+    rows = []
+    for i, iv in enumerate(sched.intervals):
+        active = list(iv.rates_bps)
+        measured = [window_rate_bps(m, f, iv.t0_s, iv.t1_s, opts["settle"],
+                                    sched.finish_s[f] - sched.last_byte_s[f])
+                    for f in active]
+        model = [iv.payload_rates_bps[f] for f in active]
+        case = f"{prefix}interval {i} ({len(active)} flows)"
+        if sum(measured) > 0:
+            run.metric(case, "Jain index", "", jain_index(measured), jain_index(model))
+        else:  # Jain's index of nothing is undefined; the zero throughput says it
+            run.note(f"{case}: no packet arrived in the window the model gives "
+                     "(its timeline and the emulator's drift apart by the missing fixed "
+                     "delays, see the deviations)")
+        run.metric(case, "aggregate throughput", "Gb/s", sum(measured) * 1e-9,
+                   sum(model) * 1e-9)
+        run.metric(case, "smallest share", "Gb/s", min(measured) * 1e-9, min(model) * 1e-9)
+        rows += [{"interval": i, "t0_s": iv.t0_s, "t1_s": iv.t1_s, "msg_id": f,
+                  "active": len(active), "throughput_bps": x, "model_bps": y}
+                 for f, x, y in zip(active, measured, model, strict=True)]
+        run.fidelity(case, report)
+    run.deviations([{**d, "effect": "shifts the measured windows against the model's "
+                     "schedule by the missing delay"}
+                    for d in measure_deviations(fab, m, f"{prefix}{NAME}", graph)])
+    run.frame("intervals", pd.DataFrame(rows))
+    run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
+    run.frame("queue", m.queue, case=f"{prefix}cc={opts['cc']}")
+    run.frame("messages", m.messages)
+    run.frame("ports", m.ports.reset_index())
+
+
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    key = f"{prefix}fairness"
+    key = f"{prefix}{NAME}"
     if run.finished(key):  # one measurement: a resumed run has it or runs it all
         return
     t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
@@ -103,49 +153,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
             Fabric(build_topo(opts["topo"]), Scale(opts["scale"]), marking="auto",
                    thresholds=t) as fab:
         run.fabric(opts["topo"], fab)
-        receiver = fab.hosts[0]
-        senders = nearest_senders(fab, receiver, opts["flows"])
-        workload = staggered(collectives.build("incast", [receiver, *senders], opts["size"]),
-                             opts["gap"])
-        flows = [msg for msg in workload.messages if msg.src != msg.dst]
-        # The prediction, from the configuration alone: routes, sizes, configured starts.
-        graph = model_graph(fab)
-        sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id,
-                                                     fab.routes.paths(msg.src, msg.dst),
-                                                     msg.size_bytes, msg.start_s)
-                                            for msg in flows])
-        port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
-        m = measure(fab, workload, engine_config(opts["cc"]), watch=[port])
-        report = gate(fab, m, workload, cc=opts["cc"] != "off")
-        rows = []
-        for i, iv in enumerate(sched.intervals):
-            active = list(iv.rates_bps)
-            measured = [window_rate_bps(m, f, iv.t0_s, iv.t1_s, opts["settle"],
-                                        sched.finish_s[f] - sched.last_byte_s[f])
-                        for f in active]
-            model = [iv.payload_rates_bps[f] for f in active]
-            case = f"{prefix}interval {i} ({len(active)} flows)"
-            if sum(measured) > 0:
-                run.metric(case, "Jain index", "", jain_index(measured), jain_index(model))
-            else:  # Jain's index of nothing is undefined; the zero throughput says it
-                run.note(f"{case}: no packet arrived in the window the model gives "
-                         "(its timeline and the emulator's drift apart by the missing fixed "
-                         "delays, see the deviations)")
-            run.metric(case, "aggregate throughput", "Gb/s", sum(measured) * 1e-9,
-                       sum(model) * 1e-9)
-            run.metric(case, "smallest share", "Gb/s", min(measured) * 1e-9, min(model) * 1e-9)
-            rows += [{"interval": i, "t0_s": iv.t0_s, "t1_s": iv.t1_s, "msg_id": f,
-                      "active": len(active), "throughput_bps": x, "model_bps": y}
-                     for f, x, y in zip(active, measured, model, strict=True)]
-            run.fidelity(case, report)
-        run.deviations([{**d, "effect": "shifts the measured windows against the model's "
-                         "schedule by the missing delay"}
-                        for d in measure_deviations(fab, m, key, graph)])
-        run.frame("intervals", pd.DataFrame(rows))
-        run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
-        run.frame("queue", m.queue, case=f"{prefix}cc={opts['cc']}")
-        run.frame("messages", m.messages)
-        run.frame("ports", m.ports.reset_index())
+        run.attempt(partial(_measure, run, fab, prefix, opts), opts["attempts"])
         run.commit(key)
         advance("done")
 

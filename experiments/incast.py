@@ -43,6 +43,7 @@ from experiments.measure import (
     record_slowdown,
 )
 from experiments.options import (
+    ATTEMPTS,
     CC_CHOICES,
     SCALE_HELP,
     Option,
@@ -86,6 +87,7 @@ OPTIONS: dict[str, Option] = {
                          parse=parse_list(parse_thresholds)),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
 }
 
 
@@ -264,8 +266,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 receiver = fab.hosts[0]
                 senders = nearest_senders(fab, receiver, opts["senders"])
                 for cc, case in todo:
-                    run.attempt(case, partial(run_case, run, fab, case, senders, receiver,
-                                              opts["size"], cc, t, opts["dcqcn"]),
-                                opts.get("attempts", 1))
+                    run.attempt(partial(run_case, run, fab, case, senders, receiver,
+                                        opts["size"], cc, t, opts["dcqcn"]), opts["attempts"])
                     run.commit(case)
                     advance(case)

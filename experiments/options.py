@@ -249,6 +249,11 @@ def check_thresholds(texts: Sequence[str], pmax: float) -> None:
 
 SCALE_HELP = "time-dilation factor S (emulated rate = real rate / S)"
 
+#: Every experiment's ``attempts`` option (`experiments.rundir.Run.attempt`).
+ATTEMPTS = Option(2, "measurements of a case the gate refuses for interference only (a "
+                     "worker fell behind, the machine was busy); refused ones are reported; "
+                     "1 measures each case once", parse=parse_int(1))
+
 
 def parse_rate(text: str) -> float:
     return parse_rate_bps(text, "rate")

@@ -11,6 +11,7 @@ uniform one.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from experiments.collective import (
 )
 from experiments.collective import check as collective_check
 from experiments.options import (
+    ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
     Option,
@@ -58,6 +60,7 @@ OPTIONS: dict[str, Option] = {
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
 }
 
 
@@ -81,6 +84,26 @@ def measured_tier_utilisation(r: CollectiveRun) -> dict[str, float]:
     return util.groupby(ports.tier).max().to_dict()
 
 
+def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
+             opts: dict[str, Any]) -> None:
+    """One collective on ``fab``: its record and the utilisation of each link tier."""
+    r = run_collective(fab, opts["collective"], size, opts["cc"], opts["hash_draws"])
+    case = record(run, prefix + spec, opts["collective"], size, r, fab, opts["cc"])
+    model = model_tier_utilisation(fab, r)
+    measured = measured_tier_utilisation(r)
+    rows = []
+    for tier in sorted(model, key=lambda t: -model[t]):
+        run.metric(case, f"busiest {tier} link utilisation", "fraction",
+                   measured.get(tier, 0.0), model[tier])
+        rows.append({"fabric": spec, "size_bytes": size, "tier": tier,
+                     "utilisation_measured": measured.get(tier, 0.0),
+                     "utilisation_model": model[tier]})
+    frame = pd.DataFrame(rows)
+    frame["bottleneck_measured"] = frame.tier == max(measured, key=measured.get)
+    frame["bottleneck_model"] = frame.tier == max(model, key=model.get)
+    run.frame("tiers", frame)
+
+
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     total = len(opts["topos"]) * len(opts["sizes"])
     with progress(total, f"{prefix}ratios") as advance:
@@ -97,21 +120,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 for size, case in cases.items():
                     if run.finished(case):
                         continue
-                    r = run_collective(fab, opts["collective"], size, opts["cc"],
-                                       opts["hash_draws"])
-                    record(run, prefix + spec, opts["collective"], size, r, fab, opts["cc"])
-                    model = model_tier_utilisation(fab, r)
-                    measured = measured_tier_utilisation(r)
-                    rows = []
-                    for tier in sorted(model, key=lambda t: -model[t]):
-                        run.metric(case, f"busiest {tier} link utilisation", "fraction",
-                                   measured.get(tier, 0.0), model[tier])
-                        rows.append({"fabric": spec, "size_bytes": size, "tier": tier,
-                                     "utilisation_measured": measured.get(tier, 0.0),
-                                     "utilisation_model": model[tier]})
-                    frame = pd.DataFrame(rows)
-                    frame["bottleneck_measured"] = frame.tier == max(measured, key=measured.get)
-                    frame["bottleneck_model"] = frame.tier == max(model, key=model.get)
-                    run.frame("tiers", frame)
+                    run.attempt(partial(_measure, run, fab, prefix, spec, size, opts),
+                                opts["attempts"])
                     run.commit(case)
                     advance(case)

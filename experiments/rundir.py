@@ -212,29 +212,26 @@ class Run:
     def cases(self) -> dict[str, FidelityReport]:
         return {c: r for u in (*self.units, self.pending) for c, r in u.cases.items()}
 
-    def attempt(self, case: str, body: Callable[[], None], attempts: int) -> None:
-        """Run ``body``, which measures and gates case ``case``, up to ``attempts`` times
-        while the gate refuses it for interference only (`INTERFERENCE_CHECKS`: a worker
-        fell behind its deadlines, the machine was busy). A refused attempt's measurements
-        are discarded and its reasons kept (summary.json ``refused_attempts``, the
-        printed report); a case refused for anything else, or on its last attempt,
-        stays as measured."""
+    def attempt(self, body: Callable[[], None], attempts: int) -> None:
+        """Run ``body``, which measures and gates one or more cases, up to ``attempts``
+        times while the gate refuses what it measured for interference only
+        (`INTERFERENCE_CHECKS`: a worker fell behind its deadlines, the machine was busy).
+        A refused attempt's records are discarded and its reasons kept (summary.json
+        ``refused_attempts``, the printed report); cases refused for anything else, or on
+        the last attempt, stay as measured."""
         unit = self.pending
         for k in range(1, attempts + 1):
-            before = (len(unit.rows), len(unit.notes), len(unit.deviations),
-                      {name: len(parts) for name, parts in unit.frames.items()})
+            mark = unit.mark()
             body()
-            report = unit.cases.get(case)
-            failed = {c.name for c in report.checks if not c.ok} if report else set()
+            gated = {c: r for c, r in unit.cases.items() if c not in mark.cases}
+            failed = {c.name for r in gated.values() for c in r.checks if not c.ok}
             if (k == attempts or not failed
                     or not all(n.startswith(INTERFERENCE_CHECKS) for n in failed)):
                 return
-            assert report is not None
-            unit.refused.setdefault(case, []).append(list(report.reasons))
-            del unit.cases[case]
-            del unit.rows[before[0]:], unit.notes[before[1]:], unit.deviations[before[2]:]
-            unit.frames = {name: parts[:before[3].get(name, 0)]
-                           for name, parts in unit.frames.items() if before[3].get(name)}
+            unit.rollback(mark)
+            for case, report in gated.items():
+                if not report.valid:
+                    unit.refused.setdefault(case, []).append(list(report.reasons))
 
     # -- committing ------------------------------------------------------------------
     def finished(self, key: str) -> bool:
@@ -360,6 +357,18 @@ INTERFERENCE_CHECKS = ("pacing lag p99", "pacing lag mean", "pacing debt kept", 
                        "receive rings kept up", "NIC rate ")
 
 
+@dataclass(frozen=True)
+class _Mark:
+    """How much a `_Unit` held at one moment (`_Unit.mark`)."""
+
+    rows: int
+    notes: int
+    deviations: int
+    frames: dict[str, int]
+    cases: frozenset[str]
+    spreads: frozenset[str]
+
+
 @dataclass
 class _Unit:
     """What one finished case (or cases measured together) recorded."""
@@ -375,6 +384,20 @@ class _Unit:
     refused: dict[str, list[list[str]]] = field(default_factory=dict)
     # Case -> metric -> the spread of a randomised model's realisations (Run.spread).
     spreads: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+
+    def mark(self) -> _Mark:
+        """What this unit holds now, for `rollback`."""
+        return _Mark(len(self.rows), len(self.notes), len(self.deviations),
+                     {name: len(parts) for name, parts in self.frames.items()},
+                     frozenset(self.cases), frozenset(self.spreads))
+
+    def rollback(self, mark: _Mark) -> None:
+        """Forget what was recorded since ``mark`` (refusals excepted)."""
+        del self.rows[mark.rows:], self.notes[mark.notes:], self.deviations[mark.deviations:]
+        self.frames = {name: parts[:mark.frames[name]] for name, parts in self.frames.items()
+                       if mark.frames.get(name)}
+        self.cases = {c: r for c, r in self.cases.items() if c in mark.cases}
+        self.spreads = {c: s for c, s in self.spreads.items() if c in mark.spreads}
 
     def empty(self) -> bool:
         return not (self.rows or self.frames or self.cases or self.notes or self.deviations)

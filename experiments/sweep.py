@@ -21,6 +21,7 @@ from typing import Any
 from core.scaling import DEFAULT_SCALE
 from experiments import collective
 from experiments.options import (
+    ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
     Option,
@@ -51,6 +52,7 @@ OPTIONS: dict[str, Option] = {
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, collective.MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
 }
 
 

@@ -184,7 +184,7 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     wait_for_quiet_kernel()
     # PFC's reaction budget kept at 5 us real, as the default 50 ms wall at S = 10000.
     result = run_judged(registry.cli_run, "cc", tmp_path, quick=True, scale=SUITE_SCALE,
-                              overrides={"pfc_budget": 5e-6 * SUITE_SCALE})
+                        overrides=lambda s: {"pfc_budget": 5e-6 * s})
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert result.valid and summary["valid"], summary["reasons"]
     algorithms = ["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"]

@@ -225,7 +225,7 @@ QUICK_SWEEP_COLLECTIVES = "allreduce-ring;allreduce-hd"
 def test_sweep_quick(tmp_path, netns_guard):
     t0 = time.monotonic()
     result = run_judged(registry.cli_run, "sweep", tmp_path, quick=True, scale=SWEEP_SCALE,
-                              overrides={"collectives": QUICK_SWEEP_COLLECTIVES})
+                        overrides={"collectives": QUICK_SWEEP_COLLECTIVES})
     summary = _check_summary(tmp_path, result)
     table = _judge_collectives(tmp_path, summary)
     assert set(table.collective) == {"allreduce-ring", "allreduce-hd"}

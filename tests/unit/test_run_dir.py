@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from core.errors import FabricEmuError, ParameterError
@@ -237,7 +238,7 @@ def test_a_case_refused_for_interference_is_measured_again_and_the_refusal_kept(
     run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
     outcomes = iter([["pacing lag p99", "machine CPU"], []])
     values = iter([9.0, 1.01])
-    run.attempt("a", lambda: _gated(run, "a", next(outcomes), next(values)), attempts=3)
+    run.attempt(lambda: _gated(run, "a", next(outcomes), next(values)), attempts=3)
     run.commit("a")
     result = run.finish(show=False)
     assert result.valid
@@ -252,18 +253,40 @@ def test_a_case_refused_for_interference_is_measured_again_and_the_refusal_kept(
 def test_a_case_refused_for_a_wrong_result_or_on_its_last_attempt_stays(tmp_path):
     run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
     calls = []
-    run.attempt("a", lambda: calls.append(_gated(run, "a", ["no unexpected retransmissions"],
-                                                 2.0)), attempts=3)
+    run.attempt(lambda: calls.append(_gated(run, "a", ["no unexpected retransmissions"], 2.0)),
+                attempts=3)
     assert len(calls) == 1                            # not interference: measured once
     run.commit("a")
-    run.attempt("b", lambda: calls.append(_gated(run, "b", ["pacing lag p99"], 3.0)),
-                attempts=2)
+    run.attempt(lambda: calls.append(_gated(run, "b", ["pacing lag p99"], 3.0)), attempts=2)
     assert len(calls) == 3                            # refused twice: the last one stays
     run.commit("b")
     result = run.finish(show=False)
     assert not result.valid and sorted(result.metrics.measured) == [2.0, 3.0]
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert list(summary["refused_attempts"]) == ["b"] and len(summary["refused_attempts"]["b"]) == 1
+
+
+def test_an_attempt_that_gated_several_cases_is_judged_and_rolled_back_whole(tmp_path):
+    """One measurement gating several cases (fairness' intervals): refused together when
+    one of them is refused for interference, and nothing of it is kept, frames included."""
+    run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
+    run.frame("ports", pd.DataFrame({"x": [0]}))           # before the attempt: kept
+    outcomes = iter([(["pacing lag p99"], []), ([], [])])
+
+    def body():
+        first, second = next(outcomes)
+        run.frame("ports", pd.DataFrame({"x": [len(first) + 1]}))
+        run.spread("i1", "share", (0.0, 1.0), (0.0, 1.0))
+        _gated(run, "i0", first, 1.0)
+        _gated(run, "i1", second, 1.0)
+
+    run.attempt(body, attempts=2)
+    run.commit("fairness")
+    result = run.finish(show=False)
+    assert result.valid and sorted(result.metrics.case) == ["i0", "i1"]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert list(summary["refused_attempts"]) == ["i0"]
+    assert pd.read_csv(tmp_path / "r" / "ports.csv").x.tolist() == [0, 1]
 
 
 def test_a_randomised_models_spread_reaches_the_summary(tmp_path):
