@@ -40,7 +40,7 @@ SUITE_SCALE = 20_000
 
 #: Measurements of a case the gate refuses for the machine's timing alone (the
 #: experiments' ``attempts`` option) in the experiment tests.
-SUITE_ATTEMPTS = 3
+SUITE_ATTEMPTS = 2
 
 #: What the gate says when the machine, not the emulation, failed a run: a worker that
 #: stalled (pacing lag, dropped schedule debt, a NIC under its rate) or a busy CPU.

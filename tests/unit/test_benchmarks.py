@@ -1,8 +1,13 @@
-"""The benchmarks' pure parts: bench_gate's wrong run, bench_capacity's arguments."""
+"""The benchmarks' pure parts: bench_gate's wrong run and stall patterns, bench_capacity's
+arguments."""
 
 from __future__ import annotations
 
-from experiments.bench_gate import is_wrong
+import argparse
+
+import pytest
+
+from experiments.bench_gate import is_wrong, parse_stall
 
 
 def _row(case: str, measured: float, predicted: float) -> dict:
@@ -32,3 +37,10 @@ def test_bench_capacity_reads_a_topology_with_its_own_scales():
     assert parse_topo_scales("fattree,8@15000,30000", "1,2") == ("fattree,8", [30000.0, 15000.0])
     assert parse_topo_scales("leafspine,2,2,4,host_rate=100G", "4000,10000") == (
         "leafspine,2,2,4,host_rate=100G", [10000.0, 4000.0])
+
+
+def test_a_stall_pattern_is_burst_over_period_in_ms_or_0():
+    assert parse_stall("5/100") == (0.005, 0.1) and parse_stall("0") is None
+    for bad in ("5", "100/5", "0/10", "a/b", "5/100/2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_stall(bad)
