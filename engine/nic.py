@@ -464,6 +464,7 @@ class _WorkerLoop:
         self.rates: list[tuple[int, int, float, float, float]] = []
         self.lags = array("q")
         self.lag_total_ns = 0
+        self.rx_lags = array("q")      # (lag_ns, frames) per ring read, flattened
         self.packets_sent = 0
         self.data_sent = 0
         self.ctrl_sent = 0
@@ -951,8 +952,11 @@ class _WorkerLoop:
         """A batch from ``h``'s ring through roce_rx.c; act on the events it returns."""
         rx = self.rx
         assert rx is not None and h.ring is not None
-        self.packets_received += rx.read(h.ring, self.plan.rt_offset_ns, self.t0_ns,
-                                         self.plan.latency_sample_every)
+        now = time.monotonic_ns()
+        n = rx.read(h.ring, self.plan.rt_offset_ns, self.t0_ns, self.plan.latency_sample_every)
+        if n:
+            self.packets_received += n
+            self.rx_lags.extend((now - rx.oldest_ns.value, n))
         if rx.n_latency.value:
             self.lat.extend(rx.latency[:rx.n_latency.value])
         events = rx.events
@@ -1007,6 +1011,8 @@ class _WorkerLoop:
         set_status = _TP_STATUS.pack_into
         rt_offset = self.plan.rt_offset_ns
         rx_qps = h.rx_qps
+        now = time.monotonic_ns()
+        oldest_ns = got = 0
         for _ in range(_RX_BUDGET):
             off = offsets[idx]
             status, _len, snap, mac, _net, sec, nsec = tp2(mm, off)
@@ -1015,6 +1021,8 @@ class _WorkerLoop:
             f = off + mac
             tos, ip_len, opcode, flags, qp_word, psn_word = roce(mm, f)
             rx_ns = sec * 1_000_000_000 + nsec - rt_offset
+            if not got:
+                oldest_ns = rx_ns
             qpn = qp_word & 0xFFFFFF
             psn = psn_word & 0xFFFFFF
             if opcode in DATA_OPCODES:
@@ -1047,11 +1055,14 @@ class _WorkerLoop:
             else:
                 self.unknown_frames += 1
             set_status(mm, off, 0)
-            self.packets_received += 1
+            got += 1
             idx += 1
             if idx == n_slots:
                 idx = 0
         h.idx = idx
+        if got:
+            self.packets_received += got
+            self.rx_lags.extend((now - oldest_ns, got))
 
     def _on_data(self, h: _Host, rq: _RecvQp, psn: int, ce: bool, ackreq: int, payload: int,
                  ts_ns: int, rx_ns: int, int_block: bytes) -> None:
@@ -1185,7 +1196,7 @@ class _WorkerLoop:
             "worker": self.plan.worker, "error": None, "stop_reason": self.stop_reason,
             "hosts": list(self.hosts), "sends": sends, "receives": receives, "nics": nics,
             "latency": self.lat, "rates": self.rates, "lags": self.lags,
-            "lag_total_ns": self.lag_total_ns,
+            "lag_total_ns": self.lag_total_ns, "rx_lags": self.rx_lags,
             "pacing_resets": sum(s.resets for s in scheds),
             "pacing_dropped_ns": sum(s.dropped_ns for s in scheds),
             "packets_sent": self.packets_sent, "data_packets_sent": self.data_sent,

@@ -734,6 +734,7 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
     lat_parts = []
     rate_rows = []
     lags = []
+    rx_lags = []
     workers = []
     nic_rows = []
     for w in sorted(reports):
@@ -751,6 +752,8 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
         nic_rows.extend(r["nics"])
         if len(r["lags"]):
             lags.append(np.frombuffer(r["lags"], dtype=np.int64))
+        if len(r["rx_lags"]):
+            rx_lags.append(np.frombuffer(r["rx_lags"], dtype=np.int64).reshape(-1, 2))
         cpu_s = r["cpu_s"]
         workers.append({
             "worker": w, "hosts": r["hosts"], "packets_sent": r["packets_sent"],
@@ -807,6 +810,9 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
                  if len(rates) else pd.Series(dtype=np.int64))
     rates = rates.sort_values(["t_s", "msg_id"], ignore_index=True)
     all_lags = np.concatenate(lags) if lags else np.zeros(0, dtype=np.int64)
+    # Every frame of a ring read waited at most as long as the read's first one.
+    reads = np.concatenate(rx_lags) if rx_lags else np.zeros((0, 2), dtype=np.int64)
+    frame_rx_lags = np.repeat(reads[:, 0], reads[:, 1])
     completed = error is None and bool(messages["completed"].all())
     if error is None and not completed:
         error = "incomplete: some messages were not acknowledged"
@@ -821,6 +827,10 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
         "pps": data_sent / run_wall if run_wall else 0.0,
         "pacing_lag_p50_emu_s": float(np.percentile(all_lags, 50)) * 1e-9 if len(all_lags) else 0.0,
         "pacing_lag_p99_emu_s": float(np.percentile(all_lags, 99)) * 1e-9 if len(all_lags) else 0.0,
+        # How long received frames waited in the rings for the worker (bounded above by
+        # each read's oldest frame): a late read sends its ACKs and CNPs late.
+        "receive_lag_p99_emu_s": float(np.percentile(frame_rx_lags, 99)) * 1e-9
+        if len(frame_rx_lags) else 0.0,
         # Lag as it accumulated (sum of every frame's lateness) and the schedule debt
         # that stalls dropped (resets): nothing a stall costs disappears.
         "pacing_lag_total_emu_s": sum(w.get("lag_total_ns", 0) for w in workers) * 1e-9,

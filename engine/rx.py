@@ -72,7 +72,8 @@ class _RxCall(ctypes.Structure):
                 ("n_lat", ctypes.c_void_p), ("intbuf", ctypes.c_void_p),
                 ("blocked", ctypes.c_void_p), ("ack_tmpl", ctypes.c_void_p),
                 ("cnp_tmpl", ctypes.c_void_p), ("ctrl_sent", ctypes.c_void_p),
-                ("scale_ns", ctypes.c_double), ("cnp_interval_s", ctypes.c_double)]
+                ("scale_ns", ctypes.c_double), ("cnp_interval_s", ctypes.c_double),
+                ("oldest_ns", ctypes.c_void_p)]
 
 
 def source() -> Path:
@@ -169,6 +170,8 @@ class RxState:
         self.cnp_interval_s = cnp_interval_s
         self.blocked = (ctypes.c_uint8 * n_nics)()
         self.ctrl_sent = ctypes.c_uint64(0)
+        # Arrival (monotonic ns) of the first frame of the last read: the oldest waiting.
+        self.oldest_ns = ctypes.c_int64(0)
 
     def add_qps(self, host_id: int, qps: Iterable[RxQpSpec], ce_ack: bool = False,
                 ack_timer: bool = False) -> None:
@@ -217,6 +220,7 @@ class RxState:
                         at(self.qps), self.n_qpns, 0, at(self.events), at(self.n_events),
                         at(self.latency), at(self.n_latency), at(self.int_blocks),
                         at(self.blocked), at(self.ack_tmpl), at(self.cnp_tmpl),
-                        at(self.ctrl_sent), self.scale_ns, self.cnp_interval_s)
+                        at(self.ctrl_sent), self.scale_ns, self.cnp_interval_s,
+                        at(self.oldest_ns))
             call = ring.call = (key, c, at(c), self)
         return self._fn(call[2])

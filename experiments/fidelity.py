@@ -132,6 +132,7 @@ class RunMeasures:
     fabric_drops: int = 0               # frames switch and host ports dropped
     cpu_wait_s: float | None = None     # workers runnable but waiting for a CPU, summed
     steal_s: float | None = None        # CPU time the hypervisor took from the machine
+    receive_lag_p99_s: float = 0.0      # emulated seconds a frame waited in a ring (p99)
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,15 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
         + _stall_context(run))
     checks.append(lag)
     need = max(need, lag_need)
+    # A frame read late is answered late: its ACK or CNP leaves late, and a sender held
+    # to its window (HPCC, DCTCP, Swift) loses throughput that no send lag shows.
+    rx_lag, rx_need = _ratio_check(
+        "receive lag p99", run.receive_lag_p99_s, lag_limit_s,
+        f"p99 receive lag {run.receive_lag_p99_s * 1e3:.3f} ms emulated vs "
+        f"{limits.lag_packets:g} x packet time {packet_time_emu_s * 1e3:.3f} ms"
+        + _stall_context(run))
+    checks.append(rx_lag)
+    need = max(need, rx_need)
 
     if run.data_frames:
         mean_s = run.pacing_lag_total_s / run.data_frames

@@ -227,7 +227,8 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
         ring_drops=int(st.get("ring_drops", 0)), retransmitted=int(msgs.retransmitted.sum()),
         fabric_drops=int(m.ports.drops.sum()),
         cpu_wait_s=float(sum(st["cpu_wait_s"])) if "cpu_wait_s" in st else None,
-        steal_s=st.get("steal_s"))
+        steal_s=st.get("steal_s"),
+        receive_lag_p99_s=float(st.get("receive_lag_p99_emu_s", 0.0)))
     return evaluate(measures, max_scale=max_scale(fab))
 
 

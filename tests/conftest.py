@@ -44,7 +44,7 @@ SUITE_ATTEMPTS = 2
 
 #: What the gate says when the machine, not the emulation, failed a run: a worker that
 #: stalled (pacing lag, dropped schedule debt, a NIC under its rate) or a busy CPU.
-MACHINE_REASONS = ("pacing lag", "pacing debt kept", "NIC rate", "machine CPU",
+MACHINE_REASONS = ("pacing lag", "receive lag", "pacing debt kept", "NIC rate", "machine CPU",
                    "suggested scale factor")
 
 Overrides = Mapping[str, Any] | Callable[[float], Mapping[str, Any]]

@@ -271,13 +271,14 @@ static void int_copy(uint8_t *intbuf, uint32_t k, const uint8_t *f, uint32_t at,
  * Read up to `budget` frames from the ring of host `host` (slot offsets
  * `offsets`, next slot *idx). Returns the number of frames read; events go to
  * `ev` (at most 4 per frame), latency samples (index, rx_ns - t0, one-way ns,
- * ce) to `lat` (at most 4 int64 per frame), counted in *n_ev and *n_lat.
+ * ce) to `lat` (at most 4 int64 per frame), counted in *n_ev and *n_lat; the
+ * arrival of the first (oldest) frame read to *oldest_ns.
  */
 static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uint32_t *idx,
 	    uint32_t budget, uint32_t host, int64_t rt_offset_ns, int64_t t0_ns,
 	    uint32_t sample_every, uint64_t *rx_count, struct rx_qp *qps, uint32_t n_qps,
 	    struct rx_event *ev, uint32_t *n_ev, int64_t *lat, uint32_t *n_lat,
-	    uint8_t *intbuf, struct replies *r)
+	    uint8_t *intbuf, struct replies *r, int64_t *oldest_ns)
 {
 	uint32_t i = *idx, got = 0, ne = 0, nl = 0;
 
@@ -291,6 +292,9 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 		const uint8_t *f = slot + h.mac;
 		int64_t rx_ns = (int64_t)h.sec * 1000000000 + h.nsec - rt_offset_ns;
 		uint8_t op = f[42];
+
+		if (got == 0)
+			*oldest_ns = rx_ns;
 		uint32_t qpn = be32(f + 46) & PSN_MASK;
 		uint32_t psn = be32(f + 50) & PSN_MASK;
 
@@ -429,6 +433,7 @@ struct rx_call {                /* mirrors engine/rx.py: _RxCall */
 	const uint8_t *cnp_tmpl;
 	uint64_t *ctrl_sent;
 	double scale_ns, cnp_interval_s;
+	int64_t *oldest_ns;
 };
 
 int roce_rx_call(const struct rx_call *c)
@@ -438,7 +443,7 @@ int roce_rx_call(const struct rx_call *c)
 
 	return roce_rx(c->ring, c->offsets, c->n_slots, c->idx, c->budget, c->host,
 		       c->rt_offset_ns, c->t0_ns, c->sample_every, c->rx_count, c->qps,
-		       c->n_qps, c->ev, c->n_ev, c->lat, c->n_lat, c->intbuf, &r);
+		       c->n_qps, c->ev, c->n_ev, c->lat, c->n_lat, c->intbuf, &r, c->oldest_ns);
 }
 
 /* One reply frame as ack_send writes it (for tests against the Python writers). */

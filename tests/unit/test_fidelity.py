@@ -95,6 +95,15 @@ def test_pacing_lag_beyond_two_packet_times_fails():
     assert rep.suggested_scale >= 20000 * 2       # lag / limit = 2
 
 
+def test_frames_left_waiting_in_the_rings_fail_like_late_sends():
+    """A late read answers late: the receive lag has the send lag's limit."""
+    assert evaluate(measures(receive_lag_p99_s=1.9 * PKT_400G_S * 20000)).valid
+    rep = evaluate(measures(receive_lag_p99_s=3 * PKT_400G_S * 20000, steal_s=0.3))
+    (why,) = [r for r in rep.reasons if r.startswith("receive lag p99")]
+    assert not rep.valid and "hypervisor took 300 ms" in why
+    assert rep.suggested_scale >= 20000 * 1.5
+
+
 def test_pacing_lag_names_what_took_the_cpu():
     lag_s = 4 * PKT_400G_S * 20000
     rep = evaluate(measures(pacing_lag_p99_s=lag_s, cpu_wait_s=0.0375, steal_s=0.02))

@@ -155,6 +155,7 @@ def _read(sc: _Scenario, state: RxState) -> list[tuple[int, int, int]]:
     assert got == sc.n_frames and rx.idx.value == (sc.start + sc.n_frames) % n_slots
     assert all(struct.unpack_from("<I", sc.buf, sc.offsets[(sc.start + k) % n_slots])[0] == 0
                for k in range(sc.n_frames))                 # every slot handed back
+    assert state.oldest_ns.value == sc.stamps[0] - 500      # the first frame's arrival
     return [(e.kind, e.psn, e.arg) for e in state.events[:state.n_events.value]]
 
 
