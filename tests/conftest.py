@@ -55,11 +55,12 @@ def run_judged(run: Callable[..., Any], *args: Any, scale: float,
     """``run(*args, scale=scale, overrides=..., **kwargs)`` (an experiment:
     ``registry.cli_run`` or ``registry.demo``), each case measured up to
     `SUITE_ATTEMPTS` times while the gate refuses it for the machine's timing alone;
-    a run still refused for that alone runs once more, from scratch, at twice the S.
+    a run still refused for that alone runs once more, from scratch, at the S the gate
+    suggests, at least twice and at most four times the S.
 
     On a shared VM a stall of a few ms (the hypervisor taking the CPU: 160-310 ms of
     it in one CI run) fails a frame time of 0.8 ms at S = 20000, and the gate is right
-    to refuse the run; stalls come in bad spells, and twice the S halves their weight.
+    to refuse the run; stalls come in bad spells, and a larger S lessens their weight.
     ``overrides`` may depend on S (a callable of it). Any other reason is returned as
     it is and fails the test."""
     def attempt(s: float, force: bool) -> Any:
@@ -71,9 +72,10 @@ def run_judged(run: Callable[..., Any], *args: Any, scale: float,
     reasons = list(result.fidelity.reasons)
     if not result.valid and reasons and all(any(m in r for m in MACHINE_REASONS)
                                             for r in reasons):
-        print(f"run again at S = {2 * scale:g}: the gate refused the run for the machine's "
+        again = min(max(2 * scale, result.fidelity.suggested_scale), 4 * scale)
+        print(f"run again at S = {again:g}: the gate refused the run for the machine's "
               f"timing: {reasons}")
-        result = attempt(2 * scale, force=True)
+        result = attempt(again, force=True)
     return result
 
 

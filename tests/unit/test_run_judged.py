@@ -10,19 +10,24 @@ def _runner(*verdicts):
 
     def run(name, out, *, scale, overrides, force=False):
         calls.append((scale, dict(overrides), force))
-        valid, reasons = verdicts[len(calls) - 1]
-        return SimpleNamespace(valid=valid, fidelity=SimpleNamespace(reasons=reasons))
+        valid, reasons, *suggested = verdicts[len(calls) - 1]
+        return SimpleNamespace(valid=valid, fidelity=SimpleNamespace(
+            reasons=reasons, suggested_scale=suggested[0] if suggested else scale))
     return run, calls
 
 
-def test_a_timing_refusal_runs_again_from_scratch_at_twice_s_and_the_second_verdict_stands():
+def test_a_timing_refusal_runs_again_from_scratch_at_a_larger_s_and_the_second_verdict_stands():
     lag = ["pacing lag p99: p99 send lag 4.0 ms", "suggested scale factor S = 50000"]
-    run, calls = _runner((False, lag), (True, []))
+    run, calls = _runner((False, lag, 50000), (True, []))
     assert run_judged(run, "collective", "/tmp/x", scale=20000).valid
     assert calls == [(20000, {"attempts": SUITE_ATTEMPTS}, False),
-                     (40000, {"attempts": SUITE_ATTEMPTS}, True)]
-    run, calls = _runner((False, lag), (False, lag))
-    assert not run_judged(run, "collective", "/tmp/x", scale=20000).valid and len(calls) == 2
+                     (50000, {"attempts": SUITE_ATTEMPTS}, True)]   # the gate's S
+    run, calls = _runner((False, lag, 200000), (False, lag))
+    assert not run_judged(run, "collective", "/tmp/x", scale=20000).valid
+    assert [c[0] for c in calls] == [20000, 80000]                  # at most 4 x S
+    run, calls = _runner((False, lag, 25000), (True, []))
+    run_judged(run, "collective", "/tmp/x", scale=20000)
+    assert [c[0] for c in calls] == [20000, 40000]                  # at least 2 x S
 
 
 def test_overrides_may_follow_s():
