@@ -31,6 +31,8 @@ Event loop. The CPU cost follows frames and events, never the wall clock:
   ``engine.plan`` and wake this worker through its eventfd;
 * frames are received in batches from the TPACKET_V2 ring, headers only
   (``engine.rawsock``), and sent in compiled ``sendmmsg`` bursts (``engine.burst``).
+  Each read records how long its oldest frame waited in the ring (receive lag: a
+  frame read late is answered late), which the gate judges beside the send lag.
 
 Pacing. Each QP and each NIC keeps a ``Schedule`` of absolute due times; the
 lag of every frame behind its due time is recorded, and a stall that drops
