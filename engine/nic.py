@@ -958,7 +958,8 @@ class _WorkerLoop:
         n = rx.read(h.ring, self.plan.rt_offset_ns, self.t0_ns, self.plan.latency_sample_every)
         if n:
             self.packets_received += n
-            self.rx_lags.extend((now - rx.oldest_ns.value, n))
+            # What arrived before the run's start waited for the start, not for a read.
+            self.rx_lags.extend((now - max(rx.oldest_ns.value, self.t0_ns), n))
         if rx.n_latency.value:
             self.lat.extend(rx.latency[:rx.n_latency.value])
         events = rx.events
@@ -1064,7 +1065,7 @@ class _WorkerLoop:
         h.idx = idx
         if got:
             self.packets_received += got
-            self.rx_lags.extend((now - oldest_ns, got))
+            self.rx_lags.extend((now - max(oldest_ns, self.t0_ns), got))
 
     def _on_data(self, h: _Host, rq: _RecvQp, psn: int, ce: bool, ackreq: int, payload: int,
                  ts_ns: int, rx_ns: int, int_block: bytes) -> None:
