@@ -272,23 +272,16 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
     need = max(need, rate_need)
 
     packet_time_emu_s = Scale(run.scale).time_emu_s(run.packet_time_s)
-    lag_limit_s = limits.lag_packets * packet_time_emu_s
-    lag, lag_need = _ratio_check(
-        "pacing lag p99", run.pacing_lag_p99_s, lag_limit_s,
-        f"p99 send lag {run.pacing_lag_p99_s * 1e3:.3f} ms emulated vs "
-        f"{limits.lag_packets:g} x packet time {packet_time_emu_s * 1e3:.3f} ms"
-        + _stall_context(run))
-    checks.append(lag)
-    need = max(need, lag_need)
     # A frame read late is answered late: its ACK or CNP leaves late, and a sender held
     # to its window (HPCC, DCTCP, Swift) loses throughput that no send lag shows.
-    rx_lag, rx_need = _ratio_check(
-        "receive lag p99", run.receive_lag_p99_s, lag_limit_s,
-        f"p99 receive lag {run.receive_lag_p99_s * 1e3:.3f} ms emulated vs "
-        f"{limits.lag_packets:g} x packet time {packet_time_emu_s * 1e3:.3f} ms"
-        + _stall_context(run))
-    checks.append(rx_lag)
-    need = max(need, rx_need)
+    for name, what, lag_s in (("pacing lag p99", "send", run.pacing_lag_p99_s),
+                              ("receive lag p99", "receive", run.receive_lag_p99_s)):
+        lag, lag_need = _ratio_check(
+            name, lag_s, limits.lag_packets * packet_time_emu_s,
+            f"p99 {what} lag {lag_s * 1e3:.3f} ms emulated vs {limits.lag_packets:g} x "
+            f"packet time {packet_time_emu_s * 1e3:.3f} ms" + _stall_context(run))
+        checks.append(lag)
+        need = max(need, lag_need)
 
     if run.data_frames:
         mean_s = run.pacing_lag_total_s / run.data_frames
