@@ -593,6 +593,19 @@ def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, 
     _finish_long(run, fab, case, lf, row, "INT on every switch port")
 
 
+def _measure(run: Run, fab: Fabric, kind: str, case: str, r: Roles, opts: dict[str, Any],
+             cc: str, pfc: bool, t: Thresholds) -> None:
+    """Case ``case`` of scenario ``kind`` on ``fab``."""
+    if kind == "incast":
+        run_incast(run, fab, case, r, opts, cc, pfc, t)
+    elif kind == "oscillation":
+        run_oscillation(run, fab, case, r.receiver, opts, cc, t)
+    elif kind == "steady":
+        run_steady(run, fab, case, r.receiver, opts, cc)
+    else:
+        run_fairness(run, fab, case, r, opts, cc)
+
+
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     """Every case, committed as it ends: without PFC first (incast, fairness), then
     PFC is enabled on the same fabric for the incast cases with it."""
@@ -621,11 +634,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
             for kind, cc, pfc, case in todo:
                 if pfc and fab.pfc is None:
                     fab.enable_pfc(PfcConfig(reaction_budget_wall_s=opts["pfc_budget"]))
-                body = {"incast": partial(run_incast, run, fab, case, r, opts, cc, pfc, t),
-                        "oscillation": partial(run_oscillation, run, fab, case, r.receiver,
-                                               opts, cc, t),
-                        "steady": partial(run_steady, run, fab, case, r.receiver, opts, cc),
-                        "fairness": partial(run_fairness, run, fab, case, r, opts, cc)}[kind]
-                run.attempt(body, opts["attempts"])
+                run.attempt(partial(_measure, run, fab, kind, case, r, opts, cc, pfc, t),
+                            opts["attempts"])
                 run.commit(case)
                 advance(case)
