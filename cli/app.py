@@ -78,7 +78,11 @@ def doctor(marking: MarkingOpt = "auto") -> None:
 
     console.print(f"Engine send path: {Burst().detail}")
     console.print(f"Engine receive path: {RxLib().detail}")
+    from engine.run import cpu_ticks
+
+    before = cpu_ticks()
     console.print(_wakeup_note())
+    console.print(_steal_note(before, cpu_ticks()))
     console.print(_default_scale_note())
     _print_registry()
     if not caps.essentials_ok or caps.marking_backend is None:
@@ -93,6 +97,18 @@ def _wakeup_note() -> str:
             f"{WAKE_SLEEP_S * 1e6:.0f} µs (the engine wakes 0.5-0.9 times per frame it sends; "
             "a VM that traps timer programming pays tens of µs, bare metal a few: "
             "python -m experiments.bench_capacity prints each run's share)")
+
+
+def _steal_note(before: tuple[int, int, int], after: tuple[int, int, int]) -> str:
+    """The CPU time the hypervisor took (``engine.run.cpu_ticks`` readings): since boot,
+    and between the two readings."""
+    since_boot = after[2] / after[0] if after[0] else 0.0
+    total = after[0] - before[0]
+    during = (after[2] - before[2]) / total if total > 0 else 0.0
+    return (f"Hypervisor steal: {since_boot:.1%} of this machine's CPU time since boot, "
+            f"{during:.1%} during the wake-up probe (a host running other guests stalls "
+            "the workers for ms at a time; the gate refuses such runs for pacing or "
+            "receive lag and suggests a larger S)")
 
 
 def _default_scale_note() -> str:

@@ -38,6 +38,13 @@ def test_ecmp_hash_seed_check_says_what_is_lost_without_it(monkeypatch):
     assert capabilities._ecmp_hash_seed().ok
 
 
+def test_steal_is_told_since_boot_and_during_the_probe():
+    note = cli._steal_note((1000, 500, 10), (1400, 600, 30))
+    assert "2.1% of this machine's CPU time since boot" in note     # 30 of 1400
+    assert "5.0% during the wake-up probe" in note                   # 20 of 400
+    assert "0.0% during" in cli._steal_note((5, 1, 0), (5, 1, 0))    # no time passed
+
+
 def test_default_scale_is_read_from_the_experiments():
     from core.scaling import DEFAULT_SCALE
 
