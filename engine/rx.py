@@ -7,11 +7,12 @@ budget of frames from one host's ring and returns how many; the events it
 leaves in ``events[:n_events]`` are what Python must act on (ACKs, NAKs and CNPs
 the C loop could not send, completed messages, the senders' ACK frames with their
 echo and CNP frames), ``latency[:n_latency]`` the latency samples, 4 int64
-each, and ``oldest_ns`` the arrival of the batch's first frame. The C loop writes and sends each QP's ACKs, NAKs and CNPs on its reply
-socket (``add_qps``; ``ctrl_sent`` counts them) and decides the CNPs as
-``dcqcn.NotificationPoint`` does; they come back as events only when the reply
-NIC is ``blocked`` or its socket refuses them. Without clang the
-worker keeps its pure-Python receive path (same counters, same frames).
+each, and ``oldest_ns`` the arrival of the batch's first frame. The C loop writes
+and sends each QP's ACKs, NAKs and CNPs on its reply socket (``add_qps``;
+``ctrl_sent`` counts them) and decides the CNPs as ``dcqcn.NotificationPoint``
+does; they come back as events only when the reply NIC is ``blocked`` or its
+socket refuses them. Without clang the worker keeps its pure-Python receive path
+(same counters, same frames).
 """
 
 from __future__ import annotations

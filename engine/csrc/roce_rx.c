@@ -292,11 +292,11 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 		const uint8_t *f = slot + h.mac;
 		int64_t rx_ns = (int64_t)h.sec * 1000000000 + h.nsec - rt_offset_ns;
 		uint8_t op = f[42];
+		uint32_t qpn = be32(f + 46) & PSN_MASK;
+		uint32_t psn = be32(f + 50) & PSN_MASK;
 
 		if (got == 0)
 			*oldest_ns = rx_ns;
-		uint32_t qpn = be32(f + 46) & PSN_MASK;
-		uint32_t psn = be32(f + 50) & PSN_MASK;
 
 		if (is_data(op)) {
 			struct rx_qp *q = qpn < n_qps ? &qps[qpn] : 0;
