@@ -45,9 +45,9 @@ the lag checks: counted here they would fail every small message on wake latency
 Fixed delays. A QP's frames enter the fabric the real fabric's fixed path delay
 (``MsgPlan.fwd_delay_emu_ns``, dilated by S, engine/run.py) after the time they
 would leave a real NIC, stamped with their hand-over time less that delay, so the
-receiver's one-way latency includes it. Rather than hold every decided frame, the NIC model runs on a
-**NIC clock** ``fwd_ns`` behind the wall clock, ``fwd_ns`` the smallest path delay
-of its QPs: it decides, paces and books a frame at its slot on that clock, i.e. at
+receiver's one-way latency includes it. Rather than hold every decided frame, the NIC
+model runs on a **NIC clock** ``fwd_ns`` behind the wall clock, ``fwd_ns`` the smallest
+path delay of its QPs: it decides, paces and books a frame at its slot on that clock, i.e. at
 the wall time its frame is due on the fabric, and hands it over at once. A QP whose
 path delay is longer has a **delay line** for the difference: the burst waits in a
 FIFO and goes to the fabric stamped with its hand-over time less the whole delay.

@@ -151,8 +151,8 @@ def main() -> None:
     except argparse.ArgumentTypeError as e:
         ap.error(str(e))
     table = Table(title="the demo beside CPU hogs: verdict against errors")
-    for col in ("S", "hogs", "stalls (ms)", "run", "gate", "worst metric (error / bound)", "outside bound",
-                "wall", "why invalid"):
+    for col in ("S", "hogs", "stalls (ms)", "run", "gate", "worst metric (error / bound)",
+                "outside bound", "wall", "why invalid"):
         table.add_column(col)
     valid = valid_wrong = invalid = 0
     with (contextlib.nullcontext(args.keep) if args.keep
@@ -167,7 +167,8 @@ def main() -> None:
                     invalid += not r["valid"]
                     valid_wrong += r["valid"] and bool(r["wrong"])
                     table.add_row(
-                        f"{scale:g}", str(hogs), stall_text, str(i + 1), "VALID" if r["valid"] else "INVALID",
+                        f"{scale:g}", str(hogs), stall_text, str(i + 1),
+                        "VALID" if r["valid"] else "INVALID",
                         f"{w['case']} {w['metric']} {w['error_rel']:+.1%} / "
                         f"{bound_of(w['case']):.0%}", str(len(r["wrong"])), f"{r['wall_s']:.0f} s",
                         "; ".join(x.split(":")[0] for x in r["reasons"]
