@@ -10,7 +10,8 @@ result.stats      # per-worker counters, pacing lag, CPU, completed/error
 
 Processes. The engine process opens every socket inside the hosts' namespaces
 (``emu.netns.in_netns``: one TPACKET_V2 receive ring per host, one send socket
-per host interface), then forks at most one worker per usable core; each worker
+per host interface), then forks as few workers as the workload's peak frame rate
+needs (``auto_workers``), at most one per usable core; each worker
 inherits the sockets of *its* hosts only (a host belongs to exactly one worker)
 and is pinned to its own core. ``engine/nic.py`` is the worker loop (event-driven: epoll, a timerfd at the
 earliest deadline, dependency counters), ``engine/rawsock.py`` the socket
@@ -75,7 +76,13 @@ import numpy as np
 import pandas as pd
 
 from core.errors import ParameterError
-from core.frame import ACK_FRAME_BYTES, HEADER_BYTES, MTU_PAYLOAD_BYTES, RETH_BYTES
+from core.frame import (
+    ACK_FRAME_BYTES,
+    HEADER_BYTES,
+    MTU_PAYLOAD_BYTES,
+    RETH_BYTES,
+    WIRE_OVERHEAD_BYTES,
+)
 from core.messages import Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
@@ -177,7 +184,8 @@ class EngineConfig:
     ``timeout_s``: wall-clock limit of the whole run.
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
-    ``ring_bytes``: receive ring per host.
+    ``ring_bytes``: receive ring per host. ``workers``: worker processes, one per CPU
+    at most (None: as few as the workload's peak frame rate needs, ``auto_workers``).
     ``send_path``: 'compiled' (engine/csrc/roce_burst.c, sendmmsg bursts, and
     engine/csrc/roce_rx.c, batched receive with the responder's go-back-N in C),
     'python' (Shape.write + send per frame, receive parsed in Python) or 'auto'
@@ -428,12 +436,27 @@ def _assign(loads: dict[str, int], cpus: list[int], receive_cpu: dict[str, int]
     return bins
 
 
+#: Line-rate frames per second one worker is given: the frames its sending NICs would
+#: put on the wire together, all busy at once, dilated by S. At the engine's budget of
+#: 50 us of CPU per frame they would fill its CPU. Fewer workers serve more NICs' pacing
+#: slots in each wake-up, and a wake-up costs tens of us on a VM (docs/design.md,
+#: "How many workers").
+WORKER_FRAMES_PER_S = 20_000
+
+
+def auto_workers(peak_frames_per_s: float, n_cpus: int) -> int:
+    """Workers for ``EngineConfig(workers=None)``: one per WORKER_FRAMES_PER_S of the
+    workload's peak line-rate frames per second, at least one, at most one per CPU."""
+    return max(1, min(n_cpus, math.ceil(peak_frames_per_s / WORKER_FRAMES_PER_S)))
+
+
 def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dict[int, int],
            rt_offset_ns: int) -> list[plan.WorkerPlan]:
     scale = fab.scale
     msgs: list[plan.MsgPlan] = []
     loads: dict[str, int] = defaultdict(int)
     nic_keys: dict[str, set[str]] = defaultdict(set)
+    sending: set[tuple[str, str]] = set()
     delays = FixedDelays(fab, config.forwarding)
     fixed = delays if config.fixed_delays else None
     for i, m in enumerate(workload.messages):
@@ -461,8 +484,12 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
         loads[m.dst] += n_packets
         nic_keys[m.src].add(eg.ifname)
         nic_keys[m.dst].add(back.ifname)
+        sending.add((m.src, eg.ifname))
     cpus = sorted(os.sched_getaffinity(0))
-    n_workers = min(config.workers or len(cpus), len(cpus), len(loads))
+    frame_bits = 8 * (config.payload_bytes + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
+    peak_fps = sum(_port_of(fab, h, ifn).rate_bps for h, ifn in sending) \
+        / scale.factor / frame_bits
+    n_workers = min(config.workers or auto_workers(peak_fps, len(cpus)), len(cpus), len(loads))
     params = config.cc_factory.dcqcn_params
     cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
     rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)

@@ -196,7 +196,8 @@ _CHILD = textwrap.dedent("""
                 Scale(20000), marking="off") as fab:
         wl = Workload("long", [Message(1, "h1", "h2", 256 << 20)], ["h1", "h2"], 1)
         print("running", flush=True)
-        r = run_workload(fab, wl, EngineConfig(timeout_s={timeout}))
+        # Two workers (one flow alone would get one): every worker must stop.
+        r = run_workload(fab, wl, EngineConfig(timeout_s={timeout}, workers=2))
         print("result", r.completed, r.stats["error"], flush=True)
 """)
 
