@@ -3,6 +3,7 @@
     python -m experiments.bench_capacity [--topo fattree,4 --topo fattree,8@30000,15000]
                                          [--scales 20000,10000,5000,4000]
                                          [--cc off,dcqcn,dctcp,timely,swift,hpcc]
+                                         [--workers auto,2]
 
 Printed side by side:
 
@@ -23,6 +24,8 @@ Printed side by side:
 * with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
   frame costs with each algorithm (its per-ACK and per-CNP Python work, and HPCC's
   ACK per frame and in-band telemetry);
+* with ``--workers auto,2``, the ring once with the engine's own choice of workers
+  (``engine.run.auto_workers``) and once on two: what fewer wake-ups save;
 * with ``--receive-steering both``, everything once with each node's links pinned to
   one CPU (``emu.rxorder``) and once without (the default): what in-order delivery
   costs;
@@ -113,20 +116,22 @@ def kernel_capacity(spec: str, scale: float, seconds: float, in_order: bool = Fa
             "seconds": wall_s}
 
 
-def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
-                ) -> dict[str, Any]:
+def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False,
+                workers: int | None = None) -> dict[str, Any]:
     """The ring all-reduce of 4 MiB over every host at ``scale`` under congestion
-    control ``cc``, gated and priced."""
+    control ``cc`` on ``workers`` workers (None: the engine's choice), gated and priced."""
 
     with Fabric(build_topo(spec), Scale(scale), marking="auto", in_order=in_order) as fab:
-        r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16)
+        r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16, workers=workers)
         report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
     st = r.measurement.stats
     frames = st["data_packets_sent"]
     cpu_s = sum(st["cpu_s"])
     sys_s = sum(w.get("sys_s", 0.0) for w in st["workers"])
     return {
-        "scale": scale, "cc": cc, "in_order": in_order, "valid": report.valid,
+        "scale": scale, "cc": cc, "in_order": in_order, "asked_workers": workers,
+        "workers": st["n_workers"],
+        "valid": report.valid,
         "reasons": [x for x in report.reasons if not x.startswith("suggested")],
         "error": r.time_s / r.time_model_emulable_s - 1,
         "fps": frames / st["run_wall_s"] if st["run_wall_s"] else 0.0,
@@ -146,8 +151,10 @@ def parse_topo_scales(text: str, default_scales: str) -> tuple[str, list[float]]
 
 
 def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[str],
-                   steering: list[bool], blast_scale: float, blast_seconds: float) -> None:
-    """The kernel's capacity and the engine's ring on ``spec``, printed side by side."""
+                   steering: list[bool], blast_scale: float, blast_seconds: float,
+                   workers: list[int | None] | None = None) -> None:
+    """The kernel's capacity and the engine's ring on ``spec``, printed side by side
+    (``workers``: each worker count to run the ring with, None the engine's choice)."""
     cap = {}
     for in_order in steering:
         cap[in_order] = kernel_capacity(spec, blast_scale, blast_seconds, in_order)
@@ -155,19 +162,20 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
                       f"blasting, receive steering {'on' if in_order else 'off'}): "
                       f"{cap[in_order]['delivered_fps']:,.0f} delivered frames/s "
                       f"({cap[in_order]['offered_fps']:,.0f} handed to the kernel)")
-    rows = [engine_ring(spec, s, cc, in_order) for in_order in steering for cc in ccs
-            for s in scales]
+    rows = [engine_ring(spec, s, cc, in_order, w) for in_order in steering for cc in ccs
+            for w in workers or [None] for s in scales]
     wake_us = wakeup_cpu_us()
     console.print(f"one wake-up of the engine's timer ({WAKE_SLEEP_S * 1e6:.0f} µs sleep) "
                   f"costs {wake_us:.1f} µs of CPU on this machine")
     table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {spec}")
-    for col in ("steering", "cc", "S", "gate", "time vs model", "frames/s", "÷ kernel",
+    for col in ("steering", "cc", "workers", "S", "gate", "time vs model", "frames/s", "÷ kernel",
                 "CPU/frame", "of which kernel", "wake-ups/frame", "≈ wake-up CPU/frame",
                 "machine busy", "wall", "why invalid"):
         table.add_column(col)
     for r in rows:
         kernel_fps = cap[r["in_order"]]["delivered_fps"]
-        table.add_row("on" if r["in_order"] else "off", r["cc"], f"{r['scale']:g}",
+        table.add_row("on" if r["in_order"] else "off", r["cc"], str(r["workers"]),
+                      f"{r['scale']:g}",
                       "VALID" if r["valid"] else "INVALID",
                       f"{r['error']:+.1%}", f"{r['fps']:,.0f}",
                       f"{r['fps'] / kernel_fps:.3f}",
@@ -179,18 +187,38 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
     console.print(table)
     for in_order in steering:
         for cc in ccs:
-            what = f"{spec}, cc={cc}, receive steering {'on' if in_order else 'off'}"
-            good = [r for r in rows if r["valid"] and abs(r["error"]) <= WITHIN
-                    and r["cc"] == cc and r["in_order"] == in_order]
-            if good:
-                best = min(good, key=lambda r: r["scale"])
-                console.print(f"{what}: smallest valid S within {WITHIN:.0%} of the model: "
-                              f"{best['scale']:g} ({best['fps']:,.0f} frames/s = "
-                              f"{best['fps'] / cap[in_order]['delivered_fps']:.3f} of the "
-                              f"kernel's capacity, {best['cpu_per_frame_us']:.1f} µs of "
-                              f"engine CPU per frame)")
-            else:
-                console.print(f"{what}: no S tried was valid and within {WITHIN:.0%} of the model")
+            for w in workers or [None]:
+                _smallest_valid(console, rows, spec, cc, in_order, w,
+                                cap[in_order]["delivered_fps"])
+
+
+def _smallest_valid(console: Console, rows: list[dict[str, Any]], spec: str, cc: str,
+                    in_order: bool, workers: int | None, kernel_fps: float) -> None:
+    what = (f"{spec}, cc={cc}, receive steering {'on' if in_order else 'off'}, "
+            f"{workers or 'auto'} workers")
+    good = [r for r in rows if r["valid"] and abs(r["error"]) <= WITHIN and r["cc"] == cc
+            and r["in_order"] == in_order and r["asked_workers"] == workers]
+    if good:
+        best = min(good, key=lambda r: r["scale"])
+        console.print(f"{what}: smallest valid S within {WITHIN:.0%} of the model: "
+                      f"{best['scale']:g} ({best['fps']:,.0f} frames/s = "
+                      f"{best['fps'] / kernel_fps:.3f} of the kernel's capacity, "
+                      f"{best['cpu_per_frame_us']:.1f} µs of engine CPU per frame)")
+    else:
+        console.print(f"{what}: no S tried was valid and within {WITHIN:.0%} of the model")
+
+
+def _parse_workers(text: str) -> list[int | None]:
+    """'auto,2' -> [None, 2] (argparse turns the ValueError into a usage error)."""
+    out: list[int | None] = []
+    for x in text.split(","):
+        if x.strip() == "auto":
+            out.append(None)
+        elif x.strip().isdigit() and int(x) >= 1:
+            out.append(int(x))
+        else:
+            raise ValueError(x)
+    return out
 
 
 def main() -> None:
@@ -204,6 +232,9 @@ def main() -> None:
                     help="congestion-control settings, ','-separated (default: off)")
     ap.add_argument("--blast-scale", type=float, default=800.0)
     ap.add_argument("--blast-seconds", type=float, default=5.0)
+    ap.add_argument("--workers", default="auto", type=_parse_workers,
+                    help="worker counts to run the ring with, ','-separated: 'auto' (the "
+                         "engine's choice, default) or a number, e.g. auto,2")
     ap.add_argument("--receive-steering", choices=("on", "off", "both"), default="off",
                     help="links pinned to one CPU per node (emu.rxorder): off (default), on, both")
     args = ap.parse_args()
@@ -212,7 +243,7 @@ def main() -> None:
     for text in args.topo or ["fattree,4", "fattree,8@30000,15000"]:
         spec, scales = parse_topo_scales(text, args.scales)
         bench_topology(console, spec, scales, args.cc, steering, args.blast_scale,
-                       args.blast_seconds)
+                       args.blast_seconds, args.workers)
 
 
 if __name__ == "__main__":

@@ -137,8 +137,9 @@ def build_workload(fab: Fabric, name: str, size_bytes: int) -> Any:
 
 
 def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
-                   hash_draws: int) -> CollectiveRun:
-    """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it."""
+                   hash_draws: int, **engine: Any) -> CollectiveRun:
+    """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it (``engine``:
+    further ``EngineConfig`` settings)."""
 
     workload = build_workload(fab, name, size_bytes)
     graph = model_graph(fab)
@@ -150,7 +151,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                                        samples=hash_draws, seed=size_bytes, **bare)
     bottleneck_bps = workload_bottleneck_rate_bps(workload, graph, fab.routes.paths,
                                                   mode="spread")
-    m = measure(fab, workload, engine_config(cc))
+    m = measure(fab, workload, engine_config(cc, **engine))
     factor = workload.meta["busbw_factor"]
     time_s = m.completion_s
     algbw = 8.0 * size_bytes / time_s

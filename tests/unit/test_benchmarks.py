@@ -44,3 +44,12 @@ def test_a_stall_pattern_is_burst_over_period_in_ms_or_0():
     for bad in ("5", "100/5", "0/10", "a/b", "5/100/2"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_stall(bad)
+
+
+def test_bench_capacity_reads_worker_counts():
+    from experiments.bench_capacity import _parse_workers
+    assert _parse_workers("auto") == [None]
+    assert _parse_workers("auto,2,1") == [None, 2, 1]
+    for bad in ("0", "two", "auto,-1", ""):
+        with pytest.raises(ValueError):
+            _parse_workers(bad)
