@@ -84,6 +84,7 @@ def doctor(marking: MarkingOpt = "auto") -> None:
     console.print(_wakeup_note())
     console.print(_steal_note(before, cpu_ticks()))
     console.print(_default_scale_note())
+    console.print(_workers_note(len(os.sched_getaffinity(0))))
     _print_registry()
     if not caps.essentials_ok or caps.marking_backend is None:
         raise typer.Exit(1)
@@ -94,7 +95,7 @@ def _wakeup_note() -> str:
     from engine.rawsock import WAKE_SLEEP_S, wakeup_cpu_us
 
     return (f"Engine wake-up: {wakeup_cpu_us():.1f} µs of CPU per timer sleep of "
-            f"{WAKE_SLEEP_S * 1e6:.0f} µs (the engine wakes 0.5-0.9 times per frame it sends; "
+            f"{WAKE_SLEEP_S * 1e6:.0f} µs (the engine wakes 0.25-0.8 times per frame it sends; "
             "a VM that traps timer programming pays tens of µs, bare metal a few: "
             "python -m experiments.bench_capacity prints each run's share)")
 
@@ -123,6 +124,16 @@ def _default_scale_note() -> str:
             f"{frame_emu_ms:.1f} ms: per-frame host overhead (scheduling, pacing lag) stays "
             "small beside it. The fidelity gate marks a run invalid and suggests a larger S "
             "where this machine is too slow for it.")
+
+
+def _workers_note(n_cpus: int) -> str:
+    """How many engine workers a run gets here."""
+    from engine.run import WORKER_FRAMES_PER_S
+
+    return (f"Engine workers: as few as a run's peak frame rate needs, one per "
+            f"{WORKER_FRAMES_PER_S:,} line-rate frames/s of its sending NICs (dilated by S), "
+            f"at most {n_cpus} here (one per usable CPU); fewer workers wake up less often "
+            "per frame. EngineConfig(workers=N) sets the number.")
 
 
 def _print_registry() -> None:

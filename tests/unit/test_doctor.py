@@ -71,3 +71,11 @@ def test_no_stale_runs_is_said_too(monkeypatch, out):
     monkeypatch.setattr("emu.runs.list_runs", lambda: [])
     cli._print_registry()
     assert "Stale runs: none" in out.getvalue()
+
+
+def test_the_worker_rule_and_this_machines_cpus_are_told():
+    from engine.run import WORKER_FRAMES_PER_S
+
+    note = cli._workers_note(6)
+    assert f"one per {WORKER_FRAMES_PER_S:,} line-rate frames/s" in note
+    assert "at most 6 here" in note
