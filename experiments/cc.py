@@ -94,6 +94,7 @@ from experiments.options import (
     ATTEMPTS,
     CC_CHOICES,
     SCALE_HELP,
+    WORKERS,
     Option,
     check_thresholds,
     check_topology,
@@ -164,6 +165,7 @@ OPTIONS: dict[str, Option] = {
                          parse=parse_float(1e-3, 10.0)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 
@@ -255,7 +257,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     shares = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                   msg.size_bytes) for msg in workload.messages])
     pauses0 = fab.pfc.summary()["pause_events"] if pfc else 0
-    m = measure(fab, workload, engine_config(cc), watch=[port])
+    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port])
     pauses = fab.pfc.summary()["pause_events"] - pauses0 if pfc else None
     msgs = m.messages
     victim_id = len(r.senders) + 1
@@ -363,7 +365,7 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
     sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                  msg.size_bytes, msg.start_s) for msg in flows])
     port = incast.bottleneck_port(fab, senders, r.receiver)
-    m = measure(fab, workload, engine_config(cc), watch=[port])
+    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port])
     full = max(sched.intervals, key=lambda iv: len(iv.rates_bps))
     active = list(full.rates_bps)
     measured = [window_rate_bps(m, f, full.t0_s, full.t1_s, opts["settle"],
@@ -510,7 +512,7 @@ def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: str,
     if marking:
         fab.set_thresholds(marking[0])
     try:
-        m = measure(fab, workload, engine_config(cc), watch=[fs.port])
+        m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[fs.port])
         report = gate(fab, m, workload, cc=True)
     finally:
         if marking:

@@ -47,6 +47,7 @@ from experiments.options import (
     ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
+    WORKERS,
     Option,
     check_topology,
     parse_cc,
@@ -90,6 +91,7 @@ OPTIONS: dict[str, Option] = {
                          parse=parse_int(1, MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 
@@ -244,9 +246,9 @@ def nccl_row(fabric: str, name: str, size_bytes: int, r: CollectiveRun) -> dict[
 
 
 def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc: str,
-             hash_draws: int) -> None:
-    """Run one collective case on ``fab`` and record it, gated."""
-    r = run_collective(fab, name, size_bytes, cc, hash_draws)
+             hash_draws: int, workers: int | str) -> None:
+    """Run one collective case on ``fab`` on ``workers`` workers and record it, gated."""
+    r = run_collective(fab, name, size_bytes, cc, hash_draws, workers=workers)
     record(run, fabric, name, size_bytes, r, fab, cc)
 
 
@@ -270,6 +272,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                     if run.finished(case):
                         continue
                     run.attempt(partial(_measure, run, fab, prefix + spec, name, size,
-                                        opts["cc"], opts["hash_draws"]), opts["attempts"])
+                                        opts["cc"], opts["hash_draws"], opts["workers"]),
+                                opts["attempts"])
                     run.commit(case)
                     advance(case)

@@ -13,6 +13,7 @@ from experiments import collective, incast
 from experiments.options import (
     ATTEMPTS,
     SCALE_HELP,
+    WORKERS,
     Option,
     check_senders,
     check_thresholds,
@@ -44,6 +45,7 @@ OPTIONS: dict[str, Option] = {
                     parse=parse_sizes),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 
@@ -58,8 +60,8 @@ def execute(run: Run, opts: dict[str, Any]) -> None:
         "topo": opts["topo"], "senders": opts["senders"], "size": opts["incast_size"],
         "cc": ["off", "dcqcn"], "dcqcn": opts["dcqcn"], "thresholds": [opts["thresholds"]],
         "pmax": incast.OPTIONS["pmax"].default, "scale": opts["scale"],
-        "attempts": opts["attempts"]}, prefix="incast ")
+        "attempts": opts["attempts"], "workers": opts["workers"]}, prefix="incast ")
     collective.execute(run, {
         "topos": [opts["topo"]], "collectives": ["allreduce-ring"], "sizes": opts["sizes"],
         "cc": "off", "hash_draws": collective.OPTIONS["hash_draws"].default,
-        "scale": opts["scale"], "attempts": opts["attempts"]})
+        "scale": opts["scale"], "attempts": opts["attempts"], "workers": opts["workers"]})

@@ -41,6 +41,7 @@ from experiments.options import (
     ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
+    WORKERS,
     Option,
     check_topology,
     parse_cc,
@@ -76,6 +77,7 @@ OPTIONS: dict[str, Option] = {
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 
@@ -113,7 +115,7 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
     """One permutation drawn with ``seed``: flow throughputs against the model's."""
     workload = collectives.build("permutation", list(fab.hosts), opts["size"], seed=seed)
     model = model_throughputs(fab, workload, opts["samples"], seed)
-    m = measure(fab, workload, engine_config(opts["cc"]))
+    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]))
     measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
     predicted = model.throughput_bps
     makespan = model.groupby("sample").throughput_bps.min()

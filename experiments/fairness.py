@@ -42,6 +42,7 @@ from experiments.options import (
     ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
+    WORKERS,
     Option,
     check_senders,
     check_thresholds,
@@ -82,6 +83,7 @@ OPTIONS: dict[str, Option] = {
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 
@@ -111,7 +113,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
                                                  msg.size_bytes, msg.start_s)
                                         for msg in flows])
     port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
-    m = measure(fab, workload, engine_config(opts["cc"]), watch=[port])
+    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]), watch=[port])
     report = gate(fab, m, workload, cc=opts["cc"] != "off")
     rows = []
     for i, iv in enumerate(sched.intervals):

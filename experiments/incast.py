@@ -46,6 +46,7 @@ from experiments.options import (
     ATTEMPTS,
     CC_CHOICES,
     SCALE_HELP,
+    WORKERS,
     Option,
     check_senders,
     check_thresholds,
@@ -88,6 +89,7 @@ OPTIONS: dict[str, Option] = {
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 
@@ -156,7 +158,7 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
 
 
 def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
-             size_bytes: int, cc: str, t: Thresholds, dcqcn: str) -> None:
+             size_bytes: int, cc: str, t: Thresholds, dcqcn: str, workers: int | str) -> None:
     """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
     other algorithms are measured only)."""
     dcqcn_params = dcqcn_set(cc, dcqcn)
@@ -192,7 +194,8 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
             run.spread(case, metric, tuple(x * factor for x in pred["bands"][key]),
                        tuple(x * factor for x in pred["ranges"][key]))
     workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
-    m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc), watch=[port])
+    m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc, workers),
+                watch=[port])
     done = m.messages.end_s.notna().all()
     completion_s = m.completion_s if done else float("nan")
     at_port = m.port(port.name)
@@ -267,6 +270,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 senders = nearest_senders(fab, receiver, opts["senders"])
                 for cc, case in todo:
                     run.attempt(partial(run_case, run, fab, case, senders, receiver,
-                                        opts["size"], cc, t, opts["dcqcn"]), opts["attempts"])
+                                        opts["size"], cc, t, opts["dcqcn"], opts["workers"]),
+                                opts["attempts"])
                     run.commit(case)
                     advance(case)

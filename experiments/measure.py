@@ -152,10 +152,11 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
                        port_deltas(before, after), dict(result.stats), wall_s)
 
 
-def engine_config(cc: str, **kw: Any) -> Any:
-    """The engine's configuration for a cc setting (``experiments.options.parse_cc``)."""
+def engine_config(cc: str, workers: int | str | None = "auto", **kw: Any) -> Any:
+    """The engine's configuration for a cc setting (``experiments.options.parse_cc``) on
+    ``workers`` workers (the ``workers`` option: 'auto' or None lets the engine choose)."""
 
-    return EngineConfig(cc=cc, **kw)
+    return EngineConfig(cc=cc, workers=None if workers in ("auto", None) else workers, **kw)
 
 
 def _thresholds_of(fab: Fabric, port: Any) -> Any:

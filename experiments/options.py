@@ -255,5 +255,21 @@ ATTEMPTS = Option(2, "measurements of a case the gate refuses for interference o
                      "1 measures each case once", parse=parse_int(1))
 
 
+def parse_workers(value: Any) -> int | str:
+    """'auto' or a worker count >= 1."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return parse_int(1)(value)
+    except ParameterError:
+        raise ParameterError("value", value, "expected 'auto' or a worker count >= 1") from None
+
+
+#: Every experiment's ``workers`` option (``engine.run.EngineConfig.workers``).
+WORKERS = Option("auto", "engine worker processes: auto (as few as a case's peak frame rate "
+                         "needs, at most one per CPU) or a number (at most one per CPU is "
+                         "used)", parse=parse_workers)
+
+
 def parse_rate(text: str) -> float:
     return parse_rate_bps(text, "rate")

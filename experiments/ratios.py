@@ -31,6 +31,7 @@ from experiments.options import (
     ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
+    WORKERS,
     Option,
     parse_cc,
     parse_collective,
@@ -61,6 +62,7 @@ OPTIONS: dict[str, Option] = {
                          parse=parse_int(1, MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 
@@ -87,7 +89,8 @@ def measured_tier_utilisation(r: CollectiveRun) -> dict[str, float]:
 def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
              opts: dict[str, Any]) -> None:
     """One collective on ``fab``: its record and the utilisation of each link tier."""
-    r = run_collective(fab, opts["collective"], size, opts["cc"], opts["hash_draws"])
+    r = run_collective(fab, opts["collective"], size, opts["cc"], opts["hash_draws"],
+                       workers=opts["workers"])
     case = record(run, prefix + spec, opts["collective"], size, r, fab, opts["cc"])
     model = model_tier_utilisation(fab, r)
     measured = measured_tier_utilisation(r)

@@ -24,6 +24,7 @@ from experiments.options import (
     ATTEMPTS,
     CC_HELP,
     SCALE_HELP,
+    WORKERS,
     Option,
     check_topology,
     parse_cc,
@@ -53,6 +54,7 @@ OPTIONS: dict[str, Option] = {
                          parse=parse_int(1, collective.MAX_HASH_DRAWS)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
+    "workers": WORKERS,
 }
 
 

@@ -38,6 +38,8 @@ BAD = [
     ("incast", {"thresholds": "400K/100K"}, "thresholds"),
     ("incast", {"thresholds": "100K/400K;"}, "thresholds"),
     ("incast", {"senders": "abc"}, "senders"),
+    ("demo", {"workers": "0"}, "workers"),
+    ("collective", {"workers": "many"}, "workers"),
     ("incast", {"senders": "1.5"}, "senders"),
     ("incast", {"senders": "-1"}, "senders"),
     ("incast", {"senders": "0"}, "senders"),
@@ -241,3 +243,14 @@ def test_demo_refuses_unknown_options(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["demo", "--set", "bogus=1", "--out", str(tmp_path / "a")])
     assert isinstance(result.exception, ParameterError)
     assert not (tmp_path / "a").exists()
+
+
+def test_every_experiment_takes_a_worker_count_the_engine_gets():
+    from experiments.measure import engine_config
+    from experiments.options import WORKERS
+
+    for name, module in EXPERIMENTS.items():
+        assert module.OPTIONS.get("workers") is WORKERS, name
+    assert WORKERS.parse("AUTO") == "auto" and WORKERS.parse("2") == 2 and WORKERS.parse(3) == 3
+    assert engine_config("off", "auto").workers is None
+    assert engine_config("off", 2).workers == 2
