@@ -133,7 +133,8 @@ def _workers_note(n_cpus: int) -> str:
     return (f"Engine workers: as few as a run's peak frame rate needs, one per "
             f"{WORKER_FRAMES_PER_S:,} line-rate frames/s of its sending NICs (dilated by S), "
             f"at most {n_cpus} here (one per usable CPU); fewer workers wake up less often "
-            "per frame. EngineConfig(workers=N) sets the number.")
+            "per frame. --set workers=N (experiments) or EngineConfig(workers=N) sets the "
+            "number.")
 
 
 def _print_registry() -> None:
