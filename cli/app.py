@@ -128,10 +128,12 @@ def _default_scale_note() -> str:
 
 def _workers_note(n_cpus: int) -> str:
     """How many engine workers a run gets here."""
-    from engine.run import WORKER_FRAMES_PER_S
+    from engine.run import WORKER_MEAN_LINK_FRAMES_PER_S, WORKER_PEAK_FRAMES_PER_S
 
-    return (f"Engine workers: as few as a run's peak frame rate needs, one per "
-            f"{WORKER_FRAMES_PER_S:,} line-rate frames/s of its sending NICs (dilated by S), "
+    return (f"Engine workers: as few as a run's frame rates need (dilated by S), one per "
+            f"{WORKER_PEAK_FRAMES_PER_S:,} frames/s of its sending NICs all at line rate and "
+            f"one per {WORKER_MEAN_LINK_FRAMES_PER_S:,} frames/s on average, each counted "
+            "once per link it crosses, "
             f"at most {n_cpus} here (one per usable CPU); fewer workers wake up less often "
             "per frame. --set workers=N (experiments) or EngineConfig(workers=N) sets the "
             "number.")

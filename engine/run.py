@@ -10,8 +10,8 @@ result.stats      # per-worker counters, pacing lag, CPU, completed/error
 
 Processes. The engine process opens every socket inside the hosts' namespaces
 (``emu.netns.in_netns``: one TPACKET_V2 receive ring per host, one send socket
-per host interface), then forks as few workers as the workload's peak frame rate
-needs (``auto_workers``), at most one per usable core; each worker
+per host interface), then forks as few workers as the workload's frame rates
+need (``auto_workers``), at most one per usable core; each worker
 inherits the sockets of *its* hosts only (a host belongs to exactly one worker)
 and is pinned to its own core. ``engine/nic.py`` is the worker loop (event-driven: epoll, a timerfd at the
 earliest deadline, dependency counters), ``engine/rawsock.py`` the socket
@@ -185,7 +185,7 @@ class EngineConfig:
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
     ``ring_bytes``: receive ring per host. ``workers``: worker processes, one per CPU
-    at most (None: as few as the workload's peak frame rate needs, ``auto_workers``).
+    at most (None: as few as the workload's frame rates need, ``auto_workers``).
     ``send_path``: 'compiled' (engine/csrc/roce_burst.c, sendmmsg bursts, and
     engine/csrc/roce_rx.c, batched receive with the responder's go-back-N in C),
     'python' (Shape.write + send per frame, receive parsed in Python) or 'auto'
@@ -436,18 +436,70 @@ def _assign(loads: dict[str, int], cpus: list[int], receive_cpu: dict[str, int]
     return bins
 
 
-#: Line-rate frames per second one worker is given: the frames its sending NICs would
-#: put on the wire together, all busy at once, dilated by S. At the engine's budget of
-#: 50 us of CPU per frame they would fill its CPU. Fewer workers serve more NICs' pacing
-#: slots in each wake-up, and a wake-up costs tens of us on a VM (docs/design.md,
-#: "How many workers").
-WORKER_FRAMES_PER_S = 20_000
+#: A worker keeps up with its sending NICs all due at once while their line-rate
+#: frames, dilated by S, number at most this many per second: at the engine's budget
+#: of 50 us of CPU per frame they fill its CPU, and a burst of all of them is served
+#: within a frame time. Fewer workers serve more NICs' pacing slots in each wake-up,
+#: and a wake-up costs tens of us on a VM (docs/design.md, "How many workers").
+WORKER_PEAK_FRAMES_PER_S = 20_000
+#: ... and sustains at most this many links crossed per second by its frames on
+#: average: the kernel's share of a frame's CPU grows with the links it crosses (each a
+#: veth, a shaper and a marker), about 9 us each here.
+WORKER_MEAN_LINK_FRAMES_PER_S = 50_000
 
 
-def auto_workers(peak_frames_per_s: float, n_cpus: int) -> int:
-    """Workers for ``EngineConfig(workers=None)``: one per WORKER_FRAMES_PER_S of the
-    workload's peak line-rate frames per second, at least one, at most one per CPU."""
-    return max(1, min(n_cpus, math.ceil(peak_frames_per_s / WORKER_FRAMES_PER_S)))
+@dataclass(frozen=True)
+class FrameRates:
+    """What a workload asks of the engine, in frames per wall second at S."""
+
+    peak: float        # every sending NIC at its line rate at once
+    mean: float        # its frames over its duration on an ideal fabric (below)
+    mean_links: float  # the same, each frame counted once per link of its path
+
+
+def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], float],
+                payload_bytes: int, scale: float, links: list[int]) -> FrameRates:
+    """The workload on an ideal fabric: each message leaves at its NIC's line rate from
+    its start or its last dependency's end, and ends its fixed path delay later; a
+    NIC's messages queue one after another. Congestion only lengthens the duration,
+    so ``mean`` bounds the frame rate the engine sustains from above. ``links[i]``:
+    the links message i's path crosses."""
+    frame_bits = 8 * (payload_bytes + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
+    nics = {(p.src, p.ifname) for p in msgs}
+    peak = sum(nic_rate_bps[n] for n in nics) / scale / frame_bits
+    end_ns: dict[int, float] = {}
+    busy_ns: dict[tuple[str, str], float] = defaultdict(float)
+    frames = link_frames = 0
+    for p in msgs:  # iterative depth-first: a dependency's end before its dependents'
+        stack = [p.index]
+        while stack:
+            i = stack[-1]
+            m = msgs[i]
+            todo = [d for d in m.deps if d not in end_ns]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            if i in end_ns:
+                continue
+            n = -(-m.size_bytes // payload_bytes)
+            tx_ns = n * frame_bits / nic_rate_bps[(m.src, m.ifname)] * scale * 1e9
+            start = max([m.start_emu_ns, *(end_ns[d] for d in m.deps)])
+            end_ns[i] = start + m.fwd_delay_emu_ns + tx_ns
+            busy_ns[(m.src, m.ifname)] += tx_ns
+            frames += n
+            link_frames += n * links[i]
+    duration_ns = max([*end_ns.values(), *busy_ns.values(), 1.0])
+    return FrameRates(peak, frames / duration_ns * 1e9, link_frames / duration_ns * 1e9)
+
+
+def auto_workers(rates: FrameRates, n_cpus: int) -> int:
+    """Workers for ``EngineConfig(workers=None)``: enough for the burst
+    (WORKER_PEAK_FRAMES_PER_S) and for the mean (WORKER_MEAN_LINK_FRAMES_PER_S), at
+    least one, at most one per CPU."""
+    need = max(rates.peak / WORKER_PEAK_FRAMES_PER_S,
+               rates.mean_links / WORKER_MEAN_LINK_FRAMES_PER_S)
+    return max(1, min(n_cpus, math.ceil(need)))
 
 
 def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dict[int, int],
@@ -456,7 +508,6 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     msgs: list[plan.MsgPlan] = []
     loads: dict[str, int] = defaultdict(int)
     nic_keys: dict[str, set[str]] = defaultdict(set)
-    sending: set[tuple[str, str]] = set()
     delays = FixedDelays(fab, config.forwarding)
     fixed = delays if config.fixed_delays else None
     for i, m in enumerate(workload.messages):
@@ -484,12 +535,15 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
         loads[m.dst] += n_packets
         nic_keys[m.src].add(eg.ifname)
         nic_keys[m.dst].add(back.ifname)
-        sending.add((m.src, eg.ifname))
     cpus = sorted(os.sched_getaffinity(0))
-    frame_bits = 8 * (config.payload_bytes + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
-    peak_fps = sum(_port_of(fab, h, ifn).rate_bps for h, ifn in sending) \
-        / scale.factor / frame_bits
-    n_workers = min(config.workers or auto_workers(peak_fps, len(cpus)), len(cpus), len(loads))
+    if config.workers is None:
+        nics = {(p.src, p.ifname) for p in msgs}
+        rates = frame_rates(msgs, {n: _port_of(fab, *n).rate_bps for n in nics},
+                            config.payload_bytes, scale.factor,
+                            [delays.switches(p.src, p.dst) + 1 for p in msgs])
+        n_workers = min(auto_workers(rates, len(cpus)), len(loads))
+    else:
+        n_workers = min(config.workers, len(cpus), len(loads))
     params = config.cc_factory.dcqcn_params
     cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
     rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)

@@ -266,8 +266,8 @@ def parse_workers(value: Any) -> int | str:
 
 
 #: Every experiment's ``workers`` option (``engine.run.EngineConfig.workers``).
-WORKERS = Option("auto", "engine worker processes: auto (as few as a case's peak frame rate "
-                         "needs, at most one per CPU) or a number (at most one per CPU is "
+WORKERS = Option("auto", "engine worker processes: auto (as few as a case's frame rates "
+                         "need, at most one per CPU) or a number (at most one per CPU is "
                          "used)", parse=parse_workers)
 
 

@@ -74,8 +74,9 @@ def test_no_stale_runs_is_said_too(monkeypatch, out):
 
 
 def test_the_worker_rule_and_this_machines_cpus_are_told():
-    from engine.run import WORKER_FRAMES_PER_S
+    from engine.run import WORKER_MEAN_LINK_FRAMES_PER_S, WORKER_PEAK_FRAMES_PER_S
 
     note = cli._workers_note(6)
-    assert f"one per {WORKER_FRAMES_PER_S:,} line-rate frames/s" in note
+    assert f"one per {WORKER_PEAK_FRAMES_PER_S:,} frames/s of its sending NICs" in note
+    assert f"one per {WORKER_MEAN_LINK_FRAMES_PER_S:,} frames/s on average" in note
     assert "at most 6 here" in note
