@@ -58,7 +58,7 @@ from engine.burst import MAX_BURST, Burst
 from engine.rawsock import WAKE_SLEEP_S, open_tx_socket, wakeup_cpu_us
 from experiments.collective import run_collective
 from experiments.measure import fidelity_of
-from experiments.options import parse_cc
+from experiments.options import parse_cc, parse_workers
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 
@@ -209,16 +209,9 @@ def _smallest_valid(console: Console, rows: list[dict[str, Any]], spec: str, cc:
 
 
 def _parse_workers(text: str) -> list[int | None]:
-    """'auto,2' -> [None, 2] (argparse turns the ValueError into a usage error)."""
-    out: list[int | None] = []
-    for x in text.split(","):
-        if x.strip() == "auto":
-            out.append(None)
-        elif x.strip().isdigit() and int(x) >= 1:
-            out.append(int(x))
-        else:
-            raise ValueError(x)
-    return out
+    """'auto,2' -> [None, 2] (argparse turns the ParameterError, a ValueError, into a
+    usage error)."""
+    return [None if w == "auto" else int(w) for w in map(parse_workers, text.split(","))]
 
 
 def main() -> None:
