@@ -298,3 +298,20 @@ def test_a_randomised_models_spread_reaches_the_summary(tmp_path):
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["model_spreads"] == {
         "a": {"latency p99": {"band": [44.1, 51.7], "range": [42.0, 53.0]}}}
+
+
+def test_a_queue_drift_is_measured_again_only_beside_a_stall(tmp_path):
+    """A shaper never makes up the service a stall took: the real queue then drifts from
+    the marker's (rundir.STALL_CONSEQUENCES). Alone, the drift is the emulator's."""
+    run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
+    drift = "real vs virtual queue l3:l3-eth3"
+    outcomes = iter([["pacing debt kept", drift], []])
+    run.attempt(lambda: _gated(run, "a", next(outcomes), 1.0), attempts=2)
+    run.commit("a")
+    calls = []
+    run.attempt(lambda: calls.append(_gated(run, "b", [drift], 2.0)), attempts=3)
+    run.commit("b")
+    assert len(calls) == 1
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert list(summary["refused_attempts"]) == ["a"]
+    assert summary["cases"]["a"]["valid"] and not summary["cases"]["b"]["valid"]

@@ -45,3 +45,13 @@ def test_any_other_reason_is_returned_as_it_is():
     run, calls = _runner((True, []))
     assert run_judged(run, "demo", "/tmp/x", scale=1.0, overrides={"sizes": "1M"}).valid
     assert calls == [(1.0, {"attempts": SUITE_ATTEMPTS, "sizes": "1M"}, False)]
+
+
+def test_a_queue_drift_beside_a_stall_is_the_machines_alone_it_is_not():
+    drift = "real vs virtual queue l3:l3-eth3: median |qdisc backlog - marker's virtual queue|"
+    stall = "pacing debt kept: 2 stalls dropped 74.579 ms of emulated schedule debt"
+    run, calls = _runner((False, [stall, "suggested scale factor S = 50000", drift], 50000),
+                         (True, []))
+    assert run_judged(run, "cc", "/tmp/x", scale=20000).valid and len(calls) == 2
+    run, calls = _runner((False, [drift, "suggested scale factor S = 40000"]), (True, []))
+    assert not run_judged(run, "cc", "/tmp/x", scale=20000).valid and len(calls) == 1
