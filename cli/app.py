@@ -133,7 +133,8 @@ def _workers_note(n_cpus: int) -> str:
     return (f"Engine workers: as few as a run's frame rates need (dilated by S), one per "
             f"{WORKER_PEAK_FRAMES_PER_S:,} frames/s of its sending NICs all at line rate and "
             f"one per {WORKER_MEAN_LINK_FRAMES_PER_S:,} frames/s on average, each counted "
-            "once per link it crosses, "
+            "once per link it crosses (ACKs beyond one per 16 frames, HPCC's, count as "
+            "frames), "
             f"at most {n_cpus} here (one per usable CPU); fewer workers wake up less often "
             "per frame. --set workers=N (experiments) or EngineConfig(workers=N) sets the "
             "number.")

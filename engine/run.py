@@ -69,6 +69,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -139,6 +140,8 @@ class LiveFabric(Protocol):
 _DEFAULT_CNP_INTERVAL_S = 50e-6
 #: ``EngineConfig.ack_coalesce`` for one ACK per message (plus solicited ones).
 ACK_PER_MESSAGE = "message"
+#: Frames per ACK of every algorithm but those reading in-band telemetry.
+DEFAULT_ACKS_EVERY = 16
 #: The delayed-ACK timer of ACK-clocked algorithms (real s): 3 frame times at 100G,
 #: so a flow at line rate is ACKed by coalescing, a stalled or slow one within 1 µs.
 DEFAULT_ACK_DELAY_S = 1e-6
@@ -273,8 +276,18 @@ class EngineConfig:
         """Frames per ACK (0: one per message): ``ack_coalesce``, else 16, or 1 for an
         algorithm that reads in-band telemetry (HPCC ACKs every frame, as its paper)."""
         if self.ack_coalesce is None:
-            return 1 if self.cc_factory.needs_int else 16
+            return 1 if self.cc_factory.needs_int else DEFAULT_ACKS_EVERY
         return 0 if self.ack_coalesce == ACK_PER_MESSAGE else int(self.ack_coalesce)
+
+    def frames_per_ack(self, rate_bps: float, n_frames: int) -> float:
+        """Data frames per ACK of an ``n_frames`` message at ``rate_bps`` line rate: the
+        coalescing, or what arrives before the delayed-ACK timer fires."""
+        k = self.acks_every or n_frames
+        timer_s = self.ack_timer_s
+        if timer_s is not None:
+            frame_bits = 8 * (self.payload_bytes + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
+            k = min(k, 1 + int(timer_s * rate_bps / frame_bits))
+        return max(1, k)
 
     @property
     def ack_timer_s(self) -> float | None:
@@ -448,9 +461,18 @@ WORKER_PEAK_FRAMES_PER_S = 20_000
 WORKER_MEAN_LINK_FRAMES_PER_S = 50_000
 
 
+def ack_weight(frames_per_ack: float) -> float:
+    """What a data frame counts for in the rates above, its ACKs included: the
+    thresholds were measured with one ACK per DEFAULT_ACKS_EVERY frames, and each
+    ACK beyond those counts as a frame (an ACK per frame, HPCC's, took 37 us of CPU
+    per frame on top of DCQCN's 42 here: a data frame's cost)."""
+    return 1.0 + max(0.0, 1.0 / frames_per_ack - 1.0 / DEFAULT_ACKS_EVERY)
+
+
 @dataclass(frozen=True)
 class FrameRates:
-    """What a workload asks of the engine, in frames per wall second at S."""
+    """What a workload asks of the engine, in frames per wall second at S (ACKs beyond
+    one per DEFAULT_ACKS_EVERY frames counted as frames)."""
 
     peak: float        # every sending NIC at its line rate at once
     mean: float        # its frames over its duration on an ideal fabric (below)
@@ -458,15 +480,23 @@ class FrameRates:
 
 
 def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], float],
-                payload_bytes: int, scale: float, links: list[int]) -> FrameRates:
+                payload_bytes: int, scale: float, links: list[int],
+                frames_per_ack: Callable[[float, int], float] | None = None) -> FrameRates:
     """The workload on an ideal fabric: each message leaves at its NIC's line rate from
     its start or its last dependency's end, and ends its fixed path delay later; a
     NIC's messages queue one after another. Congestion only lengthens the duration,
     so ``mean`` bounds the frame rate the engine sustains from above. ``links[i]``:
-    the links message i's path crosses."""
+    the links message i's path crosses. ``frames_per_ack(rate_bps, n_frames)``
+    (``EngineConfig.frames_per_ack``; default DEFAULT_ACKS_EVERY): ACKs beyond the
+    default's count as frames (``ack_weight``)."""
+    def weight(rate_bps: float, n_frames: int) -> float:
+        return 1.0 if frames_per_ack is None else ack_weight(frames_per_ack(rate_bps, n_frames))
+
     frame_bits = 8 * (payload_bytes + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
     nics = {(p.src, p.ifname) for p in msgs}
-    peak = sum(nic_rate_bps[n] for n in nics) / scale / frame_bits
+    longest = max((-(-p.size_bytes // payload_bytes) for p in msgs), default=1)
+    peak = sum(nic_rate_bps[n] * weight(nic_rate_bps[n], longest) for n in nics) \
+        / scale / frame_bits
     end_ns: dict[int, float] = {}
     busy_ns: dict[tuple[str, str], float] = defaultdict(float)
     frames = link_frames = 0
@@ -483,12 +513,14 @@ def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], fl
             if i in end_ns:
                 continue
             n = -(-m.size_bytes // payload_bytes)
-            tx_ns = n * frame_bits / nic_rate_bps[(m.src, m.ifname)] * scale * 1e9
+            rate_bps = nic_rate_bps[(m.src, m.ifname)]
+            tx_ns = n * frame_bits / rate_bps * scale * 1e9
             start = max([m.start_emu_ns, *(end_ns[d] for d in m.deps)])
             end_ns[i] = start + m.fwd_delay_emu_ns + tx_ns
             busy_ns[(m.src, m.ifname)] += tx_ns
-            frames += n
-            link_frames += n * links[i]
+            counted = n * weight(rate_bps, n)
+            frames += counted
+            link_frames += counted * links[i]
     duration_ns = max([*end_ns.values(), *busy_ns.values(), 1.0])
     return FrameRates(peak, frames / duration_ns * 1e9, link_frames / duration_ns * 1e9)
 
@@ -540,7 +572,8 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
         nics = {(p.src, p.ifname) for p in msgs}
         rates = frame_rates(msgs, {n: _port_of(fab, *n).rate_bps for n in nics},
                             config.payload_bytes, scale.factor,
-                            [delays.switches(p.src, p.dst) + 1 for p in msgs])
+                            [delays.switches(p.src, p.dst) + 1 for p in msgs],
+                            config.frames_per_ack)
         n_workers = min(auto_workers(rates, len(cpus)), len(loads))
     else:
         n_workers = min(config.workers, len(cpus), len(loads))

@@ -8,17 +8,20 @@ from dataclasses import replace
 
 import pytest
 
+from core.frame import HEADER_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from core.frame import MTU_PAYLOAD_BYTES as MTU
-from core.frame import WIRE_FRAME_BYTES
 from core.messages import Message, Workload
 from core.scaling import Scale
 from engine.plan import MsgPlan
 from engine.run import (
+    ACK_PER_MESSAGE,
+    DEFAULT_ACKS_EVERY,
     WORKER_MEAN_LINK_FRAMES_PER_S,
     WORKER_PEAK_FRAMES_PER_S,
     EngineConfig,
     FrameRates,
     _plans,
+    ack_weight,
     auto_workers,
     frame_rates,
 )
@@ -67,6 +70,33 @@ def test_frame_rates_of_an_ideal_fabric():
     # A late start counts from its start time.
     r = frame_rates([_msg(0, "a", 10 * MTU, start_ns=round(30 * frame_ns))], rate, MTU, 1.0, [2])
     assert r.mean == pytest.approx(10 / (40 * frame_ns * 1e-9), rel=1e-4)   # delays are whole ns
+
+
+def test_acks_beyond_the_default_coalescing_count_as_frames():
+    assert ack_weight(DEFAULT_ACKS_EVERY) == 1.0
+    assert ack_weight(1) == pytest.approx(2 - 1 / DEFAULT_ACKS_EVERY)     # HPCC's per frame
+    assert ack_weight(4) == pytest.approx(1 + 1 / 4 - 1 / DEFAULT_ACKS_EVERY)
+    assert ack_weight(1000) == 1.0               # fewer ACKs than measured: no discount
+    # The same two NICs as above, an ACK per frame: every rate 2 - 1/16 times.
+    rate = {("a", "eth0"): 100e9, ("b", "eth0"): 100e9}
+    msgs = [_msg(0, "a", 10 * MTU), _msg(1, "b", 10 * MTU)]
+    base = frame_rates(msgs, rate, MTU, 1.0, [2, 3])
+    acked = frame_rates(msgs, rate, MTU, 1.0, [2, 3], lambda rate_bps, n: 1)
+    w = 2 - 1 / DEFAULT_ACKS_EVERY
+    assert (acked.peak, acked.mean, acked.mean_links) == pytest.approx(
+        (w * base.peak, w * base.mean, w * base.mean_links))
+
+
+def test_frames_per_ack_follows_the_responders_settings():
+    frame_bits = 8 * (MTU + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
+    assert EngineConfig(cc="hpcc").frames_per_ack(400e9, 1000) == 1          # per frame
+    assert EngineConfig(cc="dcqcn").frames_per_ack(400e9, 1000) == DEFAULT_ACKS_EVERY
+    assert EngineConfig(cc="off", ack_coalesce=ACK_PER_MESSAGE).frames_per_ack(1e9, 70) == 70
+    # DCTCP's delayed-ACK timer (1 us) fires before 16 frames arrive at 100G: an ACK
+    # per frame that arrived in that microsecond.
+    assert EngineConfig(cc="dctcp").frames_per_ack(100e9, 1000) == 1 + int(1e-6 * 100e9
+                                                                            // frame_bits)
+    assert EngineConfig(cc="dctcp").frames_per_ack(1e12, 1000) == DEFAULT_ACKS_EVERY
 
 
 def _n_workers(scale: float, workers: int | None = None) -> int:
