@@ -18,7 +18,9 @@ Printed side by side:
   what the fabric emulates (``time_model_emulable_s``: the real-fabric model without
   the fixed delays the emulator does not add), data frames/s, engine CPU per
   delivered frame (workers' CPU, user and kernel: a send's kernel time carries the
-  frame through every shaper and switch on its path) and the machine's busy share;
+  frame through every shaper and switch on its path), the same per frame the engine
+  sent, ACKs, NAKs and CNPs included (HPCC ACKs every frame), and the machine's busy
+  share;
 * the smallest S at which the run is VALID and within 5 % of that model, and the
   engine's frames/s there divided by the kernel capacity;
 * with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
@@ -136,6 +138,10 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
         "error": r.time_s / r.time_model_emulable_s - 1,
         "fps": frames / st["run_wall_s"] if st["run_wall_s"] else 0.0,
         "cpu_per_frame_us": cpu_s / frames * 1e6 if frames else float("nan"),
+        # Every frame the engine put on the fabric: HPCC's ACK per data frame is a
+        # frame's work too.
+        "cpu_per_sent_frame_us": cpu_s / st["packets_sent"] * 1e6 if st["packets_sent"]
+        else float("nan"),
         "sys_per_frame_us": sys_s / frames * 1e6 if frames else float("nan"),
         "wakeups_per_frame": sum(w.get("wakeups", 0) for w in st["workers"]) / frames
         if frames else float("nan"),
@@ -169,7 +175,8 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
                   f"costs {wake_us:.1f} µs of CPU on this machine")
     table = Table(title=f"ring all-reduce 4 MiB, one rank per host, {spec}")
     for col in ("steering", "cc", "workers", "S", "gate", "time vs model", "frames/s", "÷ kernel",
-                "CPU/frame", "of which kernel", "wake-ups/frame", "≈ wake-up CPU/frame",
+                "CPU/frame", "of which kernel", "CPU/frame, ACKs counted", "wake-ups/frame",
+                "≈ wake-up CPU/frame",
                 "machine busy", "wall", "why invalid"):
         table.add_column(col)
     for r in rows:
@@ -180,7 +187,7 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
                       f"{r['error']:+.1%}", f"{r['fps']:,.0f}",
                       f"{r['fps'] / kernel_fps:.3f}",
                       f"{r['cpu_per_frame_us']:.1f} µs", f"{r['sys_per_frame_us']:.1f} µs",
-                      f"{r['wakeups_per_frame']:.2f}",
+                      f"{r['cpu_per_sent_frame_us']:.1f} µs", f"{r['wakeups_per_frame']:.2f}",
                       f"{r['wakeups_per_frame'] * wake_us:.1f} µs",
                       f"{r['machine_busy']:.0%}" if r["machine_busy"] is not None else "-",
                       f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
