@@ -27,7 +27,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from core.frame import OFF_TS_RETH, WIRE_FRAME_BYTES
+from core.frame import MTU_PAYLOAD_BYTES, OFF_TS_RETH, WIRE_FRAME_BYTES
 from core.scaling import MAX_EMULATED_RATE_BPS, Scale
 from emu.fabric import Fabric
 from emu.netns import in_netns
@@ -140,7 +140,7 @@ def measure(fab: Fabric, ring: str, scale: float, frames: int, tov_ms: int) -> d
     src, dst = fab.hosts[:2]
     eg = fab.egress(src, dst)
     qp = QpTemplate(Flow(eg.src_mac, eg.dst_mac, eg.src_ip, eg.dst_ip, 0xC000, 1, ecn="ect0"),
-                    4096)
+                    MTU_PAYLOAD_BYTES)
     with in_netns(fab.netns_path(dst)):
         if ring == "v2":
             rx = open_rx_ring(RingSpec.for_headers())
