@@ -52,6 +52,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
 from core.scaling import Scale
 from emu.fabric import Fabric
@@ -60,7 +61,15 @@ from engine.burst import MAX_BURST, Burst
 from engine.rawsock import WAKE_SLEEP_S, open_tx_socket, wakeup_cpu_us
 from experiments.collective import run_collective
 from experiments.measure import fidelity_of
-from experiments.options import parse_cc, parse_workers
+from experiments.options import (
+    arg_type,
+    parse_cc,
+    parse_float,
+    parse_scale,
+    parse_scales,
+    parse_topo,
+    parse_workers,
+)
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 
@@ -150,10 +159,10 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
 
 
 def parse_topo_scales(text: str, default_scales: str) -> tuple[str, list[float]]:
-    """``SPEC[@S1,S2,...]`` -> (topology spec, S values largest first)."""
+    """``SPEC[@S1,S2,...]`` -> (topology spec, S values largest first); ParameterError
+    for a bad spec or S."""
     spec, _, scales = text.partition("@")
-    return spec, sorted((float(x) for x in (scales or default_scales).split(",")),
-                        reverse=True)
+    return parse_topo(spec), sorted(parse_scales(scales or default_scales), reverse=True)
 
 
 def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[str],
@@ -216,8 +225,7 @@ def _smallest_valid(console: Console, rows: list[dict[str, Any]], spec: str, cc:
 
 
 def _parse_workers(text: str) -> list[int | None]:
-    """'auto,2' -> [None, 2] (argparse turns the ParameterError, a ValueError, into a
-    usage error)."""
+    """'auto,2' -> [None, 2]; ParameterError for anything else."""
     return [None if w == "auto" else int(w) for w in map(parse_workers, text.split(","))]
 
 
@@ -228,11 +236,12 @@ def main() -> None:
                          "repeat for several (default: fattree,4 and fattree,8@30000,15000)")
     ap.add_argument("--scales", default="20000,10000,5000,4000",
                     help="S values for the ring, tried largest first")
-    ap.add_argument("--cc", default="off", type=lambda v: [parse_cc(x) for x in v.split(",")],
+    ap.add_argument("--cc", default="off",
+                    type=arg_type(lambda v: [parse_cc(x) for x in v.split(",")]),
                     help="congestion-control settings, ','-separated (default: off)")
-    ap.add_argument("--blast-scale", type=float, default=800.0)
-    ap.add_argument("--blast-seconds", type=float, default=5.0)
-    ap.add_argument("--workers", default="auto", type=_parse_workers,
+    ap.add_argument("--blast-scale", type=arg_type(parse_scale), default=800.0)
+    ap.add_argument("--blast-seconds", type=arg_type(parse_float(0.1, 600.0)), default=5.0)
+    ap.add_argument("--workers", default="auto", type=arg_type(_parse_workers),
                     help="worker counts to run the ring with, ','-separated: 'auto' (the "
                          "engine's choice, default) or a number, e.g. auto,2")
     ap.add_argument("--receive-steering", choices=("on", "off", "both"), default="off",
@@ -240,10 +249,17 @@ def main() -> None:
     args = ap.parse_args()
     console = Console(width=200)
     steering = {"on": [True], "off": [False], "both": [True, False]}[args.receive_steering]
-    for text in args.topo or ["fattree,4", "fattree,8@30000,15000"]:
-        spec, scales = parse_topo_scales(text, args.scales)
-        bench_topology(console, spec, scales, args.cc, steering, args.blast_scale,
-                       args.blast_seconds, args.workers)
+    try:
+        plan = [parse_topo_scales(text, args.scales)
+                for text in args.topo or ["fattree,4", "fattree,8@30000,15000"]]
+    except ParameterError as e:
+        ap.error(str(e))
+    try:
+        for spec, scales in plan:
+            bench_topology(console, spec, scales, args.cc, steering, args.blast_scale,
+                           args.blast_seconds, args.workers)
+    except ParameterError as e:  # e.g. an S this topology's links cannot be shaped at
+        ap.error(str(e))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from engine.rawsock import (
     open_tx_socket,
     slot_offsets,
 )
+from experiments.options import arg_type, parse_int, parse_scales
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 
@@ -49,6 +50,7 @@ TPACKET_V3 = 2
 _V3_BLOCK_BYTES = 1 << 16
 _V3_BLOCKS = 64
 _NIC_RATE_BPS = 400e9
+_LONGEST_RUN_S = 600.0
 _TS = struct.Struct(">q")   # the send stamp, as traffic.roce writes it
 _U32 = struct.Struct("I")
 _U16 = struct.Struct("H")
@@ -127,6 +129,11 @@ def _send(sock: socket.socket, qp: QpTemplate, n: int, interval_ns: int, t0: int
         due += interval_ns
 
 
+def packet_time_ns(scale: float) -> int:
+    """A full frame's time at 400G, dilated by ``scale`` (wall ns)."""
+    return round(8 * WIRE_FRAME_BYTES / _NIC_RATE_BPS * scale * 1e9)
+
+
 def two_hosts() -> Fabric:
     """A two-host fabric whose links run as fast as the shaper holds, far faster than
     the frames: the ring alone is measured."""
@@ -151,7 +158,7 @@ def measure(fab: Fabric, ring: str, scale: float, frames: int, tov_ms: int) -> d
             read = _v3_reader(mm)
     with in_netns(fab.netns_path(src)):
         tx = open_tx_socket(eg.ifname)
-    interval_ns = round(8 * WIRE_FRAME_BYTES / _NIC_RATE_BPS * scale * 1e9)
+    interval_ns = packet_time_ns(scale)
     ep = select.epoll()
     try:
         ep.register(rx.fileno(), select.EPOLLIN)
@@ -188,14 +195,17 @@ def measure(fab: Fabric, ring: str, scale: float, frames: int, tov_ms: int) -> d
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scales", default="10000,4000", help="S values, ','-separated")
-    ap.add_argument("--frames", type=int, default=2000)
-    ap.add_argument("--tov-ms", type=int, default=1,
+    ap.add_argument("--scales", default="10000,4000", type=arg_type(parse_scales),
+                    help="S values, ','-separated")
+    ap.add_argument("--frames", type=arg_type(parse_int(1)), default=2000)
+    ap.add_argument("--tov-ms", type=arg_type(parse_int(1)), default=1,
                     help="TPACKET_V3 block retire timeout (ms; the kernel's unit, 1 at least)")
     args = ap.parse_args()
-    scales = [float(s) for s in args.scales.split(",")]
-    if args.frames < 1 or args.tov_ms < 1 or any(s <= 0 for s in scales):
-        ap.error("--frames, --tov-ms and every S must be positive")
+    scales = args.scales
+    run_s = 2 * args.frames * sum(packet_time_ns(x) for x in scales) / 1e9
+    if run_s > _LONGEST_RUN_S:
+        ap.error(f"{args.frames} frames at S = {','.join(f'{x:g}' for x in scales)} take {run_s:.0f} s of sending; "
+                 f"at most {_LONGEST_RUN_S:.0f}: fewer --frames or a smaller S")
     table = Table(title="receive ring: TPACKET_V2 (the engine's) vs TPACKET_V3 blocks")
     for col in ("S", "ring", "frames", "p50 lag us", "p99 lag us", "p99 allowed us",
                 "wakes/frame", "CPU/frame us"):

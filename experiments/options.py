@@ -7,6 +7,7 @@ refused option leaves nothing behind.
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,17 @@ MAX_MESSAGE_BYTES = 64 << 20
 #: the Python API, a resumed run's config.json) and returns the canonical value, or
 #: raises ParameterError. Parsers are idempotent on their own output.
 Parser = Callable[[Any], Any]
+
+
+def arg_type(parse: Parser) -> Callable[[str], Any]:
+    """``parse`` as an argparse ``type=`` (the benchmarks' command lines): a refused
+    value is a usage error that says why."""
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ParameterError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return convert
 
 
 def parse_text(value: Any) -> str:
@@ -137,6 +149,13 @@ def parse_scale(value: Any) -> float:
     """The time-dilation factor S, as core.scaling.Scale accepts it."""
 
     return Scale(parse_float(1.0, 1e9, open_high=True)(value)).factor
+
+
+def parse_scales(value: Any) -> list[float]:
+    """``S1,S2,...`` (the benchmarks' S lists) -> each S as ``parse_scale`` accepts it."""
+    if not isinstance(value, str) or not value.strip():
+        raise ParameterError("scales", value, "expected S values, ','-separated")
+    return [parse_scale(x.strip()) for x in value.split(",")]
 
 
 def parse_collective(value: Any) -> str:

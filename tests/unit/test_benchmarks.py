@@ -7,6 +7,7 @@ import argparse
 
 import pytest
 
+from core.errors import ParameterError
 from experiments.bench_gate import is_wrong, parse_stall
 
 
@@ -37,6 +38,17 @@ def test_bench_capacity_reads_a_topology_with_its_own_scales():
     assert parse_topo_scales("fattree,8@15000,30000", "1,2") == ("fattree,8", [30000.0, 15000.0])
     assert parse_topo_scales("leafspine,2,2,4,host_rate=100G", "4000,10000") == (
         "leafspine,2,2,4,host_rate=100G", [10000.0, 4000.0])
+    for bad in ("foo@10000", "fattree,4@abc", "fattree,4@0.5", "fattree,4@10000,", "fattree,3"):
+        with pytest.raises(ParameterError):
+            parse_topo_scales(bad, "10000")
+
+
+def test_benchmark_arguments_are_usage_errors_that_say_why():
+    from experiments.options import arg_type, parse_scales
+
+    assert arg_type(parse_scales)("10000, 4000") == [10000.0, 4000.0]
+    with pytest.raises(argparse.ArgumentTypeError, match="must be a finite number"):
+        arg_type(parse_scales)("10000,0")
 
 
 def test_a_stall_pattern_is_burst_over_period_in_ms_or_0():
