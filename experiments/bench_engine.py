@@ -37,6 +37,7 @@ from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet
 from emu.shaping import MTU_BYTES
 from engine.run import EngineConfig, run_workload
+from experiments.options import arg_type, clear_errors, parse_csv, parse_float, parse_int
 from traffic.roce import Flow, QpTemplate
 
 IFNAME = {"a": "fetest-va", "b": "fetest-vb"}
@@ -146,22 +147,23 @@ def pacing(rig: VethRig, rate_emu_bps: float, payload: int, packets: int) -> dic
             "lag_p50": r.stats["pacing_lag_p50_emu_s"], "lag_p99": r.stats["pacing_lag_p99_emu_s"]}
 
 
+@clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--payload", type=int, default=1024)
-    ap.add_argument("--packets", type=int, default=50_000)
-    ap.add_argument("--scapy-packets", type=int, default=3000)
+    ap.add_argument("--payload", type=arg_type(parse_int(8, 8192)), default=1024)
+    ap.add_argument("--packets", type=arg_type(parse_int(1)), default=50_000)
+    ap.add_argument("--scapy-packets", type=arg_type(parse_int(1)), default=3000)
     ap.add_argument("--rates", default="10e6,100e6,400e6,1e9,2e9",
+                    type=arg_type(parse_csv(parse_float(1e3, 1e11))),
                     help="emulated bit/s, comma-separated (2e9: the fastest a port is shaped)")
-    ap.add_argument("--pace-packets", type=int, default=2000)
+    ap.add_argument("--pace-packets", type=arg_type(parse_int(1)), default=2000)
     args = ap.parse_args()
     console = Console()
     with VethRig() as rig:
         engs = [engine_pps(rig, args.payload, args.packets, path) for path in ("auto", "python")]
         scs = {"sendp(list)": scapy_pps(rig, args.payload, args.scapy_packets, False),
                "sendp per packet": scapy_pps(rig, args.payload, args.scapy_packets, True)}
-        paces = [pacing(rig, float(r), args.payload, args.pace_packets)
-                 for r in args.rates.split(",")]
+        paces = [pacing(rig, r, args.payload, args.pace_packets) for r in args.rates]
     t = Table(title=f"RoCEv2 send rate, {args.payload}-byte payload, unshaped veth")
     for col in ("sender", "packets", "pkt/s per CPU-s", "pkt/s wall",
                 "per CPU-s vs sendp(list) / per packet"):

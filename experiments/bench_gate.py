@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.scaling import DEFAULT_SCALE
+from experiments.options import arg_type, clear_errors, parse_csv, parse_int, parse_scales
 
 #: Relative error a metric of a case may show against the real-fabric model (the
 #: targets of docs/design.md "Measurement and fidelity"); the first matching prefix wins.
@@ -132,20 +133,23 @@ def run_demo(scale: float, hogs: int, out: Path,
             "reasons": summary.get("reasons", [])}
 
 
+@clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scales", default=f"{DEFAULT_SCALE:g},{DEFAULT_SCALE / 2:g}",
+                    type=arg_type(parse_scales),
                     help="S values, ','-separated (default: the default S and half of it)")
-    ap.add_argument("--hogs", default="0,1,2", help="numbers of CPU hogs, ','-separated")
+    ap.add_argument("--hogs", default="0,1,2", type=arg_type(parse_csv(parse_int(0, 64))),
+                    help="numbers of CPU hogs, ','-separated")
     ap.add_argument("--stalls", default="0",
                     help="stall patterns BURST/PERIOD in ms (e.g. 5/100), or 0 for none, "
                          "','-separated (default: 0)")
-    ap.add_argument("--runs", type=int, default=2, help="runs per (S, hogs, stalls)")
+    ap.add_argument("--runs", type=arg_type(parse_int(1)), default=2,
+                    help="runs per (S, hogs, stalls)")
     ap.add_argument("--keep", metavar="DIR", default=None,
                     help="keep every run's directory under DIR (default: removed)")
     args = ap.parse_args()
-    scales = [float(x) for x in args.scales.split(",")]
-    hog_counts = [int(x) for x in args.hogs.split(",")]
+    scales, hog_counts = args.scales, args.hogs
     try:
         stalls = {x: parse_stall(x) for x in args.stalls.split(",")}
     except argparse.ArgumentTypeError as e:

@@ -17,7 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from core.scaling import DEFAULT_SCALE, Scale
+from emu.ecn.backend import CHOICES as MARKING_CHOICES
 from emu.fabric import Fabric
+from experiments.options import arg_type, clear_errors, parse_csv, parse_int, parse_scale
 from topologies.fattree import FatTree
 
 
@@ -52,11 +54,13 @@ def time_mininet(k: int, scale: Scale) -> tuple[float, float]:
     return t1 - t0, time.perf_counter() - t1
 
 
+@clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--k", default="4,8", help="fat-tree sizes, comma separated")
-    ap.add_argument("--scale", type=float, default=DEFAULT_SCALE)
-    ap.add_argument("--marking", default="auto")
+    ap.add_argument("--k", default="4,8", type=arg_type(parse_csv(parse_int(2, 16))),
+                    help="fat-tree sizes, comma separated")
+    ap.add_argument("--scale", type=arg_type(parse_scale), default=DEFAULT_SCALE)
+    ap.add_argument("--marking", default="auto", choices=MARKING_CHOICES)
     ap.add_argument("--skip-mininet", action="store_true")
     args = ap.parse_args()
     scale = Scale(args.scale)
@@ -66,7 +70,7 @@ def main() -> None:
                 "fabricemu total", "Mininet build+start", "Mininet stop", "Mininet total",
                 "speed-up"):
         table.add_column(col, justify="right")
-    for k in (int(x) for x in args.k.split(",")):
+    for k in args.k:
         topo = FatTree(k)
         console.print(f"k={k}: fabricemu ...")
         fb, fs, _ = time_fabricemu(k, scale, args.marking)

@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,11 +25,13 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from core.ecn import Thresholds  # noqa: E402
+from core.errors import NotRootError  # noqa: E402
 from emu.ecn.bpf import attach_bpf_marker, libbpf  # noqa: E402
 from emu.ecn.rig import MarkerRig  # noqa: E402
 from emu.runs import NamespaceSet  # noqa: E402
 from emu.shaping import port_qdisc_stats, shape_port  # noqa: E402
 from emu.telemetry import QueueSampler, port_stats  # noqa: E402
+from experiments.options import arg_type, clear_errors, parse_float  # noqa: E402
 
 FAST_RATE_EMU_BPS = 20e9  # far above what a Python sender and veth forwarding can carry
 
@@ -88,10 +91,13 @@ def sampler_cost(rig: MarkerRig, n_ports: int, interval_s: float,
     return s.cpu_fraction(), s.cpu_s / sweeps * 1e6, sweeps / s.wall_s
 
 
+@clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--seconds", type=arg_type(parse_float(0.1, 600.0)), default=2.0)
     args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise NotRootError("bench_marker builds namespaces and attaches BPF programs: run it as root")
     rows: list[tuple[str, str]] = []
 
     stats_fd = libbpf().lib.bpf_enable_stats(0) if hasattr(libbpf().lib, "bpf_enable_stats") else -1
@@ -102,13 +108,15 @@ def main() -> None:
         for _ in range(2):
             without_pps.append(forwarding(plain, args.seconds / 2))
             with_pps.append(forwarding(marked, args.seconds / 2))
-        run_ns, run_cnt = _prog_stats(marked.marker.prog_id) if stats_fd >= 0 else (0, 0)
+        run_ns, run_cnt = _prog_stats(marked.marker.prog_id) \
+            if stats_fd >= 0 and shutil.which("bpftool") else (0, 0)
         assert port_qdisc_stats(marked.ipr_switch, marked.w1_index)["drops"] == 0
     if stats_fd >= 0:
         os.close(stats_fd)
     w, wo = sum(with_pps) / 2, sum(without_pps) / 2
     rows.append(("marker run time per packet (BPF stats)",
-                 f"{run_ns / run_cnt:.0f} ns over {run_cnt} packets" if run_cnt else "n/a"))
+                 f"{run_ns / run_cnt:.0f} ns over {run_cnt} packets" if run_cnt
+                 else "n/a (needs bpftool and BPF run-time statistics)"))
     rows.append(("forwarding without marker", f"{wo / 1e3:.1f} kpps"))
     rows.append(("forwarding with marker", f"{w / 1e3:.1f} kpps ({100 * (w / wo - 1):+.1f}%)"))
     rows.append(("marker cost from throughput", f"{(1 / w - 1 / wo) * 1e9:.0f} ns/packet (noisy)"))
@@ -129,8 +137,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if os.geteuid() != 0:
-        sys.exit("bench_marker.py needs root")
     lib = libbpf().lib
     if hasattr(lib, "bpf_enable_stats"):
         lib.bpf_enable_stats.restype, lib.bpf_enable_stats.argtypes = ctypes.c_int, [ctypes.c_int]

@@ -48,7 +48,7 @@ from core.units import format_size
 from emu.fabric import Fabric
 from engine.run import DEFAULT_NIC_OVERHEAD_S, EngineConfig
 from experiments.measure import measure
-from experiments.options import parse_scale, parse_size
+from experiments.options import arg_type, clear_errors, parse_int, parse_scale, parse_size
 from model.alphabeta import predict_workload
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
@@ -158,11 +158,13 @@ def run_emulated(spec: str, flows: Sequence[tuple[str, str]], meet: tuple[str, s
     return rows, float(m.queue.backlog_bytes.max()) if not m.queue.empty else float("nan")
 
 
+@clear_errors
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=parse_size, default=256 << 10, help="bytes per flow")
-    ap.add_argument("--runs", type=int, default=3, help="emulated runs per configuration")
-    ap.add_argument("--scale", type=parse_scale, default=DEFAULT_SCALE, help="S")
+    ap.add_argument("--size", type=arg_type(parse_size), default=256 << 10, help="bytes per flow")
+    ap.add_argument("--runs", type=arg_type(parse_int(1)), default=3,
+                    help="emulated runs per configuration")
+    ap.add_argument("--scale", type=arg_type(parse_scale), default=DEFAULT_SCALE, help="S")
     args = ap.parse_args(argv)
     console = Console(width=max(Console().width, 150))  # nine columns of numbers
     for name, spec, flows, meet in SCENARIOS:

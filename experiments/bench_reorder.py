@@ -26,6 +26,14 @@ from rich.table import Table
 from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.run import cpu_ticks, machine_busy
+from experiments.options import (
+    arg_type,
+    clear_errors,
+    parse_float,
+    parse_int,
+    parse_scale,
+    parse_topo,
+)
 from topologies.spec import build_topo
 
 
@@ -52,14 +60,15 @@ def measure(topo: str, scale: float, in_order: bool, flows: int, duration_s: flo
                 "out_of_order": sum(c["out_of_order"] for c in counts), "machine_busy": machine_busy(cpu0, cpu1)}
 
 
+@clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--topo", default="fattree,4")
-    ap.add_argument("--load-scale", type=float, default=1000.0,
+    ap.add_argument("--topo", default="fattree,4", type=arg_type(parse_topo))
+    ap.add_argument("--load-scale", type=arg_type(parse_scale), default=1000.0,
                     help="small: the links must outrun the senders, to load the kernel")
-    ap.add_argument("--duration", type=float, default=5.0)
-    ap.add_argument("--flows", type=int, default=4)
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--duration", type=arg_type(parse_float(0.1, 600.0)), default=5.0)
+    ap.add_argument("--flows", type=arg_type(parse_int(1, 64)), default=4)
+    ap.add_argument("--runs", type=arg_type(parse_int(1)), default=2)
     args = ap.parse_args()
     table = Table(title=f"{args.topo}, S = {args.load_scale:g}, {args.flows} flows per host, "
                         f"{args.duration:g} s per run")

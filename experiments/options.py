@@ -8,14 +8,17 @@ refused option leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from core.ecn import Thresholds
-from core.errors import ParameterError
+from core.errors import FabricEmuError, ParameterError
 from core.scaling import Scale
 from core.units import parse_rate_bps, parse_size_bytes
 from topologies.spec import build_topo, topo_size
@@ -32,6 +35,19 @@ MAX_MESSAGE_BYTES = 64 << 20
 #: the Python API, a resumed run's config.json) and returns the canonical value, or
 #: raises ParameterError. Parsers are idempotent on their own output.
 Parser = Callable[[Any], Any]
+
+
+def clear_errors(main: Callable[..., None]) -> Callable[..., None]:
+    """A benchmark's ``main``: a refused value or a missing feature (FabricEmuError)
+    ends it with a one-line error and exit status 2, not a traceback."""
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            main(*args, **kwargs)
+        except FabricEmuError as e:
+            print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
+            sys.exit(2)
+    return run
 
 
 def arg_type(parse: Parser) -> Callable[[str], Any]:
@@ -151,11 +167,18 @@ def parse_scale(value: Any) -> float:
     return Scale(parse_float(1.0, 1e9, open_high=True)(value)).factor
 
 
+def parse_csv(item: Parser) -> Parser:
+    """``a,b,c`` (the benchmarks' lists) -> [item(a), item(b), item(c)]."""
+    def parse(value: Any) -> list:
+        if not isinstance(value, str) or not value.strip():
+            raise ParameterError("value", value, "expected a ','-separated list")
+        return [item(x.strip()) for x in value.split(",")]
+    return parse
+
+
 def parse_scales(value: Any) -> list[float]:
-    """``S1,S2,...`` (the benchmarks' S lists) -> each S as ``parse_scale`` accepts it."""
-    if not isinstance(value, str) or not value.strip():
-        raise ParameterError("scales", value, "expected S values, ','-separated")
-    return [parse_scale(x.strip()) for x in value.split(",")]
+    """``S1,S2,...`` -> each S as ``parse_scale`` accepts it."""
+    return parse_csv(parse_scale)(value)
 
 
 def parse_collective(value: Any) -> str:

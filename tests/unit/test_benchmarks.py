@@ -4,6 +4,8 @@ arguments."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 import pytest
 
@@ -65,3 +67,33 @@ def test_bench_capacity_reads_worker_counts():
     for bad in ("0", "two", "auto,-1", ""):
         with pytest.raises(ValueError):
             _parse_workers(bad)
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench_capacity", "--topo", "fattree,4@abc"], ["bench_capacity", "--workers", "0"],
+    ["bench_rxring", "--frames", "0"], ["bench_rxring", "--scales", "1e8"],
+    ["bench_gate", "--hogs", "x"], ["bench_engine", "--payload", "-5"],
+    ["bench_marker", "--seconds", "-1"], ["bench_reorder", "--topo", "foo"],
+    ["bench_shaping", "--scale", "0"], ["bench_lifecycle", "--k", "4,x"],
+    ["bench_pathdelay", "--runs", "0"]])
+def test_a_benchmark_refuses_bad_arguments_in_one_line(argv):
+    p = subprocess.run([sys.executable, "-m", f"experiments.{argv[0]}", *argv[1:]],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert "Traceback" not in p.stderr and "error:" in p.stderr.splitlines()[-1], p.stderr
+
+
+def test_clear_errors_turns_a_fabricemu_error_into_exit_status_2(capsys):
+    from core.errors import CapabilityError
+    from experiments.options import clear_errors, parse_csv, parse_int
+
+    @clear_errors
+    def main() -> None:
+        raise CapabilityError("the kernel has no sch_htb")
+
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 2 and "error: the kernel has no sch_htb" in capsys.readouterr().err
+    assert parse_csv(parse_int(0))("0, 1,2") == [0, 1, 2]
+    with pytest.raises(ParameterError):
+        parse_csv(parse_int(0))("1,,2")
