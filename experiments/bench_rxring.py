@@ -32,6 +32,7 @@ from core.scaling import MAX_EMULATED_RATE_BPS, Scale
 from emu.fabric import Fabric
 from emu.netns import in_netns
 from engine.rawsock import (
+    ETH_P_ALL,
     PACKET_RX_RING,
     PACKET_VERSION,
     SOL_PACKET,
@@ -59,7 +60,7 @@ _U16 = struct.Struct("H")
 def _open_v3_ring(tov_ms: int) -> tuple[socket.socket, mmap.mmap]:
     """A TPACKET_V3 ring with the engine's filter and snap length."""
     spec = RingSpec.for_headers()
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     try:
         attach_roce_filter(sock, spec.snap_bytes)
         sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V3)
