@@ -316,8 +316,8 @@ CC_TABLE_COLUMNS = {
     "incast": (("cc", "cc"), ("pfc", "PFC"), ("completion_us", "incast completion (us)"),
                ("incast_gbps", "incast (Gb/s)"), ("bottleneck_share", "of bottleneck"),
                ("drops", "drops"), ("pauses", "PAUSEs"), ("latency_p99_us", "p99 latency (us)"),
-               ("peak_queue_KB", "peak queue (KB)"), ("mean_queue_KB", "mean queue (KB)"),
-               ("retransmitted", "retransmitted"),
+               ("peak_queue_KB", "peak queue (KB)"), ("peak_vs_dcqcn", "peak ÷ DCQCN's"),
+               ("mean_queue_KB", "mean queue (KB)"), ("retransmitted", "retransmitted"),
                ("ecn_echoes", "ECN echoes"), ("victim_fct_us", "victim FCT (us)"),
                ("victim_gbps", "victim (Gb/s)"), ("valid", "valid")),
     "fairness": (("cc", "cc"), ("jain", "Jain index"), ("aggregate_gbps", "aggregate (Gb/s)"),
@@ -339,6 +339,13 @@ CC_TABLE_COLUMNS = {
 CC_COUNTS = ("flows", "drops", "pauses", "retransmitted", "ecn_echoes")
 
 
+def peak_vs_dcqcn(incast: pd.DataFrame) -> pd.Series:
+    """Each incast case's peak queue over DCQCN's (the case ``cc == 'dcqcn'``) with the
+    same PFC setting; NaN where the run has no such case."""
+    dcqcn = incast[incast.cc == "dcqcn"].set_index("pfc")["peak_queue_KB"]
+    return incast.peak_queue_KB / incast.pfc.map(dcqcn)
+
+
 def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
     """The congestion-control comparison (cc.csv): one table per scenario, one row per
     case, with the case's fidelity verdict."""
@@ -347,6 +354,8 @@ def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
         rows = df[df.scenario == scenario]
         if rows.empty:
             continue
+        if scenario == "incast" and "peak_queue_KB" in rows:
+            rows = rows.assign(peak_vs_dcqcn=peak_vs_dcqcn(rows))
         table = Table(title=f"congestion control, {scenario} (real-fabric units, measured)")
         for col, header in columns:
             table.add_column(header, justify="left" if col == "cc" else "right")

@@ -13,7 +13,7 @@ from core.errors import ParameterError
 from experiments import cc
 from experiments.measure import Measurement
 from experiments.options import resolve_options
-from experiments.report import cc_tables
+from experiments.report import cc_tables, peak_vs_dcqcn
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
 
@@ -96,6 +96,20 @@ def test_comparison_tables_per_scenario_with_the_verdicts():
     assert steady_cells["flows"] == "2" and steady_cells["aggregate (Gb/s)"] == "91.0"
     fair_cells = {c.header: c._cells[0] for c in tables[1].columns}
     assert fair_cells["convergence (us)"] == "n/a" and "no" in fair_cells["valid"]
+
+
+def test_the_incast_table_sets_each_peak_queue_beside_dcqcns_with_the_same_pfc():
+    df = pd.DataFrame([
+        {"case": f"incast cc={cc} pfc={pfc}", "scenario": "incast", "cc": cc, "pfc": pfc,
+         "peak_queue_KB": peak}
+        for cc, pfc, peak in (("dcqcn", False, 1000.0), ("hpcc", False, 85.0),
+                              ("dcqcn", True, 500.0), ("hpcc", True, 100.0))])
+    incast = df[df.scenario == "incast"]
+    assert list(peak_vs_dcqcn(incast)) == pytest.approx([1.0, 0.085, 1.0, 0.2])
+    cells = {c.header: c._cells for c in cc_tables(df, {})[0].columns}
+    assert cells["peak ÷ DCQCN's"] == ["1.000", "0.085", "1.000", "0.200"]
+    # Without DCQCN in the run there is nothing to compare with.
+    assert peak_vs_dcqcn(incast[incast.cc == "hpcc"]).isna().all()
 
 
 def test_oscillation_senders_are_the_largest_group_at_one_round_trip():
