@@ -31,6 +31,15 @@ MIN_EMULATED_RATE_BPS = 100e3
 # it 30 % busy at 10000. 10000 keeps a 3x margin. Bursts of tiny frames are harder:
 # 240 single-frame QPs of an 8-byte all-to-all at once need S = 50000 (the gate says so).
 DEFAULT_SCALE = 10000.0
+#: The NIC rate DEFAULT_SCALE was measured with.
+DEFAULT_SCALE_NIC_RATE_BPS = 400e9
+
+
+def scale_keeping_frame_time(nic_rate_bps: float, scale: float = DEFAULT_SCALE) -> float:
+    """The S at which a ``nic_rate_bps`` NIC's dilated frame time is a 400G NIC's at
+    ``scale``: the engine paces, and its gate judges lags, in frame times, so a NIC N
+    times faster needs N times the S (NVLink's 3.6 Tb/s: 9 x)."""
+    return scale * max(1.0, nic_rate_bps / DEFAULT_SCALE_NIC_RATE_BPS)
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,19 @@ parse_sizes = parse_list(parse_size)
 parse_specs = parse_list(parse_topo)
 
 
+def parse_topo_at(value: Any) -> str:
+    """``SPEC`` or ``SPEC@S``: a fabric, and the S it runs at instead of the run's."""
+    spec, at, scale = parse_text(value).partition("@")
+    spec = parse_topo(spec)
+    return f"{spec}@{parse_scale(scale):g}" if at else spec
+
+
+def split_topo_at(entry: str, scale: float) -> tuple[str, float]:
+    """``parse_topo_at``'s text -> (spec, its S, else ``scale``)."""
+    spec, at, own = entry.partition("@")
+    return spec, float(own) if at else scale
+
+
 def format_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ";".join(format_value(v) for v in value)

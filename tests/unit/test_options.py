@@ -254,3 +254,14 @@ def test_every_experiment_takes_a_worker_count_the_engine_gets():
     assert WORKERS.parse("AUTO") == "auto" and WORKERS.parse("2") == 2 and WORKERS.parse(3) == 3
     assert engine_config("off", "auto").workers is None
     assert engine_config("off", 2).workers == 2
+
+
+def test_a_fabric_may_carry_its_own_scale():
+    from experiments.options import parse_topo_at, split_topo_at
+
+    assert parse_topo_at(" railopt,2,gpus=4@1e5 ") == "railopt,2,gpus=4@100000"
+    assert split_topo_at("railopt,2,gpus=4@100000", 10000.0) == ("railopt,2,gpus=4", 1e5)
+    assert split_topo_at("fattree,4", 10000.0) == ("fattree,4", 10000.0)
+    for bad in ("foo@10000", "fattree,4@", "fattree,4@abc", "fattree,4@0.5"):
+        with pytest.raises(ParameterError):
+            parse_topo_at(bad)

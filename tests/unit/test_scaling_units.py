@@ -65,3 +65,11 @@ def test_parse_size_and_time():
 def test_format_rate():
     assert format_rate(400e9) == "400G"
     assert format_rate(1.6e12) == "1.6T"
+
+
+def test_a_faster_nic_keeps_a_400g_nics_frame_time_at_a_proportionally_larger_s():
+    from core.scaling import DEFAULT_SCALE, scale_keeping_frame_time
+
+    assert scale_keeping_frame_time(3.6e12) == pytest.approx(9 * DEFAULT_SCALE)   # NVLink
+    assert scale_keeping_frame_time(400e9, 2000.0) == 2000.0
+    assert scale_keeping_frame_time(100e9) == DEFAULT_SCALE    # slower NICs keep S
