@@ -344,11 +344,13 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
 
 def combine(reports: Sequence[FidelityReport]) -> FidelityReport:
     """One verdict for a run made of several traffic cases (valid iff all are, and
-    there is at least one: a run that measured nothing is not valid)."""
+    there is at least one: a run that measured nothing is not valid). The suggested S
+    is the refused cases' (a valid case on a fabric of its own S suggests that S)."""
     if not reports:
         return FidelityReport(False, ["nothing was measured: no traffic case ran"], 1.0)
     reasons = [r for rep in reports for r in rep.reasons]
-    suggested = max((rep.suggested_scale for rep in reports), default=1.0)
+    refused = [rep for rep in reports if not rep.valid] or reports
+    suggested = max(rep.suggested_scale for rep in refused)
     return FidelityReport(all(rep.valid for rep in reports), reasons, suggested,
                           [c for rep in reports for c in rep.checks])
 

@@ -195,6 +195,11 @@ def test_combine_and_round_trip():
     both = combine([ok, bad])
     assert not both.valid and both.suggested_scale == bad.suggested_scale
     assert FidelityReport.from_dict(both.as_dict()) == both
+    # A valid case on a fabric run at a larger S of its own does not raise the
+    # suggestion for the refused one.
+    own = FidelityReport(True, [], 9 * bad.suggested_scale)
+    assert combine([own, bad]).suggested_scale == bad.suggested_scale
+    assert combine([own, ok]).suggested_scale == own.suggested_scale
 
 
 def test_nice_scale():
