@@ -52,7 +52,6 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
 from core.scaling import Scale
 from emu.fabric import Fabric
@@ -63,8 +62,9 @@ from experiments.collective import run_collective
 from experiments.measure import fidelity_of
 from experiments.options import (
     arg_type,
+    clear_errors,
     parse_cc,
-    parse_float,
+    parse_duration_s,
     parse_scale,
     parse_scales,
     parse_topo,
@@ -229,6 +229,7 @@ def _parse_workers(text: str) -> list[int | None]:
     return [None if w == "auto" else int(w) for w in map(parse_workers, text.split(","))]
 
 
+@clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topo", action="append", default=None, metavar="SPEC[@S,...]",
@@ -240,7 +241,7 @@ def main() -> None:
                     type=arg_type(lambda v: [parse_cc(x) for x in v.split(",")]),
                     help="congestion-control settings, ','-separated (default: off)")
     ap.add_argument("--blast-scale", type=arg_type(parse_scale), default=800.0)
-    ap.add_argument("--blast-seconds", type=arg_type(parse_float(0.1, 600.0)), default=5.0)
+    ap.add_argument("--blast-seconds", type=arg_type(parse_duration_s), default=5.0)
     ap.add_argument("--workers", default="auto", type=arg_type(_parse_workers),
                     help="worker counts to run the ring with, ','-separated: 'auto' (the "
                          "engine's choice, default) or a number, e.g. auto,2")
@@ -249,17 +250,11 @@ def main() -> None:
     args = ap.parse_args()
     console = Console(width=200)
     steering = {"on": [True], "off": [False], "both": [True, False]}[args.receive_steering]
-    try:
-        plan = [parse_topo_scales(text, args.scales)
-                for text in args.topo or ["fattree,4", "fattree,8@30000,15000"]]
-    except ParameterError as e:
-        ap.error(str(e))
-    try:
-        for spec, scales in plan:
-            bench_topology(console, spec, scales, args.cc, steering, args.blast_scale,
-                           args.blast_seconds, args.workers)
-    except ParameterError as e:  # e.g. an S this topology's links cannot be shaped at
-        ap.error(str(e))
+    plan = [parse_topo_scales(text, args.scales)
+            for text in args.topo or ["fattree,4", "fattree,8@30000,15000"]]
+    for spec, scales in plan:
+        bench_topology(console, spec, scales, args.cc, steering, args.blast_scale,
+                       args.blast_seconds, args.workers)
 
 
 if __name__ == "__main__":

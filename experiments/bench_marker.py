@@ -31,7 +31,7 @@ from emu.ecn.rig import MarkerRig  # noqa: E402
 from emu.runs import NamespaceSet  # noqa: E402
 from emu.shaping import port_qdisc_stats, shape_port  # noqa: E402
 from emu.telemetry import QueueSampler, port_stats  # noqa: E402
-from experiments.options import arg_type, clear_errors, parse_float  # noqa: E402
+from experiments.options import arg_type, clear_errors, parse_duration_s  # noqa: E402
 
 FAST_RATE_EMU_BPS = 20e9  # far above what a Python sender and veth forwarding can carry
 
@@ -94,7 +94,7 @@ def sampler_cost(rig: MarkerRig, n_ports: int, interval_s: float,
 @clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=arg_type(parse_float(0.1, 600.0)), default=2.0)
+    ap.add_argument("--seconds", type=arg_type(parse_duration_s), default=2.0)
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise NotRootError("bench_marker builds namespaces and attaches BPF programs: run it as root")

@@ -29,7 +29,7 @@ from engine.run import cpu_ticks, machine_busy
 from experiments.options import (
     arg_type,
     clear_errors,
-    parse_float,
+    parse_duration_s,
     parse_int,
     parse_scale,
     parse_topo,
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--topo", default="fattree,4", type=arg_type(parse_topo))
     ap.add_argument("--load-scale", type=arg_type(parse_scale), default=1000.0,
                     help="small: the links must outrun the senders, to load the kernel")
-    ap.add_argument("--duration", type=arg_type(parse_float(0.1, 600.0)), default=5.0)
+    ap.add_argument("--duration", type=arg_type(parse_duration_s), default=5.0)
     ap.add_argument("--flows", type=arg_type(parse_int(1, 64)), default=4)
     ap.add_argument("--runs", type=arg_type(parse_int(1)), default=2)
     args = ap.parse_args()

@@ -43,7 +43,7 @@ from engine.rawsock import (
     open_tx_socket,
     slot_offsets,
 )
-from experiments.options import arg_type, parse_int, parse_scales
+from experiments.options import arg_type, clear_errors, parse_int, parse_scales
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 
@@ -194,6 +194,7 @@ def measure(fab: Fabric, ring: str, scale: float, frames: int, tov_ms: int) -> d
             "wakeups_per_frame": wakeups / got, "cpu_per_frame_us": cpu_s / got * 1e6}
 
 
+@clear_errors
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scales", default="10000,4000", type=arg_type(parse_scales),

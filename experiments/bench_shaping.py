@@ -18,7 +18,7 @@ from core.scaling import DEFAULT_SCALE, Scale
 from core.units import format_rate
 from emu.fabric import Fabric
 from emu.linktest import expected_rate_bps, measure_port_rate
-from experiments.options import arg_type, clear_errors, parse_float, parse_scale, parse_topo
+from experiments.options import arg_type, clear_errors, parse_duration_s, parse_scale, parse_topo
 from topologies.spec import build_topo
 
 
@@ -27,7 +27,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--topo", default="fattree,4", type=arg_type(parse_topo))
     ap.add_argument("--scale", type=arg_type(parse_scale), default=DEFAULT_SCALE)
-    ap.add_argument("--duration", type=arg_type(parse_float(0.1, 600.0)), default=3.0)
+    ap.add_argument("--duration", type=arg_type(parse_duration_s), default=3.0)
     args = ap.parse_args()
     table = Table(title=f"{args.topo}, S = {args.scale:g}")
     for col in ("tier", "port", "real rate", "configured (emu)", "achieved (emu)", "error",

@@ -176,6 +176,10 @@ def parse_csv(item: Parser) -> Parser:
     return parse
 
 
+#: A benchmark's measuring time (s): long enough to mean something, short enough to end.
+parse_duration_s = parse_float(0.1, 600.0)
+
+
 def parse_scales(value: Any) -> list[float]:
     """``S1,S2,...`` -> each S as ``parse_scale`` accepts it."""
     return parse_csv(parse_scale)(value)
