@@ -126,6 +126,7 @@ from engine.rx import (
     RxState,
 )
 from traffic import gbn
+from traffic.ccload import check_read_back, run_fault
 from traffic.dcqcn import NotificationPoint
 from traffic.pacing import Deadlines, DepCounter, Schedule
 from traffic.roce import (
@@ -376,6 +377,7 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
     """Entry point of a forked worker: run the NIC models, send the results on ``conn``."""
     realtime = _setup_process(plan.cpu)
     w = plan.worker
+    loop: _WorkerLoop | None = None
     try:
         loop = _WorkerLoop(plan, shared, rx_socks, tx_socks, ring, burst, rx_lib, parent_pid)
         loop.realtime = realtime
@@ -390,8 +392,12 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
             for fd in shared.wake_fds:
                 os.eventfd_write(fd, 1)
         reason = "terminated" if isinstance(e, _Stop) else traceback.format_exc(limit=8)
+        report: dict[str, Any] = {"worker": w, "error": f"worker {w}: {reason}"}
+        if loop is not None and isinstance(e, Exception):
+            with contextlib.suppress(Exception):  # the report goes out whatever this does
+                report["cc_fault"] = run_fault(plan.cc, [q.cc for q in loop.senders if q.cc], e)
         with contextlib.suppress(Exception):
-            conn.send({"worker": w, "error": f"worker {w}: {reason}"})
+            conn.send(report)
     finally:
         conn.close()
 
@@ -689,6 +695,8 @@ class _WorkerLoop:
     def _arm_cc_timer(self, qp: _SendQp) -> None:
         """Arm (or disarm) ``qp``'s CC timer at its ``next_timer_s`` (read after its events)."""
         t_s = qp.cc.next_timer_s
+        if t_s != t_s:  # NaN: neither a time nor "no timer"
+            check_read_back(self.plan.cc.spec, qp.cc, "during the run")
         if t_s < math.inf and qp.acked_ns < 0:
             self.deadlines.arm(qp.timer, self.t0_ns + int(t_s * self.scale_ns) + qp.nic.fwd_ns)
         else:
@@ -737,14 +745,17 @@ class _WorkerLoop:
                 shape, bits, limit = best.first, best.bits[0], 1
             else:
                 shape, bits, limit = best.last, best.bits[2], 1
-            interval = int(bits * scale_ns / cc.rate_bps)
+            rate = cc.rate_bps
+            window = cc.window_bytes
+            if not 0.0 < rate < math.inf or window is not None and not 0.0 < window < math.inf:
+                check_read_back(self.plan.cc.spec, cc, "during the run")  # says why
+            interval = int(bits * scale_ns / rate)
             line = int(bits * nic.ns_per_bit)
             step = interval if interval > line else line
             # A late sender alone on its NIC catches up in one burst (the port's
             # shaper bucket absorbs it); no burst reaches past the next slot: the
             # bucket would let its frames onto the wire early.
             due = 1 + lag // step if len(qps) == 1 and 0 < lag < _MAX_CATCHUP_NS else 1
-            window = cc.window_bytes
             allowed = 0
             if window is not None:  # payload bytes in flight; one frame at least
                 allowed = max(1, int(window // self.plan.payload_bytes))

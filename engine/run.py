@@ -713,6 +713,9 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             os.close(fd)
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
+    fault = next((r["cc_fault"] for r in reports.values() if r.get("cc_fault")), None)
+    if fault is not None:  # the user's algorithm broke the run: no measurement to judge
+        raise ParameterError("cc", config.cc_factory.name, fault)
     result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
     result.stats["machine_busy"] = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
     result.stats["steal_s"] = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None

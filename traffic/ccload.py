@@ -16,6 +16,10 @@ rate, feeds it one event of each kind and checks what the engine reads back, so 
 typo, an import error, a missing method or property, a failing constructor or a
 non-positive rate is a one-line ``ParameterError`` before anything is built.
 The factory it returns builds one algorithm per QP: ``factory(line_rate_bps, start_s)``.
+What a class does later, in the run, is judged by ``run_fault``: the engine checks
+the rate and window it paces with, and a worker that stops on an exception asks
+whether the algorithm caused it (a read-back value out of range, or an exception
+raised in a user's file), so that the run ends with that one line too.
 
 An algorithm that declares ``needs_int_records = True`` (HPCC) gets in-band
 telemetry: ``CcFactory.needs_int`` tells the engine to have every switch port write
@@ -30,7 +34,8 @@ import inspect
 import math
 import numbers
 import sys
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +46,7 @@ from traffic.cc import CongestionControl, make_cc
 from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
 from traffic.dcqcn import DcqcnParams, get_params
 
-__all__ = ["REGISTRY", "CcFactory", "resolve_cc", "validate_cc"]
+__all__ = ["REGISTRY", "CcFactory", "check_read_back", "resolve_cc", "run_fault", "validate_cc"]
 
 #: The dummy line rate ``validate_cc`` builds its throwaway instance with (bit/s).
 CHECK_LINE_RATE_BPS = 400e9
@@ -95,6 +100,8 @@ _EVENTS: dict[str, tuple[tuple[object, ...], str]] = {
     "on_timer": ((13e-6,), "(now_s)"),
 }
 _READ_BACK = ("rate_bps", "window_bytes", "next_timer_s", "cnps_received")
+#: Modules of users' classes are named this plus a hash of the file's path.
+_USER_MODULE_PREFIX = "fabricemu_usercc_"
 
 
 class CcFactory:
@@ -141,6 +148,14 @@ class CcFactory:
         return bool(getattr(self.constructor, "needs_int_records", False))
 
     @property
+    def user_file(self) -> str | None:
+        """The file a user's class was loaded from (None: a built-in algorithm)."""
+        module = sys.modules.get(getattr(self.constructor, "__module__", ""))
+        if module is None or not module.__name__.startswith(_USER_MODULE_PREFIX):
+            return None
+        return getattr(module, "__file__", None)
+
+    @property
     def cnp_driven(self) -> bool:
         """DCQCN or off: the settings that react to CNPs only (or to nothing), whose
         receivers ACK as before ECN echo existed."""
@@ -181,7 +196,7 @@ def _load_class(spec: str) -> type:
         raise ParameterError("cc", spec, f"{path_text} is not a .py file (expected {_choices()})")
     if not path.is_file():
         raise ParameterError("cc", spec, f"{path_text}: no such file")
-    module_name = "fabricemu_usercc_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    module_name = _USER_MODULE_PREFIX + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     if module_spec is None or module_spec.loader is None:
         raise ParameterError("cc", spec, f"{path_text} cannot be loaded as a Python module")
@@ -275,7 +290,7 @@ def _real(value: object) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _check_read_back(spec: object, cc: object, when: str) -> None:
+def check_read_back(spec: object, cc: object, when: str) -> None:
     """What the engine reads after an event must make sense; ParameterError naming it."""
     values = {}
     for attr in _READ_BACK:
@@ -341,12 +356,39 @@ def validate_cc(spec: object, params: Mapping[str, object] | None = None,
                                  f"{wanted}") from None
         except ValueError:  # no signature to inspect (a builtin): calling it will tell
             pass
-    _check_read_back(spec, cc, "after construction")
+    check_read_back(spec, cc, "after construction")
     for method, (args, _) in _EVENTS.items():
         try:
             getattr(cc, method)(*args)
         except Exception as e:
             raise ParameterError("cc", spec, f"{type(cc).__name__}.{method} raised "
                                  f"{_one_line(e)}") from None
-        _check_read_back(spec, cc, f"after {method}")
+        check_read_back(spec, cc, f"after {method}")
     return factory
+
+
+def run_fault(factory: CcFactory, ccs: Iterable[object], exc: BaseException) -> str | None:
+    """Why a run stopped on ``exc``, if the congestion control caused it; None if not.
+
+    The algorithm caused it if ``exc`` is ``check_read_back``'s, if one of ``ccs`` (the
+    run's instances) now reads back a value out of range (the engine failed on it),
+    or if ``exc`` was raised in the file of a user's class: then the message names the
+    method the engine called and the line that raised. A built-in algorithm's own
+    exception is the project's bug and keeps its traceback.
+    """
+    if isinstance(exc, ParameterError) and exc.name == "cc":
+        return exc.why
+    for cc in ccs:
+        try:
+            check_read_back(factory.spec, cc, "during the run")
+        except ParameterError as e:
+            return e.why
+    path = factory.user_file
+    if path is None:
+        return None
+    mine = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
+    if not mine:
+        return None
+    name = getattr(factory.constructor, "__name__", factory.name)
+    where = f"{Path(path).name}, line {mine[-1].lineno}"
+    return f"{name}.{mine[0].name} raised {_one_line(exc)} during the run ({where})"

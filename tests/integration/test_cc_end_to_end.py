@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.errors import CapabilityError
+from core.errors import CapabilityError, ParameterError
 from core.frame import FRAME_BYTES
 from core.messages import Message, Workload
 from core.scaling import Scale
@@ -151,6 +151,56 @@ def test_a_users_timer_fires_in_the_engine(fab, tmp_path):
     g = result.rates.groupby("msg_id")
     assert (g.alpha.max() == 3).all()                       # three timer events per QP ...
     assert (g.rate_bps.min() == LINE_BPS / 8).all()         # ... each halving the rate
+
+
+_BREAKS_LATER = """
+import math
+
+class Cc:
+    window_bytes = None
+    next_timer_s = math.inf
+
+    def __init__(self, line_rate_bps, start_s=0.0):
+        self.rate_bps = line_rate_bps
+        self.cnps_received = 0
+        self.acks = 0
+
+    def on_send(self, n_bytes, now_s): pass
+    def on_cnp(self, now_s): self.cnps_received += 1
+    def on_timer(self, now_s): pass
+    def trace(self): return self.rate_bps, self.rate_bps, 0.0
+
+    def on_ack(self, bytes_acked, rtt_s, ecn_echo, int_records, now_s):
+        self.acks += 1
+        if self.acks == 3:
+            self.fail()
+
+class Raises(Cc):
+    def fail(self):
+        raise KeyError("no such flow")
+
+class ZeroRate(Cc):
+    def fail(self):
+        self.rate_bps = 0.0
+"""
+
+
+@pytest.mark.parametrize(("cls", "why"), [
+    ("Raises", "Raises.on_ack raised KeyError: 'no such flow' during the run (late_cc.py, line 25)"),
+    ("ZeroRate", "rate_bps during the run is 0.0: must be a positive finite number of bit/s"),
+])
+def test_a_users_class_that_breaks_during_the_run_is_a_one_line_error(fab, tmp_path, cls, why):
+    """validate_cc passes these (they break on the third ACK); the run stops with one
+    line naming what the class did, and the fabric carries on (nothing left running)."""
+    (tmp_path / "late_cc.py").write_text(_BREAKS_LATER)
+    spec = f"{tmp_path / 'late_cc.py'}:{cls}"
+    wl = Workload("incast", [Message(i, f"h{i}", "h5", 512 * KIB) for i in range(1, 5)],
+                  ["h1", "h2", "h3", "h4", "h5"], 512 * KIB)
+    with pytest.raises(ParameterError) as err:
+        run_workload(fab, wl, EngineConfig(cc=spec, timeout_s=120))
+    assert str(err.value) == f"invalid cc='late_cc.py:{cls}': {why}"
+    result, _ = _incast(fab, "dctcp")       # the same fabric runs the next workload
+    assert result.completed
 
 
 def test_per_message_acks_keep_a_window_open(fab):

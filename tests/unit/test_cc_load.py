@@ -12,7 +12,7 @@ import pytest
 from core.errors import ParameterError
 from traffic.cc import Dcqcn, LineRate, make_cc
 from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
-from traffic.ccload import REGISTRY, CcFactory, resolve_cc, validate_cc
+from traffic.ccload import REGISTRY, CcFactory, check_read_back, resolve_cc, run_fault, validate_cc
 from traffic.dcqcn import PARAMS
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cc" / "my_aimd.py"
@@ -224,3 +224,46 @@ def test_bad_constructor_parameters_are_one_line_errors(spec, why):
     with pytest.raises(ParameterError, match=why) as err:
         validate_cc(spec)
     assert "\n" not in str(err.value)
+
+
+def _raised_by(call) -> Exception:
+    """The exception ``call()`` raises (with its traceback), as a worker catches it."""
+    try:
+        call()
+    except Exception as e:
+        return e
+    raise AssertionError("it did not raise")
+
+
+def test_run_fault_names_a_users_exception_by_method_and_line(tmp_path: Path):
+    factory = resolve_cc(write(tmp_path, GOOD.replace(  # validate_cc would refuse it
+        "def on_cnp(self, now_s): self.cnps_received += 1",
+        "def on_cnp(self, now_s): self.count(now_s)\n"
+        "    def count(self, now_s): raise KeyError(now_s)")))
+    cc = factory(25e9, 0.0)
+    exc = _raised_by(lambda: cc.on_cnp(3e-6))
+    assert run_fault(factory, [cc], exc) == \
+        "Cc.on_cnp raised KeyError: 3e-06 during the run (mycc.py, line 15)"
+    elsewhere = _raised_by(lambda: {}["qp"])  # the engine's own bug, the class fine
+    assert run_fault(factory, [cc], elsewhere) is None
+
+
+def test_run_fault_reads_back_what_the_engine_paces_with(tmp_path: Path):
+    factory = validate_cc(write(tmp_path, GOOD))
+    good, bad = factory(25e9, 0.0), factory(25e9, 0.0)
+    bad.rate_bps = float("nan")
+    engine_bug = ZeroDivisionError("float division by zero")
+    assert run_fault(factory, [good], engine_bug) is None      # not the algorithm's doing
+    assert run_fault(factory, [good, bad], engine_bug) == \
+        "rate_bps during the run is nan: must be a positive finite number of bit/s"
+    bad.rate_bps, bad.window_bytes = 1e9, 0
+    assert "window_bytes during the run is 0" in run_fault(factory, [bad], engine_bug)
+    checked = _raised_by(lambda: check_read_back(factory.spec, bad, "during the run"))
+    assert run_fault(factory, [], checked) == checked.why
+
+
+def test_a_built_in_algorithms_exception_keeps_its_traceback():
+    factory = resolve_cc("hpcc")
+    cc = factory(100e9, 0.0)
+    exc = _raised_by(lambda: [cc.on_ack(4096, 1e-6, False, (object(),), 1e-6) for _ in "12"])
+    assert factory.user_file is None and run_fault(factory, [cc], exc) is None
