@@ -100,7 +100,7 @@ from core.frame import (
 )
 from core.scaling import Scale
 from engine.burst import MAX_BURST, Burst
-from engine.plan import FAILED, FINISHED, READY, MsgPlan, NicPlan, Shared, WorkerPlan
+from engine.plan import FAILED, FINISHED, READY, STUCK_S, MsgPlan, NicPlan, Shared, WorkerPlan
 from engine.rawsock import (
     TP_STATUS_USER,
     RingSpec,
@@ -392,10 +392,16 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
             for fd in shared.wake_fds:
                 os.eventfd_write(fd, 1)
         reason = "terminated" if isinstance(e, _Stop) else traceback.format_exc(limit=8)
+        stuck_s = STUCK_S if shared.stuck[w] else None
+        if stuck_s is not None:
+            here = [f for f in traceback.extract_tb(e.__traceback__) if f.name != "_on_sigterm"][-1]
+            reason = (f"no progress for {stuck_s:g} s, stopped in {here.name} "
+                      f"({here.filename}, line {here.lineno})")
         report: dict[str, Any] = {"worker": w, "error": f"worker {w}: {reason}"}
         if loop is not None and isinstance(e, Exception):
             with contextlib.suppress(Exception):  # the report goes out whatever this does
-                report["cc_fault"] = run_fault(plan.cc, [q.cc for q in loop.senders if q.cc], e)
+                report["cc_fault"] = run_fault(plan.cc, [q.cc for q in loop.senders if q.cc], e,
+                                               stuck_s)
         with contextlib.suppress(Exception):
             conn.send(report)
     finally:
@@ -548,6 +554,8 @@ class _WorkerLoop:
         wake_fd = self.wake_fd
         total = self.plan.n_messages
         acked = shared.acked
+        turns = shared.turns
+        w = self.plan.worker
         next_house = 0
         while True:
             now = mono()
@@ -562,6 +570,7 @@ class _WorkerLoop:
             else:
                 events = ep.poll()
             self.wakeups += 1
+            turns[w] = self.wakeups
             for fd, _ in events:
                 if fd == timer_fd:
                     timer.fired()  # re-armed below before the next sleep
@@ -583,6 +592,7 @@ class _WorkerLoop:
                 if os.getppid() != self.parent_pid:
                     self.stop_reason = "engine process died"
                     break
+        turns[w] = -1  # the results take a while; the watchdog leaves them be
         self.wall_ns = mono() - t0
 
     def _fire(self, key: Any, now: int) -> None:

@@ -22,6 +22,10 @@ from traffic.roce import Flow
 
 #: Worker state codes in the shared ``status`` array.
 STARTING, READY, FINISHED, FAILED = 0, 1, 2, 3
+#: A worker's loop turns at least every 50 ms (its idle wake-up); one that has not
+#: turned for this long (wall seconds) is stuck, in a user's algorithm or a bug, and
+#: the parent stops it instead of waiting for the run's timeout.
+STUCK_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,8 @@ class Shared:
     ring: Any          # RawArray('i'): completion rings, sliced per (writer, reader)
     ring_done_ns: Any  # RawArray('q'), parallel to ``ring``: when each message completed
     ring_count: Any    # RawArray('q', workers**2): entries published per (writer, reader)
+    turns: Any         # RawArray('q', workers): loop turns so far (-1: loop over), the watchdog's
+    stuck: Any         # RawArray('b', workers): the parent stops a worker whose turns stopped
     wake_fds: list[int]  # one eventfd per worker: completions, stop, all acknowledged
 
 

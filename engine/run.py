@@ -41,7 +41,11 @@ wall-clock time (result incomplete, with the reason), on an error in any worker,
 or on Ctrl-C / SIGTERM of the engine process: the engine raises a shared stop
 flag, collects what the workers report, and terminates (then kills) any worker
 still alive. Workers also carry PR_SET_PDEATHSIG, so even a SIGKILLed engine
-leaves no orphan behind.
+leaves no orphan behind. A worker's loop turns at least every 50 ms; one that has
+not turned for ``plan.STUCK_S`` (a user's algorithm that never returns, a bug) is
+sent SIGTERM and reports where it was. A failure the congestion control caused
+(``traffic.ccload.run_fault``) is raised as a ParameterError naming it, since no
+measurement is left to judge.
 
 Fixed delays. The emulated fabric (veths into HTB shapers) adds none of the real
 fabric's fixed delays: a frame is not stored and forwarded at every hop, no switch
@@ -665,6 +669,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         ring=ctx.RawArray("i", max(1, ring_len)),
         ring_done_ns=ctx.RawArray("q", max(1, ring_len)),
         ring_count=ctx.RawArray("q", max(1, n_workers * n_workers)),
+        turns=ctx.RawArray("q", n_workers),
+        stuck=ctx.RawArray("b", n_workers),
         wake_fds=[],
     )
     cpu_marks: list[tuple[int, int, int]] = []
@@ -780,8 +786,12 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: d
     sentinels = {p.sentinel: w for w, p in enumerate(procs)}
     error = None
     stop_deadline = None
+    turns = list(shared.turns)
+    turned = [time.perf_counter()] * len(turns)
     while open_conns:
         now = time.perf_counter()
+        if timeout_s is not None and stop_deadline is None:  # the run proper: a watchdog
+            _stop_stuck(shared, procs, turns, turned, now)
         if stop_deadline is None and (now > deadline or shared.stop.value):
             if now > deadline and timeout_s is not None and error is None:
                 error = f"timeout: the run did not complete within {timeout_s:g} s"
@@ -813,6 +823,19 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: d
         reports[w] = {"worker": w, "error": f"worker {w} did not stop"}
         error = error or reports[w]["error"]
     return error
+
+
+def _stop_stuck(shared: plan.Shared, procs: list[Any], turns: list[int], turned: list[float],
+                now: float) -> None:
+    """SIGTERM a worker whose loop has not turned for ``plan.STUCK_S``; it reports where
+    it was (``turns``/``turned``: each worker's last count and when it changed)."""
+    for w, count in enumerate(shared.turns):
+        if count != turns[w] or count < 0 or shared.status[w] != plan.READY:
+            turns[w], turned[w] = count, now
+        elif now - turned[w] > plan.STUCK_S and not shared.stuck[w]:
+            shared.stuck[w] = 1
+            with contextlib.suppress(OSError):
+                os.kill(procs[w].pid, signal.SIGTERM)
 
 
 def _first_error(reports: dict[int, dict]) -> str | None:

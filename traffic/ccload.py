@@ -367,22 +367,26 @@ def validate_cc(spec: object, params: Mapping[str, object] | None = None,
     return factory
 
 
-def run_fault(factory: CcFactory, ccs: Iterable[object], exc: BaseException) -> str | None:
+def run_fault(factory: CcFactory, ccs: Iterable[object], exc: BaseException,
+              stuck_s: float | None = None) -> str | None:
     """Why a run stopped on ``exc``, if the congestion control caused it; None if not.
 
     The algorithm caused it if ``exc`` is ``check_read_back``'s, if one of ``ccs`` (the
     run's instances) now reads back a value out of range (the engine failed on it),
     or if ``exc`` was raised in the file of a user's class: then the message names the
-    method the engine called and the line that raised. A built-in algorithm's own
-    exception is the project's bug and keeps its traceback.
+    method the engine called and the line that raised. ``stuck_s``: the worker was
+    stopped (``exc``) after that long without progress; if it was in a user's class,
+    that method did not return. A built-in algorithm's own exception is the project's
+    bug and keeps its traceback.
     """
-    if isinstance(exc, ParameterError) and exc.name == "cc":
-        return exc.why
-    for cc in ccs:
-        try:
-            check_read_back(factory.spec, cc, "during the run")
-        except ParameterError as e:
-            return e.why
+    if stuck_s is None:
+        if isinstance(exc, ParameterError) and exc.name == "cc":
+            return exc.why
+        for cc in ccs:
+            try:
+                check_read_back(factory.spec, cc, "during the run")
+            except ParameterError as e:
+                return e.why
     path = factory.user_file
     if path is None:
         return None
@@ -391,4 +395,6 @@ def run_fault(factory: CcFactory, ccs: Iterable[object], exc: BaseException) -> 
         return None
     name = getattr(factory.constructor, "__name__", factory.name)
     where = f"{Path(path).name}, line {mine[-1].lineno}"
+    if stuck_s is not None:
+        return f"{name}.{mine[0].name} did not return within {stuck_s:g} s ({where})"
     return f"{name}.{mine[0].name} raised {_one_line(exc)} during the run ({where})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +24,7 @@ from core.scaling import Scale
 from emu.ecn import Thresholds
 from emu.fabric import Fabric
 from emu.netns import wait_for_quiet_kernel
+from engine.plan import STUCK_S
 from engine.run import EngineConfig, run_workload
 from experiments import cc as cc_experiment
 from experiments import registry
@@ -182,22 +184,31 @@ class Raises(Cc):
 class ZeroRate(Cc):
     def fail(self):
         self.rate_bps = 0.0
+
+class Forever(Cc):
+    def fail(self):
+        while True:
+            pass
 """
 
 
 @pytest.mark.parametrize(("cls", "why"), [
     ("Raises", "Raises.on_ack raised KeyError: 'no such flow' during the run (late_cc.py, line 25)"),
     ("ZeroRate", "rate_bps during the run is 0.0: must be a positive finite number of bit/s"),
+    ("Forever", f"Forever.on_ack did not return within {STUCK_S:g} s (late_cc.py, line 33)"),
 ])
 def test_a_users_class_that_breaks_during_the_run_is_a_one_line_error(fab, tmp_path, cls, why):
     """validate_cc passes these (they break on the third ACK); the run stops with one
-    line naming what the class did, and the fabric carries on (nothing left running)."""
+    line naming what the class did, a stuck one after STUCK_S rather than the run's
+    timeout, and the fabric carries on (nothing left running)."""
     (tmp_path / "late_cc.py").write_text(_BREAKS_LATER)
     spec = f"{tmp_path / 'late_cc.py'}:{cls}"
     wl = Workload("incast", [Message(i, f"h{i}", "h5", 512 * KIB) for i in range(1, 5)],
                   ["h1", "h2", "h3", "h4", "h5"], 512 * KIB)
+    t0 = time.monotonic()
     with pytest.raises(ParameterError) as err:
         run_workload(fab, wl, EngineConfig(cc=spec, timeout_s=120))
+    assert time.monotonic() - t0 < 60
     assert str(err.value) == f"invalid cc='late_cc.py:{cls}': {why}"
     result, _ = _incast(fab, "dctcp")       # the same fabric runs the next workload
     assert result.completed

@@ -246,6 +246,10 @@ def test_run_fault_names_a_users_exception_by_method_and_line(tmp_path: Path):
         "Cc.on_cnp raised KeyError: 3e-06 during the run (mycc.py, line 15)"
     elsewhere = _raised_by(lambda: {}["qp"])  # the engine's own bug, the class fine
     assert run_fault(factory, [cc], elsewhere) is None
+    # Stopped while in the user's code (the watchdog's SIGTERM): it did not return.
+    assert run_fault(factory, [cc], exc, stuck_s=10.0) == \
+        "Cc.on_cnp did not return within 10 s (mycc.py, line 15)"
+    assert run_fault(factory, [cc], elsewhere, stuck_s=10.0) is None
 
 
 def test_run_fault_reads_back_what_the_engine_paces_with(tmp_path: Path):
