@@ -786,12 +786,11 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: d
     sentinels = {p.sentinel: w for w, p in enumerate(procs)}
     error = None
     stop_deadline = None
-    turns = list(shared.turns)
-    turned = [time.perf_counter()] * len(turns)
+    watchdog = _Watchdog(shared, procs, time.perf_counter())
     while open_conns:
         now = time.perf_counter()
         if timeout_s is not None and stop_deadline is None:  # the run proper: a watchdog
-            _stop_stuck(shared, procs, turns, turned, now)
+            watchdog.check(now)
         if stop_deadline is None and (now > deadline or shared.stop.value):
             if now > deadline and timeout_s is not None and error is None:
                 error = f"timeout: the run did not complete within {timeout_s:g} s"
@@ -825,17 +824,32 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: d
     return error
 
 
-def _stop_stuck(shared: plan.Shared, procs: list[Any], turns: list[int], turned: list[float],
-                now: float) -> None:
-    """SIGTERM a worker whose loop has not turned for ``plan.STUCK_S``; it reports where
-    it was (``turns``/``turned``: each worker's last count and when it changed)."""
-    for w, count in enumerate(shared.turns):
-        if count != turns[w] or count < 0 or shared.status[w] != plan.READY:
-            turns[w], turned[w] = count, now
-        elif now - turned[w] > plan.STUCK_S and not shared.stuck[w]:
-            shared.stuck[w] = 1
-            with contextlib.suppress(OSError):
-                os.kill(procs[w].pid, signal.SIGTERM)
+class _Watchdog:
+    """Stops (SIGTERM) a worker whose loop has not turned for ``plan.STUCK_S``; the
+    worker then reports where it was."""
+
+    #: A longer gap between two checks means the parent did not run either (the whole
+    #: VM was paused): every worker gets a fresh STUCK_S instead of being blamed.
+    MAX_GAP_S = 1.0
+
+    def __init__(self, shared: plan.Shared, procs: list[Any], now: float):
+        self.shared = shared
+        self.procs = procs
+        self.turns = list(shared.turns)
+        self.turned = [now] * len(self.turns)  # when each worker's count last changed
+        self.checked = now
+
+    def check(self, now: float) -> None:
+        shared = self.shared
+        paused = now - self.checked > self.MAX_GAP_S
+        self.checked = now
+        for w, count in enumerate(shared.turns):
+            if paused or count != self.turns[w] or count < 0 or shared.status[w] != plan.READY:
+                self.turns[w], self.turned[w] = count, now
+            elif now - self.turned[w] > plan.STUCK_S and not shared.stuck[w]:
+                shared.stuck[w] = 1
+                with contextlib.suppress(OSError):
+                    os.kill(self.procs[w].pid, signal.SIGTERM)
 
 
 def _first_error(reports: dict[int, dict]) -> str | None:
