@@ -30,6 +30,7 @@ from experiments import cc as cc_experiment
 from experiments import registry
 from model.alphabeta import roce_wire_factor
 from tests.conftest import SUITE_SCALE, run_judged
+from tests.unit.test_cc_load import GOOD
 from topologies.fattree import LeafSpine
 
 pytestmark = [
@@ -155,47 +156,34 @@ def test_a_users_timer_fires_in_the_engine(fab, tmp_path):
     assert (g.rate_bps.min() == LINE_BPS / 8).all()         # ... each halving the rate
 
 
-_BREAKS_LATER = """
-import math
-
-class Cc:
-    window_bytes = None
-    next_timer_s = math.inf
-
-    def __init__(self, line_rate_bps, start_s=0.0):
-        self.rate_bps = line_rate_bps
-        self.cnps_received = 0
-        self.acks = 0
-
-    def on_send(self, n_bytes, now_s): pass
-    def on_cnp(self, now_s): self.cnps_received += 1
-    def on_timer(self, now_s): pass
-    def trace(self): return self.rate_bps, self.rate_bps, 0.0
+# The unit tests' complete class, and variants of it that break on their third ACK.
+_BREAKS_LATER = GOOD + """
+class Late(Cc):
+    acks = 0
 
     def on_ack(self, bytes_acked, rtt_s, ecn_echo, int_records, now_s):
         self.acks += 1
         if self.acks == 3:
             self.fail()
 
-class Raises(Cc):
+class Raises(Late):
     def fail(self):
         raise KeyError("no such flow")
 
-class ZeroRate(Cc):
+class ZeroRate(Late):
     def fail(self):
         self.rate_bps = 0.0
 
-class Forever(Cc):
+class Forever(Late):
     def fail(self):
-        while True:
-            pass
+        while True: pass  # one line: wherever SIGTERM finds it, it is this one
 """
 
 
 @pytest.mark.parametrize(("cls", "why"), [
-    ("Raises", "Raises.on_ack raised KeyError: 'no such flow' during the run (late_cc.py, line 25)"),
+    ("Raises", "Raises.on_ack raised KeyError: 'no such flow' during the run (late_cc.py, line 28)"),
     ("ZeroRate", "rate_bps during the run is 0.0: must be a positive finite number of bit/s"),
-    ("Forever", f"Forever.on_ack did not return within {STUCK_S:g} s (late_cc.py, line 33)"),
+    ("Forever", f"Forever.on_ack did not return within {STUCK_S:g} s (late_cc.py, line 36)"),
 ])
 def test_a_users_class_that_breaks_during_the_run_is_a_one_line_error(fab, tmp_path, cls, why):
     """validate_cc passes these (they break on the third ACK); the run stops with one
