@@ -25,7 +25,7 @@ STARTING, READY, FINISHED, FAILED = 0, 1, 2, 3
 #: A worker's loop turns at least every 50 ms (its idle wake-up); one that has not
 #: turned for this long (wall seconds) is stuck, in a user's algorithm or a bug, and
 #: the parent stops it instead of waiting for the run's timeout.
-STUCK_S = 10.0
+STUCK_S = 5.0
 
 
 @dataclass(frozen=True)
