@@ -392,13 +392,15 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
             for fd in shared.wake_fds:
                 os.eventfd_write(fd, 1)
         reason = "terminated" if isinstance(e, _Stop) else traceback.format_exc(limit=8)
-        stuck_s = STUCK_S if shared.stuck[w] else None
+        stuck_s = STUCK_S if shared.stuck[w] else None  # the parent's watchdog stopped it
         if stuck_s is not None:
-            here = [f for f in traceback.extract_tb(e.__traceback__) if f.name != "_on_sigterm"][-1]
-            reason = (f"no progress for {stuck_s:g} s, stopped in {here.name} "
-                      f"({here.filename}, line {here.lineno})")
+            here = [f for f in traceback.extract_tb(e.__traceback__) if f.name != "_on_sigterm"]
+            reason = f"no progress for {stuck_s:g} s" + (
+                f", stopped in {here[-1].name} ({here[-1].filename}, line {here[-1].lineno})"
+                if here else "")
         report: dict[str, Any] = {"worker": w, "error": f"worker {w}: {reason}"}
-        if loop is not None and isinstance(e, Exception):
+        # A plain stop (SIGTERM at the end) may find the worker in a user's class too.
+        if loop is not None and isinstance(e, Exception) and (stuck_s or not isinstance(e, _Stop)):
             with contextlib.suppress(Exception):  # the report goes out whatever this does
                 report["cc_fault"] = run_fault(plan.cc, [q.cc for q in loop.senders if q.cc], e,
                                                stuck_s)
