@@ -95,6 +95,23 @@ class Burst:
             self._cshapes[id(shape)] = entry
         return entry[0]
 
+    @property
+    def compiled(self) -> bool:
+        return self._lib is not None
+
+    def c_shape(self, shape: Shape) -> _CShape:
+        """``shape``'s compiled view (kept alive here) for roce_tx.c."""
+        return self._cshape(shape)
+
+    @property
+    def buffer_address(self) -> int:
+        return ctypes.addressof(self._buf)
+
+    def wrote(self, count: int, frame_len: int) -> None:
+        """Compiled code wrote ``count`` frames of ``frame_len`` bytes into the buffer
+        (``frame(i)`` reads them back)."""
+        self._last = (count, frame_len)
+
     def send(self, sock: socket.socket | None, shape: Shape, psn: int, count: int,
              ts_ns: int, ackreq_last: bool = False) -> int:
         """Send frames for PSNs ``psn .. psn+count-1``; 0 if the NIC queue refused the first.

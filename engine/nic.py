@@ -41,6 +41,14 @@ frame out to last frame out of each busy period of at least _RATE_PERIOD_FRAMES 
 frames) is compared with the time its schedule allotted the same frames (rate check).
 The wait before a period's first frame, and short periods, are wake-up lag, judged by
 the lag checks: counted here they would fail every small message on wake latency.
+Where clang works, these decisions run in C (``engine.tx``, csrc/roce_tx.c): a NIC
+whose QPs need no delay line is served by ``tx_service`` (``_service_compiled``),
+which picks the due QP, takes its frames from go-back-N, sends the burst, books the
+schedules, lags and busy period, and returns to Python only for what Python must do
+(a QP gone idle, a trace that is due, an algorithm's ``on_send``, a short send). The
+go-back-N and schedule state of those QPs lives in C structs that borrow the pure
+classes' Python methods for every other event; ``_service`` in Python is the same
+loop for the other NICs and for machines without a compiler.
 
 Fixed delays. A QP's frames enter the fabric the real fabric's fixed path delay
 (``MsgPlan.fwd_delay_emu_ns``, dilated by S, engine/run.py) after the time they
@@ -84,6 +92,7 @@ from array import array
 from collections import deque
 from typing import Any
 
+from core.errors import CapabilityError
 from core.frame import (
     ACK_FRAME_BYTES,
     ETH_BYTES,
@@ -125,7 +134,21 @@ from engine.rx import (
     RxRing,
     RxState,
 )
+from engine.tx import (
+    TX_AFTER,
+    TX_ARM,
+    TX_EMPTY,
+    TX_IDLE,
+    TX_LAGS,
+    TxCall,
+    TxGbn,
+    TxLib,
+    TxNic,
+    TxQp,
+)
 from traffic import gbn
+from traffic.cc import LineRate
+from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
 from traffic.ccload import check_read_back, run_fault
 from traffic.dcqcn import NotificationPoint
 from traffic.pacing import Deadlines, DepCounter, Schedule
@@ -159,6 +182,9 @@ _IP_OVERHEAD_BYTES = HEADER_BYTES - ETH_BYTES
 # frames, whichever is longer: beyond that it restarts the schedule from now
 # (``Schedule`` counts the reset and the debt it dropped).
 _MAX_CATCHUP_NS = 20_000_000
+#: The algorithms whose on_send does nothing: the compiled sender need not call back
+#: after each burst (it does for DCQCN's byte counter and for any user's class).
+_NO_OP_ON_SEND = frozenset(c.on_send for c in (LineRate, Dctcp, Hpcc, Swift, Timely))
 _RX_BUDGET = 64                         # frames per ring per turn: due sends interleave
 _EARLY_NS = 20_000                      # the shortest turn: deadlines this close share a wake-up
 # Busy periods shorter than this many full frames at the NIC's rate have no rate to
@@ -188,7 +214,7 @@ class _Nic:
     __slots__ = ("host", "ifname", "sock", "rate_bps", "rate_emu_bps", "ns_per_bit", "sched", "qps",
                  "backlog", "bits_sent", "period_start", "period_first_out", "ideal_end", "actual_end",
                  "rate_period_ns", "slot", "fwd_ns",
-                 "dropped", "period_dropped", "busy_ns", "ideal_ns")
+                 "dropped", "period_dropped", "busy_ns", "ideal_ns", "c", "c_addr", "active")
 
     def __init__(self, plan: NicPlan, sock: socket.socket, scale: Scale, slot: int):
         self.slot = slot                # its index in RxState.blocked
@@ -214,6 +240,10 @@ class _Nic:
         self.period_dropped = 0
         self.busy_ns = 0
         self.ideal_ns = 0
+        # The compiled sender's view (None: this NIC is served by _service in Python).
+        self.c: TxNic | None = None
+        self.c_addr = 0
+        self.active: Any = None         # its busy QPs' slots, in ``qps`` order
 
 
 class _CcTimer:
@@ -251,7 +281,7 @@ class _SendQp:
     __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "cc", "nic",
                  "sched", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
                  "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns", "timer", "echoes",
-                 "delay", "line_ns", "post_ns")
+                 "delay", "line_ns", "post_ns", "c", "slot")
 
     def __init__(self, plan: MsgPlan, payload_bytes: int):
         self.plan = plan
@@ -290,6 +320,8 @@ class _SendQp:
         # When the message is posted (NIC time): its start time, or the completion of its
         # last dependency if later (the receive stamp of that message's last frame).
         self.post_ns = -1
+        self.c: TxQp | None = None      # the compiled sender's view of it, if any
+        self.slot = -1
 
 
 class _RecvQp:
@@ -462,6 +494,15 @@ class _WorkerLoop:
                     for qpn, rq in h.rx_qps.items()], plan.ce_ack,
                     ack_timer=plan.ack_delay_s is not None)
             self._receive = self._receive_compiled  # type: ignore[method-assign]
+        self.tx: TxLib | None = None
+        self.tx_call: TxCall | None = None
+        if burst.compiled:
+            try:
+                self.tx = TxLib()
+            except (CapabilityError, OSError):
+                self.tx = None  # the Python sender serves every NIC
+            else:
+                self._compile_sender(burst)
         self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in self.senders})
         self.deadlines = Deadlines()
         self.wake_fd = shared.wake_fds[plan.worker]
@@ -496,6 +537,57 @@ class _WorkerLoop:
         self.drops = {h: 0 for h in self.hosts}
         self.stop_reason: str | None = None
 
+    def _compile_sender(self, burst: Burst) -> None:
+        """Give every NIC whose QPs need no delay line to roce_tx.c's pacing loop."""
+        qps = (TxQp * max(1, len(self.senders)))()
+        self.tx_qps = qps
+        for nic in self.nics.values():
+            mine = [qp for qp in self.senders if qp.nic is nic]
+            if not mine or any(qp.line_ns for qp in mine):
+                continue
+            c = TxNic(fd=nic.sock.fileno(), fwd_ns=nic.fwd_ns, ns_per_bit=nic.ns_per_bit,
+                      period_start=-1)
+            c.sched.max_catchup_ns = _MAX_CATCHUP_NS
+            nic.active = (ctypes.c_int32 * len(mine))()
+            c.active = ctypes.cast(nic.active, ctypes.POINTER(ctypes.c_int32))
+            nic.c, nic.c_addr, nic.sched = c, ctypes.addressof(c), c.sched
+            for qp in mine:
+                qp.slot = self.senders.index(qp)
+                q = qp.c = qps[qp.slot]
+                q.sched.max_catchup_ns = _MAX_CATCHUP_NS
+                qp.sched = q.sched
+                for k, shape in enumerate((qp.first, qp.middle, qp.last)):
+                    q.shape[k] = ctypes.pointer(burst.c_shape(shape))
+                    q.bits[k] = qp.bits[k]
+                q.first_tx_ns = q.last_tx_ns = -1
+        self.tx_lags = (ctypes.c_int64 * (16 * MAX_BURST))()
+        self.tx_call = TxCall(qps=ctypes.cast(qps, ctypes.POINTER(TxQp)),
+                              buf=burst.buffer_address,
+                              lags=ctypes.cast(self.tx_lags, ctypes.POINTER(ctypes.c_int64)),
+                              lags_cap=len(self.tx_lags), scale_ns=self.scale_ns,
+                              payload_bytes=self.plan.payload_bytes,
+                              max_catchup_ns=_MAX_CATCHUP_NS)
+        self.tx_call_addr = ctypes.addressof(self.tx_call)
+
+    def _sync_cc(self, qp: _SendQp) -> None:
+        """Give the compiled sender what the algorithm now says (after any of its events)."""
+        c = qp.c
+        if c is None:
+            return
+        cc = qp.cc
+        rate = cc.rate_bps
+        window = cc.window_bytes
+        if not 0.0 < rate < math.inf or window is not None and not 0.0 < window < math.inf:
+            check_read_back(self.plan.cc.spec, cc, "during the run")  # says why
+        c.rate_bps = rate
+        c.window_bytes = -1.0 if window is None else window
+
+    def _drain_lags(self) -> None:
+        call = self.tx_call
+        if call is not None and call.n_lags:
+            self.lags.extend(self.tx_lags[:call.n_lags])
+            call.n_lags = 0
+
     # -- time ------------------------------------------------------------------------
     def real_s(self, now_ns: int) -> float:
         return (now_ns - self.t0_ns) / self.scale_ns
@@ -509,6 +601,8 @@ class _WorkerLoop:
                 return
             time.sleep(0.0005)
         self.t0_ns = t0 = shared.t0_ns.value
+        if self.tx_call is not None:
+            self.tx_call.t0 = t0
         for h in self.hosts.values():
             self.drops[h.name] += ring_drops(h.sock)  # frames before t0 are not ours to judge
         # The Scapy templates are hundreds of thousands of long-lived objects: out of
@@ -673,6 +767,14 @@ class _WorkerLoop:
         # The real line rate and path round trip: CC never sees S.
         qp.cc = p.cc(nic.rate_bps, self.real_s(now), qp.plan.base_rtt_s, qp.plan.hops)
         qp.tx_ns = array("q", bytes(8 * qp.n))
+        c = qp.c
+        if c is not None:  # the compiled sender keeps the go-back-N state
+            c.gbn = TxGbn.of(qp.gbn)
+            qp.gbn = c.gbn
+            c.tx_ns = ctypes.cast(qp.tx_ns.buffer_info()[0], ctypes.POINTER(ctypes.c_int64))
+            c.calls_on_send = type(qp.cc).on_send not in _NO_OP_ON_SEND
+            c.next_trace_ns = now
+            self._sync_cc(qp)
         # A message counts from when it was posted, whether it is served up to a turn
         # early or late (then its first frames' lag is booked, as any stall's).
         post = qp.post_ns
@@ -694,6 +796,9 @@ class _WorkerLoop:
         if not nic.qps:
             nic.sched.restart(due)
         nic.qps.append(qp)
+        if nic.c is not None:
+            nic.active[nic.c.n_active] = qp.slot
+            nic.c.n_active += 1
         wall = now + nic.fwd_ns
         armed = self.deadlines.armed(nic)
         if armed is None or armed > wall:
@@ -718,6 +823,7 @@ class _WorkerLoop:
         if qp.acked_ns >= 0:
             return
         qp.cc.on_timer(self.real_s(now))
+        self._sync_cc(qp)
         self._trace(qp, now)
         self._arm_cc_timer(qp)
         if qp.idle and qp.gbn.next_index < qp.gbn.total_packets:
@@ -730,6 +836,9 @@ class _WorkerLoop:
         fwd = nic.fwd_ns
         if nic.backlog and not self._flush_backlog(nic):
             self.deadlines.arm(nic, now + fwd + int(nic.ns_per_bit * 8 * 1500))
+            return
+        if nic.c is not None:
+            self._service_compiled(nic, now)
             return
         scale_ns = self.scale_ns
         t0 = self.t0_ns
@@ -828,6 +937,59 @@ class _WorkerLoop:
                 return
         self._end_period(nic)
 
+    def _service_compiled(self, nic: _Nic, now: int) -> None:
+        """``_service`` through roce_tx.c: Python acts only on what it returns."""
+        call = self.tx_call
+        assert call is not None and self.tx is not None
+        call.nic = nic.c_addr
+        call.now = now
+        call.horizon = now + self.turn_ns
+        service = self.tx.service
+        addr = self.tx_call_addr
+        while True:
+            event = service(addr)
+            if event == TX_ARM:
+                self.deadlines.arm(nic, call.arm_ns)
+                return
+            if event == TX_EMPTY:
+                self._end_period(nic)
+                return
+            if event == TX_LAGS:
+                self._drain_lags()
+                continue
+            if event not in (TX_IDLE, TX_AFTER):  # TX_ERROR
+                raise OSError(call.err, f"sendmmsg: {os.strerror(call.err)}")
+            qp = self.senders[call.qp]
+            if event == TX_IDLE:  # window full or everything sent: wait for ACKs or the RTO
+                qp.idle = True
+                nic.qps.remove(qp)
+                self._arm_rto(qp)
+                continue
+            if qp.c.calls_on_send:
+                qp.cc.on_send(call.sent_bytes, call.t_real)
+                self._sync_cc(qp)
+            if now >= qp.c.next_trace_ns:
+                self._trace(qp, now)
+            if call.sent < call.count:  # the NIC queue is full: keep the rest, retry
+                self.burst.wrote(call.count, call.frame_len)
+                self._push_back(nic, [self.burst.frame(i) for i in range(call.sent, call.count)],
+                                counted=False)
+                retry = now + nic.fwd_ns + int(nic.ns_per_bit * 8 * 1500)
+                armed = self.deadlines.armed(nic)
+                if armed is None or armed > retry:
+                    self.deadlines.arm(nic, retry)
+                return
+
+    def _deactivate(self, qp: _SendQp) -> None:
+        """``qp`` leaves its NIC's busy QPs."""
+        nic = qp.nic
+        k = nic.qps.index(qp)
+        del nic.qps[k]
+        if nic.c is not None:
+            n = nic.c.n_active
+            nic.active[k:n - 1] = nic.active[k + 1:n]
+            nic.c.n_active = n - 1
+
     def _book_lags(self, lag: int, n: int, step: int) -> None:
         """Lateness of ``n`` frames handed to the fabric together, the first ``lag`` ns
         behind its slot and each next one a ``step`` later."""
@@ -905,24 +1067,28 @@ class _WorkerLoop:
             self._on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN), int_block)
         else:
             qp.cc.on_cnp(self.real_s(t_ns))
+            self._sync_cc(qp)
             self._trace(qp, t_ns)
             self._arm_cc_timer(qp)
 
     def _end_period(self, nic: _Nic) -> None:
         """``nic`` has nothing left to send: close its busy period."""
-        if nic.period_start < 0:
+        books: Any = nic if nic.c is None else nic.c  # the compiled sender keeps them there
+        if books.period_start < 0:
             return
-        ideal = nic.ideal_end - nic.period_dropped - nic.period_start
+        ideal = books.ideal_end - books.period_dropped - books.period_start
         if ideal >= nic.rate_period_ns:
-            nic.busy_ns += nic.actual_end - nic.period_first_out
+            nic.busy_ns += books.actual_end - books.period_first_out
             nic.ideal_ns += ideal
-        nic.dropped += nic.period_dropped
-        nic.period_start = -1
+        nic.dropped += books.period_dropped
+        books.period_start = -1
 
     def _trace(self, qp: _SendQp, now: int) -> None:
         rate, target, alpha = qp.cc.trace()
         self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha))
         qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale_ns)
+        if qp.c is not None:
+            qp.c.next_trace_ns = qp.next_trace_ns
 
     def _send_ctrl(self, nic: _Nic, frame: bytes | bytearray, int_block: bytes = b"") -> None:
         """Send an ACK, NAK or CNP (an ACK echoing ``int_block``, if any); one the qdisc
@@ -1152,6 +1318,7 @@ class _WorkerLoop:
             qp.cc.on_ack(min(acked * payload, size) - min(una * payload, size),
                          (rx_ns - qp.tx_ns[newest]) / self.scale_ns, echo,
                          decode_block(int_block) if int_block else (), t)
+            self._sync_cc(qp)
             self._arm_cc_timer(qp)
         if g.done:
             if qp.acked_ns < 0:
@@ -1160,7 +1327,7 @@ class _WorkerLoop:
                 self.deadlines.disarm(qp.timer)
                 if not qp.idle:
                     qp.idle = True
-                    qp.nic.qps.remove(qp)
+                    self._deactivate(qp)
                 self.acked_here += 1
                 self.shared.acked[self.plan.worker] = self.acked_here
                 if self.acked_here == len(self.senders):
@@ -1183,6 +1350,18 @@ class _WorkerLoop:
             self.drops[h.name] += ring_drops(h.sock)
         for n in self.nics.values():
             self._end_period(n)
+        self._drain_lags()
+        if self.tx_call is not None:  # what the compiled sender counted
+            self.data_sent += self.tx_call.data_sent
+            self.packets_sent += self.tx_call.packets_sent
+            self.lag_total_ns += self.tx_call.lag_total_ns
+            for q in self.senders:
+                if q.c is not None:
+                    q.bytes_sent, q.first_tx_ns, q.last_tx_ns = \
+                        q.c.bytes_sent, q.c.first_tx_ns, q.c.last_tx_ns
+            for n in self.nics.values():
+                if n.c is not None:
+                    n.bits_sent = n.c.bits_sent
         if self.rx is not None:  # the compiled loop kept the responders' counters
             for h in self.hosts.values():
                 for qpn, rq in h.rx_qps.items():

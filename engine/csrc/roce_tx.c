@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fabricemu engine: the sender's per-burst state in C, the first pieces of a
+ * compiled sender whose pacing decisions run in C (docs/design.md).
+ *
+ * struct tx_gbn holds traffic/gbn.py's GbnSender fields and struct tx_sched
+ * traffic/pacing.py's Schedule fields (engine/tx.py: the ctypes views, which lend
+ * the Python classes' own methods to these structs for every other event). What
+ * runs per burst is here: GbnSender.take, Schedule.restart and Schedule.sent,
+ * checked against the Python ones event for event by tests/unit/test_tx_gbn.py.
+ * Indices are 0..total-1; the wire PSN is (start_psn + index) mod 2^24.
+ * A NaN timer start means the retransmission timer is not armed (Python: None).
+ */
+#include "roce_burst.h"  /* first: it defines _GNU_SOURCE */
+
+#include <math.h>
+#include <stdint.h>
+
+#define PSN_MASK 0xFFFFFFu
+
+struct tx_gbn {                 /* engine/tx.py: TxGbn */
+	int64_t total_packets;
+	int64_t window;             /* packets in flight at most */
+	double timeout_s;
+	int64_t start_psn;
+	int64_t una;                /* oldest unacknowledged index */
+	int64_t nxt;                /* next index to (re)send */
+	int64_t max_sent;           /* one past the highest index ever sent */
+	double timer_start_s;       /* NaN: not armed */
+	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
+};
+
+struct tx_sched {               /* engine/tx.py: TxSched */
+	int64_t next_ns;
+	int64_t max_catchup_ns;
+	int64_t resets;
+	int64_t dropped_ns;
+};
+
+/* GbnSender.take: up to max_count consecutive packets to send now; their count
+ * (0: window full or everything sent), the first one's PSN in *psn. */
+int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t *psn)
+{
+	if (!isnan(g->timer_start_s) && now_s - g->timer_start_s >= g->timeout_s) {
+		g->timeouts++;          /* _go_back_on_timeout */
+		g->nxt = g->una;
+		g->timer_start_s = now_s;
+	}
+	int64_t nxt = g->nxt;
+	int64_t n = max_count;
+	if (g->total_packets - nxt < n)
+		n = g->total_packets - nxt;
+	if (g->window - (nxt - g->una) < n)
+		n = g->window - (nxt - g->una);
+	if (n <= 0)
+		return 0;
+	if (nxt < g->max_sent)
+		g->retransmitted += g->max_sent - nxt < n ? g->max_sent - nxt : n;
+	if (nxt + n > g->max_sent)
+		g->max_sent = nxt + n;
+	if (isnan(g->timer_start_s))
+		g->timer_start_s = now_s;
+	g->nxt = nxt + n;
+	g->packets_sent += n;
+	*psn = (uint32_t)((g->start_psn + nxt) & PSN_MASK);
+	return n;
+}
+
+/* Schedule.restart */
+void tx_sched_restart(struct tx_sched *s, int64_t now_ns)
+{
+	if (s->next_ns < now_ns)
+		s->next_ns = now_ns;
+}
+
+/* Schedule.sent */
+void tx_sched_sent(struct tx_sched *s, int64_t now_ns, int64_t n, int64_t step_ns)
+{
+	int64_t behind = now_ns - s->next_ns;
+	int64_t limit = 2 * step_ns > s->max_catchup_ns ? 2 * step_ns : s->max_catchup_ns;
+	if (behind >= limit) {
+		s->resets++;
+		s->dropped_ns += behind;
+		s->next_ns = now_ns + n * step_ns;
+	} else {
+		s->next_ns += n * step_ns;
+	}
+}
+
+/* ---- the pacing loop of one NIC: engine/nic.py _WorkerLoop._service, compiled ---- */
+
+#define WIRE_OVERHEAD_BYTES 24  /* core/frame.py (checked by engine/tx.py) */
+
+enum { TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR };
+
+int64_t tx_wire_overhead(void)
+{
+	return WIRE_OVERHEAD_BYTES;
+}
+
+struct tx_qp {                  /* engine/tx.py: TxQp */
+	struct tx_gbn gbn;
+	struct tx_sched sched;
+	double rate_bps;            /* the algorithm's, written after each of its events */
+	double window_bytes;        /* <= 0: no window */
+	const struct roce_shape *shape[3];  /* first, middle, last frame */
+	int64_t bits[3];            /* their wire bits */
+	int64_t *tx_ns;             /* latest send time of every packet */
+	int64_t bytes_sent, first_tx_ns, last_tx_ns, next_trace_ns;
+	int64_t calls_on_send;      /* the algorithm's on_send must see every burst */
+};
+
+struct tx_nic {                 /* engine/tx.py: TxNic */
+	struct tx_sched sched;
+	int64_t fd;
+	int64_t fwd_ns;
+	double ns_per_bit;
+	int64_t period_start, period_first_out, period_dropped, ideal_end, actual_end;
+	int64_t bits_sent;
+	int64_t n_active;
+	int32_t *active;            /* indices of its busy QPs, in nic.qps order */
+};
+
+struct tx_call {                /* engine/tx.py: TxCall */
+	struct tx_nic *nic;
+	struct tx_qp *qps;
+	uint8_t *buf;               /* the Burst's buffer: frames a short send left */
+	int64_t *lags;
+	int64_t lags_cap, n_lags, lag_total_ns;
+	int64_t now, horizon, t0;
+	double scale_ns;
+	int64_t payload_bytes, max_catchup_ns;
+	int64_t data_sent, packets_sent;
+	/* out */
+	int64_t qp, arm_ns, count, sent, sent_bytes, frame_len, err;
+	double t_real;
+};
+
+/* Python's float floor division a // b for a, b > 0 (Objects/floatobject.c). */
+static double floordiv(double a, double b)
+{
+	double mod = fmod(a, b);
+	double div = (a - mod) / b;
+	double fl = floor(div);
+	if (div - fl > 0.5)
+		fl += 1.0;
+	return fl;
+}
+
+static void remove_active(struct tx_nic *nic, int64_t k)
+{
+	for (int64_t i = k; i + 1 < nic->n_active; i++)
+		nic->active[i] = nic->active[i + 1];
+	nic->n_active--;
+}
+
+static void book_lags(struct tx_call *c, int64_t lag, int64_t n, int64_t step)
+{
+	for (int64_t i = 0; i < n; i++) {
+		int64_t x = lag - i * step;
+		c->lags[c->n_lags++] = x;
+		if (x > 0)
+			c->lag_total_ns += x;
+	}
+}
+
+int tx_service(struct tx_call *c)
+{
+	struct tx_nic *nic = c->nic;
+	const int64_t now = c->now, fwd = nic->fwd_ns;
+
+	while (nic->n_active > 0) {
+		int64_t k = 0;
+		struct tx_qp *best = &c->qps[nic->active[0]];
+		for (int64_t i = 1; i < nic->n_active; i++) {
+			struct tx_qp *q = &c->qps[nic->active[i]];
+			if (q->sched.next_ns < best->sched.next_ns) {
+				best = q;
+				k = i;
+			}
+		}
+		int64_t sched = best->sched.next_ns > nic->sched.next_ns ?
+			best->sched.next_ns : nic->sched.next_ns;
+		if (sched > c->horizon) {
+			c->arm_ns = sched + fwd;
+			return TX_ARM;
+		}
+		if (c->lags_cap - c->n_lags < MAX_BURST)
+			return TX_LAGS;
+		int64_t lag = now - sched;
+		struct tx_gbn *g = &best->gbn;
+		double t_real = (double)(now - c->t0) / c->scale_ns;
+		int64_t index = g->nxt;  /* what take() sends first, before its timer check */
+		int64_t last_index = g->total_packets - 1;
+		int which, limit;
+		if (0 < index && index < last_index) {
+			which = 1;
+			limit = last_index - index > MAX_BURST ? MAX_BURST : (int)(last_index - index);
+		} else {
+			which = index == 0 ? 0 : 2;
+			limit = 1;
+		}
+		int64_t bits = best->bits[which];
+		int64_t interval = (int64_t)((double)bits * c->scale_ns / best->rate_bps);
+		int64_t line = (int64_t)((double)bits * nic->ns_per_bit);
+		int64_t step = interval > line ? interval : line;
+		int64_t due = nic->n_active == 1 && 0 < lag && lag < c->max_catchup_ns ?
+			1 + lag / step : 1;
+		int64_t allowed = 0;
+		int windowed = best->window_bytes > 0;
+		if (windowed) {
+			allowed = (int64_t)floordiv(best->window_bytes, (double)c->payload_bytes);
+			if (allowed < 1)
+				allowed = 1;
+			if (allowed - (g->nxt - g->una) < due)
+				due = allowed - (g->nxt - g->una);
+		}
+		uint32_t psn = 0;
+		int64_t n = 0;
+		if (due > 0)
+			n = tx_gbn_take(g, t_real, due < limit ? due : limit, &psn);
+		if (n == 0) {
+			remove_active(nic, k);
+			c->qp = best - c->qps;
+			return TX_IDLE;
+		}
+		int solicit = windowed && g->nxt - g->una >= allowed;
+		book_lags(c, lag, n, step);
+		int sent = roce_burst_send((int)nic->fd, best->shape[which], c->buf, psn,
+					   (uint32_t)n, (uint64_t)now, (uint32_t)solicit);
+		if (sent < 0) {
+			if (sent != -EAGAIN && sent != -ENOBUFS) {
+				c->err = -sent;
+				return TX_ERROR;
+			}
+			sent = 0;
+		}
+		c->packets_sent += sent;
+		for (int64_t i = 0; i < n; i++)
+			best->tx_ns[index + i] = now;
+		int64_t dropped = best->sched.dropped_ns + nic->sched.dropped_ns;
+		tx_sched_restart(&best->sched, sched);
+		tx_sched_restart(&nic->sched, sched);
+		tx_sched_sent(&best->sched, now, n, interval);
+		tx_sched_sent(&nic->sched, now, n, line);
+		dropped = best->sched.dropped_ns + nic->sched.dropped_ns - dropped;
+		if (nic->period_start < 0) {
+			nic->period_start = sched;
+			nic->period_first_out = now;
+			nic->period_dropped = 0;
+		} else {
+			nic->period_dropped += dropped;
+		}
+		int64_t end = sched + n * step;
+		if (end > nic->ideal_end)
+			nic->ideal_end = end;
+		if (now + n * line > end)
+			end = now + n * line;
+		if (end > nic->actual_end)
+			nic->actual_end = end;
+		int64_t sent_bytes = n * ((bits >> 3) - WIRE_OVERHEAD_BYTES);
+		best->bytes_sent += sent_bytes;
+		nic->bits_sent += n * bits;
+		if (best->first_tx_ns < 0)
+			best->first_tx_ns = now;
+		best->last_tx_ns = now;
+		c->data_sent += n;
+		if (best->calls_on_send || now >= best->next_trace_ns || sent < n) {
+			c->qp = best - c->qps;
+			c->count = n;
+			c->sent = sent;
+			c->sent_bytes = sent_bytes;
+			c->frame_len = best->shape[which]->len;
+			c->t_real = t_real;
+			return TX_AFTER;
+		}
+	}
+	return TX_EMPTY;
+}

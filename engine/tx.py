@@ -1,0 +1,156 @@
+"""The compiled sender's state, through ctypes: engine/csrc/roce_tx.c.
+
+``TxGbn`` and ``TxSched`` hold the fields of ``gbn.GbnSender`` and
+``pacing.Schedule`` in C memory, so that compiled code can take packets and book
+schedules per burst while Python acts on the rarer events (ACKs, NAKs, timers) with
+the pure classes' own methods, lent to these structs: one implementation of each
+rule in Python, and in C only what runs per burst (``TxLib``). Without clang the
+engine keeps the pure-Python sender.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from pathlib import Path
+
+from core.errors import CapabilityError
+from core.frame import WIRE_OVERHEAD_BYTES
+from emu.cbuild import compile_c
+from engine.burst import _CShape
+from traffic import gbn
+from traffic.pacing import Schedule
+
+
+class TxGbn(ctypes.Structure):
+    """A ``gbn.GbnSender`` in C memory (its methods, these fields)."""
+
+    _fields_ = [("total_packets", ctypes.c_int64), ("window", ctypes.c_int64),
+                ("timeout_s", ctypes.c_double), ("start_psn", ctypes.c_int64),
+                ("_una", ctypes.c_int64), ("_nxt", ctypes.c_int64),
+                ("_max_sent", ctypes.c_int64), ("_timer_start_raw", ctypes.c_double),
+                ("packets_sent", ctypes.c_int64), ("retransmitted", ctypes.c_int64),
+                ("naks", ctypes.c_int64), ("timeouts", ctypes.c_int64),
+                ("acks", ctypes.c_int64), ("stale_acks", ctypes.c_int64)]
+
+    @classmethod
+    def new(cls, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,
+            start_psn: int = 0) -> TxGbn:
+        """Checked as ``GbnSender`` checks its arguments."""
+        return cls.of(gbn.GbnSender(total_packets, window, timeout_s, start_psn))
+
+    @classmethod
+    def of(cls, g: gbn.GbnSender) -> TxGbn:
+        """A copy of ``g``'s whole state."""
+        start = g._timer_start_s
+        return cls(g.total_packets, g.window, g.timeout_s, g.start_psn, g._una, g._nxt,
+                   g._max_sent, math.nan if start is None else start, g.packets_sent,
+                   g.retransmitted, g.naks, g.timeouts, g.acks, g.stale_acks)
+
+    @property
+    def _timer_start_s(self) -> float | None:
+        t = self._timer_start_raw
+        return None if t != t else t
+
+    @_timer_start_s.setter
+    def _timer_start_s(self, value: float | None) -> None:
+        self._timer_start_raw = math.nan if value is None else value
+
+
+class TxSched(ctypes.Structure):
+    """A ``pacing.Schedule`` in C memory (its methods, these fields)."""
+
+    _fields_ = [("next_ns", ctypes.c_int64), ("max_catchup_ns", ctypes.c_int64),
+                ("resets", ctypes.c_int64), ("dropped_ns", ctypes.c_int64)]
+
+
+def _lend(cls: type, to: type, names: tuple[str, ...]) -> None:
+    for name in names:
+        setattr(to, name, cls.__dict__[name])
+
+
+_lend(gbn.GbnSender, TxGbn, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
+                             "next_to_send", "next_index", "take", "on_ack", "on_nak",
+                             "advance", "on_timeout", "_progress", "_go_back_on_timeout"))
+_lend(Schedule, TxSched, ("restart", "sent"))
+
+
+def source() -> Path:
+    return Path(__file__).resolve().parent / "csrc" / "roce_tx.c"
+
+
+class TxLib:
+    """roce_tx.c's per-burst functions."""
+
+    def __init__(self) -> None:
+        lib = ctypes.CDLL(str(compile_c(source(), "shared", what="the engine's compiled sender")))
+        lib.tx_gbn_take.restype = ctypes.c_int64
+        lib.tx_gbn_take.argtypes = [ctypes.POINTER(TxGbn), ctypes.c_double, ctypes.c_int64,
+                                    ctypes.POINTER(ctypes.c_uint32)]
+        lib.tx_sched_restart.restype = None
+        lib.tx_sched_restart.argtypes = [ctypes.POINTER(TxSched), ctypes.c_int64]
+        lib.tx_sched_sent.restype = None
+        lib.tx_sched_sent.argtypes = [ctypes.POINTER(TxSched), ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.c_int64]
+        lib.tx_service.restype = ctypes.c_int
+        lib.tx_service.argtypes = [ctypes.c_void_p]
+        lib.tx_wire_overhead.restype = ctypes.c_int64
+        if lib.tx_wire_overhead() != WIRE_OVERHEAD_BYTES:
+            raise CapabilityError("roce_tx.c's Ethernet overhead differs from core.frame's")
+        self.lib = lib
+        self.service = lib.tx_service
+
+    def take(self, g: TxGbn, now_s: float, max_count: int) -> tuple[int, int] | None:
+        psn = ctypes.c_uint32()
+        n = self.lib.tx_gbn_take(ctypes.byref(g), now_s, max_count, ctypes.byref(psn))
+        return (psn.value, n) if n else None
+
+    def restart(self, s: TxSched, now_ns: int) -> None:
+        self.lib.tx_sched_restart(ctypes.byref(s), now_ns)
+
+    def sent(self, s: TxSched, now_ns: int, n: int, step_ns: int) -> None:
+        self.lib.tx_sched_sent(ctypes.byref(s), now_ns, n, step_ns)
+
+
+class TxQp(ctypes.Structure):
+    """One sending QP as tx_service sees it."""
+
+    _fields_ = [("gbn", TxGbn), ("sched", TxSched),
+                ("rate_bps", ctypes.c_double), ("window_bytes", ctypes.c_double),
+                ("shape", ctypes.POINTER(_CShape) * 3), ("bits", ctypes.c_int64 * 3),
+                ("tx_ns", ctypes.POINTER(ctypes.c_int64)),
+                ("bytes_sent", ctypes.c_int64), ("first_tx_ns", ctypes.c_int64),
+                ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),
+                ("calls_on_send", ctypes.c_int64)]
+
+
+class TxNic(ctypes.Structure):
+    """One NIC as tx_service sees it: its schedule, busy-period books, busy QPs."""
+
+    _fields_ = [("sched", TxSched), ("fd", ctypes.c_int64), ("fwd_ns", ctypes.c_int64),
+                ("ns_per_bit", ctypes.c_double),
+                ("period_start", ctypes.c_int64), ("period_first_out", ctypes.c_int64),
+                ("period_dropped", ctypes.c_int64), ("ideal_end", ctypes.c_int64),
+                ("actual_end", ctypes.c_int64), ("bits_sent", ctypes.c_int64),
+                ("n_active", ctypes.c_int64), ("active", ctypes.POINTER(ctypes.c_int32))]
+
+
+class TxCall(ctypes.Structure):
+    """tx_service's argument block: inputs, the worker's counters, and its answer."""
+
+    _fields_ = [("nic", ctypes.c_void_p), ("qps", ctypes.POINTER(TxQp)),
+                ("buf", ctypes.c_void_p), ("lags", ctypes.POINTER(ctypes.c_int64)),
+                ("lags_cap", ctypes.c_int64), ("n_lags", ctypes.c_int64),
+                ("lag_total_ns", ctypes.c_int64),
+                ("now", ctypes.c_int64), ("horizon", ctypes.c_int64), ("t0", ctypes.c_int64),
+                ("scale_ns", ctypes.c_double),
+                ("payload_bytes", ctypes.c_int64), ("max_catchup_ns", ctypes.c_int64),
+                ("data_sent", ctypes.c_int64), ("packets_sent", ctypes.c_int64),
+                ("qp", ctypes.c_int64), ("arm_ns", ctypes.c_int64), ("count", ctypes.c_int64),
+                ("sent", ctypes.c_int64), ("sent_bytes", ctypes.c_int64),
+                ("frame_len", ctypes.c_int64), ("err", ctypes.c_int64),
+                ("t_real", ctypes.c_double)]
+
+
+#: tx_service's answers (roce_tx.c).
+TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR = range(6)
