@@ -41,14 +41,14 @@ frame out to last frame out of each busy period of at least _RATE_PERIOD_FRAMES 
 frames) is compared with the time its schedule allotted the same frames (rate check).
 The wait before a period's first frame, and short periods, are wake-up lag, judged by
 the lag checks: counted here they would fail every small message on wake latency.
-Where clang works, these decisions run in C (``engine.tx``, csrc/roce_tx.c): a NIC
-whose QPs need no delay line is served by ``tx_service`` (``_service_compiled``),
-which picks the due QP, takes its frames from go-back-N, sends the burst, books the
-schedules, lags and busy period, and returns to Python only for what Python must do
-(a QP gone idle, a trace that is due, an algorithm's ``on_send``, a short send). The
-go-back-N and schedule state of those QPs lives in C structs that borrow the pure
-classes' Python methods for every other event; ``_service`` in Python is the same
-loop for the other NICs and for machines without a compiler.
+Where clang works, these decisions run in C (``engine.tx``, csrc/roce_tx.c): every NIC
+is served by ``tx_service`` (``_service_compiled``), which picks the due QP, takes its
+frames from go-back-N, sends the burst, books the schedules, lags and busy period, and
+returns to Python only for what Python must do (a QP gone idle, a trace that is due,
+an algorithm's ``on_send``, a short send, a burst for a QP's delay line). The go-back-N
+and schedule state lives in C structs that borrow the pure classes' Python methods for
+every other event; ``_service`` in Python is the same loop for machines without a
+compiler (and ``send_path="python"``).
 
 Fixed delays. A QP's frames enter the fabric the real fabric's fixed path delay
 (``MsgPlan.fwd_delay_emu_ns``, dilated by S, engine/run.py) after the time they
@@ -538,12 +538,16 @@ class _WorkerLoop:
         self.stop_reason: str | None = None
 
     def _compile_sender(self, burst: Burst) -> None:
-        """Give every NIC whose QPs need no delay line to roce_tx.c's pacing loop."""
+        """Give every NIC to roce_tx.c's pacing loop."""
         qps = (TxQp * max(1, len(self.senders)))()
         self.tx_qps = qps
+        by_nic: dict[int, list[_SendQp]] = {}
+        for slot, qp in enumerate(self.senders):
+            qp.slot = slot
+            by_nic.setdefault(id(qp.nic), []).append(qp)
         for nic in self.nics.values():
-            mine = [qp for qp in self.senders if qp.nic is nic]
-            if not mine or any(qp.line_ns for qp in mine):
+            mine = by_nic.get(id(nic), [])
+            if not mine:
                 continue
             c = TxNic(fd=nic.sock.fileno(), fwd_ns=nic.fwd_ns, ns_per_bit=nic.ns_per_bit,
                       period_start=-1)
@@ -552,7 +556,6 @@ class _WorkerLoop:
             c.active = ctypes.cast(nic.active, ctypes.POINTER(ctypes.c_int32))
             nic.c, nic.c_addr, nic.sched = c, ctypes.addressof(c), c.sched
             for qp in mine:
-                qp.slot = self.senders.index(qp)
                 q = qp.c = qps[qp.slot]
                 q.sched.max_catchup_ns = _MAX_CATCHUP_NS
                 qp.sched = q.sched
@@ -560,6 +563,7 @@ class _WorkerLoop:
                     q.shape[k] = ctypes.pointer(burst.c_shape(shape))
                     q.bits[k] = qp.bits[k]
                 q.first_tx_ns = q.last_tx_ns = -1
+                q.line_ns = qp.line_ns
         self.tx_lags = (ctypes.c_int64 * (16 * MAX_BURST))()
         self.tx_call = TxCall(qps=ctypes.cast(qps, ctypes.POINTER(TxQp)),
                               buf=burst.buffer_address,
@@ -965,6 +969,11 @@ class _WorkerLoop:
                 nic.qps.remove(qp)
                 self._arm_rto(qp)
                 continue
+            if call.hold:  # decided and booked; the delay line hands it over
+                shape = (qp.first, qp.middle, qp.last)[call.which]
+                self._hold(qp.delay, qp.delay.frames,
+                           (now + qp.plan.fwd_delay_emu_ns, shape, call.psn, call.count,
+                            call.lag, call.step, bool(call.solicit)))
             if qp.c.calls_on_send:
                 qp.cc.on_send(call.sent_bytes, call.t_real)
                 self._sync_cc(qp)

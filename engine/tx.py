@@ -121,7 +121,7 @@ class TxQp(ctypes.Structure):
                 ("tx_ns", ctypes.POINTER(ctypes.c_int64)),
                 ("bytes_sent", ctypes.c_int64), ("first_tx_ns", ctypes.c_int64),
                 ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),
-                ("calls_on_send", ctypes.c_int64)]
+                ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64)]
 
 
 class TxNic(ctypes.Structure):
@@ -149,7 +149,9 @@ class TxCall(ctypes.Structure):
                 ("qp", ctypes.c_int64), ("arm_ns", ctypes.c_int64), ("count", ctypes.c_int64),
                 ("sent", ctypes.c_int64), ("sent_bytes", ctypes.c_int64),
                 ("frame_len", ctypes.c_int64), ("err", ctypes.c_int64),
-                ("t_real", ctypes.c_double)]
+                ("t_real", ctypes.c_double),
+                ("hold", ctypes.c_int64), ("which", ctypes.c_int64), ("psn", ctypes.c_int64),
+                ("lag", ctypes.c_int64), ("step", ctypes.c_int64), ("solicit", ctypes.c_int64)]
 
 
 #: tx_service's answers (roce_tx.c).

@@ -108,6 +108,7 @@ struct tx_qp {                  /* engine/tx.py: TxQp */
 	int64_t *tx_ns;             /* latest send time of every packet */
 	int64_t bytes_sent, first_tx_ns, last_tx_ns, next_trace_ns;
 	int64_t calls_on_send;      /* the algorithm's on_send must see every burst */
+	int64_t line_ns;            /* > 0: its bursts wait in Python's delay line first */
 };
 
 struct tx_nic {                 /* engine/tx.py: TxNic */
@@ -134,6 +135,7 @@ struct tx_call {                /* engine/tx.py: TxCall */
 	/* out */
 	int64_t qp, arm_ns, count, sent, sent_bytes, frame_len, err;
 	double t_real;
+	int64_t hold, which, psn, lag, step, solicit;  /* a burst for the delay line */
 };
 
 /* Python's float floor division a // b for a, b > 0 (Objects/floatobject.c). */
@@ -225,17 +227,21 @@ int tx_service(struct tx_call *c)
 			return TX_IDLE;
 		}
 		int solicit = windowed && g->nxt - g->una >= allowed;
-		book_lags(c, lag, n, step);
-		int sent = roce_burst_send((int)nic->fd, best->shape[which], c->buf, psn,
-					   (uint32_t)n, (uint64_t)now, (uint32_t)solicit);
-		if (sent < 0) {
-			if (sent != -EAGAIN && sent != -ENOBUFS) {
-				c->err = -sent;
-				return TX_ERROR;
+		int hold = best->line_ns > 0;  /* its lags are booked when the line hands it over */
+		int sent = (int)n;
+		if (!hold) {
+			book_lags(c, lag, n, step);
+			sent = roce_burst_send((int)nic->fd, best->shape[which], c->buf, psn,
+					       (uint32_t)n, (uint64_t)now, (uint32_t)solicit);
+			if (sent < 0) {
+				if (sent != -EAGAIN && sent != -ENOBUFS) {
+					c->err = -sent;
+					return TX_ERROR;
+				}
+				sent = 0;
 			}
-			sent = 0;
+			c->packets_sent += sent;
 		}
-		c->packets_sent += sent;
 		for (int64_t i = 0; i < n; i++)
 			best->tx_ns[index + i] = now;
 		int64_t dropped = best->sched.dropped_ns + nic->sched.dropped_ns;
@@ -265,8 +271,14 @@ int tx_service(struct tx_call *c)
 			best->first_tx_ns = now;
 		best->last_tx_ns = now;
 		c->data_sent += n;
-		if (best->calls_on_send || now >= best->next_trace_ns || sent < n) {
+		if (hold || best->calls_on_send || now >= best->next_trace_ns || sent < n) {
 			c->qp = best - c->qps;
+			c->hold = hold;
+			c->which = which;
+			c->psn = psn;
+			c->lag = lag;
+			c->step = step;
+			c->solicit = solicit;
 			c->count = n;
 			c->sent = sent;
 			c->sent_bytes = sent_bytes;
