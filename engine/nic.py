@@ -578,13 +578,18 @@ class _WorkerLoop:
         c = qp.c
         if c is None:
             return
-        cc = qp.cc
+        rate, window = self._pace_of(qp.cc)
+        c.rate_bps = rate
+        c.window_bytes = -1.0 if window is None else window
+
+    def _pace_of(self, cc: Any) -> tuple[float, float | None]:
+        """The rate and window ``cc`` paces with, checked: a ParameterError naming what
+        a user's class got wrong, instead of a failure in the pacing arithmetic."""
         rate = cc.rate_bps
         window = cc.window_bytes
         if not 0.0 < rate < math.inf or window is not None and not 0.0 < window < math.inf:
             check_read_back(self.plan.cc.spec, cc, "during the run")  # says why
-        c.rate_bps = rate
-        c.window_bytes = -1.0 if window is None else window
+        return rate, window
 
     def _drain_lags(self) -> None:
         call = self.tx_call
@@ -870,10 +875,7 @@ class _WorkerLoop:
                 shape, bits, limit = best.first, best.bits[0], 1
             else:
                 shape, bits, limit = best.last, best.bits[2], 1
-            rate = cc.rate_bps
-            window = cc.window_bytes
-            if not 0.0 < rate < math.inf or window is not None and not 0.0 < window < math.inf:
-                check_read_back(self.plan.cc.spec, cc, "during the run")  # says why
+            rate, window = self._pace_of(cc)
             interval = int(bits * scale_ns / rate)
             line = int(bits * nic.ns_per_bit)
             step = interval if interval > line else line
