@@ -867,6 +867,9 @@ class _WorkerLoop:
             g = best.gbn
             cc = best.cc
             t_real = (now - t0) / scale_ns
+            # The timer first: a timeout goes back to una, and the frame's shape (first,
+            # middle, last) and send-time slot follow the index sent.
+            g.advance(t_real)
             index = g.next_index  # start PSN 0 and < 2**24 packets: the PSN is the index
             last_index = best.n - 1
             if 0 < index < last_index:

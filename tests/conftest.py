@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -98,3 +99,31 @@ def our_namespaces() -> set[str]:
 def root_links() -> set[str]:
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True)
     return {line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines()}
+
+
+ETH_P_ALL = 3
+
+
+def tap(fab: Any, host: str) -> socket.socket:
+    """A packet socket on ``host``'s NIC (``host``-eth0) that keeps copies of what
+    passes, in both directions; read it with ``roce_frames``."""
+    from emu.netns import in_netns
+
+    with in_netns(fab.netns_path(host)):
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+    s.bind((f"{host}-eth0", 0))
+    s.setblocking(False)
+    return s
+
+
+def roce_frames(sock: socket.socket) -> list[bytes]:
+    """The RoCEv2 frames (UDP port 4791) a ``tap`` holds, in the order they passed."""
+    out = []
+    while True:
+        try:
+            frame = sock.recv(16384)
+        except BlockingIOError:
+            return out
+        if len(frame) > 60 and frame[23] == socket.IPPROTO_UDP and frame[36:38] == b"\x12\xb7":
+            out.append(frame)

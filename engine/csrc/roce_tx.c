@@ -39,13 +39,19 @@ struct tx_sched {               /* engine/tx.py: TxSched */
 
 /* GbnSender.take: up to max_count consecutive packets to send now; their count
  * (0: window full or everything sent), the first one's PSN in *psn. */
-int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t *psn)
+/* GbnSender.advance: fire the retransmission timer if due (go back to una). */
+static void gbn_advance(struct tx_gbn *g, double now_s)
 {
 	if (!isnan(g->timer_start_s) && now_s - g->timer_start_s >= g->timeout_s) {
 		g->timeouts++;          /* _go_back_on_timeout */
 		g->nxt = g->una;
 		g->timer_start_s = now_s;
 	}
+}
+
+int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t *psn)
+{
+	gbn_advance(g, now_s);
 	int64_t nxt = g->nxt;
 	int64_t n = max_count;
 	if (g->total_packets - nxt < n)
@@ -192,7 +198,10 @@ int tx_service(struct tx_call *c)
 		int64_t lag = now - sched;
 		struct tx_gbn *g = &best->gbn;
 		double t_real = (double)(now - c->t0) / c->scale_ns;
-		int64_t index = g->nxt;  /* what take() sends first, before its timer check */
+		/* The timer first: a timeout goes back to una, and the frame's shape
+		 * (first, middle, last) and send-time slot follow the index sent. */
+		gbn_advance(g, t_real);
+		int64_t index = g->nxt;
 		int64_t last_index = g->total_packets - 1;
 		int which, limit;
 		if (0 < index && index < last_index) {

@@ -20,14 +20,17 @@ import psutil
 import pytest
 
 from core.errors import CapabilityError
+from core.frame import MTU_PAYLOAD_BYTES, OFF_BTH, OFF_PSN_WORD
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.ecn import Thresholds
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
 from engine.run import EngineConfig, run_workload
+from tests.conftest import roce_frames, tap
 from topologies.fattree import FatTree, LeafSpine
 from traffic import collectives
+from traffic.roce import DATA_OPCODES, WRITE_FIRST, WRITE_LAST, WRITE_MIDDLE, Flow, QpTemplate
 
 pytestmark = [
     pytest.mark.root,
@@ -114,6 +117,40 @@ def test_1mb_write_completes_with_exact_byte_accounting(send_path):
     assert result.stats["workers_realtime"] is (os.geteuid() == 0)
     assert all(0 <= w["cpu_wait_s"] <= w["wall_s"] for w in workers)
     assert result.stats["steal_s"] is not None and result.stats["steal_s"] >= 0
+
+
+@pytest.mark.parametrize("send_path", ["compiled", "python"])
+def test_a_timeout_while_sending_resends_each_frame_with_its_own_opcode(send_path):
+    """A retransmission timer that expires while the QP is still sending goes back to
+    the oldest unacknowledged frame: that frame leaves with its own opcode and length
+    (a go-back to PSN 0 is a WRITE FIRST with its RETH), not with those of the frame
+    the sender would have sent next."""
+    n = 65  # 64 full frames and a short last one
+    size = 64 * MTU_PAYLOAD_BYTES + 1000
+    topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G")
+    with Fabric(topo, Scale(20000), marking="off") as fab:
+        sock = tap(fab, "h1")
+        wl = Workload("write", [Message(1, "h1", "h2", size)], ["h1", "h2"], size)
+        # 3 us: the 65 frames take 22 us at 100G and the first ACK (every 16 frames)
+        # returns after about 7 us, so the timer expires while frames are still due.
+        result = run_workload(fab, wl, EngineConfig(cc=None, rto_s=3e-6, send_path=send_path,
+                                                    timeout_s=60))
+        frames = roce_frames(sock)
+        sock.close()
+    _assert_exact(result)
+    row = result.messages.iloc[0]
+    assert row["timeouts"] > 0 and row["retransmitted"] > 0
+    template = QpTemplate(Flow("00:00:00:00:00:01", "00:00:00:00:00:02", "10.0.0.1",
+                               "10.0.0.2", 0xC000, 1), size)
+    lengths = {op: len(template.write(i, i, 0)) for i, op in
+               ((0, WRITE_FIRST), (1, WRITE_MIDDLE), (n - 1, WRITE_LAST))}
+    sent = [(int.from_bytes(f[OFF_PSN_WORD + 1:OFF_PSN_WORD + 4], "big"), f[OFF_BTH], len(f))
+            for f in frames if f[OFF_BTH] in DATA_OPCODES]
+    assert len(sent) == row["packets_sent"]
+    assert sum(1 for psn, _, _ in sent if psn == 0) >= 2  # a go-back to the first frame
+    for psn, opcode, length in sent:
+        assert opcode == template.opcode(psn), (psn, opcode)
+        assert length == lengths[opcode], (psn, opcode, length)
 
 
 def test_incast_with_marking_generates_cnps_and_bounds_the_queue():

@@ -9,7 +9,6 @@ l1 -> s1 (400G), s1 -> l2 (400G), l2 -> h8 (100G, the bottleneck).
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 
@@ -18,8 +17,8 @@ from core.frame import OFF_ACK_INT, OFF_INT, OFF_INT_RETH
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Fabric
-from emu.netns import in_netns
 from engine.run import EngineConfig, run_workload
+from tests.conftest import roce_frames, tap
 from topologies.spec import build_topo
 from traffic.ccload import resolve_cc
 from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, RETH_OPCODES, icrc_ok
@@ -31,7 +30,6 @@ pytestmark = [
 ]
 
 SIZE = 512 << 10
-ETH_P_ALL = 3
 #: The egress ports' real rates along l1 -> s1 -> l2 -> h8.
 PATH_RATES_BPS = [400e9, 400e9, 100e9]
 #: HPCC's T: the fabric's unloaded round trip is ~5 us (fixed delays, 3 switches).
@@ -41,27 +39,6 @@ HPCC = resolve_cc("hpcc", {"base_rtt_s": 5e-6})
 def _incast() -> Workload:
     msgs = [Message(i, f"h{i + 1}", "h8", SIZE) for i in range(3)]
     return Workload("incast", msgs, ["h1", "h2", "h3", "h8"], SIZE)
-
-
-def _tap(fab: Fabric, host: str) -> socket.socket:
-    """A packet socket on ``host``'s NIC that keeps copies of what passes."""
-    with in_netns(fab.netns_path(host)):
-        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
-    s.bind((f"{host}-eth0", 0))
-    s.setblocking(False)
-    return s
-
-
-def _roce(sock: socket.socket) -> list[bytes]:
-    out = []
-    while True:
-        try:
-            frame = sock.recv(16384)
-        except BlockingIOError:
-            return out
-        if len(frame) > 60 and frame[23] == socket.IPPROTO_UDP and frame[36:38] == b"\x12\xb7":
-            out.append(frame)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +51,9 @@ def runs():
         fab.stop()
         pytest.skip(f"in-band telemetry needs the eBPF marker: {e}")
     try:
-        taps = {h: _tap(fab, h) for h in ("h1", "h8")}
+        taps = {h: tap(fab, h) for h in ("h1", "h8")}
         hpcc = run_workload(fab, _incast(), EngineConfig(cc=HPCC))
-        frames = {h: _roce(s) for h, s in taps.items()}
+        frames = {h: roce_frames(s) for h, s in taps.items()}
         for s in taps.values():
             s.close()
         python_path = run_workload(fab, _incast(), EngineConfig(cc=HPCC, send_path="python"))
