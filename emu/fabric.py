@@ -268,6 +268,13 @@ class Fabric:
             p.marker.enable_int(p.rate_bps, self.scale.factor)
         return len(writers)
 
+    def disable_int(self) -> None:
+        """Stop the records ``enable_int`` started: later runs' frames stay as their
+        senders wrote them."""
+
+        for p in self._bpf_switch_ports("in-band telemetry"):
+            p.marker.disable_int()
+
     def set_thresholds(self, thresholds: Thresholds) -> None:
         """Mark every switch port with ``thresholds`` from the next packet on (for
         example DCTCP's step at K); the gate judges marks by them from then on."""

@@ -112,6 +112,7 @@ from engine.burst import MAX_BURST, Burst
 from engine.plan import FAILED, FINISHED, READY, STUCK_S, MsgPlan, NicPlan, Shared, WorkerPlan
 from engine.rawsock import (
     TP_STATUS_USER,
+    TPACKET2_HDR,
     RingSpec,
     TimerFd,
     map_ring,
@@ -168,7 +169,6 @@ from traffic.telemetry import ack_with_int, block_at, decode_block
 PR_SET_PDEATHSIG = 1
 PR_SET_TIMERSLACK = 29
 
-_TP2 = struct.Struct("<IIIHHII")        # tpacket2_hdr: status, len, snaplen, mac, net, sec, nsec
 _TP_STATUS = struct.Struct("<I")
 # Fixed offsets of an IHL-5 frame: TOS 15, IP total length 16, BTH opcode 42,
 # flags 43, QP word 46, PSN word 50.
@@ -1212,7 +1212,7 @@ class _WorkerLoop:
         offsets = h.offsets
         n_slots = len(offsets)
         idx = h.idx
-        tp2 = _TP2.unpack_from
+        tp2 = TPACKET2_HDR.unpack_from
         roce = _ROCE.unpack_from
         set_status = _TP_STATUS.pack_into
         rt_offset = self.plan.rt_offset_ns

@@ -60,15 +60,20 @@ SNAP_BYTES = 96
 #: frame (core.frame), which also covers an ACK's echoed block.
 SNAP_INT_BYTES = (OFF_INT_RETH + INT_BLOCK_BYTES + 15) & ~15
 _TPACKET2_HDR_BYTES = 32
+#: struct tpacket2_hdr: status, len, snaplen, mac, net, sec, nsec (the rest: padding)
+TPACKET2_HDR = struct.Struct("<IIIHHII")
 _SLL_AND_ALIGN_BYTES = 64       # sockaddr_ll and the alignment before the MAC header
 
 
-def _bpf_program(snap_bytes: int) -> list[tuple[int, int, int, int]]:
-    """Classic BPF: accept IPv4/IHL5/UDP dport 4791 unfragmented, not outgoing."""
+def _bpf_program(snap_bytes: int, outgoing: bool = False) -> list[tuple[int, int, int, int]]:
+    """Classic BPF: accept IPv4/IHL5/UDP dport 4791 unfragmented, not outgoing unless
+    ``outgoing`` (the jumps are relative: the rest holds without the first two)."""
     ld_b, ld_h, jeq, jset, ret = 0x30, 0x28, 0x15, 0x45, 0x06
-    return [
+    incoming_only = [
         (ld_b, 0, 0, _SKF_AD_PKTTYPE),
         (jeq, 10, 0, _PACKET_OUTGOING),
+    ]
+    return ([] if outgoing else incoming_only) + [
         (ld_h, 0, 0, 12),
         (jeq, 0, 8, ETH_P_IP),
         (ld_b, 0, 0, 14),
@@ -84,8 +89,9 @@ def _bpf_program(snap_bytes: int) -> list[tuple[int, int, int, int]]:
     ]
 
 
-def attach_roce_filter(sock: socket.socket, snap_bytes: int = SNAP_BYTES) -> None:
-    prog = _bpf_program(snap_bytes)
+def attach_roce_filter(sock: socket.socket, snap_bytes: int = SNAP_BYTES,
+                       outgoing: bool = False) -> None:
+    prog = _bpf_program(snap_bytes, outgoing)
     insns = (ctypes.c_uint64 * len(prog))(
         *[code | jt << 16 | jf << 24 | k << 32 for code, jt, jf, k in prog])
     fprog = struct.pack("HL", len(prog), ctypes.addressof(insns))  # struct sock_fprog
@@ -120,17 +126,18 @@ class RingSpec:
         return self.block_size * self.block_nr
 
 
-def open_rx_ring(ring: RingSpec) -> socket.socket:
-    """A filtered, timestamping TPACKET_V2 socket of the calling thread's namespace.
+def open_rx_ring(ring: RingSpec, outgoing: bool = False) -> socket.socket:
+    """A filtered, timestamping TPACKET_V2 socket of the calling thread's namespace,
+    on all its interfaces; the frames it sends too with ``outgoing`` (a capture).
 
     ETH_P_ALL makes it a tap, served before tc ingress, so the host's RoCE sink
     (``emu.rocesink``) can drop the frames there once this socket has them.
     """
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     try:
-        attach_roce_filter(sock, ring.snap_bytes)
+        attach_roce_filter(sock, ring.snap_bytes, outgoing)
         with contextlib.suppress(OSError):  # kernels before 4.20: the BPF filter suffices
-            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, int(not outgoing))
         # Makes the kernel stamp frames when they reach the interface (netif_rx),
         # rather than when they are copied into the ring.
         sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)

@@ -139,6 +139,8 @@ class LiveFabric(Protocol):
 
     def enable_int(self) -> int: ...
 
+    def disable_int(self) -> None: ...
+
 
 #: Real-time CNP interval used by receivers when the senders do not run DCQCN.
 _DEFAULT_CNP_INTERVAL_S = 50e-6
@@ -719,6 +721,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             os.close(fd)
         if main_thread:
             signal.signal(signal.SIGTERM, old_term)
+        if needs_int:  # only this run's frames carry records
+            fab.disable_int()
     fault = next((r["cc_fault"] for r in reports.values() if r.get("cc_fault")), None)
     if fault is not None:  # the user's algorithm broke the run: no measurement to judge
         raise ParameterError("cc", config.cc_factory.name, fault)

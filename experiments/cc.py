@@ -92,6 +92,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     CC_CHOICES,
     SCALE_HELP,
     WORKERS,
@@ -166,6 +167,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 
@@ -257,7 +259,8 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     shares = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                   msg.size_bytes) for msg in workload.messages])
     pauses0 = fab.pfc.summary()["pause_events"] if pfc else 0
-    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port])
+    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port],
+                capture=opts["capture"])
     pauses = fab.pfc.summary()["pause_events"] - pauses0 if pfc else None
     msgs = m.messages
     victim_id = len(r.senders) + 1
@@ -329,6 +332,7 @@ def record(run: Run, row: dict[str, Any], m: Measurement, *, rates: bool) -> Non
     (the congestion-control trace with ``rates``)."""
     labels = {k: row[k] for k in ("case", "cc", "pfc")}
     run.frame("cc", pd.DataFrame([row]))
+    run.pcaps(row["case"], m.captures)
     frames = {"messages": m.messages, "latency": m.latency, "queue": m.queue,
               "ports": m.ports.reset_index(), **({"rates": m.rates} if rates else {})}
     for name, frame in frames.items():
@@ -365,7 +369,8 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
     sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                  msg.size_bytes, msg.start_s) for msg in flows])
     port = incast.bottleneck_port(fab, senders, r.receiver)
-    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port])
+    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port],
+                capture=opts["capture"])
     full = max(sched.intervals, key=lambda iv: len(iv.rates_bps))
     active = list(full.rates_bps)
     measured = [window_rate_bps(m, f, full.t0_s, full.t1_s, opts["settle"],
@@ -512,7 +517,8 @@ def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: str,
     if marking:
         fab.set_thresholds(marking[0])
     try:
-        m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[fs.port])
+        m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[fs.port],
+                    capture=opts["capture"])
         report = gate(fab, m, workload, cc=True)
     finally:
         if marking:

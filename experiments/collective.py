@@ -24,6 +24,7 @@ elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -45,6 +46,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     CC_HELP,
     SCALE_HELP,
     WORKERS,
@@ -99,6 +101,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 
@@ -146,9 +149,9 @@ def build_workload(fab: Fabric, name: str, size_bytes: int) -> Any:
 
 
 def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
-                   hash_draws: int, **engine: Any) -> CollectiveRun:
-    """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it (``engine``:
-    further ``EngineConfig`` settings)."""
+                   hash_draws: int, capture: Sequence[str] = (), **engine: Any) -> CollectiveRun:
+    """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it (``capture``:
+    hosts whose frames to keep; ``engine``: further ``EngineConfig`` settings)."""
 
     workload = build_workload(fab, name, size_bytes)
     graph = model_graph(fab)
@@ -160,7 +163,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                                        samples=hash_draws, seed=size_bytes, **bare)
     bottleneck_bps = workload_bottleneck_rate_bps(workload, graph, fab.routes.paths,
                                                   mode="spread")
-    m = measure(fab, workload, engine_config(cc, **engine))
+    m = measure(fab, workload, engine_config(cc, **engine), capture=capture)
     factor = workload.meta["busbw_factor"]
     time_s = m.completion_s
     algbw = 8.0 * size_bytes / time_s
@@ -210,6 +213,7 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
     run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9)
     report = gate(fab, r.measurement, r.workload, cc=cc != "off")
     run.fidelity(case, report)
+    run.pcaps(case, r.measurement.captures)
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
@@ -253,9 +257,9 @@ def nccl_row(fabric: str, name: str, size_bytes: int, r: CollectiveRun) -> dict[
 
 
 def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc: str,
-             hash_draws: int, workers: int | str) -> None:
+             hash_draws: int, workers: int | str, capture: Sequence[str]) -> None:
     """Run one collective case on ``fab`` on ``workers`` workers and record it, gated."""
-    r = run_collective(fab, name, size_bytes, cc, hash_draws, workers=workers)
+    r = run_collective(fab, name, size_bytes, cc, hash_draws, capture, workers=workers)
     record(run, fabric, name, size_bytes, r, fab, cc)
 
 
@@ -280,7 +284,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                     if run.finished(case):
                         continue
                     run.attempt(partial(_measure, run, fab, prefix + entry, name, size,
-                                        opts["cc"], opts["hash_draws"], opts["workers"]),
+                                        opts["cc"], opts["hash_draws"], opts["workers"],
+                                        opts["capture"]),
                                 opts["attempts"])
                     run.commit(case)
                     advance(case)

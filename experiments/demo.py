@@ -12,6 +12,7 @@ from core.scaling import DEFAULT_SCALE
 from experiments import collective, incast
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     SCALE_HELP,
     WORKERS,
     Option,
@@ -46,6 +47,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 
@@ -60,8 +62,10 @@ def execute(run: Run, opts: dict[str, Any]) -> None:
         "topo": opts["topo"], "senders": opts["senders"], "size": opts["incast_size"],
         "cc": ["off", "dcqcn"], "dcqcn": opts["dcqcn"], "thresholds": [opts["thresholds"]],
         "pmax": incast.OPTIONS["pmax"].default, "scale": opts["scale"],
-        "attempts": opts["attempts"], "workers": opts["workers"]}, prefix="incast ")
+        "attempts": opts["attempts"], "workers": opts["workers"],
+        "capture": opts["capture"]}, prefix="incast ")
     collective.execute(run, {
         "topos": [opts["topo"]], "collectives": ["allreduce-ring"], "sizes": opts["sizes"],
         "cc": "off", "hash_draws": collective.OPTIONS["hash_draws"].default,
-        "scale": opts["scale"], "attempts": opts["attempts"], "workers": opts["workers"]})
+        "scale": opts["scale"], "attempts": opts["attempts"], "workers": opts["workers"],
+        "capture": opts["capture"]})

@@ -39,6 +39,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     CC_HELP,
     SCALE_HELP,
     WORKERS,
@@ -78,6 +79,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 
@@ -115,7 +117,8 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
     """One permutation drawn with ``seed``: flow throughputs against the model's."""
     workload = collectives.build("permutation", list(fab.hosts), opts["size"], seed=seed)
     model = model_throughputs(fab, workload, opts["samples"], seed)
-    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]))
+    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]),
+                capture=opts["capture"])
     measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
     predicted = model.throughput_bps
     makespan = model.groupby("sample").throughput_bps.min()
@@ -135,6 +138,7 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
     run.frame("messages", m.messages, case=case)
     run.frame("ports", m.ports.reset_index(), case=case)
     run.fidelity(case, gate(fab, m, workload, cc=opts["cc"] != "off"))
+    run.pcaps(case, m.captures)
     run.deviations([{**d, "effect": "mean flow throughput: model "
                      f"{predicted.mean() * 1e-9:.1f} Gb/s, measured "
                      f"{measured.mean() * 1e-9:.1f} Gb/s"}

@@ -40,6 +40,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     CC_HELP,
     SCALE_HELP,
     WORKERS,
@@ -84,6 +85,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 
@@ -113,8 +115,10 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
                                                  msg.size_bytes, msg.start_s)
                                         for msg in flows])
     port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
-    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]), watch=[port])
+    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]), watch=[port],
+                capture=opts["capture"])
     report = gate(fab, m, workload, cc=opts["cc"] != "off")
+    run.pcaps(f"{prefix}flows", m.captures)
     rows = []
     for i, iv in enumerate(sched.intervals):
         active = list(iv.rates_bps)

@@ -21,6 +21,7 @@ queue the model does not have.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -44,6 +45,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     CC_CHOICES,
     SCALE_HELP,
     WORKERS,
@@ -90,6 +92,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 
@@ -158,7 +161,8 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
 
 
 def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
-             size_bytes: int, cc: str, t: Thresholds, dcqcn: str, workers: int | str) -> None:
+             size_bytes: int, cc: str, t: Thresholds, dcqcn: str, workers: int | str,
+             capture: Sequence[str] = ()) -> None:
     """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
     other algorithms are measured only)."""
     dcqcn_params = dcqcn_set(cc, dcqcn)
@@ -195,7 +199,7 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
                        tuple(x * factor for x in pred["ranges"][key]))
     workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
     m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc, workers),
-                watch=[port])
+                watch=[port], capture=capture)
     done = m.messages.end_s.notna().all()
     completion_s = m.completion_s if done else float("nan")
     at_port = m.port(port.name)
@@ -228,6 +232,7 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     busy = cc == "off" and not pred["drops"]
     run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
                             saturated={port.name: completion_s} if busy else {}))
+    run.pcaps(case, m.captures)
     effect = f"completion: measured {completion_s * 1e6:.2f} us" + (
         f", model {pred['completion_s'] * 1e6:.2f} us" if pred else "")
     run.deviations([{**d, "effect": effect} for d in measure_deviations(fab, m, case)])
@@ -270,7 +275,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 senders = nearest_senders(fab, receiver, opts["senders"])
                 for cc, case in todo:
                     run.attempt(partial(run_case, run, fab, case, senders, receiver,
-                                        opts["size"], cc, t, opts["dcqcn"], opts["workers"]),
+                                        opts["size"], cc, t, opts["dcqcn"], opts["workers"],
+                                        opts["capture"]),
                                 opts["attempts"])
                     run.commit(case)
                     advance(case)

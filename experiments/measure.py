@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -24,6 +24,8 @@ from emu.ecmp import ecmp_check
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
 from emu.wirerate import capacity_bound_bps
+from engine.capture import Captured, HostCapture
+from engine.rawsock import realtime_offset_ns
 from engine.run import EngineConfig, first_frame_bytes, run_workload
 from experiments.fidelity import (
     Check,
@@ -84,6 +86,7 @@ class Measurement:
     ports: pd.DataFrame          # one row per port: counter deltas, max queue bounds
     stats: dict
     wall_s: float
+    captures: dict[str, Captured] = field(default_factory=dict)  # host -> its NIC's frames
 
     @property
     def completion_s(self) -> float:
@@ -123,24 +126,29 @@ def port_deltas(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[Any] = (),
-            sample_interval_s: float | None = None) -> Measurement:
+            sample_interval_s: float | None = None, capture: Sequence[str] = ()
+            ) -> Measurement:
     """Run ``workload`` on ``fab`` with the engine, sampling the queues of ``watch``
     ports every ``sample_interval_s`` (real s; default: one packet time of the
-    slowest watched port), and difference the port counters around the run."""
+    slowest watched port), capturing the RoCEv2 frames at the NICs of the hosts in
+    ``capture`` (``engine.capture``), and difference the port counters around the run."""
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
     sampler = QueueSampler(list(watch), fab.iprs_by_path(),
                            interval_s=fab.scale.time_emu_s(sample_interval_s or 1.0)) if watch else None
-    t0 = time.monotonic()
-    if sampler is not None:
-        sampler.start()
-    try:
-        result = run_workload(fab, workload, engine_config)
-    finally:
+    with HostCapture(fab, capture, workload, engine_config.payload_bytes) as taps:
+        t0 = time.monotonic()
         if sampler is not None:
-            sampler.stop()
-    wall_s = time.monotonic() - t0
+            sampler.start()
+        try:
+            result = run_workload(fab, workload, engine_config)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+        wall_s = time.monotonic() - t0
+        t0_ns = result.stats.get("t0_monotonic_ns")
+        captures = taps.result(t0_ns + realtime_offset_ns(), fab.scale) if t0_ns else {}
     after = fab.port_stats()
     queue = sampler.frame() if sampler is not None else pd.DataFrame(
         columns=["t_s", "port", "backlog_bytes", "vq_bytes"])
@@ -149,7 +157,7 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
         queue["t_s"] += (sampler.start_ns - result.stats["t0_monotonic_ns"]) / 1e9
     queue["t_s"] = fab.scale.to_real_time_s(queue["t_s"])
     return Measurement(result.messages, result.latency, result.rates, queue,
-                       port_deltas(before, after), dict(result.stats), wall_s)
+                       port_deltas(before, after), dict(result.stats), wall_s, captures)
 
 
 def engine_config(cc: str, workers: int | str | None = "auto", **kw: Any) -> Any:

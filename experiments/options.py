@@ -272,6 +272,7 @@ def resolve_options(spec: Mapping[str, Option], quick: bool, overrides: Mapping[
             raise ParameterError(name, raw, str(e)) from None
     if check is not None:
         check(opts)
+    check_capture(opts)
     return opts
 
 
@@ -328,6 +329,39 @@ def parse_workers(value: Any) -> int | str:
 WORKERS = Option("auto", "engine worker processes: auto (as few as a case's frame rates "
                          "need, at most one per CPU) or a number (at most one per CPU is "
                          "used)", parse=parse_workers)
+
+
+def parse_capture(value: Any) -> list[str]:
+    """'none' (or nothing) -> []; else a ';'-separated list of host names."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return []
+    hosts = parse_list(parse_text)(value)
+    bad = [h for h in hosts if not re.fullmatch(r"[A-Za-z][\w.-]*", h)]
+    if bad:
+        raise ParameterError("value", value, f"not a host name: {bad[0]!r}")
+    return hosts
+
+
+def check_capture(opts: Mapping[str, Any]) -> None:
+    """Every host of the ``capture`` option is on every fabric of the run (``topo``,
+    ``topos``)."""
+    hosts = opts.get("capture") or []
+    specs = ([opts["topo"]] if "topo" in opts else []) + [
+        split_topo_at(entry, 1.0)[0] for entry in opts.get("topos", [])]
+    for spec in specs:
+        known = build_topo(spec).host_nodes()
+        unknown = [h for h in hosts if h not in set(known)]
+        if unknown:
+            raise ParameterError("capture", ";".join(unknown),
+                                 f"no such host on {spec} ({', '.join(known[:6])}"
+                                 f"{', ...' if len(known) > 6 else ''})")
+
+
+#: Every experiment's ``capture`` option (``engine.capture``): each case's pcaps.
+CAPTURE = Option("none", "hosts whose NICs' RoCEv2 frames (both ways, whole, real-fabric "
+                         "times) each case writes to the run directory's "
+                         "pcap/<case>/<host>.pcap, e.g. 'h1;h9' (none: no capture)",
+                 parse=parse_capture)
 
 
 def parse_rate(text: str) -> float:

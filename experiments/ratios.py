@@ -29,6 +29,7 @@ from experiments.collective import (
 from experiments.collective import check as collective_check
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     CC_HELP,
     SCALE_HELP,
     WORKERS,
@@ -63,6 +64,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 
@@ -90,7 +92,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
              opts: dict[str, Any]) -> None:
     """One collective on ``fab``: its record and the utilisation of each link tier."""
     r = run_collective(fab, opts["collective"], size, opts["cc"], opts["hash_draws"],
-                       workers=opts["workers"])
+                       opts["capture"], workers=opts["workers"])
     case = record(run, prefix + spec, opts["collective"], size, r, fab, opts["cc"])
     model = model_tier_utilisation(fab, r)
     measured = measured_tier_utilisation(r)

@@ -43,6 +43,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.errors import FabricEmuError, ParameterError
 from emu.fabric import Fabric
+from engine.capture import Captured
 from engine.run import EngineConfig
 from experiments.fidelity import FidelityReport, combine
 from experiments.options import Option, format_value, resolve_options
@@ -162,6 +163,7 @@ class Run:
         self.units: list[_Unit] = []
         self.pending = _Unit("")
         self._environment: dict[str, Any] | None = None
+        self._pcaps: set[Path] = set()
 
     # -- collecting ------------------------------------------------------------------
     def metric(self, case: str, metric: str, unit: str, measured: float | None,
@@ -203,6 +205,18 @@ class Run:
 
     def note(self, text: str) -> None:
         self.pending.notes.append(text)
+
+    def pcaps(self, case: str, captures: Mapping[str, Captured]) -> None:
+        """Write each host's capture of case ``case`` to pcap/<case>/<host>.pcap (a
+        retried case's overwrite a refused attempt's) and note where."""
+        for host, cap in captures.items():
+            path = pcap_path(self.dir, case, host)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            n = cap.write(path)
+            self._pcaps.add(path)
+            self.note(f"{path.relative_to(self.dir)}: {n:,} frames at {host}'s NICs"
+                      + (f", {cap.ring_drops:,} more the capture ring could not keep"
+                         if cap.ring_drops else ""))
 
     @property
     def rows(self) -> list[dict]:
@@ -341,6 +355,12 @@ class Run:
         itself if the run created it): a failed start leaves nothing behind."""
         for name in ("config.json", "summary.json", "metrics.csv"):
             (self.dir / name).unlink(missing_ok=True)
+        for path in self._pcaps:
+            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+        with contextlib.suppress(OSError):
+            (self.dir / PCAP_DIR).rmdir()
         with contextlib.suppress(OSError):
             (self.dir / CASES_DIR).rmdir()
         if created:
@@ -350,6 +370,13 @@ class Run:
 
 #: Subdirectory of a run directory with one record per committed case.
 CASES_DIR = "cases"
+#: ... and with each captured case's pcaps (the ``capture`` option).
+PCAP_DIR = "pcap"
+
+def pcap_path(run_dir: Path, case: str, host: str) -> Path:
+    """Where a run writes the capture of case ``case`` at ``host``."""
+    return run_dir / PCAP_DIR / re.sub(r"[^\w=.,+-]+", "_", case) / f"{host}.pcap"
+
 
 #: Checks (name prefixes) that a busy or paused machine fails and a correct emulator
 #: passes on a quiet one: ``Run.attempt`` may measure such a case again.

@@ -22,6 +22,7 @@ from core.scaling import DEFAULT_SCALE
 from experiments import collective
 from experiments.options import (
     ATTEMPTS,
+    CAPTURE,
     CC_HELP,
     SCALE_HELP,
     WORKERS,
@@ -55,6 +56,7 @@ OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
+    "capture": CAPTURE,
 }
 
 

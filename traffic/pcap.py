@@ -65,9 +65,11 @@ def _check_output(path: Path) -> None:
         raise PcapError(f"cannot write pcap {path}: directory {path.parent} does not exist")
 
 
-def write_pcap(path: str | Path, frames_with_times: Iterable[tuple[float, bytes]], *,
+def write_pcap(path: str | Path,
+               frames_with_times: Iterable[tuple[float, bytes] | tuple[float, bytes, int]], *,
                max_bytes: int | None = None) -> int:
     """Write ``(t_s, frame)`` pairs as an Ethernet pcap with ns timestamps; returns the count.
+    A frame captured cut short comes as ``(t_s, head, original length)``.
 
     Frames are written as the iterable yields them into a temporary file next to
     ``path``, renamed to ``path`` when complete: a failure, a Ctrl-C or more than
@@ -84,13 +86,14 @@ def write_pcap(path: str | Path, frames_with_times: Iterable[tuple[float, bytes]
     try:
         with open(fd, "wb", buffering=1 << 20) as f:
             written = f.write(_GLOBAL.pack(_MAGIC_NS, 2, 4, 0, 0, _SNAPLEN, LINKTYPE_ETHERNET))
-            for t_s, frame in frames_with_times:
+            for t_s, frame, *original in frames_with_times:
                 written += _RECORD.size + len(frame)
                 if max_bytes is not None and written > max_bytes:
                     raise PcapError(f"pcap {path} would exceed {format_size(max_bytes)} "
                                     f"after {count} frames; nothing was written")
                 t_ns = round(t_s * 1e9)
-                f.write(_RECORD.pack(t_ns // 10**9, t_ns % 10**9, len(frame), len(frame)))
+                f.write(_RECORD.pack(t_ns // 10**9, t_ns % 10**9, len(frame),
+                                     original[0] if original else len(frame)))
                 f.write(frame)
                 count += 1
         os.replace(tmp, path)

@@ -192,6 +192,12 @@ class PortMarker:
         self.int_scale = int(scale)
         self._write_cfg()
 
+    def disable_int(self) -> None:
+        """Stop writing INT records (from the next packet on)."""
+        self.int_rate_mbps = 0
+        self.int_scale = 0
+        self._write_cfg()
+
     def set_rate(self, rate_emu_bps: float, buffer_bytes: int | None = None,
                  burst_bytes: int | None = None) -> None:
         """Follow a change of the port's shaping (emulated rate, buffer, HTB burst)."""

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from core.errors import CapabilityError, ParameterError
-from core.frame import FRAME_BYTES
+from core.frame import FRAME_BYTES, OFF_BTH, OFF_INT, OFF_INT_RETH
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.ecn import Thresholds
@@ -28,10 +28,14 @@ from engine.plan import STUCK_S
 from engine.run import EngineConfig, run_workload
 from experiments import cc as cc_experiment
 from experiments import registry
+from experiments.rundir import pcap_path
 from model.alphabeta import roce_wire_factor
 from tests.conftest import SUITE_SCALE, run_judged
 from tests.unit.test_cc_load import GOOD
 from topologies.fattree import LeafSpine
+from traffic.pcap import iter_pcap
+from traffic.roce import DATA_OPCODES, RETH_OPCODES
+from traffic.telemetry import decode_block
 
 pytestmark = [
     pytest.mark.root,
@@ -233,7 +237,7 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     wait_for_quiet_kernel()
     # PFC's reaction budget kept at 5 us real, as the default 50 ms wall at S = 10000.
     result = run_judged(registry.cli_run, "cc", tmp_path, quick=True, scale=SUITE_SCALE,
-                        overrides=lambda s: {"pfc_budget": 5e-6 * s})
+                        overrides=lambda s: {"pfc_budget": 5e-6 * s, "capture": "h9"})
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert result.valid and summary["valid"], summary["reasons"]
     algorithms = ["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"]
@@ -298,3 +302,13 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     assert rows.loc["incast cc=hpcc pfc=off"].latency_p99_us < \
         rows.loc["incast cc=dcqcn pfc=off"].latency_p99_us
     assert (tmp_path / "latency_cdf.png").exists() and (tmp_path / "rate_over_time.png").exists()
+    # The incast receiver's pcap of every case: with HPCC its data frames carry the
+    # switches' records (three hops from the far leaves, one from its leaf-mates);
+    # without an algorithm that needs them, none.
+    for case in expected:
+        data = [f for _, f in iter_pcap(pcap_path(tmp_path, case, "h9"))
+                if f[OFF_BTH] in DATA_OPCODES]
+        assert data, case
+        hops = {len(decode_block(f[OFF_INT_RETH if f[OFF_BTH] in RETH_OPCODES else OFF_INT:]))
+                for f in data}
+        assert hops <= {1, 3} if "hpcc" in case else hops == {0}, (case, hops)

@@ -17,10 +17,13 @@ from core.frame import OFF_ACK_INT, OFF_INT, OFF_INT_RETH
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Fabric
+from engine.capture import HostCapture
+from engine.rawsock import realtime_offset_ns
 from engine.run import EngineConfig, run_workload
 from tests.conftest import roce_frames, tap
 from topologies.spec import build_topo
 from traffic.ccload import resolve_cc
+from traffic.pcap import iter_pcap
 from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, RETH_OPCODES, icrc_ok
 from traffic.telemetry import decode_block
 
@@ -52,7 +55,10 @@ def runs():
         pytest.skip(f"in-band telemetry needs the eBPF marker: {e}")
     try:
         taps = {h: tap(fab, h) for h in ("h1", "h8")}
-        hpcc = run_workload(fab, _incast(), EngineConfig(cc=HPCC))
+        with HostCapture(fab, ["h1", "h8"], _incast()) as capture:
+            hpcc = run_workload(fab, _incast(), EngineConfig(cc=HPCC))
+            captured = capture.result(hpcc.stats["t0_monotonic_ns"] + realtime_offset_ns(),
+                                      fab.scale)
         frames = {h: roce_frames(s) for h, s in taps.items()}
         for s in taps.values():
             s.close()
@@ -60,11 +66,11 @@ def runs():
         dcqcn = run_workload(fab, _incast(), EngineConfig(cc="paper"))
     finally:
         fab.stop()
-    return hpcc, python_path, dcqcn, frames
+    return hpcc, python_path, dcqcn, frames, captured
 
 
 def test_every_switch_hop_writes_its_record_and_the_ack_echoes_it(runs):
-    hpcc, _, _, frames = runs
+    hpcc, _, _, frames, _ = runs
     assert hpcc.completed, hpcc.stats["error"]
     data = [f for f in frames["h8"] if f[42] in DATA_OPCODES]
     assert len(data) >= 3 * SIZE // 4096 * 0.9
@@ -85,7 +91,7 @@ def test_every_switch_hop_writes_its_record_and_the_ack_echoes_it(runs):
 
 
 def test_hpcc_keeps_the_incast_queue_short_on_both_receive_paths(runs):
-    hpcc, python_path, dcqcn, _ = runs
+    hpcc, python_path, dcqcn, _, _ = runs
     for r in (hpcc, python_path, dcqcn):
         assert r.completed, r.stats["error"]
         assert int(r.messages.retransmitted.sum()) == 0
@@ -94,3 +100,26 @@ def test_hpcc_keeps_the_incast_queue_short_on_both_receive_paths(runs):
            for name, r in (("hpcc", hpcc), ("python", python_path), ("dcqcn", dcqcn))}
     assert p99["hpcc"] < 0.3 * p99["dcqcn"], p99
     assert p99["python"] < 0.3 * p99["dcqcn"], p99
+
+
+def test_a_capture_keeps_every_frame_a_tap_saw_in_real_time_and_writes_a_pcap(runs, tmp_path):
+    hpcc, _, _, frames, captured = runs
+    end_s = float(hpcc.messages.end_s.max())
+    for host in ("h1", "h8"):
+        cap = captured[host]
+        assert cap.ring_drops == 0 and cap.before_t0 == 0
+        # The same frames, whole and in the same order, as a plain socket on the NIC.
+        assert [f for _, f, _ in cap.frames] == frames[host]
+        assert all(n == len(f) for _, f, n in cap.frames)
+        times = [t for t, _, _ in cap.frames]
+        assert times == sorted(times) and times[0] >= 0 and times[-1] <= 1.01 * end_s
+        path = tmp_path / f"{host}.pcap"
+        assert cap.write(path) == len(cap.frames)
+        assert [(round(t, 9), f) for t, f in iter_pcap(path)] == \
+            [(round(t, 9), f) for t, f, _ in cap.frames]
+    # The receiver's capture: every data frame of the three writes, each with its
+    # three records; the ACKs it sends echo them.
+    data = [f for _, f, _ in captured["h8"].frames if f[42] in DATA_OPCODES]
+    assert len(data) == int(hpcc.messages.packets_sent.sum())
+    assert all(len(decode_block(f[OFF_INT_RETH if f[42] in RETH_OPCODES else OFF_INT:])) == 3
+               for f in data)

@@ -91,6 +91,11 @@ BAD = [
     ("sweep", {"collectives": "allreduce-ring;bogus"}, "collectives"),
     ("sweep", {"topo": "leafspine,1,1,1"}, "topo"),   # one host: no collective
     ("sweep", {"hash_draws": "0"}, "hash_draws"),
+    ("cc", {"capture": "h99"}, "capture"),           # leafspine,3,1,3 has h1..h9
+    ("incast", {"capture": "h1;;h2"}, "capture"),
+    ("ecmp", {"capture": "h1;h1"}, "capture"),
+    ("demo", {"capture": "-i eth0"}, "capture"),
+    ("collective", {"topos": "fattree,4;leafspine,2,1,2", "capture": "h16"}, "capture"),
 ]
 
 EMPTY = [("incast", "cc"), ("incast", "thresholds"), ("collective", "sizes"),
@@ -254,6 +259,34 @@ def test_every_experiment_takes_a_worker_count_the_engine_gets():
     assert WORKERS.parse("AUTO") == "auto" and WORKERS.parse("2") == 2 and WORKERS.parse(3) == 3
     assert engine_config("off", "auto").workers is None
     assert engine_config("off", 2).workers == 2
+
+
+def test_every_experiment_takes_hosts_to_capture():
+    from experiments.options import CAPTURE
+
+    for name, module in EXPERIMENTS.items():
+        assert module.OPTIONS.get("capture") is CAPTURE, name
+    assert CAPTURE.parse(CAPTURE.default) == [] and CAPTURE.parse("None") == []
+    assert CAPTURE.parse("h1; h16") == ["h1", "h16"] and CAPTURE.parse(["h2"]) == ["h2"]
+    assert CAPTURE.parse(CAPTURE.format(["h1", "h9"])) == ["h1", "h9"]
+
+
+def test_a_run_writes_each_cases_captures_and_a_discarded_run_removes_them(tmp_path):
+    from engine.capture import Captured
+
+    run = Run("cc", tmp_path / "run", {}, quick=True)
+    frame = bytes(range(64))
+    run.pcaps("incast cc=hpcc pfc=off", {"h9": Captured("h9", [(1e-6, frame, 4170)]),
+                                         "h1": Captured("h1", [], ring_drops=3)})
+    path = rundir.pcap_path(run.dir, "incast cc=hpcc pfc=off", "h9")
+    assert path == run.dir / "pcap" / "incast_cc=hpcc_pfc=off" / "h9.pcap" and path.is_file()
+    assert rundir.pcap_path(run.dir, "a/b: c", "h1").parent.name == "a_b_c"
+    notes = run.pending.notes
+    assert notes[0].startswith("pcap/incast_cc=hpcc_pfc=off/h9.pcap: 1 frames")
+    assert "3 more the capture ring could not keep" in notes[1]
+    (run.dir / "keep.txt").write_text("a user's file")
+    run.discard(created=True)
+    assert sorted(p.name for p in run.dir.iterdir()) == ["keep.txt"]
 
 
 def test_a_fabric_may_carry_its_own_scale():

@@ -296,3 +296,13 @@ def test_bad_timestamps_are_refused(tmp_path):
     path.write_bytes(_pcap_header() + struct.pack("<IIII", 0, 1_000_000, 60, 60) + bytes(60))
     with pytest.raises(PcapError, match="sub-second timestamp of 1000000"):
         read_roce_pcap(path)
+
+
+def test_a_frame_captured_short_keeps_its_original_length(ring, tmp_path):
+    t, frame = read_roce_pcap(ring[0])[0]
+    path = tmp_path / "short.pcap"
+    assert write_pcap(path, [(t, frame[:100], len(frame)), (t + 1e-9, frame)]) == 2
+    assert [f for _, f in iter_pcap(path)] == [frame[:100], frame]
+    records = rdpcap(str(path))
+    assert [len(r) for r in records] == [100, len(frame)]
+    assert [r.wirelen for r in records] == [len(frame), len(frame)]
