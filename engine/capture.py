@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.errors import CapabilityError
 from core.frame import MTU_PAYLOAD_BYTES
 from core.messages import Workload
 from core.scaling import Scale
@@ -38,9 +39,11 @@ from engine.rawsock import (
 from engine.run import LiveFabric, first_frame_bytes
 from traffic.pcap import write_pcap
 
-#: The most frames a host's ring keeps (~210 MiB of kernel memory at 4 KiB frames);
-#: what passes after a full ring is counted, not kept.
+#: The most frames a host's ring keeps (~210 MiB of kernel memory at 4 KiB frames),
+#: and the most kernel memory all rings of a run take together: what passes after a
+#: full ring is counted, not kept.
 MAX_CAPTURE_FRAMES = 50_000
+MAX_CAPTURE_BYTES = 1 << 30
 #: Room for retransmissions and CNPs beyond a data frame and an ACK per frame.
 _SLACK = 1.25
 
@@ -62,20 +65,25 @@ class Captured:
 class HostCapture:
     """Capture rings on ``hosts`` of a live fabric, each sized for the frames
     ``workload`` sends to and from its host (a data frame and an ACK per frame, with
-    slack, at most MAX_CAPTURE_FRAMES) and whole frames of ``payload_bytes``: opened
-    on entry, read by ``result()`` after the run, closed on exit."""
+    slack; at most MAX_CAPTURE_FRAMES, and MAX_CAPTURE_BYTES for all) and whole frames
+    of ``payload_bytes``: opened on entry, read by ``result()`` after the run, closed
+    on exit."""
 
     def __init__(self, fab: LiveFabric, hosts: Sequence[str], workload: Workload,
                  payload_bytes: int = MTU_PAYLOAD_BYTES):
         self.fab = fab
         snap = first_frame_bytes(payload_bytes, payload_bytes)  # the longest frame
-        slot = RingSpec.for_headers(snap_bytes=snap).frame_size
+        block = RingSpec.for_headers(snap_bytes=snap)
+        hosts = list(dict.fromkeys(hosts))
+        most = min(MAX_CAPTURE_FRAMES, MAX_CAPTURE_BYTES // max(1, len(hosts))
+                   // block.block_size * block.frames_per_block)
         self.rings = {}
-        for h in dict.fromkeys(hosts):
+        for h in hosts:
             packets = sum(-(-m.size_bytes // payload_bytes) for m in workload.messages
                           if h in (m.src, m.dst) and m.src != m.dst)
-            frames = min(MAX_CAPTURE_FRAMES, int(2 * packets * _SLACK) + 64)
-            self.rings[h] = RingSpec.for_headers(frames * slot, snap)
+            frames = min(most, int(2 * packets * _SLACK) + 64)
+            blocks = -(-frames // block.frames_per_block)
+            self.rings[h] = RingSpec.for_headers(blocks * block.block_size, snap)
         self._socks: dict[str, tuple[socket.socket, mmap.mmap, RingSpec]] = {}
 
     def __enter__(self) -> HostCapture:
@@ -91,8 +99,12 @@ class HostCapture:
         self.close()
 
     def _open(self, host: str, ring: RingSpec) -> tuple[socket.socket, mmap.mmap, RingSpec]:
-        with in_netns(self.fab.endpoint(host).netns_path):
-            sock = open_rx_ring(ring, outgoing=True)
+        try:
+            with in_netns(self.fab.endpoint(host).netns_path):
+                sock = open_rx_ring(ring, outgoing=True)
+        except OSError as e:
+            raise CapabilityError(f"cannot capture at {host}: a {ring.size_bytes >> 20} MiB "
+                                  f"packet ring: {e.strerror or e}") from None
         try:
             return sock, map_ring(sock, ring), ring
         except BaseException:
