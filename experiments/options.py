@@ -332,8 +332,10 @@ WORKERS = Option("auto", "engine worker processes: auto (as few as a case's fram
 
 
 def parse_capture(value: Any) -> list[str]:
-    """'none' (or nothing) -> []; else a ';'-separated list of host names."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+    """'none' (or nothing) -> []; else a ';'-separated list of host names (a resumed
+    run's config.json holds the list)."""
+    if value is None or value == [] or (isinstance(value, str)
+                                        and value.strip().lower() in ("", "none")):
         return []
     hosts = parse_list(parse_text)(value)
     bad = [h for h in hosts if not re.fullmatch(r"[A-Za-z][\w.-]*", h)]

@@ -267,6 +267,7 @@ def test_every_experiment_takes_hosts_to_capture():
     for name, module in EXPERIMENTS.items():
         assert module.OPTIONS.get("capture") is CAPTURE, name
     assert CAPTURE.parse(CAPTURE.default) == [] and CAPTURE.parse("None") == []
+    assert CAPTURE.parse([]) == []  # as a resumed run's config.json holds it
     assert CAPTURE.parse("h1; h16") == ["h1", "h16"] and CAPTURE.parse(["h2"]) == ["h2"]
     assert CAPTURE.parse(CAPTURE.format(["h1", "h9"])) == ["h1", "h9"]
 

@@ -26,6 +26,9 @@ class IntRecord:
       sender derives the port's rate from two records of the same port);
     * ``ts_s``: when the frame left the port, real-fabric seconds;
     * ``rate_bps``: the port's line rate B, real bit/s.
+
+    The emulated switches write the queue and time when the frame joins the port's
+    queue instead (docs/congestion-control.md, "INT records").
     """
 
     qlen_bytes: float
