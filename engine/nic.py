@@ -185,6 +185,9 @@ _MAX_CATCHUP_NS = 20_000_000
 #: The algorithms whose on_send does nothing: the compiled sender need not call back
 #: after each burst (it does for DCQCN's byte counter and for any user's class).
 _NO_OP_ON_SEND = frozenset(c.on_send for c in (LineRate, Dctcp, Hpcc, Swift, Timely))
+#: What made a row of the rate trace (its ``event`` column).
+TRACE_EVENTS = ("send", "cnp", "timer", "echo")
+TRACE_SEND, TRACE_CNP, TRACE_TIMER, TRACE_ECHO = range(len(TRACE_EVENTS))
 _RX_BUDGET = 64                         # frames per ring per turn: due sends interleave
 _EARLY_NS = 20_000                      # the shortest turn: deadlines this close share a wake-up
 # Busy periods shorter than this many full frames at the NIC's rate have no rate to
@@ -833,7 +836,7 @@ class _WorkerLoop:
             return
         qp.cc.on_timer(self.real_s(now))
         self._sync_cc(qp)
-        self._trace(qp, now)
+        self._trace(qp, now, TRACE_TIMER)
         self._arm_cc_timer(qp)
         if qp.idle and qp.gbn.next_index < qp.gbn.total_packets:
             self._wake(qp, now)  # its window may have opened
@@ -1082,7 +1085,7 @@ class _WorkerLoop:
         else:
             qp.cc.on_cnp(self.real_s(t_ns))
             self._sync_cc(qp)
-            self._trace(qp, t_ns)
+            self._trace(qp, t_ns, TRACE_CNP)
             self._arm_cc_timer(qp)
 
     def _end_period(self, nic: _Nic) -> None:
@@ -1097,9 +1100,11 @@ class _WorkerLoop:
         nic.dropped += books.period_dropped
         books.period_start = -1
 
-    def _trace(self, qp: _SendQp, now: int) -> None:
+    def _trace(self, qp: _SendQp, now: int, event: int = TRACE_SEND) -> None:
+        """A row of the rate trace: periodic while sending, and at each CNP, CC timer
+        and ECN-echo ACK (``event``, an index into TRACE_EVENTS)."""
         rate, target, alpha = qp.cc.trace()
-        self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha))
+        self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha, event))
         qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale_ns)
         if qp.c is not None:
             qp.c.next_trace_ns = qp.next_trace_ns
@@ -1334,6 +1339,8 @@ class _WorkerLoop:
                          decode_block(int_block) if int_block else (), t)
             self._sync_cc(qp)
             self._arm_cc_timer(qp)
+            if echo:
+                self._trace(qp, rx_ns, TRACE_ECHO)
         if g.done:
             if qp.acked_ns < 0:
                 qp.acked_ns = rx_ns

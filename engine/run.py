@@ -5,6 +5,7 @@ result = run_workload(fab, workload, EngineConfig(cc="paper"))
 result.messages   # one row per message (times in REAL seconds from t0)
 result.latency    # one row per sampled data packet: one-way delay (REAL s), CE
 result.rates      # congestion-control trace per QP: rate, target, alpha (REAL units)
+                  # and what made the row: send (periodic), cnp, timer, echo (ECN-echo ACK)
 result.stats      # per-worker counters, pacing lag, CPU, completed/error
 ```
 
@@ -962,7 +963,9 @@ def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: li
     else:
         latency = pd.DataFrame(columns=["msg_id", "t_s", "one_way_s", "ce"])
     rates = pd.DataFrame(rate_rows, columns=["index", "t_ns", "rate_bps", "target_rate_bps",
-                                             "alpha"])
+                                             "alpha", "event"])
+    rates["event"] = np.asarray(nic.TRACE_EVENTS, dtype=object)[
+        rates["event"].to_numpy(dtype=np.int64)] if len(rates) else pd.Series(dtype=object)
     rates.insert(0, "t_s", scale.real_s_of_emu_ns(rates.pop("t_ns")))
     rates.insert(1, "msg_id", msg_ids[rates.pop("index").to_numpy(dtype=np.int64)]
                  if len(rates) else pd.Series(dtype=np.int64))

@@ -73,6 +73,9 @@ def max_scale(fab: Fabric) -> float:
 
 #: Per-port counters that are differenced over a traffic run.
 PORT_COUNTERS = ("tx_bytes", "tx_packets", "drops", "ecn_marked", "ect_packets", "marker_packets")
+#: With PFC on (emu.pfc): counted over the run, and the thresholds in force.
+PFC_COUNTERS = ("pause_events", "xoff_events", "pfc_kicks")
+PFC_LEVELS = ("xoff_bytes", "xon_bytes", "headroom_bytes")
 
 
 @dataclass
@@ -98,14 +101,24 @@ class Measurement:
 
 
 def port_deltas(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
-    """Counter deltas per port, and bounds of the highest queue a packet found there
-    from the marker's per-packet histogram (NaN without a BPF marker)."""
+    """Counter deltas per port (PFC's too while it is on, with its thresholds), and
+    bounds of the highest queue a packet found there from the marker's per-packet
+    histogram (NaN without a BPF marker)."""
     b = before.set_index("port")
     a = after.set_index("port")
     out = a[["node", "peer", "tier", "rate_bps", "buffer_bytes", "backend"]].copy()
-    for col in PORT_COUNTERS:
-        out[col] = (pd.to_numeric(a[col], errors="coerce").fillna(0)
-                    - pd.to_numeric(b[col], errors="coerce").fillna(0)).astype("int64")
+
+    def delta(col: str) -> pd.Series:
+        was = pd.to_numeric(b[col], errors="coerce").fillna(0) if col in b else 0
+        return pd.to_numeric(a[col], errors="coerce").fillna(0) - was
+
+    pfc = "pause_events" in a
+    for col in PORT_COUNTERS + (PFC_COUNTERS if pfc else ()):
+        out[col] = delta(col).astype("int64")
+    if pfc:
+        out["paused_s_real"] = delta("paused_s_real")
+        for col in PFC_LEVELS:
+            out[col] = pd.to_numeric(a[col], errors="coerce")
     lo, hi = [], []
     for port in out.index:
         h_after, h_before = a.at[port, "hist"], b.at[port, "hist"]
@@ -156,8 +169,15 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
         # On the engine's time base (t = 0 when it starts sending), like messages.csv.
         queue["t_s"] += (sampler.start_ns - result.stats["t0_monotonic_ns"]) / 1e9
     queue["t_s"] = fab.scale.to_real_time_s(queue["t_s"])
-    return Measurement(result.messages, result.latency, result.rates, queue,
-                       port_deltas(before, after), dict(result.stats), wall_s, captures)
+    ports = port_deltas(before, after)
+    # The marking thresholds in force at each switch port that marks (the plots' lines).
+    marks = {p.name: _thresholds_of(fab, p) for p in fab.ports() if p.is_switch}
+    marking = [n in marks and ports.at[n, "backend"] != "off" for n in ports.index]
+    for col in ("kmin_bytes", "kmax_bytes"):
+        ports[col] = [getattr(marks[n], col) if m else math.nan
+                      for n, m in zip(ports.index, marking, strict=True)]
+    return Measurement(result.messages, result.latency, result.rates, queue, ports,
+                       dict(result.stats), wall_s, captures)
 
 
 def engine_config(cc: str, workers: int | str | None = "auto", **kw: Any) -> Any:

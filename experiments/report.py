@@ -44,23 +44,56 @@ def _cdf(ax: Any, values: np.ndarray, **kw: Any) -> None:
     ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), **kw)
 
 
+#: Threshold lines of the queue plot: ports.csv column, label, line style.
+_LEVELS = (("kmin_bytes", "Kmin", (0, (4, 2))), ("kmax_bytes", "Kmax", (0, (1, 1))),
+           ("xoff_bytes", "Xoff", (0, (6, 2, 1, 2))), ("xon_bytes", "Xon", (0, (2, 3))))
+
+
+def _port_levels(run_dir: Path) -> dict[tuple[str, str], dict[str, float]]:
+    """(case, port) -> the marking and PFC thresholds in force there, from ports.csv
+    (a run without them, or an older run, has none)."""
+    path = run_dir / "ports.csv"
+    if not path.exists():
+        return {}
+    ports = read_csv(path, ("case", "port"), ())
+    cols = [c for c, _, _ in _LEVELS if c in ports.columns]
+    out = {}
+    for row in ports[["case", "port", *cols]].itertuples(index=False):
+        levels = {c: float(v) for c, v in zip(cols, row[2:], strict=True)
+                  if pd.notna(pd.to_numeric(v, errors="coerce"))}
+        if levels:
+            out[(str(row[0]), str(row[1]))] = levels
+    return out
+
+
 def plot_queue(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
-    """Queue depth over time at the busiest port of every case."""
+    """Queue depth over time at the busiest port of every case, a panel each, with the
+    port's Kmin/Kmax and Xoff/Xon where it marks or pauses, and the model's queue."""
     model_csv = run_dir / "queue_model.csv"
     model = read_csv(model_csv, *CSV_COLUMNS["queue_model.csv"]) if model_csv.exists() else None
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for case, g in df.groupby("case", sort=False):
+    levels = _port_levels(run_dir)
+    cases = list(dict.fromkeys(df.case))
+    fig, axes = plt.subplots(len(cases), 1, figsize=(8, 2.4 * len(cases) + 0.6), squeeze=False)
+    for ax, case in zip(axes[:, 0], cases, strict=True):
+        g = df[df.case == case]
         port = g.groupby("port")["backlog_bytes"].max().idxmax()
         s = g[g.port == port]
-        line, = ax.plot(s.t_s * _US, s.backlog_bytes / 1e3, label=f"{case} ({port})", lw=1)
+        ax.plot(s.t_s * _US, s.backlog_bytes / 1e3, lw=1, color="C0", label="queue")
         if model is not None:
             mq = model[model.case == case]
-            ax.plot(mq.t_s * _US, mq.queue_bytes / 1e3, ls="--", lw=1, color=line.get_color(),
-                    label="model" if case == df.case.iloc[0] else None)
-    ax.set_xlabel("time (µs, real; 0 = engine start, model: first bits at the port)")
-    ax.set_ylabel("queue (KB)")
-    ax.set_title("bottleneck queue over time")
-    ax.legend(fontsize=7)
+            if not mq.empty:
+                ax.plot(mq.t_s * _US, mq.queue_bytes / 1e3, ls="--", lw=1, color="C1",
+                        label="model")
+        at = levels.get((str(case), str(port)), {})
+        for (col, name, style), color in zip(_LEVELS, ("C2", "C3", "C4", "C5"), strict=True):
+            if col in at and not (name == "Kmax" and at.get("kmin_bytes") == at[col]):
+                label = "K" if name == "Kmin" and at.get("kmax_bytes") == at[col] else name
+                ax.axhline(at[col] / 1e3, ls=style, lw=0.9, color=color,
+                           label=f"{label} {at[col] / 1e3:.0f} KB")
+        ax.set_title(f"bottleneck queue: {case} ({port})", fontsize=9)
+        ax.set_ylabel("queue (KB)")
+        ax.legend(fontsize=6, loc="upper right")
+    axes[-1, 0].set_xlabel("time (µs, real; 0 = engine start, model: first bits at the port)")
     return _save(fig, run_dir / "queue_over_time.png")
 
 
@@ -82,18 +115,33 @@ def plot_latency(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path
     return _save(fig, run_dir / "latency_cdf.png")
 
 
+#: Markers of the rate plot: trace event (rates.csv ``event``), label, marker.
+_EVENTS = (("cnp", "CNP", "v"), ("echo", "ECN-echo ACK", "."), ("timer", "timer", "+"))
+
+
 def plot_rates(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
-    """DCQCN current rate of every flow over time, one panel per case."""
+    """The congestion control's sending rate of every flow over time, a panel per case,
+    marked where a CNP, an ECN-echo ACK or the algorithm's timer changed it."""
     cases = list(dict.fromkeys(df.case))
     fig, axes = plt.subplots(len(cases), 1, figsize=(8, 2.6 * len(cases)), squeeze=False)
+    events = df.event if "event" in df.columns else pd.Series("send", index=df.index)
     for ax, case in zip(axes[:, 0], cases, strict=True):
         g = df[df.case == case]
-        for msg_id, s in g.groupby("msg_id"):
-            ax.step(s.t_s * _US, s.rate_bps * _GBPS, where="post", lw=1, label=f"flow {msg_id}")
+        few = g.msg_id.nunique() <= 8
+        shown: set[str] = set()
+        for i, (msg_id, f) in enumerate(g.groupby("msg_id")):
+            color = f"C{i % 10}"
+            ax.step(f.t_s * _US, f.rate_bps * _GBPS, where="post", lw=1, color=color,
+                    label=f"flow {msg_id}" if few else None)
+            for event, name, marker in _EVENTS:
+                at = f[events[f.index] == event]
+                if not at.empty:
+                    ax.plot(at.t_s * _US, at.rate_bps * _GBPS, marker, ms=4, color=color,
+                            label=None if name in shown else name)
+                    shown.add(name)
         ax.set_title(case, fontsize=9)
         ax.set_ylabel("rate (Gb/s)")
-        if g.msg_id.nunique() <= 8:
-            ax.legend(fontsize=6, loc="upper right")
+        ax.legend(fontsize=6, loc="upper right")
     axes[-1, 0].set_xlabel("time (µs, real)")
     return _save(fig, run_dir / "rate_over_time.png")
 

@@ -302,6 +302,20 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     assert rows.loc["incast cc=hpcc pfc=off"].latency_p99_us < \
         rows.loc["incast cc=dcqcn pfc=off"].latency_p99_us
     assert (tmp_path / "latency_cdf.png").exists() and (tmp_path / "rate_over_time.png").exists()
+    # The plots' inputs: the CC trace marks CNPs and ECN-echo ACKs; ports.csv has each
+    # port's marking thresholds and, with PFC, its pauses and Xoff/Xon.
+    trace = pd.read_csv(tmp_path / "rates.csv")
+    assert (trace[trace.case == "fairness cc=dcqcn"].event == "cnp").any()
+    assert (trace[trace.case == "oscillation cc=dctcp"].event == "echo").any()
+    ports = pd.read_csv(tmp_path / "ports.csv").set_index(["case", "port"])
+    bottleneck = "l3:l3-eth3"
+    assert tuple(ports.loc[("incast cc=off pfc=off", bottleneck), ["kmin_bytes", "kmax_bytes"]]
+                 ) == (40_000, 160_000)
+    assert tuple(ports.loc[("oscillation cc=dctcp", bottleneck), ["kmin_bytes", "kmax_bytes"]]
+                 ) == (80_000, 80_000)
+    lossless = ports.loc["incast cc=off pfc=on"]
+    assert 0 < lossless.loc[bottleneck, "xon_bytes"] < lossless.loc[bottleneck, "xoff_bytes"]
+    assert lossless.pause_events.sum() > 0 and lossless.paused_s_real.sum() > 0
     # The incast receiver's pcap of every case: with HPCC its data frames carry the
     # switches' records (three hops from the far leaves, one from its leaf-mates);
     # without an algorithm that needs them, none.
