@@ -118,7 +118,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
     m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]), watch=[port],
                 capture=opts["capture"])
     report = gate(fab, m, workload, cc=opts["cc"] != "off")
-    run.pcaps(f"{prefix}flows", m.captures)
+    run.pcaps(f"{prefix}cc={opts['cc']}", m.captures)
     rows = []
     for i, iv in enumerate(sched.intervals):
         active = list(iv.rates_bps)
@@ -147,7 +147,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
     run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
     run.frame("queue", m.queue, case=f"{prefix}cc={opts['cc']}")
     run.frame("messages", m.messages)
-    run.frame("ports", m.ports.reset_index())
+    run.frame("ports", m.ports.reset_index(), case=f"{prefix}cc={opts['cc']}")
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:

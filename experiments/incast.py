@@ -226,7 +226,8 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     if pred:
         run.frame("queue_model", pd.DataFrame(pred["queue_trace"], columns=["t_s", "queue_bytes"]),
                   port=port.name, **labels)
-    run.frame("ports", m.ports.reset_index(), **labels)
+    # Each port's own marking thresholds are columns of its row (kmin_bytes, kmax_bytes).
+    run.frame("ports", m.ports.reset_index(), case=case, cc=cc)
     # Without CC and without drops the model keeps the port busy from first to last
     # byte; a port idling then means the machine, not the network, held traffic back.
     busy = cc == "off" and not pred["drops"]

@@ -55,7 +55,9 @@ def _port_levels(run_dir: Path) -> dict[tuple[str, str], dict[str, float]]:
     path = run_dir / "ports.csv"
     if not path.exists():
         return {}
-    ports = read_csv(path, ("case", "port"), ())
+    ports = read_csv(path, (), ())
+    if not {"case", "port"} <= set(ports.columns):
+        return {}
     cols = [c for c, _, _ in _LEVELS if c in ports.columns]
     out = {}
     for row in ports[["case", "port", *cols]].itertuples(index=False):
