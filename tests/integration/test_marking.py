@@ -150,7 +150,9 @@ def test_step_marking_when_kmin_equals_kmax(rig):
     # marking (the buffer never fills here, so nothing is dropped in the fabric).
     seen = [(q, r) for q, _, r, _ in rows if q is not None and r is not None]
     assert len(seen) >= 0.98 * len(rows)
-    low = [r for q, r in seen if q <= 40_000]
+    # The trace rounds the marker's queue (kept in fractions of a byte) down to whole
+    # bytes: a traced 40,000 may be just above K, and marked. Either side of it is exact.
+    low = [r for q, r in seen if q < 40_000]
     high = [r for q, r in seen if q > 40_000]
     assert len(low) > 200 and len(high) > 200
     assert all(r != 3 for r in low) and all(r == 3 for r in high)
