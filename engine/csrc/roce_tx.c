@@ -37,8 +37,6 @@ struct tx_sched {               /* engine/tx.py: TxSched */
 	int64_t dropped_ns;
 };
 
-/* GbnSender.take: up to max_count consecutive packets to send now; their count
- * (0: window full or everything sent), the first one's PSN in *psn. */
 /* GbnSender.advance: fire the retransmission timer if due (go back to una). */
 static void gbn_advance(struct tx_gbn *g, double now_s)
 {
@@ -49,6 +47,8 @@ static void gbn_advance(struct tx_gbn *g, double now_s)
 	}
 }
 
+/* GbnSender.take: up to max_count consecutive packets to send now; their count
+ * (0: window full or everything sent), the first one's PSN in *psn. */
 int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t *psn)
 {
 	gbn_advance(g, now_s);
