@@ -41,7 +41,8 @@ Shutdown. The run ends when every message is acknowledged, at ``timeout_s`` of
 wall-clock time (result incomplete, with the reason), on an error in any worker,
 or on Ctrl-C / SIGTERM of the engine process: the engine raises a shared stop
 flag, collects what the workers report, and terminates (then kills) any worker
-still alive. Workers also carry PR_SET_PDEATHSIG, so even a SIGKILLed engine
+still alive; then it raises KeyboardInterrupt (for SIGTERM, its subclass
+``_Terminated``), so every caller unwinds as on Ctrl-C. Workers also carry PR_SET_PDEATHSIG, so even a SIGKILLed engine
 leaves no orphan behind. A worker's loop turns at least every 50 ms; one that has
 not turned for ``plan.STUCK_S`` (a user's algorithm that never returns, a bug) is
 sent SIGTERM and reports where it was. A failure the congestion control caused
@@ -636,12 +637,9 @@ def _open_sockets(fab: LiveFabric, plans: list[plan.WorkerPlan], ring: rawsock.R
 
 # ----------------------------------------------------------------------------- processes
 
-class _Terminated(Exception):
-    """SIGTERM delivered to the engine process."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated()
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM delivered to the engine process: it unwinds as Ctrl-C does (the CLI then
+    says "interrupted", exit 130, not an internal error)."""
 
 
 def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | None = None
@@ -678,7 +676,16 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     )
     cpu_marks: list[tuple[int, int, int]] = []
     main_thread = threading.current_thread() is threading.main_thread()
-    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    terminated: list[int] = []
+
+    def on_sigterm(signum: int, _frame: object) -> None:
+        # Stop the workers and raise once they are collected: an exception raised at
+        # whatever the main thread was doing can be swallowed (seen inside logging's
+        # lock release), and the run would go on.
+        terminated.append(signum)
+        _request_stop(shared)
+
+    old_term = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     procs: list[Any] = []
     conns: list[Any] = []
     reports: dict[int, dict] = {}
@@ -724,6 +731,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             signal.signal(signal.SIGTERM, old_term)
         if needs_int:  # only this run's frames carry records
             fab.disable_int()
+    if terminated:
+        raise _Terminated()
     fault = next((r["cc_fault"] for r in reports.values() if r.get("cc_fault")), None)
     if fault is not None:  # the user's algorithm broke the run: no measurement to judge
         raise ParameterError("cc", config.cc_factory.name, fault)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 
 from core.frame import WIRE_OVERHEAD_BYTES
@@ -322,6 +323,44 @@ def _first_case_written(out) -> bool:
             json.loads((out / "summary.json").read_text())["metrics"])
     except (OSError, ValueError, KeyError):
         return False
+
+
+def test_sigterm_during_a_case_is_an_interrupt_that_removes_what_the_run_built(tmp_path):
+    """SIGTERM once the second case's engine workers run: exit 130 as for Ctrl-C, the first case kept, the fabric and the
+    run's registration gone. It was an "internal error" (exit 1): the engine's own
+    SIGTERM handler raised an exception the CLI took for a bug."""
+    from emu.runs import list_runs
+
+    out = tmp_path / "run"
+    emu = [sys.executable, "-c", "from cli.app import main; main()"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "FABRICEMU_ALLOW_CONCURRENT": "1"}
+    log = tmp_path / "said.txt"  # a file: a pipe nobody reads meanwhile could fill
+    with log.open("w") as said_to:
+        proc = subprocess.Popen([*emu, "run", "incast", "--quick", "--set",
+                                 "topo=leafspine,2,2,2", "--set", "senders=2", "--set",
+                                 "size=4MiB", "--out", str(out)], cwd=tmp_path, env=env,
+                                start_new_session=True, stdout=said_to, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not _first_case_written(out) and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _cases_on_disk(out) == ["000"], log.read_text()
+        # The second case's engine workers (the fabric is built; the only children then).
+        while not psutil.Process(proc.pid).children() and proc.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    said = log.read_text()
+    assert proc.returncode == 130, said
+    assert "internal error" not in said and "--resume" in said, said
+    assert not [r for r in list_runs() if r.pid == proc.pid]
+    assert json.loads((out / "summary.json").read_text())["status"] == "stopped"
 
 
 def test_sigkilled_run_keeps_its_finished_cases_and_resumes(tmp_path):
