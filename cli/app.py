@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli.lab import lab_app
 from core.errors import FabricEmuError
 from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
@@ -29,6 +30,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="fabricemu: time-dilated packet-level emulator of AI-cluster networks.")
 topo_app = typer.Typer(no_args_is_help=True, help="Inspect topologies without building them.")
 app.add_typer(topo_app, name="topo")
+app.add_typer(lab_app, name="lab")
 console = Console()
 
 ScaleOpt = Annotated[float, typer.Option("--scale", "-S", help="time-dilation factor S "

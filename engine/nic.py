@@ -148,8 +148,7 @@ from engine.tx import (
     TxQp,
 )
 from traffic import gbn
-from traffic.cc import LineRate
-from traffic.ccalgos import Dctcp, Hpcc, Swift, Timely
+from traffic.cc import calls_on_send
 from traffic.ccload import check_read_back, run_fault
 from traffic.dcqcn import NotificationPoint
 from traffic.pacing import Deadlines, DepCounter, Schedule
@@ -182,9 +181,6 @@ _IP_OVERHEAD_BYTES = HEADER_BYTES - ETH_BYTES
 # frames, whichever is longer: beyond that it restarts the schedule from now
 # (``Schedule`` counts the reset and the debt it dropped).
 _MAX_CATCHUP_NS = 20_000_000
-#: The algorithms whose on_send does nothing: the compiled sender need not call back
-#: after each burst (it does for DCQCN's byte counter and for any user's class).
-_NO_OP_ON_SEND = frozenset(c.on_send for c in (LineRate, Dctcp, Hpcc, Swift, Timely))
 #: What made a row of the rate trace (its ``event`` column).
 TRACE_EVENTS = ("send", "cnp", "timer", "echo")
 TRACE_SEND, TRACE_CNP, TRACE_TIMER, TRACE_ECHO = range(len(TRACE_EVENTS))
@@ -784,7 +780,7 @@ class _WorkerLoop:
             c.gbn = TxGbn.of(qp.gbn)
             qp.gbn = c.gbn
             c.tx_ns = ctypes.cast(qp.tx_ns.buffer_info()[0], ctypes.POINTER(ctypes.c_int64))
-            c.calls_on_send = type(qp.cc).on_send not in _NO_OP_ON_SEND
+            c.calls_on_send = calls_on_send(qp.cc)
             c.next_trace_ns = now
             self._sync_cc(qp)
         # A message counts from when it was posted, whether it is served up to a turn

@@ -78,6 +78,7 @@ from core.errors import ParameterError
 from core.frame import FRAME_BYTES, WIRE_FRAME_BYTES
 from core.messages import Message, Workload
 from core.scaling import DEFAULT_SCALE, Scale
+from core.units import parse_size_bytes
 from emu.fabric import Fabric
 from emu.pfc import PfcConfig
 from experiments import incast
@@ -105,6 +106,7 @@ from experiments.options import (
     parse_list,
     parse_scale,
     parse_size,
+    parse_text,
     parse_thresholds,
     parse_topo,
 )
@@ -128,6 +130,28 @@ KIB = 1 << 10
 #: index every bin after the settling time reaches.
 CONVERGENCE_BIN_FRAMES = 32
 CONVERGED_JAIN = 0.95
+
+#: The cases ``scenarios`` may name; ``incast-pfc`` is the incast with PFC on.
+SCENARIOS = ("incast", "fairness", "oscillation", "steady", "incast-pfc")
+
+
+def parse_scenarios(value: Any) -> str | list[str]:
+    """``auto`` or a ';'-separated subset of SCENARIOS."""
+    if isinstance(value, str) and value.strip() == "auto":
+        return "auto"
+    names = parse_list(parse_text)(value)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise ParameterError("scenarios", unknown[0], f"expected auto or some of {', '.join(SCENARIOS)}")
+    return names
+
+
+def parse_threshold(value: Any) -> str | int:
+    """``auto`` or a byte count (``200K``, ``64KiB``)."""
+    if isinstance(value, str) and value.strip() == "auto":
+        return "auto"
+    return parse_size_bytes(value, "PFC threshold")
+
 
 OPTIONS: dict[str, Option] = {
     "algorithms": Option(["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"],
@@ -162,6 +186,13 @@ OPTIONS: dict[str, Option] = {
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
     # 50 ms wall is 5 us real at the default S = 10000: headroom that 512 KiB buffers
     # hold behind 300G uplinks; the controller reacts in ~1 ms wall (docs/pfc.md).
+    "scenarios": Option("auto", "cases run for every algorithm, ';'-separated, from "
+                        f"{', '.join(SCENARIOS)}; auto: incast, fairness and incast-pfc, with "
+                        "oscillation for DCTCP and steady for HPCC", parse=parse_scenarios),
+    "xoff": Option("auto", "PFC Xoff of every switch port (real bytes of its queue); auto: "
+                   "buffer - headroom (docs/pfc.md)", parse=parse_threshold),
+    "xon": Option("auto", "PFC Xon of every switch port (real bytes); auto: Xoff - 2 frames",
+                  parse=parse_threshold),
     "pfc_budget": Option(0.05, "wall-clock reaction time PFC's headroom is sized for (s)",
                          parse=parse_float(1e-3, 10.0)),
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
@@ -407,6 +438,27 @@ def is_dctcp(cc: str) -> bool:
     return resolve_cc(cc).constructor is Dctcp
 
 
+def scenarios_of(scenarios: str | Sequence[str], cc: str, pfc: bool) -> tuple[str, ...]:
+    """The kinds of case run for ``cc`` without PFC (``pfc`` False) or with it: those
+    named, or by default incast and fairness, oscillation for DCTCP and steady for
+    HPCC, then the incast with PFC."""
+    if scenarios == "auto":
+        scenarios = ["incast", "fairness", *(["oscillation"] if is_dctcp(cc) else []),
+                     *(["steady"] if has_steady_model(cc) else []), "incast-pfc"]
+    if pfc:
+        return ("incast",) if "incast-pfc" in scenarios else ()
+    return tuple(k for k in SCENARIOS if k in scenarios and k != "incast-pfc")
+
+
+def pfc_config(opts: dict[str, Any]) -> PfcConfig:
+    """PFC as the options set it: thresholds given or planned from the headroom."""
+    def given(name: str) -> int | None:
+        return None if opts[name] == "auto" else int(opts[name])
+
+    return PfcConfig(xoff_bytes=given("xoff"), xon_bytes=given("xon"),
+                     reaction_budget_wall_s=opts["pfc_budget"])
+
+
 def same_rtt_senders(hosts: list[str], receiver: str,
                      rtt_s: Callable[[str], float]) -> list[str]:
     """The largest group of hosts with one unloaded round trip ``rtt_s(host)`` to
@@ -557,11 +609,13 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
     alpha = float(rates.alpha.mean()) if not rates.empty else math.nan
     m = lf.m
     row = {"case": case, "scenario": "oscillation", "cc": label(cc), "pfc": False,
-           "flows": len(fs.senders), "k_KB": k / 1e3,
+           "flows": len(fs.senders), "k_KB": k / 1e3, "rtt_us": fs.rtt_s * 1e6,
+           "port_gbps": fs.port.rate_bps * 1e-9,
            "amplitude_KB": saw.amplitude_bytes / 1e3, "model_amplitude_KB": pred.amplitude_bytes / 1e3,
            "mean_queue_KB": saw.mean_bytes / 1e3, "model_mean_queue_KB": pred.mean_bytes / 1e3,
            "period_us": saw.period_s * 1e6, "model_period_us": pred.period_s * 1e6,
            "alpha": alpha, "model_alpha": pred.alpha,
+           "aggregate_gbps": lf.payload_bps() * 1e-9,
            "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
     run.metric(case, "queue amplitude", "KB", row["amplitude_KB"], row["model_amplitude_KB"])
     run.metric(case, "mean queue", "KB", row["mean_queue_KB"], row["model_mean_queue_KB"])
@@ -571,6 +625,9 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
                (pred.q_min_bytes + 0.05 * pred.amplitude_bytes) / 1e3)
     run.metric(case, "oscillation period", "us", row["period_us"], row["model_period_us"])
     run.metric(case, "alpha", "", alpha, pred.alpha)
+    # The analysis' queue never empties above K > C x RTT / 7, so the port stays busy.
+    run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
+               fs.port.rate_bps / roce_wire_factor() * 1e-9 if pred.q_min_bytes > 0 else None)
     _finish_long(run, fab, case, lf, row, f"step marking at K = {k} B")
 
 
@@ -624,9 +681,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     plan = [(kind, cc, pfc, f"{prefix}{kind} cc={label(cc)}"
              + ("" if kind != "incast" else f" pfc={'on' if pfc else 'off'}"))
             for pfc in (False, True) for cc in opts["algorithms"]
-            for kind in (("incast",) if pfc else ("incast", "fairness")
-                         + (("oscillation",) if is_dctcp(cc) else ())
-                         + (("steady",) if has_steady_model(cc) else ()))]
+            for kind in scenarios_of(opts["scenarios"], cc, pfc)]
     todo = [p for p in plan if not run.finished(p[3])]
     run.note("metrics without a prediction are measured only: the model has no DCTCP, "
              "TIMELY, Swift or user algorithm, no PAUSE and no convergence dynamics")
@@ -641,7 +696,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
             r = roles(topo_graph(topo), list(topo.host_nodes()), opts["senders"])
             for kind, cc, pfc, case in todo:
                 if pfc and fab.pfc is None:
-                    fab.enable_pfc(PfcConfig(reaction_budget_wall_s=opts["pfc_budget"]))
+                    fab.enable_pfc(pfc_config(opts))
                 run.attempt(partial(_measure, run, fab, kind, case, r, opts, cc, pfc, t),
                             opts["attempts"])
                 run.commit(case)

@@ -45,7 +45,7 @@ def parse_sets(items: list[str] | None) -> dict[str, str]:
 
 def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
             scale: float | str | None = None, overrides: Mapping[str, Any] | None = None, *,
-            force: bool = False, resume: bool = False) -> RunResult:
+            force: bool = False, resume: bool = False, show: bool = True) -> RunResult:
     """``emu run NAME [--quick] [--scale S] [--out DIR] [--set key=value ...]
     [--force | --resume]``; every option is parsed and checked before anything is
     built or created. No ``out``: a new ``runs/NAME-<time>`` directory."""
@@ -61,7 +61,7 @@ def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
     module = EXPERIMENTS[name]
     return run_experiment(module.NAME, module.OPTIONS, module.execute,
                           None if out is None else str(out), quick, opts, check=module.check,
-                          force=force, resume=resume)
+                          force=force, resume=resume, show=show)
 
 
 def demo(out: str | Path | None = None, quick: bool = False, scale: float | str | None = None,

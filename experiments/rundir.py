@@ -606,9 +606,10 @@ def run_experiment(name: str, options: Mapping[str, Option],
                    execute: Callable[[Run, dict[str, Any]], None], out_dir: str | Path | None,
                    quick: bool, overrides: Mapping[str, Any], *,
                    check: Callable[[dict[str, Any]], None] | None = None,
-                   force: bool = False, resume: bool = False) -> RunResult:
+                   force: bool = False, resume: bool = False, show: bool = True) -> RunResult:
     """What every experiment's ``run()`` does: parse and check every option, prepare
-    the run directory (nothing is created if an option is refused), execute, finish."""
+    the run directory (nothing is created if an option is refused), execute, finish
+    (and print the tables unless ``show`` is False)."""
     opts = resolve_options(options, quick, overrides, check)
     if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
         opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
@@ -631,7 +632,7 @@ def run_experiment(name: str, options: Mapping[str, Option],
         else:
             rec.discard(created)
         raise
-    return rec.finish()
+    return rec.finish(show=show)
 
 
 def _resumed_options(name: str, options: Mapping[str, Option], out: Path,

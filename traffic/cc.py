@@ -5,7 +5,9 @@ call carries the current time in **real-fabric** seconds (emulated time / S), an
 every quantity is in real units (bit/s, bytes, seconds), so an algorithm never
 sees the dilation and its parameters are the real fabric's.
 
-Events the engine delivers (all optional to act on):
+``CongestionControl`` is the base class: every hook below is a documented no-op
+there, so an algorithm overrides only the events it acts on. Events the engine
+delivers:
 
 * ``on_send(n_bytes, now_s)``: ``n_bytes`` of data frames (whole frames, headers
   included) left the NIC. Byte counters (DCQCN's B) live here.
@@ -14,7 +16,8 @@ Events the engine delivers (all optional to act on):
   of the newest acknowledged frame (send stamp to ACK arrival); ``ecn_echo`` is
   the ACK's ECN echo (BTH BECN, ``traffic.roce``): a frame it newly acknowledges
   arrived CE-marked; ``int_records`` are per-hop telemetry records, oldest hop
-  first, empty when the fabric writes none (no emulated switch writes them yet).
+  first, empty unless the algorithm declares ``needs_int_records`` (then every
+  switch port writes its record, ``traffic.telemetry``).
 * ``on_cnp(now_s)``: a congestion notification packet for this QP arrived.
 * ``on_timer(now_s)``: called at (or soon after) ``next_timer_s`` when that is
   finite (the engine reads it after the QP starts and after every ACK, CNP and
@@ -38,43 +41,62 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
 
 from traffic.dcqcn import DcqcnParams, LineRateSender, ReactionPoint, get_params
 
-__all__ = ["CongestionControl", "Dcqcn", "LineRate", "make_cc"]
+__all__ = ["CongestionControl", "Dcqcn", "LineRate", "calls_on_send", "make_cc"]
 
 _INF = math.inf
 
 
-class CongestionControl(Protocol):
-    """What the engine needs from a congestion-control algorithm (see the module doc)."""
+class CongestionControl:
+    """Base class of every algorithm: each hook is a documented no-op (as ns-3's
+    ``TcpCongestionOps``), so a subclass writes only the events it acts on.
 
-    @property
-    def rate_bps(self) -> float: ...
+    A subclass sets ``rate_bps`` (bit/s, positive and finite) in its constructor
+    ``(line_rate_bps, start_s=0.0, **params)``, and ``window_bytes`` if it limits
+    the bytes in flight. Classes that do not derive from it work too, as long as
+    they have every attribute and method below (``traffic.ccload.validate_cc``).
+    """
 
-    @property
-    def window_bytes(self) -> float | None: ...
+    rate_bps: float
+    #: Payload bytes allowed in flight; None: no window (rate only).
+    window_bytes: float | None = None
+    #: When ``on_timer`` is next due (real seconds); ``math.inf``: never.
+    next_timer_s: float = _INF
+    #: CNPs seen, for the statistics (the default ``on_cnp`` counts them).
+    cnps_received: int = 0
+    #: True: the switches write per-hop INT records for the ACKs to echo (HPCC).
+    needs_int_records: bool = False
 
-    @property
-    def next_timer_s(self) -> float: ...
-
-    @property
-    def cnps_received(self) -> int: ...
-
-    def on_send(self, n_bytes: int, now_s: float) -> None: ...
+    def on_send(self, n_bytes: int, now_s: float) -> None:
+        """``n_bytes`` of data frames (whole frames) left the NIC. Default: nothing.
+        An algorithm that leaves it alone spares the engine a call per burst."""
 
     def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
-               int_records: Sequence[object], now_s: float) -> None: ...
+               int_records: Sequence[object], now_s: float) -> None:
+        """A cumulative ACK acknowledged ``bytes_acked`` new payload bytes. Default: nothing."""
 
-    def on_cnp(self, now_s: float) -> None: ...
+    def on_cnp(self, now_s: float) -> None:
+        """A CNP for this QP arrived. Default: count it, nothing else."""
+        self.cnps_received += 1
 
-    def on_timer(self, now_s: float) -> None: ...
+    def on_timer(self, now_s: float) -> None:
+        """``next_timer_s`` has come. Default: nothing."""
 
-    def trace(self) -> tuple[float, float, float]: ...
+    def trace(self) -> tuple[float, float, float]:
+        """``(rate_bps, target_rate_bps, alpha)`` for the rate trace. Default: the rate
+        twice and 0.0."""
+        return self.rate_bps, self.rate_bps, 0.0
 
 
-class Dcqcn:
+def calls_on_send(cc: object) -> bool:
+    """Whether ``cc``'s ``on_send`` may do something: the engine calls it after each
+    burst only then. A class that does not override the base's no-op does not."""
+    return getattr(type(cc), "on_send", None) is not CongestionControl.on_send
+
+
+class Dcqcn(CongestionControl):
     """DCQCN's reaction point behind the interface: rate only, no window.
 
     CNPs cut the rate, sent bytes drive the byte counter, and the alpha and rate
@@ -100,10 +122,6 @@ class Dcqcn:
     def on_send(self, n_bytes: int, now_s: float) -> None:
         self.rp.on_bytes_sent(n_bytes, now_s)
 
-    def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
-               int_records: Sequence[object], now_s: float) -> None:
-        pass
-
     def on_cnp(self, now_s: float) -> None:
         self.rp.on_cnp(now_s)
 
@@ -115,7 +133,7 @@ class Dcqcn:
         return rp.rate_bps, rp.target_rate_bps, rp.alpha
 
 
-class LineRate:
+class LineRate(CongestionControl):
     """Congestion control off: line rate, CNPs counted and ignored."""
 
     __slots__ = ("sender",)
@@ -133,18 +151,8 @@ class LineRate:
     def cnps_received(self) -> int:
         return self.sender.cnps_received
 
-    def on_send(self, n_bytes: int, now_s: float) -> None:
-        pass
-
-    def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
-               int_records: Sequence[object], now_s: float) -> None:
-        pass
-
     def on_cnp(self, now_s: float) -> None:
         self.sender.on_cnp(now_s)
-
-    def on_timer(self, now_s: float) -> None:
-        pass
 
     def trace(self) -> tuple[float, float, float]:
         return self.sender.line_rate_bps, self.sender.line_rate_bps, 0.0

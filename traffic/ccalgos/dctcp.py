@@ -39,12 +39,13 @@ from collections.abc import Sequence
 
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
+from traffic.cc import CongestionControl
 from traffic.ccalgos.common import fraction, positive, sent_after
 
 __all__ = ["Dctcp"]
 
 
-class Dctcp:
+class Dctcp(CongestionControl):
     """One QP's DCTCP sender state (see the module doc).
 
     Defaults, real units:
@@ -103,9 +104,6 @@ class Dctcp:
             self._cut_at_s = now_s
             self.window_bytes = max(self.min_window_bytes, self.window_bytes * (1 - self.alpha / 2))
 
-    def on_send(self, n_bytes: int, now_s: float) -> None:
-        pass
-
     def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
                int_records: Sequence[object], now_s: float) -> None:
         self._acked_bytes += bytes_acked
@@ -130,9 +128,6 @@ class Dctcp:
         self.cnps_received += 1
         if self.from_cnps:
             self._marked(self.mtu_bytes, now_s)
-
-    def on_timer(self, now_s: float) -> None:
-        pass
 
     def trace(self) -> tuple[float, float, float]:
         """(window / last RTT, window / base RTT, alpha), rates capped at line rate."""

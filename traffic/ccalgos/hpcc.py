@@ -32,12 +32,13 @@ import math
 from collections.abc import Sequence
 
 from core.frame import MTU_PAYLOAD_BYTES
+from traffic.cc import CongestionControl
 from traffic.ccalgos.common import IntRecord, fraction, integer, positive, sent_after
 
 __all__ = ["Hpcc", "IntRecord"]
 
 
-class Hpcc:
+class Hpcc(CongestionControl):
     """One QP's HPCC sender state (see the module doc).
 
     Defaults, real units:
@@ -138,9 +139,6 @@ class Hpcc:
             self.reference_window = self.window
             self.inc_stage = stage
 
-    def on_send(self, n_bytes: int, now_s: float) -> None:
-        pass
-
     def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
                int_records: Sequence[object], now_s: float) -> None:
         if not int_records:
@@ -160,9 +158,6 @@ class Hpcc:
 
     def on_cnp(self, now_s: float) -> None:
         self.cnps_received += 1
-
-    def on_timer(self, now_s: float) -> None:
-        pass
 
     def trace(self) -> tuple[float, float, float]:
         """(W / T, W_c / T, U)."""

@@ -32,12 +32,13 @@ from collections.abc import Sequence
 
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
+from traffic.cc import CongestionControl
 from traffic.ccalgos.common import fraction, integer, nonnegative, positive
 
 __all__ = ["Swift"]
 
 
-class Swift:
+class Swift(CongestionControl):
     """One QP's Swift sender state (see the module doc).
 
     Defaults, real units:
@@ -109,9 +110,6 @@ class Swift:
     def window_bytes(self) -> float:
         return max(self.cwnd, 1.0) * self.mtu_bytes
 
-    def on_send(self, n_bytes: int, now_s: float) -> None:
-        pass
-
     def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
                int_records: Sequence[object], now_s: float) -> None:
         if not 0.0 < rtt_s < math.inf:
@@ -130,9 +128,6 @@ class Swift:
 
     def on_cnp(self, now_s: float) -> None:
         self.cnps_received += 1
-
-    def on_timer(self, now_s: float) -> None:
-        pass
 
     def trace(self) -> tuple[float, float, float]:
         """(sending rate, window over the target delay, delay / target), rates capped."""

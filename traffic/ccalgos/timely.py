@@ -26,12 +26,13 @@ import math
 from collections.abc import Sequence
 
 from core.errors import ParameterError
+from traffic.cc import CongestionControl
 from traffic.ccalgos.common import fraction, integer, nonnegative, positive
 
 __all__ = ["Timely"]
 
 
-class Timely:
+class Timely(CongestionControl):
     """One QP's TIMELY sender state (see the module doc).
 
     Defaults, real units:
@@ -89,9 +90,6 @@ class Timely:
     def rate_bps(self) -> float:
         return self.rate
 
-    def on_send(self, n_bytes: int, now_s: float) -> None:
-        pass
-
     def on_ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool,
                int_records: Sequence[object], now_s: float) -> None:
         if not 0.0 < rtt_s < math.inf:
@@ -118,9 +116,6 @@ class Timely:
 
     def on_cnp(self, now_s: float) -> None:
         self.cnps_received += 1
-
-    def on_timer(self, now_s: float) -> None:
-        pass
 
     def trace(self) -> tuple[float, float, float]:
         """(rate, rate, normalised RTT gradient): TIMELY has no separate target."""

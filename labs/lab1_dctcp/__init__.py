@@ -1,0 +1,1 @@
+"""Lab 1, ECN and DCTCP: the handout is README.md, the checks checks.py."""

@@ -1,0 +1,104 @@
+"""A student's working folder (``emu lab start``) and the pack a teacher hands out
+(``emu lab export``): the whole project without any lab's ``solution/``.
+
+Both create every file they write (``O_EXCL``: an existing file or a planted
+symbolic link is refused, never written through), in folders they made or that
+were empty.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from core.errors import ParameterError
+from labs.catalog import LABS_DIR, Lab
+
+__all__ = ["REPO_ROOT", "export_pack", "pack_files", "start_lab", "write_new_or_replace"]
+
+REPO_ROOT = LABS_DIR.parent
+#: Never in a pack: solutions, and what a checkout grows (venv, runs, caches, git).
+_EXCLUDED_DIRS = {"solution", ".git", ".venv", "runs", "__pycache__", ".pytest_cache",
+                  ".ruff_cache", ".hypothesis", ".vagrant", "build", "dist"}
+
+
+def _fresh_dir(dest: Path) -> None:
+    """``dest`` made, or an existing empty directory that is not a link."""
+    if dest.is_symlink():
+        raise ParameterError("folder", str(dest), "is a symbolic link; give a new folder")
+    if dest.exists():
+        if not dest.is_dir() or any(dest.iterdir()):
+            raise ParameterError("folder", str(dest), "exists and is not empty; give a new folder")
+        return
+    dest.mkdir(parents=True)
+
+
+def _copy_new(src: Path, dst: Path) -> None:
+    """Copy one file to a path that must not exist yet (nor be a link)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    data = src.read_bytes()
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, src.stat().st_mode & 0o777)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def start_lab(lab: Lab, dest: Path) -> list[Path]:
+    """Copy the lab's starter code and its handout into ``dest`` (new or empty)."""
+    _fresh_dir(dest)
+    written = []
+    for src in sorted(lab.starter.rglob("*")):
+        if src.is_file() and "__pycache__" not in src.parts:
+            dst = dest / src.relative_to(lab.starter)
+            _copy_new(src, dst)
+            written.append(dst)
+    _copy_new(lab.folder / "README.md", dest / "HANDOUT.md")
+    return [*written, dest / "HANDOUT.md"]
+
+
+def _git_files(root: Path) -> list[Path] | None:
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
+                              "--exclude-standard"], capture_output=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [root / p for p in out.stdout.decode().split("\0") if p]
+
+
+def pack_files(root: Path = REPO_ROOT) -> list[Path]:
+    """The files of the student pack: the project's files (git's list where there is
+    one), without solutions or a checkout's own clutter."""
+    files: Iterable[Path] = _git_files(root) or (p for p in root.rglob("*") if p.is_file())
+    keep = []
+    for p in files:
+        rel = p.relative_to(root)
+        if _EXCLUDED_DIRS.isdisjoint(rel.parts) and p.is_file() and not p.is_symlink():
+            keep.append(p)
+    return sorted(keep)
+
+
+def export_pack(dest: Path, root: Path = REPO_ROOT) -> list[Path]:
+    """Write the student pack into ``dest`` (new or empty)."""
+    _fresh_dir(dest)
+    written = []
+    for src in pack_files(root):
+        dst = dest / src.relative_to(root)
+        _copy_new(src, dst)
+        written.append(dst)
+    return written
+
+
+def write_new_or_replace(path: Path, text: str) -> None:
+    """Write ``path`` atomically: a new temporary file beside it (``O_EXCL``, so never
+    through a planted link), then a rename, which replaces a link instead of following
+    it. On failure the previous version stays."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
