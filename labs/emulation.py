@@ -26,6 +26,7 @@ import pandas as pd
 
 from core.errors import ParameterError
 from labs.catalog import Lab, Scenario
+from labs.student import StudentCode, StudentError
 
 __all__ = ["RunRecord", "ScenarioRuns", "run_scenarios"]
 
@@ -92,10 +93,16 @@ def student_spec(lab: Lab, workdir: Path) -> str:
 
 
 def _settings(lab: Lab, scenario: Scenario, workdir: Path, point: str | None) -> dict[str, str]:
+    """The scenario's ``--set`` values for one run. A lab whose checks module has
+    ``scenario_settings(code, scenario_name, point)`` adds what the student's code
+    computes (e.g. PFC thresholds from their function); its StudentError is theirs."""
     spec = student_spec(lab, workdir) if lab.student_class else ""
     out = {k: v.replace("{student}", spec) for k, v in scenario.settings.items()}
     if scenario.sweep and point is not None:
         out[scenario.sweep[0]] = point
+    hook = getattr(lab.checks_module(), "scenario_settings", None)
+    if hook is not None:
+        out.update(hook(StudentCode(workdir / lab.student_file), scenario.name, point))
     return out
 
 
@@ -147,6 +154,9 @@ def run_scenarios(lab: Lab, workdir: Path, out: Path, *, attempts: int = ATTEMPT
                     try:
                         result = cli_run(scenario.experiment, run_dir, scenario.quick, None,
                                          _settings(lab, scenario, workdir, point), show=False)
+                    except StudentError as e:
+                        sr.student_error = str(e)
+                        break
                     except ParameterError as e:
                         if e.name == "cc" or "invalid cc=" in str(e):
                             sr.student_error = f"your class stopped the run: {e.why}"
