@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ParameterError
 from labs.catalog import CheckSpec, Lab
 from labs.emulation import ScenarioRuns, machine_reason, run_scenarios, student_spec
 from labs.harness import Harness, HarnessError
@@ -63,19 +62,15 @@ class CheckContext:
 
 
 def _load(lab: Lab, code: StudentCode) -> str | None:
-    """Why the student's file cannot be graded at all (import error, no class, a class
-    the engine would refuse), or None."""
-    from traffic.ccload import validate_cc
-
+    """Why the student's file cannot be graded at all (an import that fails, no such
+    class), or None. What the class does with events is the checks' business: the
+    harness names the event and the line that failed."""
     try:
         code.module()
-        if lab.student_class:
-            code.attr(lab.student_class)
-            validate_cc(f"{code.path}:{lab.student_class}")
+        if lab.student_class and not isinstance(code.attr(lab.student_class), type):
+            return f"{lab.student_class} in {code.name} is not a class"
     except StudentError as e:
         return str(e)
-    except ParameterError as e:
-        return e.why
     return None
 
 

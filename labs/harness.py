@@ -81,7 +81,11 @@ class Harness:
                                "in seconds, or math.inf")
         return Readback(float(rate), None if window is None else float(window), float(timer))
 
-    def _event(self, name: str, fn: Callable[..., Any], *args: Any) -> Readback:
+    def _event(self, name: str, *args: Any) -> Readback:
+        fn = getattr(self.cc, name, None)
+        if not callable(fn):
+            raise HarnessError(f"the class has no method {name}: derive it from "
+                               "traffic.cc.CongestionControl, or write one")
         self._call(f"{name} at t = {self.now_s * 1e6:.3f} us", fn, *args)
         rb = self.read(name)
         self.history.append((self.now_s, name, rb))
@@ -104,7 +108,7 @@ class Harness:
                 raise HarnessError(f"on_timer fired {MAX_TIMERS} times within {dt_s * 1e6:g} us: "
                                    "does next_timer_s move forward after each timer?")
             self.now_s = max(self.now_s, due)
-            self._event("on_timer", self.cc.on_timer, self.now_s)
+            self._event("on_timer", self.now_s)
         self.timers_fired += fired
         self.now_s = end_s
         return self.read("the last event")
@@ -112,14 +116,14 @@ class Harness:
     # ------------------------------------------------------------------ events
     def send(self, n_bytes: int, dt_s: float = 0.0) -> Readback:
         self.advance(dt_s)
-        return self._event("on_send", self.cc.on_send, n_bytes, self.now_s)
+        return self._event("on_send", n_bytes, self.now_s)
 
     def ack(self, bytes_acked: int, rtt_s: float, ecn_echo: bool = False,
             int_records: Sequence[object] = (), dt_s: float = 0.0) -> Readback:
         self.advance(dt_s)
-        return self._event("on_ack", self.cc.on_ack, bytes_acked, rtt_s, ecn_echo,
-                           tuple(int_records), self.now_s)
+        return self._event("on_ack", bytes_acked, rtt_s, ecn_echo, tuple(int_records),
+                           self.now_s)
 
     def cnp(self, dt_s: float = 0.0) -> Readback:
         self.advance(dt_s)
-        return self._event("on_cnp", self.cc.on_cnp, self.now_s)
+        return self._event("on_cnp", self.now_s)

@@ -49,8 +49,10 @@ def start_lab(lab: Lab, dest: Path) -> list[Path]:
     _fresh_dir(dest)
     written = []
     for src in sorted(lab.starter.rglob("*")):
-        if src.is_file() and "__pycache__" not in src.parts:
-            dst = dest / src.relative_to(lab.starter)
+        rel = src.relative_to(lab.starter)
+        # What grading the starter in place leaves (runs, results.json) is not starter code.
+        if src.is_file() and _EXCLUDED_DIRS.isdisjoint(rel.parts) and rel.name != "results.json":
+            dst = dest / rel
             _copy_new(src, dst)
             written.append(dst)
     _copy_new(lab.folder / "README.md", dest / "HANDOUT.md")
