@@ -29,6 +29,19 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
+def _workdir(folder: Path, student_file: str) -> Path:
+    """The student's folder, or a one-line error before anything runs."""
+    from core.errors import ParameterError
+
+    if not folder.is_dir():
+        raise ParameterError("folder", str(folder), "no such folder (start one with "
+                             "`emu lab start N DIR`)")
+    if not (folder / student_file).is_file():
+        raise ParameterError("folder", str(folder), f"holds no {student_file} (start one "
+                             "with `emu lab start N DIR`)")
+    return folder
+
+
 def _emulating(emulation: bool) -> None:
     """Claim the machine's one fabric session, as `emu run` does."""
     if emulation:
@@ -74,6 +87,7 @@ def run(number: LabArg, folder: Annotated[Path, typer.Argument(
     from labs.grader import run_lab
 
     lab = find_lab(number)
+    _workdir(folder, lab.student_file)
     _emulating(True)
     out = folder / "runs" / f"lab{lab.number}-{time.strftime('%Y%m%d-%H%M%S')}"
     console.print(f"lab {lab.number}: {sum(s.runs() for s in lab.scenarios)} run(s), about "
@@ -108,6 +122,7 @@ def check(number: LabArg,
     from labs.workspace import write_new_or_replace
 
     lab = find_lab(number)
+    _workdir(folder, lab.student_file)
     runs = emulation and machine_reason() is None
     n_algo = sum(c.kind == "algorithm" for c in lab.checks)
     n_emu = len(lab.checks) - n_algo

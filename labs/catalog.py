@@ -185,17 +185,26 @@ def load_lab(folder: Path) -> Lab:
                student_class=student.get("class"), scenarios=scenarios, checks=checks)
 
 
+def _folders() -> list[Path]:
+    """The lab folders (``labN_slug`` holding a lab.toml), by number."""
+    found = [p for p in LABS_DIR.iterdir()
+             if p.is_dir() and _FOLDER.fullmatch(p.name) and (p / "lab.toml").is_file()]
+    return sorted(found, key=lambda p: int(_FOLDER.fullmatch(p.name).group(1)))  # type: ignore[union-attr]
+
+
 def all_labs() -> list[Lab]:
-    """Every lab folder, by number."""
-    folders = [p for p in LABS_DIR.iterdir() if p.is_dir() and _FOLDER.fullmatch(p.name)]
-    return sorted((load_lab(p) for p in folders), key=lambda lab: lab.number)
+    """Every lab, by number."""
+    return [load_lab(p) for p in _folders()]
 
 
 def find_lab(number: int | str) -> Lab:
-    """Lab ``number`` (``1``, ``"1"``, or its slug ``"dctcp"``); ParameterError if none."""
-    labs = all_labs()
-    for lab in labs:
-        if str(number).strip().lower() in (str(lab.number), lab.slug):
-            return lab
-    known = ", ".join(f"{lab.number} ({lab.slug})" for lab in labs)
+    """Lab ``number`` (``1``, ``"1"``, or its name ``"dctcp"``); ParameterError if none.
+    Only that lab's lab.toml is read."""
+    key = str(number).strip().lower()
+    folders = _folders()
+    for p in folders:
+        n, slug = p.name[3:].split("_", 1)
+        if key in (n, slug, p.name):
+            return load_lab(p)
+    known = ", ".join(f"{p.name[3:].split('_', 1)[0]} ({p.name.split('_', 1)[1]})" for p in folders)
     raise ParameterError("lab", number, f"known labs: {known}")

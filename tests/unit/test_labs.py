@@ -224,3 +224,42 @@ def test_export_leaves_out_every_solution_and_still_grades(tmp_path):
     assert out.returncode == 0, out.stderr
     n_algo = sum(c.kind == "algorithm" for c in find_lab(1).checks)
     assert int(out.stdout.strip()) == n_algo
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+def _emu(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "80"}
+    env.pop("FABRICEMU_DEBUG", None)
+    return subprocess.run([sys.executable, "-c", "from cli.app import main; main()", *args],
+                          cwd=cwd, capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("args", [
+    ("lab", "check", "99", "."),
+    ("lab", "check", "1", "no-such-folder", "--no-emulation"),
+    ("lab", "run", "1", "."),
+    ("lab", "start", "1", "."),
+    ("lab", "export", "."),
+])
+def test_bad_lab_commands_are_one_line_errors(args, tmp_path):
+    (tmp_path / "something").write_text("not empty")
+    proc = _emu(*args, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: ")
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["something"]
+
+
+def test_a_student_session_from_start_to_check(tmp_path):
+    start = _emu("lab", "start", "1", "work", cwd=tmp_path)
+    assert start.returncode == 0, start.stderr
+    check = _emu("lab", "check", "1", "work", "--no-emulation", cwd=tmp_path)
+    assert check.returncode == 1, check.stdout          # the untouched starter fails
+    assert "TODO 1" in check.stdout and "TODO 2" in check.stdout
+    doc = json.loads((tmp_path / "work" / "results.json").read_text())
+    assert doc["max_score"] == find_lab(1).max_points() and doc["score"] < doc["max_score"]
+    shutil.copy(find_lab(1).solution / "dctcp_lab.py", tmp_path / "work" / "dctcp_lab.py")
+    solved = _emu("lab", "check", "1", "work", "--no-emulation", cwd=tmp_path)
+    assert solved.returncode == 3, solved.stdout        # incomplete: emulation not run
+    assert "INCOMPLETE" in solved.stdout and "FAILED " not in solved.stdout
