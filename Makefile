@@ -14,10 +14,10 @@ unit:
 	bash scripts/run test tests/unit
 
 lint:
-	bash scripts/setup.sh && $(VENV)/bin/ruff check emu topologies traffic experiments tests
+	bash scripts/setup.sh && $(VENV)/bin/ruff check emu topologies traffic experiments bench tests
 
 bench:
-	bash scripts/setup.sh && $(VENV)/bin/python -m experiments.bench_lifecycle
+	bash scripts/setup.sh && $(VENV)/bin/emu bench lifecycle
 
 clean:
 	-$(VENV)/bin/emu clean

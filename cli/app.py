@@ -99,7 +99,7 @@ def _wakeup_note() -> str:
     return (f"Engine wake-up: {wakeup_cpu_us():.1f} µs of CPU per timer sleep of "
             f"{WAKE_SLEEP_S * 1e6:.0f} µs (the engine wakes 0.25-0.8 times per frame it sends; "
             "a VM that traps timer programming pays tens of µs, bare metal a few: "
-            "python -m experiments.bench_capacity prints each run's share)")
+            "emu bench capacity prints each run's share)")
 
 
 def _steal_note(before: tuple[int, int, int], after: tuple[int, int, int]) -> str:
@@ -383,6 +383,26 @@ def report(run_dir: Annotated[Path, typer.Argument(help="a finished run director
 
     for path in render(run_dir):
         console.print(f"plot: {escape(str(path))}")
+
+
+@app.command(context_settings={"allow_extra_args": True, "allow_interspersed_args": False})
+def bench(ctx: typer.Context,
+          name: Annotated[str, typer.Argument(help="a benchmark (see --list); what follows "
+                                              "it is its own arguments (NAME --help)")] = "",
+          list_benchmarks: Annotated[bool, typer.Option("--list", help="list the "
+                                                        "benchmarks")] = False) -> None:
+    """Run a benchmark (figures side by side in one run; most need root)."""
+    from bench import BENCHMARKS
+    from bench import run as run_bench
+
+    if list_benchmarks or not name:
+        width = max(map(len, BENCHMARKS))
+        for benchmark, what in BENCHMARKS.items():
+            typer.echo(f"  {benchmark:<{width}}  {what}")
+        typer.echo("emu bench NAME [ARGS...] runs one (python -m bench.NAME too); "
+                   "emu bench NAME --help: its options")
+        return
+    run_bench(name, ctx.args, prog=f"emu bench {name}")
 
 
 @app.command()

@@ -25,8 +25,8 @@ MIN_EMULATED_RATE_BPS = 100e3
 # S = 10000: a 400G NIC runs at 40 Mb/s emulated, one 4 KB frame every 0.84 ms. The
 # engine (engine/nic.py, with the fixed path delays) costs ~45-65 us of CPU per frame
 # on this 2-core machine, about half of it the kernel carrying the frame through
-# shapers and switches. A 4 MiB ring all-reduce over 16 ranks on fattree,4 (python -m
-# experiments.bench_capacity) keeps the machine ~35 % busy at 10000 and is VALID
+# shapers and switches. A 4 MiB ring all-reduce over 16 ranks on fattree,4 (emu bench
+# capacity) keeps the machine ~35 % busy at 10000 and is VALID
 # within 1 % of the model down to S = 3000 (76 % busy); the demo's busiest case keeps
 # it 30 % busy at 10000. 10000 keeps a 3x margin. Bursts of tiny frames are harder:
 # 240 single-frame QPs of an 8-byte all-to-all at once need S = 50000 (the gate says so).

@@ -5,7 +5,7 @@ A switch port's qdisc is dequeued by whichever CPU runs it at that moment (its
 timer, or another flow's enqueue), so two consecutive frames of one flow can land
 in two CPUs' backlogs and overtake each other at the next hop. Real switches never
 reorder a flow; go-back-N turns every reordering into a NAK and a retransmission.
-(Measured by ``python -m experiments.bench_reorder``: a few out-of-order frames per
+(Measured by ``emu bench reorder``: a few out-of-order frames per
 300,000 on a loaded fattree,4 without this, none with it.)
 
 Receive Packet Steering on the receiving veth puts every frame of that interface

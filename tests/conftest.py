@@ -36,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
 #: whose p99 pacing lag passes two frame times: in fresh-clone CI runs the ECMP
 #: permutation lagged 2.0 ms at S = 10000 (12cb712; 0.08 ms alone) and an all-to-all
 #: 4.0 ms at S = 20000 (4cc67eb; 0.13-0.22 ms in 8 runs alone). These tests judge
-#: behaviour and accuracy; the default S is judged by the demo and bench_capacity.
+#: behaviour and accuracy; the default S is judged by the demo and bench.capacity.
 SUITE_SCALE = 20_000
 
 #: Measurements of a case the gate refuses for the machine's timing alone (the

@@ -1,4 +1,4 @@
-"""The receive-ring benchmark reads both ring versions right (experiments.bench_rxring)."""
+"""The receive-ring benchmark reads both ring versions right (bench.rxring)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ pytestmark = pytest.mark.root
 
 
 def test_both_rings_deliver_every_stamped_frame_and_v3_batches_them():
-    from experiments.bench_rxring import measure, two_hosts
+    from bench.rxring import measure, two_hosts
 
     with two_hosts() as fab:
         v2 = measure(fab, "v2", 4000, 300, 1)

@@ -47,8 +47,8 @@ def test_every_node_receives_on_one_cpu_and_nothing_leaks():
 def test_flows_crossing_a_loaded_fattree_arrive_in_order():
     """16 hosts x 4 UDP flows of sequence-numbered datagrams across the pods, both
     CPUs busy forwarding: with receive steering no datagram overtakes an earlier one
-    of its flow (without it, a few per 100,000 do: experiments.bench_reorder)."""
-    from experiments.bench_reorder import measure
+    of its flow (without it, a few per 100,000 do: bench.reorder)."""
+    from bench.reorder import measure
 
     m = measure("fattree,4", 1000, in_order=True, flows=4, duration_s=3.0)
     assert m["received"] > 10_000, m  # the load ran

@@ -81,7 +81,7 @@ def test_sampler_records_queue_depth_at_the_interval(rig):
     assert df.backlog_bytes.max() > 10_000 and df.vq_bytes.max() > 10_000
     assert df.backlog_bytes.iloc[-1] == 0
     # Never faster than the interval on average; a busy machine may make it later, and
-    # its speed and CPU cost are measured by experiments.bench_marker, not asserted here.
+    # its speed and CPU cost are measured by bench.marker, not asserted here.
     span_s = df.t_s.iloc[-1] - df.t_s.iloc[0]
     assert df.t_s.is_monotonic_increasing
     assert len(df) - 1 <= span_s / 0.01 + 1, (len(df), span_s)

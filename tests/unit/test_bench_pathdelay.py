@@ -1,4 +1,4 @@
-"""The frame-level FIFO reference of experiments.bench_pathdelay, worked by hand.
+"""The frame-level FIFO reference of bench.pathdelay, worked by hand.
 
 A 4 KiB message is one 4170-byte frame: 83.4 ns at 400G, 41.7 at 800G, 20.85 at 1.6T;
 switches 600 ns; cables 15 ns (host), 150 ns (edge-agg, torus), 500 ns (agg-core);
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.bench_pathdelay import frame_fifo, frame_sizes
+from bench.pathdelay import frame_fifo, frame_sizes
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 

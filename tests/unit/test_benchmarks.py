@@ -1,4 +1,4 @@
-"""The benchmarks' pure parts: bench_gate's wrong run and stall patterns, bench_capacity's
+"""The benchmarks' pure parts: bench.gate's wrong run and stall patterns, bench.capacity's
 arguments."""
 
 from __future__ import annotations
@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from bench.gate import is_wrong, parse_stall
 from core.errors import ParameterError
-from experiments.bench_gate import is_wrong, parse_stall
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _row(case: str, measured: float, predicted: float) -> dict:
@@ -35,7 +38,7 @@ def test_a_randomised_model_metric_is_wrong_only_beyond_all_its_realisations():
 
 
 def test_bench_capacity_reads_a_topology_with_its_own_scales():
-    from experiments.bench_capacity import parse_topo_scales
+    from bench.capacity import parse_topo_scales
 
     assert parse_topo_scales("fattree,8@15000,30000", "1,2") == ("fattree,8", [30000.0, 15000.0])
     assert parse_topo_scales("leafspine,2,2,4,host_rate=100G", "4000,10000") == (
@@ -61,7 +64,7 @@ def test_a_stall_pattern_is_burst_over_period_in_ms_or_0():
 
 
 def test_bench_capacity_reads_worker_counts():
-    from experiments.bench_capacity import _parse_workers
+    from bench.capacity import _parse_workers
     assert _parse_workers("auto") == [None]
     assert _parse_workers("auto,2,1") == [None, 2, 1]
     for bad in ("0", "two", "auto,-1", ""):
@@ -70,14 +73,14 @@ def test_bench_capacity_reads_worker_counts():
 
 
 @pytest.mark.parametrize("argv", [
-    ["bench_capacity", "--topo", "fattree,4@abc"], ["bench_capacity", "--workers", "0"],
-    ["bench_rxring", "--frames", "0"], ["bench_rxring", "--scales", "1e8"],
-    ["bench_gate", "--hogs", "x"], ["bench_engine", "--payload", "-5"],
-    ["bench_marker", "--seconds", "-1"], ["bench_reorder", "--topo", "foo"],
-    ["bench_shaping", "--scale", "0"], ["bench_lifecycle", "--k", "4,x"],
-    ["bench_pathdelay", "--runs", "0"]])
+    ["capacity", "--topo", "fattree,4@abc"], ["capacity", "--workers", "0"],
+    ["rxring", "--frames", "0"], ["rxring", "--scales", "1e8"],
+    ["gate", "--hogs", "x"], ["engine_send", "--payload", "-5"],
+    ["marker", "--seconds", "-1"], ["reorder", "--topo", "foo"],
+    ["shaping_accuracy", "--scale", "0"], ["lifecycle", "--k", "4,x"],
+    ["pathdelay", "--runs", "0"]])
 def test_a_benchmark_refuses_bad_arguments_in_one_line(argv):
-    p = subprocess.run([sys.executable, "-m", f"experiments.{argv[0]}", *argv[1:]],
+    p = subprocess.run([sys.executable, "-m", f"bench.{argv[0]}", *argv[1:]],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr and "error:" in p.stderr.splitlines()[-1], p.stderr
@@ -97,3 +100,12 @@ def test_clear_errors_turns_a_fabricemu_error_into_exit_status_2(capsys):
     assert parse_csv(parse_int(0))("0, 1,2") == [0, 1, 2]
     with pytest.raises(ParameterError):
         parse_csv(parse_int(0))("1,,2")
+
+
+def test_bench_module_names_repeat_no_other_module_or_package():
+    """``bench.engine_send``, not ``bench.engine``: a benchmark's name says what it is
+    wherever it appears (tracebacks, ``emu bench``, grep)."""
+    packages = [d for d in REPO.iterdir() if (d / "__init__.py").is_file() and d.name != "bench"]
+    others = {d.name for d in packages} | {p.stem for d in packages for p in d.rglob("*.py")}
+    ours = {p.stem for p in (REPO / "bench").glob("*.py")} - {"__init__"}
+    assert not ours & others, sorted(ours & others)

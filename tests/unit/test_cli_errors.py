@@ -56,7 +56,7 @@ BAD_COMMANDS = [
     ["run", "incast", "--set", "novalue"], ["run", "nosuch"],
     ["run", "demo", "--scale", "abc"], ["run", "demo", "--set", "bogus=1"],
     ["demo", "--set", "senders=abc"], ["demo", "--scale", "0"], ["demo", "--set", "sizes="],
-    ["report", "/nonexistent"], ["report", "/etc/hostname"],
+    ["report", "/nonexistent"], ["report", "/etc/hostname"], ["bench", "nosuch"],
 ]
 
 
@@ -67,7 +67,8 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(args, tmp_path):
 
 
 @pytest.mark.parametrize("args", [["demo", "--bogus"], ["run", "incast", "--nope"],
-                                  ["topo", "show"]])
+                                  ["topo", "show"], ["bench", "--nope"],
+                                  ["bench", "pathdelay", "--runs", "0"]])
 def test_usage_errors_exit_2(args, tmp_path):
     assert_refused(emu(*args, cwd=tmp_path), one_line=False)
     assert list(tmp_path.iterdir()) == []
@@ -136,3 +137,17 @@ def test_emu_run_help_names_every_experiment():
     from experiments.registry import EXPERIMENTS
 
     assert sorted(EXPERIMENT_NAMES) == sorted(EXPERIMENTS)
+
+
+def test_emu_bench_lists_every_benchmark_with_a_line_each(tmp_path):
+    from bench import BENCHMARKS
+
+    modules = {p.stem for p in (REPO / "bench").glob("*.py")} - {"__init__", "udpflows"}
+    assert set(BENCHMARKS) == modules  # udpflows: the flows bench.reorder runs, no benchmark
+    for args in (["bench", "--list"], ["bench"]):
+        proc = emu(*args, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        rows = [line.split(None, 1) for line in proc.stdout.splitlines() if line.startswith("  ")]
+        assert [name for name, _ in rows] == list(BENCHMARKS)
+        assert all(what.strip() == BENCHMARKS[name] for name, what in rows)
+    assert list(tmp_path.iterdir()) == []

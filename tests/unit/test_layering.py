@@ -8,8 +8,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 #: Ground up; a module may import from its own floor and the floors below it.
-FLOORS = ("core", "topologies", "traffic", "model", "emu", "engine", "experiments", "labs",
-          "cli")
+FLOORS = ("core", "topologies", "traffic", "model", "emu", "engine", "experiments", "bench",
+          "labs", "cli")
 
 
 def _modules() -> dict[str, Path]:

@@ -9,7 +9,8 @@ import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FLOORS = ("core", "topologies", "traffic", "model", "emu", "engine", "experiments", "cli")
+FLOORS = ("core", "topologies", "traffic", "model", "emu", "engine", "experiments", "bench",
+          "cli")
 #: 4096 that is not the RoCE MTU payload: (file, why).
 OTHER_4096 = {
     "emu/netns.py": "MS_BIND, the mount flag",

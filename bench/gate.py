@@ -1,7 +1,7 @@
 """Benchmark: does the fidelity gate ever pass a wrong run? The demo beside CPU hogs.
 
-    python -m experiments.bench_gate [--scales 10000,5000] [--hogs 0,1,2] [--runs 2]
-                                     [--stalls 0,5/100]
+    python -m bench.gate [--scales 10000,5000] [--hogs 0,1,2] [--runs 2]
+                         [--stalls 0,5/100]
 
 Runs the default demo (``emu run demo``, each in its own process) at each S, with 0, 1
 or more CPU hogs (processes spinning on a core, at normal priority) started beside

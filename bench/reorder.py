@@ -1,12 +1,12 @@
 """Benchmark: does the fabric deliver each flow in order? Receive steering off and on.
 
-    python -m experiments.bench_reorder [--topo fattree,4] [--load-scale 1000] [--duration 5]
-                                        [--flows 4] [--runs 2]
+    python -m bench.reorder [--topo fattree,4] [--load-scale 1000] [--duration 5]
+                            [--flows 4] [--runs 2]
 
 Every host sends ``--flows`` UDP flows (distinct source ports, so distinct ECMP paths)
 of sequence-numbered 4 KB datagrams to the host half the fabric away, as fast as one
 process per host can; every receiver counts the datagrams that arrive after a later
-one of the same flow (``experiments.udpflows``). The same load runs on a fabric built with ``in_order=False``
+one of the same flow (``bench.udpflows``). The same load runs on a fabric built with ``in_order=False``
 (veth receive work on whichever CPU sent the frame) and with ``in_order=True``
 (``emu.rxorder``: each veth's receive work on one CPU), side by side, with the
 machine's CPU use. A real switch never reorders a flow; RoCE's go-back-N answers every
@@ -43,7 +43,7 @@ def measure(topo: str, scale: float, in_order: bool, flows: int, duration_s: flo
         hosts = fab.hosts
         half = len(hosts) // 2
         pairs = [(h, hosts[(i + half) % len(hosts)]) for i, h in enumerate(hosts)]
-        flows_py = [sys.executable, "-m", "experiments.udpflows"]
+        flows_py = [sys.executable, "-m", "bench.udpflows"]
         rx = [fab.exec(d, [*flows_py, "receive", "2"], stdout=subprocess.PIPE, text=True)
               for _, d in pairs]
         for p in rx:  # every receiver bound before the first datagram

@@ -1,7 +1,7 @@
 """Benchmark: the engine's fixed delays held at the sender against per-link delays, where
 flows of different path lengths meet at a queue.
 
-    python -m experiments.bench_pathdelay [--size 256KiB] [--runs 3] [--scale 20000]
+    python -m bench.pathdelay [--size 256KiB] [--runs 3] [--scale 20000]
 
 The engine adds each QP's whole fixed path delay D (serialization at every hop,
 switch latency, propagation) before its frames enter the fabric; a real fabric spends

@@ -1,6 +1,6 @@
 """Benchmark: the engine's TPACKET_V2 receive ring against a TPACKET_V3 block ring.
 
-    python -m experiments.bench_rxring [--scales 10000,4000] [--frames 2000] [--tov-ms 1]
+    python -m bench.rxring [--scales 10000,4000] [--frames 2000] [--tov-ms 1]
 
 One host of a two-host fabric sends RoCEv2 data frames to the other, one every
 dilated packet time of a 4 KB frame at 400G (83 ns x S), each stamped with its send

@@ -1,6 +1,6 @@
 """Benchmark: shaping accuracy per tier (achieved vs configured R/S) and tier ratios.
 
-    python -m experiments.bench_shaping [--topo fattree,4] [--scale 4000] [--duration 3]
+    python -m bench.shaping_accuracy [--topo fattree,4] [--scale 4000] [--duration 3]
 
 One bulk raw-frame flow per tier, measured at the far end of the port (see
 emu/linktest.py); prints achieved and configured rates, the error against the frame

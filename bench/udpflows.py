@@ -1,7 +1,7 @@
 """Sequence-numbered UDP flows for the reorder benchmark, run inside a host's namespace.
 
-    python -m experiments.udpflows send DST_IP FLOWS SECONDS
-    python -m experiments.udpflows receive IDLE_S
+    python -m bench.udpflows send DST_IP FLOWS SECONDS
+    python -m bench.udpflows receive IDLE_S
 
 Standard library only: sixteen of these start at once on two cores. ``send`` keeps
 ``FLOWS`` flows (source ports 20000.., so distinct ECMP paths) of 4 KB datagrams going

@@ -5,7 +5,7 @@ its fork-free namespaces, shaped ports and ECN markers; stock Mininet with
 ``TCLink`` (HTB at the same emulated rates) and Linux bridges (STP on, since a
 fat-tree has loops). Prints both times and the ratio.
 
-    python -m experiments.bench_lifecycle [--k 4,8] [--scale 4000] [--skip-mininet]
+    python -m bench.lifecycle [--k 4,8] [--scale 4000] [--skip-mininet]
 """
 
 from __future__ import annotations

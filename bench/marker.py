@@ -1,6 +1,6 @@
 """Benchmark of the ECN marker and the queue sampler (root).
 
-    .venv/bin/python experiments/bench_marker.py [--seconds 2]
+    python -m bench.marker [--seconds 2]
 
 1. Marker cost per packet: the kernel's own BPF run-time statistics (BPF_ENABLE_STATS,
    held only while this script runs) give ns per invocation of the program.
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=arg_type(parse_duration_s), default=2.0)
     args = ap.parse_args()
     if os.geteuid() != 0:
-        raise NotRootError("bench_marker builds namespaces and attaches BPF programs: run it as root")
+        raise NotRootError("the marker benchmark builds namespaces and attaches BPF programs: run it as root")
     rows: list[tuple[str, str]] = []
 
     stats_fd = libbpf().lib.bpf_enable_stats(0) if hasattr(libbpf().lib, "bpf_enable_stats") else -1

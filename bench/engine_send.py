@@ -16,7 +16,7 @@ has no topology: the engine runs without the real fabric's fixed delays.
 * pacing: one QP per run at a configured line rate (emulated), CC off; achieved
   = (packets - 1) frame bits / (last send - first send).
 
-    python -m experiments.bench_engine [--payload 1024] [--packets 200000]
+    python -m bench.engine_send [--payload 1024] [--packets 200000]
 """
 
 from __future__ import annotations

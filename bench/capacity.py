@@ -1,9 +1,9 @@
 """Benchmark: what the kernel fabric carries vs what the engine drives, per topology.
 
-    python -m experiments.bench_capacity [--topo fattree,4 --topo fattree,8@30000,15000]
-                                         [--scales 20000,10000,5000,4000]
-                                         [--cc off,dcqcn,dctcp,timely,swift,hpcc]
-                                         [--workers auto,2]
+    python -m bench.capacity [--topo fattree,4 --topo fattree,8@30000,15000]
+                             [--scales 20000,10000,5000,4000]
+                             [--cc off,dcqcn,dctcp,timely,swift,hpcc]
+                             [--workers auto,2]
 
 Printed side by side:
 
