@@ -37,8 +37,14 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing fabricemu and its Python dependencies into $VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[test]"
+    # pip's and the build backend's notices go to a log, shown only if the install fails.
+    log="$VENV/pip-install.log"
+    if ! { "$VENV/bin/python" -m pip install -q --upgrade pip \
+           && "$VENV/bin/python" -m pip install -q -e ".[test]"; } >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "setup: installing into $VENV failed (log above, also in $log)" >&2
+        exit 1
+    fi
     touch "$stamp"
     # Write the new venv's few hundred MB out now: left to the kernel's flusher, the
     # write-back comes ~30 s later, in the middle of a first demo, and stalled one
