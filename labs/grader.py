@@ -5,7 +5,9 @@ A check is a function of the lab's ``checks.py``, named in ``lab.toml``, that ta
 ``CheckContext`` and returns an ``Outcome`` (``labs.verdict.ok/fail/ungraded``). The
 student's exceptions, hangs and out-of-range values (``StudentError``,
 ``HarnessError``) fail the check with their one line; an emulation check whose
-scenario the machine could not measure is ungraded, never failed.
+scenario the machine could not measure is ungraded, never failed. A checks module may
+also define ``plots(runs, out, code)``: the lab's own figures from the scenarios' runs
+and the student's code, written under ``out``.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def grade(lab: Lab, workdir: Path, *, emulation: bool = True, out: Path | None =
         g.notes.append(f"emulation runs in {out}")
         plots = getattr(lab.checks_module(), "plots", None)
         if plots is not None and any(sr.runs for sr in runs.values()):
-            for path in plots(runs, out):
+            for path in plots(runs, out, code):
                 g.notes.append(f"plot: {path}")
     for spec in emu_checks:
         t = time.monotonic()
@@ -150,4 +152,4 @@ def run_lab(lab: Lab, workdir: Path, out: Path,
         raise StudentError(reason)
     runs = run_scenarios(lab, workdir, out, say=say)
     plots = getattr(lab.checks_module(), "plots", None)
-    return runs, (plots(runs, out) if plots is not None else [])
+    return runs, (plots(runs, out, code) if plots is not None else [])

@@ -22,6 +22,7 @@ from typing import Any
 from core.frame import ACK_FRAME_BYTES, FRAME_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
+from labs.student import StudentCode
 from labs.verdict import Outcome, fail, ok, ungraded
 
 #: Bytes a full frame adds on the wire beyond its payload: RoCEv2 headers + Ethernet's 24.
@@ -499,7 +500,7 @@ def ring_measured(ctx: CheckContext) -> Outcome:
                         float(ctx.params.get("model_band", 0.10)))
 
 
-def plots(runs: dict[str, ScenarioRuns], out: Path) -> list[Path]:
+def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[Path]:
     """The student's prediction, the project's model and the measurement, side by side."""
     import matplotlib
 
@@ -508,14 +509,9 @@ def plots(runs: dict[str, ScenarioRuns], out: Path) -> list[Path]:
 
     from labs.catalog import find_lab
     from labs.grader import CheckContext as Ctx
-    from labs.student import StudentCode, StudentError
+    from labs.student import StudentError
 
     lab = find_lab(0)
-    # The student's file: `emu lab run/check` put the runs in WORKDIR/runs/<name>.
-    folders = (out.parent.parent, out.parent, Path.cwd())
-    found = next((f / lab.student_file for f in folders if (f / lab.student_file).is_file()),
-                 out / lab.student_file)
-    code = StudentCode(found)
     groups = []
     for name, metric, case, predict in (("incast", "completion time", "cc=off", _student_incast_s),
                                         ("ring", "time", "allreduce-ring", _student_ring_s)):

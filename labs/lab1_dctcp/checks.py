@@ -15,6 +15,7 @@ from pathlib import Path
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.harness import Harness
+from labs.student import StudentCode
 from labs.verdict import Outcome, fail, ok
 
 MTU = 4096
@@ -201,7 +202,7 @@ def throughput_vs_k(ctx: CheckContext) -> Outcome:
     return ok(text)
 
 
-def plots(runs: dict[str, ScenarioRuns], out: Path) -> list[Path]:
+def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[Path]:
     """Throughput and mean queue against K, beside the analysis and C x RTT / 7."""
     import matplotlib
 

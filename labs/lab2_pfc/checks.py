@@ -490,7 +490,7 @@ def hol_blocking(ctx: CheckContext) -> Outcome:
 
 # ----------------------------------------------------------------------------- plots
 
-def plots(runs: dict[str, ScenarioRuns], out: Path) -> list[Path]:
+def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[Path]:
     """The bottleneck's queue without and with PFC beside Xoff and Xon, and the victim's
     FCT against its fair share."""
     import matplotlib

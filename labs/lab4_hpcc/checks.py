@@ -29,6 +29,7 @@ from pathlib import Path
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.harness import Harness, HarnessError
+from labs.student import StudentCode
 from labs.verdict import Outcome, fail, ok, ungraded
 from traffic.ccalgos import IntRecord
 
@@ -465,7 +466,7 @@ def no_drops(ctx: CheckContext) -> Outcome:
     return ok(text)
 
 
-def plots(runs: dict[str, ScenarioRuns], out: Path) -> list[Path]:
+def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[Path]:
     """The bottleneck queue over time, each case of the first valid run, on one axis."""
     import matplotlib
 

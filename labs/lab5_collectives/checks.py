@@ -19,7 +19,7 @@ from typing import Any
 
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
-from labs.student import StudentError
+from labs.student import StudentCode, StudentError
 from labs.verdict import Outcome, fail, ok
 from model.alphabeta import halving_doubling_allreduce_time_s, ring_allreduce_time_s
 
@@ -462,29 +462,23 @@ def ecmp_band(ctx: CheckContext) -> Outcome:
 #: The fabric's alpha (the 8 B all-reduce's time over its steps, ring and HD alike,
 #: from the project's model) and link rate, for the plot's alpha-beta lines.
 ALPHA_S, LINK_BPS = 2.1e-6, 400e9
-STUDENT_FILE = "collectives_lab.py"
 
 
-def _alpha_beta_lines(out: Path, n: int, sizes: list[float]) -> tuple[list[list[float]], str]:
+def _alpha_beta_lines(code: StudentCode, n: int, sizes: list[float]
+                      ) -> tuple[list[list[float]], str]:
     """The ring's and HD's alpha-beta times at ``sizes``: the student's functions when
-    their file is found above ``out`` (the run directory lies in their folder's runs/)
-    and they answer, else the closed forms."""
-    from labs.student import StudentCode
-
-    found = [f / STUDENT_FILE for f in list(out.parents)[:3] if (f / STUDENT_FILE).is_file()]
-    if found:
-        code = StudentCode(found[0])
-        try:
-            lines = [[float(code.call(name, code.attr(name), n, s, ALPHA_S, LINK_BPS))
-                      for s in sizes] for name in ("ring_allreduce_time_s", "hd_allreduce_time_s")]
-            if all(t > 0 for line in lines for t in line):
-                return lines, "yours"
-        except (StudentError, TypeError, ValueError):
-            pass
+    they answer, else the closed forms."""
+    try:
+        lines = [[float(code.call(name, code.attr(name), n, s, ALPHA_S, LINK_BPS))
+                  for s in sizes] for name in ("ring_allreduce_time_s", "hd_allreduce_time_s")]
+        if all(t > 0 for line in lines for t in line):
+            return lines, "yours"
+    except (StudentError, TypeError, ValueError):
+        pass
     return [[closed(n, s, ALPHA_S, LINK_BPS) for s in sizes] for closed in (_ring, _hd)], "closed form"
 
 
-def plots(runs: dict[str, ScenarioRuns], out: Path) -> list[Path]:
+def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[Path]:
     """busbw and time against size for both algorithms, measured and the project's
     model, beside the alpha-beta lines of the student's costs at the fabric's alpha."""
     import matplotlib
@@ -502,7 +496,7 @@ def plots(runs: dict[str, ScenarioRuns], out: Path) -> list[Path]:
     table = tables[0]
     n = int(table.ranks.iloc[0])
     grid = np.logspace(np.log10(table.size_bytes.min() / 2), np.log10(table.size_bytes.max() * 4))
-    lines, whose = _alpha_beta_lines(out, n, [float(x) for x in grid])
+    lines, whose = _alpha_beta_lines(code, n, [float(x) for x in grid])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for name, label, line, colour in (("allreduce-ring", "ring", lines[0], "C0"),
                                       ("allreduce-hd", "halving-doubling", lines[1], "C1")):
