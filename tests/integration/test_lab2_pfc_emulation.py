@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from labs.catalog import load_lab
+from labs.catalog import find_lab
 from labs.grader import grade
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-LAB = load_lab(Path(__file__).resolve().parents[2] / "labs" / "lab2_pfc")
+LAB = find_lab(2)
 
 
 def _grade(folder: Path, tmp_path: Path):

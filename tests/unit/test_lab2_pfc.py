@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from labs.catalog import load_lab
+from labs.catalog import find_lab
 from labs.grader import grade
 from labs.student import StudentCode, StudentError
 
-LAB = load_lab(Path(__file__).resolve().parents[2] / "labs" / "lab2_pfc")
+LAB = find_lab(2)
 SOLUTION = (LAB.solution / LAB.student_file).read_text()
 ALGORITHM = [c.id for c in LAB.checks if c.kind == "algorithm"]
 
