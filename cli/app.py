@@ -314,12 +314,21 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
                   f"{int(stats['drops'].sum())} drops, {int(stats['ecn_marked'].sum())} ECN marks")
 
 
-def _experiment_help() -> str:
-    from experiments.registry import describe
+def _experiment_help(only: str = "") -> str:
+    """Each experiment's options (``only``'s, if known) as ``--set`` text (what you would
+    type), with --quick's value where it differs, and the option's help."""
+    from experiments.registry import EXPERIMENTS
 
     lines = ["Experiments and their options (--set KEY=VALUE; lists use ';'):"]
-    for name, options in describe().items():
-        lines.append(f"  {name}: " + ", ".join(f"{k}={v['default']}" for k, v in options.items()))
+    for name, module in EXPERIMENTS.items():
+        if only in EXPERIMENTS and name != only:
+            continue
+        lines.append(f"{name}:")
+        for key, option in module.OPTIONS.items():
+            value = option.format(option.default)
+            quick = "" if option.quick is None else f" (--quick: {option.format(option.quick)})"
+            lines.append(f"  {key}={value}{quick}")
+            lines.append(f"      {option.help}")
     return "\n".join(lines)
 
 
@@ -358,7 +367,7 @@ def run(name: Annotated[str, typer.Argument(help=" | ".join(EXPERIMENT_NAMES))] 
     from experiments.registry import cli_run, parse_sets
 
     if list_options or not name:
-        console.print(_experiment_help())
+        console.print(_experiment_help(name))
         if not name and not list_options:
             raise typer.Exit(2)
         return

@@ -151,3 +151,15 @@ def test_emu_bench_lists_every_benchmark_with_a_line_each(tmp_path):
         assert [name for name, _ in rows] == list(BENCHMARKS)
         assert all(what.strip() == BENCHMARKS[name] for name, what in rows)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_list_prints_set_text_and_help_per_option():
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(cli.app, ["run", "cc", "--list"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "\ncc:\n" in out and "\nincast:\n" not in out      # only the experiment named
+    assert "algorithms=off;dcqcn;dctcp;timely;swift;hpcc" in out   # what --set takes
+    assert "['off'" not in out                                 # no Python reprs
+    assert "ECN Kmin/Kmax of every switch port" in out          # each option's help
