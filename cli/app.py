@@ -286,7 +286,7 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
     The pcap (a regular file of at most --max-size, default 1 GiB) is read and checked
     before any fabric is built: its RoCEv2 frames' addresses must be hosts of the
     topology, and the replay must fit in --max-wall (default 600 s; a capture with an
-    idle hour would otherwise keep the fabric up for 167 days at S = 4000): pass
+    idle hour would otherwise keep the fabric up for over a year at the default S): pass
     --max-gap to shorten idle gaps.
     """
     from core.scaling import Scale

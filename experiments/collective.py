@@ -233,7 +233,7 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            "bottleneck_bps": r.bottleneck_bps, "busbw_factor": r.factor,
            "measured_bottleneck_tier": r.bottleneck_tier, "valid": report.valid}
     run.frame("collective", pd.DataFrame([row]))
-    run.frame("nccl", pd.DataFrame([nccl_row(fabric, name, size_bytes, r)]))
+    run.frame("nccl", pd.DataFrame([nccl_row(fabric, name, size_bytes, r, report.valid)]))
     run.frame("messages", r.measurement.messages, case=case)
     run.frame("ports", r.measurement.ports.reset_index(), case=case)
     return case
@@ -245,15 +245,17 @@ ELEMENT_BYTES = 4
 REDUCING = ("allreduce", "reducescatter", "reduce")
 
 
-def nccl_row(fabric: str, name: str, size_bytes: int, r: CollectiveRun) -> dict[str, Any]:
-    """One line of the NCCL-tests-style table: time in us, algbw and busbw in GB/s."""
+def nccl_row(fabric: str, name: str, size_bytes: int, r: CollectiveRun,
+             valid: bool) -> dict[str, Any]:
+    """One line of the NCCL-tests-style table: time in us, algbw and busbw in GB/s, and
+    the fidelity gate's verdict on the case."""
     kind = name.split("-")[0]
     return {"fabric": fabric, "collective": name, "size_bytes": size_bytes,
             "count": size_bytes // ELEMENT_BYTES, "type": "float",
             "redop": "sum" if kind in REDUCING else "none", "time_us": r.time_s * 1e6,
             "algbw_GBps": r.algbw_bps / 8e9, "busbw_GBps": r.busbw_bps / 8e9,
             "model_time_us": r.time_model_s * 1e6, "model_busbw_GBps": r.busbw_model_bps / 8e9,
-            "error": (r.time_s - r.time_model_s) / r.time_model_s}
+            "error": (r.time_s - r.time_model_s) / r.time_model_s, "valid": valid}
 
 
 def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc: str,

@@ -345,20 +345,35 @@ def summary_table(summary: Mapping[str, Any], title: str) -> Table:
     return table
 
 
-def nccl_table(df: pd.DataFrame) -> Table:
-    """NCCL-tests' columns (time in us, bandwidths in GB/s) with the model's beside."""
-    table = Table(title="NCCL-tests style (real-fabric units; model = real-fabric model)")
-    for col in ("fabric", "collective", "size (B)", "count", "type", "redop", "time (us)",
-                "algbw (GB/s)", "busbw (GB/s)", "model time (us)", "model busbw (GB/s)",
-                "error"):
-        table.add_column(col, justify="left" if col in ("fabric", "collective", "type",
-                                                        "redop") else "right")
-    for r in df.itertuples():
-        table.add_row(escape(str(r.fabric)), escape(str(r.collective)), str(int(r.size_bytes)),
-                      str(int(r.count)), str(r.type), str(r.redop), f"{r.time_us:.2f}",
-                      f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}", f"{r.model_time_us:.2f}",
-                      f"{r.model_busbw_GBps:.2f}", _err(r.error))
-    return table
+#: The NCCL-tests-style table's columns: (header, unit, width, format of a value).
+NCCL_COLUMNS = (("size", "(B)", 11, "{:d}"), ("count", "(elements)", 11, "{:d}"),
+                ("time", "(us)", 9, "{:.2f}"), ("algbw", "(GB/s)", 8, "{:.2f}"),
+                ("busbw", "(GB/s)", 8, "{:.2f}"), ("model", "(us)", 10, "{:.2f}"),
+                ("model", "(GB/s)", 8, "{:.2f}"), ("error", "(time)", 8, "{}"),
+                ("valid", "", 6, "{}"))
+
+
+def nccl_lines(df: pd.DataFrame) -> list[str]:
+    """NCCL-tests' plain-text table: '#' header lines, one line per size, fixed columns
+    within 80 characters (easy to grep and awk, readable in a `vagrant ssh`); a block
+    per fabric and collective, whose header names the element type and reduction.
+    The model's time and busbw are the real fabric's, a priori."""
+    lines = []
+    for (fabric, collective), rows in df.groupby(["fabric", "collective"], sort=False):
+        first = rows.iloc[0]
+        lines.append(f"# {fabric}  {collective}  ({first.type}, {first.redop}; real-fabric "
+                     "units, model = real-fabric model)")
+        lines.append("#" + "".join(h.rjust(w) for h, _, w, _ in NCCL_COLUMNS)[1:])
+        lines.append("#" + "".join(u.rjust(w) for _, u, w, _ in NCCL_COLUMNS)[1:])
+        for r in rows.itertuples():
+            valid = getattr(r, "valid", None)
+            values = (int(r.size_bytes), int(r.count), r.time_us, r.algbw_GBps, r.busbw_GBps,
+                      r.model_time_us, r.model_busbw_GBps,
+                      "n/a" if pd.isna(r.error) else f"{r.error * 100:+.1f}%",
+                      "n/a" if valid is None or pd.isna(valid) else ("yes" if valid else "NO"))
+            lines.append("".join(f.format(v).rjust(w)
+                                 for (_, _, w, f), v in zip(NCCL_COLUMNS, values, strict=True)))
+    return lines
 
 
 #: cc.csv columns of each scenario's comparison table: (column, header).
@@ -492,7 +507,8 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     if nccl_csv.exists():
         nccl = read_csv(nccl_csv, *CSV_COLUMNS["nccl.csv"])
         if not nccl.empty:
-            console.print(nccl_table(nccl))
+            for line in nccl_lines(nccl):
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
     cc_csv = run_dir / "cc.csv"
     if cc_csv.exists():
         for table in cc_tables(read_csv(cc_csv, ("case", "scenario", "cc"), ()),

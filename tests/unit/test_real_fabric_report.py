@@ -175,12 +175,18 @@ def test_report_prints_nccl_table_deviations_and_plots_the_sweep(tmp_path, capsy
         "fabric": "fattree,4", "collective": "allreduce-ring", "size_bytes": [8, 1 << 20],
         "count": [2, 1 << 18], "type": "float", "redop": "sum", "time_us": [0.5, 40.0],
         "algbw_GBps": [0.02, 26.3], "busbw_GBps": [0.03, 49.3], "model_time_us": [89.0, 133.0],
-        "model_busbw_GBps": [0.0002, 14.8], "error": [-0.99, -0.7]}))
+        "model_busbw_GBps": [0.0002, 14.8], "error": [-0.99, -0.7], "valid": [True, False]}))
     run.deviations([{"case": "a", "name": "NIC overhead", "real_s": 1e-6, "measured_s": 1e-9,
                      "missing_s": 0.999e-6, "effect": "time: model 2 us"}])
     run.finish(show=True)
     out = capsys.readouterr().out
-    assert "busbw (GB/s)" in out and "NIC overhead" in out and "999 ns" in out
+    assert "NIC overhead" in out and "999 ns" in out
+    # NCCL-tests' plain text: '#' headers, one line per size within 80 columns.
+    rows = [line for line in out.splitlines() if line.strip().startswith("1048576")]
+    assert len(rows) == 1 and len(rows[0]) <= 80
+    assert rows[0].split() == ["1048576", "262144", "40.00", "26.30", "49.30", "133.00",
+                               "14.80", "-70.0%", "NO"]
+    assert "#  fattree,4" not in out and "# fattree,4  allreduce-ring  (float, sum;" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["deviations"][0]["name"] == "NIC overhead"
     assert pd.read_csv(tmp_path / "deviations.csv").missing_s.iloc[0] == pytest.approx(0.999e-6)
