@@ -21,6 +21,14 @@ _RUN_FIRST = ("test_marking.py", "test_telemetry.py")
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in _RUN_FIRST)  # stable: order kept otherwise
+    # CI grades labs 1, 2 and 4 on the fabric; the other labs' emulation grading (about 3
+    # minutes more) runs on request, to keep the suite within its time.
+    if os.environ.get("FABRICEMU_ALL_LABS", "0") in ("", "0"):
+        later = pytest.mark.skip(reason="grading labs 0, 3, 5 and 6 on the fabric takes about "
+                                 "3 minutes: set FABRICEMU_ALL_LABS=1 to run it")
+        for item in items:
+            if "all_labs" in item.keywords:
+                item.add_marker(later)
     # Root-level integration tests must run in CI (root); elsewhere they skip with the reason.
     if IS_ROOT:
         return

@@ -12,7 +12,7 @@ from labs.catalog import find_lab
 from labs.grader import grade
 from labs.verdict import FAILED, UNGRADED
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.all_labs]
 
 
 def test_solution_passes_the_emulation_checks(tmp_path: Path) -> None:

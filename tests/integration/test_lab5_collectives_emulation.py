@@ -11,7 +11,7 @@ import pytest
 from labs.catalog import find_lab
 from labs.grader import grade
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.all_labs]
 LAB = find_lab(5)
 
 

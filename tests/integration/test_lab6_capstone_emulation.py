@@ -10,7 +10,7 @@ import pytest
 from labs.catalog import find_lab
 from labs.grader import grade
 
-pytestmark = pytest.mark.root
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.all_labs]
 
 
 def test_solution_passes_on_the_fabric(tmp_path):
