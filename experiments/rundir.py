@@ -669,7 +669,7 @@ def emulated_fixed_delays(fab: Fabric, engine: Mapping[str, str] | None = None
     else: its hops are veths into HTB ports whose bucket releases a frame as soon as it
     holds its tokens, so a frame is serialized once, at the bottleneck, and no switch
     adds pipeline latency. ``engine`` is what the engine driving it adds ({name: how}:
-    ``EngineResult.stats['emulated_fixed_delays']``); None: what the experiments'
+    ``EngineResult.stats.emulated_fixed_delays``); None: what the experiments'
     engine (the default ``EngineConfig``) adds on this fabric."""
     summary = fab.summary()
     netem = bool(summary.get("delay_emulated"))
