@@ -497,7 +497,7 @@ class FrameRates:
 
 
 def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], float],
-                payload_bytes: int, scale: float, links: list[int],
+                payload_bytes: int, scale: Scale, links: list[int],
                 frames_per_ack: Callable[[float, int], float] | None = None) -> FrameRates:
     """The workload on an ideal fabric: each message leaves at its NIC's line rate from
     its start or its last dependency's end, and ends its fixed path delay later; a
@@ -512,8 +512,8 @@ def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], fl
     frame_bits = 8 * (payload_bytes + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
     nics = {(p.src, p.ifname) for p in msgs}
     longest = max((-(-p.size_bytes // payload_bytes) for p in msgs), default=1)
-    peak = sum(nic_rate_bps[n] * weight(nic_rate_bps[n], longest) for n in nics) \
-        / scale / frame_bits
+    peak = scale.per_emu_s(sum(nic_rate_bps[n] * weight(nic_rate_bps[n], longest)
+                               for n in nics)) / frame_bits
     end_ns: dict[int, float] = {}
     busy_ns: dict[tuple[str, str], float] = defaultdict(float)
     frames = link_frames = 0
@@ -531,7 +531,7 @@ def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], fl
                 continue
             n = -(-m.size_bytes // payload_bytes)
             rate_bps = nic_rate_bps[(m.src, m.ifname)]
-            tx_ns = n * frame_bits / rate_bps * scale * 1e9
+            tx_ns = scale.time_emu_s(n * frame_bits / rate_bps) * 1e9
             start = max([m.start_emu_ns, *(end_ns[d] for d in m.deps)])
             end_ns[i] = start + m.fwd_delay_emu_ns + tx_ns
             busy_ns[(m.src, m.ifname)] += tx_ns
@@ -588,7 +588,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     if config.workers is None:
         nics = {(p.src, p.ifname) for p in msgs}
         rates = frame_rates(msgs, {n: _port_of(fab, *n).rate_bps for n in nics},
-                            config.payload_bytes, scale.factor,
+                            config.payload_bytes, scale,
                             [delays.switches(p.src, p.dst) + 1 for p in msgs],
                             config.frames_per_ack)
         n_workers = min(auto_workers(rates, len(cpus)), len(loads))

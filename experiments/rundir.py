@@ -42,6 +42,7 @@ import pandas as pd
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.errors import FabricEmuError, ParameterError
+from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.capture import Captured
 from engine.run import EngineConfig
@@ -165,6 +166,12 @@ class Run:
         self._environment: dict[str, Any] | None = None
         self._pcaps: set[Path] = set()
 
+    @property
+    def scale(self) -> Scale:
+        """The run's S: its ``scale`` option, else the default every experiment runs at
+        when not told otherwise (``core.scaling.DEFAULT_SCALE``, their options' default)."""
+        return Scale(float(self.options["scale"])) if "scale" in self.options else Scale()
+
     # -- collecting ------------------------------------------------------------------
     def metric(self, case: str, metric: str, unit: str, measured: float | None,
                predicted: float | None) -> None:
@@ -282,7 +289,7 @@ class Run:
         if status != "finished":
             reason = stopped or (f"incomplete: {len(units)} case(s) finished so far; the run "
                                  "is still going or was killed")
-            reports.append(FidelityReport(False, [reason], float(self.options.get("scale", 1.0))))
+            reports.append(FidelityReport(False, [reason], self.scale.factor))
         verdict = combine(reports)
         rows = [dict(r) for u in units for r in u.rows]
         for row in rows:
