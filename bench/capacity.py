@@ -136,25 +136,25 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
         r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16, workers=workers)
         report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
     st = r.measurement.stats
-    frames = st["data_packets_sent"]
-    cpu_s = sum(st["cpu_s"])
-    sys_s = sum(w.get("sys_s", 0.0) for w in st["workers"])
+    frames = st.data_packets_sent
+    cpu_s = st.cpu_s_total
+    sys_s = sum(w.sys_s for w in st.workers)
     return {
         "scale": scale, "cc": cc, "in_order": in_order, "asked_workers": workers,
-        "workers": st["n_workers"],
+        "workers": st.n_workers,
         "valid": report.valid,
         "reasons": [x for x in report.reasons if not x.startswith("suggested")],
         "error": r.time_s / r.time_model_emulable_s - 1,
-        "fps": frames / st["run_wall_s"] if st["run_wall_s"] else 0.0,
+        "fps": frames / st.run_wall_s if st.run_wall_s else 0.0,
         "cpu_per_frame_us": cpu_s / frames * 1e6 if frames else float("nan"),
         # Every frame the engine put on the fabric: HPCC's ACK per data frame is a
         # frame's work too.
-        "cpu_per_sent_frame_us": cpu_s / st["packets_sent"] * 1e6 if st["packets_sent"]
+        "cpu_per_sent_frame_us": cpu_s / st.packets_sent * 1e6 if st.packets_sent
         else float("nan"),
         "sys_per_frame_us": sys_s / frames * 1e6 if frames else float("nan"),
-        "wakeups_per_frame": sum(w.get("wakeups", 0) for w in st["workers"]) / frames
+        "wakeups_per_frame": sum(w.wakeups for w in st.workers) / frames
         if frames else float("nan"),
-        "machine_busy": st.get("machine_busy"), "wall_s": st["run_wall_s"],
+        "machine_busy": st.machine_busy, "wall_s": st.run_wall_s,
     }
 
 

@@ -100,17 +100,17 @@ def engine_pps(rig: VethRig, payload: int, packets: int, send_path: str) -> dict
                                            fixed_delays=False, timeout_s=120,
                                            latency_sample_every=64,
                                            send_path=send_path))
-    if r.stats["error"]:
-        raise RuntimeError(f"engine run failed: {r.stats['error']}")
-    sender = next(w for w in r.stats["workers"] if "a" in w["hosts"])
+    if r.stats.error:
+        raise RuntimeError(f"engine run failed: {r.stats.error}")
+    sender = next(w for w in r.stats.workers if "a" in w.hosts)
     row = r.messages.iloc[0]
     busy_s = rig.scale.time_emu_s(row["last_tx_s"] - row["first_tx_s"])
-    return {"completed": r.completed, "sent": sender["data_packets_sent"],
-            "path": r.stats["send_path"],
-            "pps_cpu": sender["data_packets_sent"] / sender["cpu_s"],
-            "pps_wall": sender["data_packets_sent"] / busy_s,
+    return {"completed": r.completed, "sent": sender.data_packets_sent,
+            "path": r.stats.send_path,
+            "pps_cpu": sender.data_packets_sent / sender.cpu_s,
+            "pps_wall": sender.data_packets_sent / busy_s,
             "retransmitted": int(row["retransmitted"]), "ring_drops":
-            sum(w["ring_drops"] for w in r.stats["workers"])}
+            sum(w.ring_drops for w in r.stats.workers)}
 
 
 def scapy_pps(rig: VethRig, payload: int, packets: int, per_call: bool) -> dict:
@@ -144,7 +144,7 @@ def pacing(rig: VethRig, rate_emu_bps: float, payload: int, packets: int) -> dic
     achieved = (row["packets_sent"] - 1) * frame_bits / span_emu_s
     return {"configured": rate_emu_bps, "achieved": achieved,
             "error": achieved / rate_emu_bps - 1, "completed": r.completed,
-            "lag_p50": r.stats["pacing_lag_p50_emu_s"], "lag_p99": r.stats["pacing_lag_p99_emu_s"]}
+            "lag_p50": r.stats.pacing_lag_p50_emu_s, "lag_p99": r.stats.pacing_lag_p99_emu_s}
 
 
 @clear_errors

@@ -147,8 +147,8 @@ def run_emulated(spec: str, flows: Sequence[tuple[str, str]], meet: tuple[str, s
         wl = Workload("pathdelay", msgs, sorted({h for f in flows for h in f}), size_bytes)
         m = measure(fab, wl, EngineConfig(cc=None, fixed_delays=fixed, timeout_s=120),
                     watch=[fab.port(*meet)])
-    if not m.stats["completed"]:
-        raise RuntimeError(f"{spec}: the run did not complete: {m.stats['error']}")
+    if not m.stats.completed:
+        raise RuntimeError(f"{spec}: the run did not complete: {m.stats.error}")
     rows = []
     for i in range(len(flows)):
         lat = m.latency[m.latency.msg_id == i].sort_values("t_s").one_way_s

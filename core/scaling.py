@@ -85,6 +85,11 @@ class Scale:
         """A real time as whole nanoseconds of the engine's (emulated) clock."""
         return round(time_real_s * self.factor * 1e9)
 
+    def per_emu_s(self, per_real_s: float) -> float:
+        """A count per real second (frames, bits, events) as the count per emulated
+        second the dilated fabric carries: S times fewer."""
+        return per_real_s / self.factor
+
     @property
     def emu_ns_per_real_s(self) -> float:
         """Emulated ns per real second: the one factor hot loops hold as a local."""

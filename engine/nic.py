@@ -135,6 +135,7 @@ from engine.rx import (
     RxRing,
     RxState,
 )
+from engine.stats import NicRecord, ReceiveRecord, SendRecord, WorkerCounters, WorkerStats
 from engine.tx import (
     TX_AFTER,
     TX_ARM,
@@ -429,11 +430,11 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
             reason = f"no progress for {stuck_s:g} s" + (
                 f", stopped in {here[-1].name} ({here[-1].filename}, line {here[-1].lineno})"
                 if here else "")
-        report: dict[str, Any] = {"worker": w, "error": f"worker {w}: {reason}"}
+        report = WorkerStats.failed(w, f"worker {w}: {reason}")
         # A plain stop (SIGTERM at the end) may find the worker in a user's class too.
         if loop is not None and isinstance(e, Exception) and (stuck_s or not isinstance(e, _Stop)):
             with contextlib.suppress(Exception):  # the report goes out whatever this does
-                report["cc_fault"] = run_fault(plan.cc, [q.cc for q in loop.senders if q.cc], e,
+                report.cc_fault = run_fault(plan.cc, [q.cc for q in loop.senders if q.cc], e,
                                                stuck_s)
         with contextlib.suppress(Exception):
             conn.send(report)
@@ -1358,7 +1359,7 @@ class _WorkerLoop:
                 self._arm_rto(qp)
 
     # -- results ------------------------------------------------------------------------
-    def results(self) -> dict:
+    def results(self) -> WorkerStats:
         """Counters and samples; times in emulated ns after t0 (-1: never happened)."""
         def rel(t_ns: int) -> int:
             return t_ns - self.t0_ns if t_ns >= 0 else -1
@@ -1390,46 +1391,47 @@ class _WorkerLoop:
             self.packets_sent += self.rx.ctrl_sent.value  # the replies it sent
             self.ctrl_sent += self.rx.ctrl_sent.value
             self.rx.ctrl_sent.value = 0
-        sends = [{
-            "index": q.plan.index, "start_ns": rel(q.start_ns), "acked_ns": rel(q.acked_ns),
-            "first_tx_ns": rel(q.first_tx_ns), "last_tx_ns": rel(q.last_tx_ns),
-            "packets": q.n, "bytes_sent": q.bytes_sent,
-            "packets_sent": q.gbn.packets_sent if q.gbn else 0,
-            "retransmitted": q.gbn.retransmitted if q.gbn else 0,
-            "naks": q.gbn.naks if q.gbn else 0,
-            "timeouts": q.gbn.timeouts if q.gbn else 0,
-            "cnps_received": q.cc.cnps_received if q.cc else 0,
-            "ecn_echoes": q.echoes,
-        } for q in self.senders]
-        receives = [{
-            "index": rq.plan.index, "received_ns": rel(rq.done_ns),
-            "first_rx_ns": rel(rq.first_rx_ns),
-            "bytes_received": rq.bytes, "ce_marked": rq.ce, "cnps_sent": rq.cnps,
-            "data_packets_received": rq.seen, "duplicates": rq.gbn.duplicates,
-            "out_of_order": rq.gbn.out_of_order,
-        } for h in self.hosts.values() for rq in h.rx_qps.values()]
-        nics = [{
-            "host": n.host, "ifname": n.ifname, "bits_sent": n.bits_sent,
-            "busy_emu_ns": n.busy_ns, "scheduled_emu_ns": n.ideal_ns,
-            "dropped_emu_ns": n.dropped,
-        } for n in self.nics.values()]
+        sends = [SendRecord(
+            index=q.plan.index, start_ns=rel(q.start_ns), acked_ns=rel(q.acked_ns),
+            first_tx_ns=rel(q.first_tx_ns), last_tx_ns=rel(q.last_tx_ns),
+            packets=q.n, bytes_sent=q.bytes_sent,
+            packets_sent=q.gbn.packets_sent if q.gbn else 0,
+            retransmitted=q.gbn.retransmitted if q.gbn else 0,
+            naks=q.gbn.naks if q.gbn else 0,
+            timeouts=q.gbn.timeouts if q.gbn else 0,
+            cnps_received=q.cc.cnps_received if q.cc else 0,
+            ecn_echoes=q.echoes,
+        ) for q in self.senders]
+        receives = [ReceiveRecord(
+            index=rq.plan.index, received_ns=rel(rq.done_ns),
+            first_rx_ns=rel(rq.first_rx_ns),
+            bytes_received=rq.bytes, ce_marked=rq.ce, cnps_sent=rq.cnps,
+            data_packets_received=rq.seen, duplicates=rq.gbn.duplicates,
+            out_of_order=rq.gbn.out_of_order,
+        ) for h in self.hosts.values() for rq in h.rx_qps.values()]
+        nics = [NicRecord(
+            host=n.host, ifname=n.ifname, bits_sent=n.bits_sent,
+            busy_emu_ns=n.busy_ns, scheduled_emu_ns=n.ideal_ns, dropped_emu_ns=n.dropped,
+        ) for n in self.nics.values()]
         scheds = [q.sched for q in self.senders] + [n.sched for n in self.nics.values()]
-        return {
-            "worker": self.plan.worker, "error": None, "stop_reason": self.stop_reason,
-            "hosts": list(self.hosts), "sends": sends, "receives": receives, "nics": nics,
-            "latency": self.lat, "rates": self.rates, "lags": self.lags,
-            "lag_total_ns": self.lag_total_ns, "rx_lags": self.rx_lags,
-            "pacing_resets": sum(s.resets for s in scheds),
-            "pacing_dropped_ns": sum(s.dropped_ns for s in scheds),
-            "packets_sent": self.packets_sent, "data_packets_sent": self.data_sent,
-            "ctrl_packets_sent": self.ctrl_sent, "packets_received": self.packets_received,
-            "push_backs": self.push_backs, "unknown_frames": self.unknown_frames,
-            "ring_drops": sum(self.drops.values()), "wakeups": self.wakeups,
-            "cpu_s": time.process_time() - self.cpu0 if self.cpu0 else 0.0,
+        counters = WorkerCounters(
+            worker=self.plan.worker, error=None, stop_reason=self.stop_reason,
+            hosts=list(self.hosts),
+            lag_total_ns=self.lag_total_ns,
+            pacing_resets=sum(s.resets for s in scheds),
+            pacing_dropped_ns=sum(s.dropped_ns for s in scheds),
+            packets_sent=self.packets_sent, data_packets_sent=self.data_sent,
+            ctrl_packets_sent=self.ctrl_sent, packets_received=self.packets_received,
+            push_backs=self.push_backs, unknown_frames=self.unknown_frames,
+            ring_drops=sum(self.drops.values()), wakeups=self.wakeups,
+            cpu_s=time.process_time() - self.cpu0 if self.cpu0 else 0.0,
             # The kernel's share: sends carry frames through the shapers and switches.
-            "sys_s": os.times().system - self.times0.system if self.times0 else 0.0,
+            sys_s=os.times().system - self.times0.system if self.times0 else 0.0,
             # Runnable but not running (another task had the CPU): what stalls a worker.
-            "cpu_wait_s": (runqueue_wait_ns() - self.cpu_wait0_ns) / 1e9 if self.times0 else 0.0,
-            "realtime": self.realtime,
-            "wall_s": self.wall_ns / 1e9,
-        }
+            cpu_wait_s=(runqueue_wait_ns() - self.cpu_wait0_ns) / 1e9 if self.times0 else 0.0,
+            realtime=self.realtime,
+            wall_s=self.wall_ns / 1e9,
+        )
+        return WorkerStats(counters, sends=sends, receives=receives, nics=nics,
+                           latency=self.lat, rates=self.rates, lags=self.lags,
+                           rx_lags=self.rx_lags)

@@ -6,7 +6,8 @@ result.messages   # one row per message (times in REAL seconds from t0)
 result.latency    # one row per sampled data packet: one-way delay (REAL s), CE
 result.rates      # congestion-control trace per QP: rate, target, alpha (REAL units)
                   # and what made the row: send (periodic), cnp, timer, echo (ECN-echo ACK)
-result.stats      # per-worker counters, pacing lag, CPU, completed/error
+result.stats      # EngineStats (engine/stats.py): per-worker counters, pacing lag,
+                  # CPU, completed/error
 ```
 
 Processes. The engine process opens every socket inside the hosts' namespaces
@@ -90,7 +91,7 @@ from core.frame import (
     RETH_BYTES,
     WIRE_OVERHEAD_BYTES,
 )
-from core.messages import Workload
+from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns, wait_for_quiet_kernel
@@ -98,6 +99,14 @@ from emu.ports import Port
 from engine import nic, plan, rawsock
 from engine.burst import Burst
 from engine.rx import RxLib
+from engine.stats import (
+    EngineStats,
+    FixedDelaySettings,
+    NicBusy,
+    ReceiveRecord,
+    SendRecord,
+    WorkerStats,
+)
 from topologies.base import FabricTopo
 from topologies.routing import Routes, topo_graph
 from traffic.ccload import CcFactory, validate_cc
@@ -317,11 +326,11 @@ class EngineResult:
     messages: pd.DataFrame
     latency: pd.DataFrame
     rates: pd.DataFrame
-    stats: dict = field(default_factory=dict)
+    stats: EngineStats
 
     @property
     def completed(self) -> bool:
-        return bool(self.stats.get("completed"))
+        return self.stats.completed
 
 
 # ----------------------------------------------------------------------------- planning
@@ -488,7 +497,7 @@ class FrameRates:
 
 
 def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], float],
-                payload_bytes: int, scale: float, links: list[int],
+                payload_bytes: int, scale: Scale, links: list[int],
                 frames_per_ack: Callable[[float, int], float] | None = None) -> FrameRates:
     """The workload on an ideal fabric: each message leaves at its NIC's line rate from
     its start or its last dependency's end, and ends its fixed path delay later; a
@@ -503,8 +512,8 @@ def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], fl
     frame_bits = 8 * (payload_bytes + HEADER_BYTES + WIRE_OVERHEAD_BYTES)
     nics = {(p.src, p.ifname) for p in msgs}
     longest = max((-(-p.size_bytes // payload_bytes) for p in msgs), default=1)
-    peak = sum(nic_rate_bps[n] * weight(nic_rate_bps[n], longest) for n in nics) \
-        / scale / frame_bits
+    peak = scale.per_emu_s(sum(nic_rate_bps[n] * weight(nic_rate_bps[n], longest)
+                               for n in nics)) / frame_bits
     end_ns: dict[int, float] = {}
     busy_ns: dict[tuple[str, str], float] = defaultdict(float)
     frames = link_frames = 0
@@ -522,7 +531,7 @@ def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], fl
                 continue
             n = -(-m.size_bytes // payload_bytes)
             rate_bps = nic_rate_bps[(m.src, m.ifname)]
-            tx_ns = n * frame_bits / rate_bps * scale * 1e9
+            tx_ns = scale.time_emu_s(n * frame_bits / rate_bps) * 1e9
             start = max([m.start_emu_ns, *(end_ns[d] for d in m.deps)])
             end_ns[i] = start + m.fwd_delay_emu_ns + tx_ns
             busy_ns[(m.src, m.ifname)] += tx_ns
@@ -579,7 +588,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     if config.workers is None:
         nics = {(p.src, p.ifname) for p in msgs}
         rates = frame_rates(msgs, {n: _port_of(fab, *n).rate_bps for n in nics},
-                            config.payload_bytes, scale.factor,
+                            config.payload_bytes, scale,
                             [delays.switches(p.src, p.dst) + 1 for p in msgs],
                             config.frames_per_ack)
         n_workers = min(auto_workers(rates, len(cpus)), len(loads))
@@ -688,7 +697,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     old_term = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     procs: list[Any] = []
     conns: list[Any] = []
-    reports: dict[int, dict] = {}
+    reports: dict[int, WorkerStats] = {}
     error: str | None = None
     wall0 = time.perf_counter()
     try:
@@ -733,18 +742,19 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             fab.disable_int()
     if terminated:
         raise _Terminated()
-    fault = next((r["cc_fault"] for r in reports.values() if r.get("cc_fault")), None)
+    fault = next((r.cc_fault for r in reports.values() if r.cc_fault), None)
     if fault is not None:  # the user's algorithm broke the run: no measurement to judge
         raise ParameterError("cc", config.cc_factory.name, fault)
     result = _result(fab, workload, config, plans, reports, error, time.perf_counter() - wall0)
-    result.stats["machine_busy"] = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
-    result.stats["steal_s"] = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
-    result.stats["quiet_wait_s"] = quiet_wait_s
-    result.stats["send_path"] = burst.detail
-    result.stats["receive_path"] = rx_lib.detail
+    st = result.stats
+    st.machine_busy = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
+    st.steal_s = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
+    st.quiet_wait_s = quiet_wait_s
+    st.send_path = burst.detail
+    st.receive_path = rx_lib.detail
     # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,
     # emulated ns): other samplers (queues) convert with it to the same time base.
-    result.stats["t0_monotonic_ns"] = int(shared.t0_ns.value)
+    st.t0_monotonic_ns = int(shared.t0_ns.value)
     return result
 
 
@@ -776,7 +786,7 @@ def _request_stop(shared: plan.Shared) -> None:
 
 
 def _start_clock(shared: plan.Shared, procs: list[Any], conns: list[Any],
-                 reports: dict[int, dict]) -> str | None:
+                 reports: dict[int, WorkerStats]) -> str | None:
     deadline = time.perf_counter() + _READY_TIMEOUT_S
     while True:
         states = list(shared.status)
@@ -793,8 +803,8 @@ def _start_clock(shared: plan.Shared, procs: list[Any], conns: list[Any],
         time.sleep(0.005)
 
 
-def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: dict[int, dict],
-             deadline: float, timeout_s: float | None) -> str | None:
+def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any],
+             reports: dict[int, WorkerStats], deadline: float, timeout_s: float | None) -> str | None:
     """Read every worker's report; stop them all at ``deadline`` or on the first error."""
     open_conns = {c: w for w, c in enumerate(conns) if w not in reports}
     sentinels = {p.sentinel: w for w, p in enumerate(procs)}
@@ -819,9 +829,9 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: d
                 try:
                     reports[w] = obj.recv()
                 except EOFError:
-                    reports[w] = {"worker": w, "error": f"worker {w} exited without a report"}
-                if reports[w].get("error") and error is None:
-                    error = reports[w]["error"]
+                    reports[w] = WorkerStats.failed(w, f"worker {w} exited without a report")
+                if reports[w].error and error is None:
+                    error = reports[w].error
                     _request_stop(shared)
             elif obj in sentinels:
                 w = sentinels.pop(obj)
@@ -829,12 +839,12 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any], reports: d
                 if conn in open_conns and not conn.poll():
                     open_conns.pop(conn)
                     code = procs[w].exitcode
-                    reports[w] = {"worker": w, "error": f"worker {w} died (exit code {code})"}
-                    error = error or reports[w]["error"]
+                    reports[w] = WorkerStats.failed(w, f"worker {w} died (exit code {code})")
+                    error = error or reports[w].error
                     _request_stop(shared)
     for w in open_conns.values():
-        reports[w] = {"worker": w, "error": f"worker {w} did not stop"}
-        error = error or reports[w]["error"]
+        reports[w] = WorkerStats.failed(w, f"worker {w} did not stop")
+        error = error or reports[w].error
     return error
 
 
@@ -866,8 +876,8 @@ class _Watchdog:
                     os.kill(self.procs[w].pid, signal.SIGTERM)
 
 
-def _first_error(reports: dict[int, dict]) -> str | None:
-    return next((r["error"] for r in reports.values() if r.get("error")), None)
+def _first_error(reports: dict[int, WorkerStats]) -> str | None:
+    return next((r.error for r in reports.values() if r.error), None)
 
 
 def _reap(procs: list[Any]) -> None:
@@ -890,143 +900,145 @@ _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "f
                     "completed", "path_delay_s", "ack_path_delay_s", "step", "tag"]
 
 
-def _result(fab: LiveFabric, workload: Workload, config: EngineConfig, plans: list[plan.WorkerPlan],
-            reports: dict[int, dict], error: str | None, wall_s: float) -> EngineResult:
+def _result(fab: LiveFabric, workload: Workload, config: EngineConfig,
+            plans: list[plan.WorkerPlan], reports: dict[int, WorkerStats], error: str | None,
+            wall_s: float) -> EngineResult:
+    """The workers' reports as one result in real units (``Scale``), in workload order."""
     scale = fab.scale
-
-    def real(ns: int) -> float:
-        return scale.real_s_of_emu_ns(ns) if ns >= 0 else float("nan")
-
-    sends: dict[int, dict] = {}
-    receives: dict[int, dict] = {}
-    lat_parts = []
-    rate_rows = []
-    lags = []
-    rx_lags = []
-    workers = []
-    nic_rows = []
-    for w in sorted(reports):
-        r = reports[w]
-        if "sends" not in r:
-            workers.append({"worker": w, "error": r.get("error")})
-            continue
-        for d in r["sends"]:
-            sends[d["index"]] = d
-        for d in r["receives"]:
-            receives[d["index"]] = d
-        if len(r["latency"]):
-            lat_parts.append(np.frombuffer(r["latency"], dtype=np.int64).reshape(-1, 4))
-        rate_rows.extend(r["rates"])
-        nic_rows.extend(r["nics"])
-        if len(r["lags"]):
-            lags.append(np.frombuffer(r["lags"], dtype=np.int64))
-        if len(r["rx_lags"]):
-            rx_lags.append(np.frombuffer(r["rx_lags"], dtype=np.int64).reshape(-1, 2))
-        cpu_s = r["cpu_s"]
-        workers.append({
-            "worker": w, "hosts": r["hosts"], "packets_sent": r["packets_sent"],
-            "data_packets_sent": r["data_packets_sent"], "ctrl_packets_sent": r["ctrl_packets_sent"],
-            "packets_received": r["packets_received"], "push_backs": r["push_backs"],
-            "ring_drops": r["ring_drops"], "unknown_frames": r["unknown_frames"],
-            "cpu_s": cpu_s, "sys_s": r["sys_s"], "wall_s": r["wall_s"], "wakeups": r["wakeups"],
-            "cpu_wait_s": r["cpu_wait_s"], "realtime": r["realtime"],
-            "lag_total_ns": r["lag_total_ns"], "pacing_resets": r["pacing_resets"],
-            "pacing_dropped_ns": r["pacing_dropped_ns"],
-            "pps": r["packets_sent"] / r["wall_s"] if r["wall_s"] else 0.0,
-            "pps_per_cpu_s": r["packets_sent"] / cpu_s if cpu_s else 0.0,
-            "stop_reason": r["stop_reason"], "error": r.get("error"),
-        })
-    rows = []
-    msg_plans = {p.index: p for wp in plans for p in wp.sends}
-    for i, m in enumerate(workload.messages):
-        mp = msg_plans[i]
-        sd = sends.get(i, {})
-        rd = receives.get(i, {})
-        start = sd.get("start_ns", -1)
-        end = rd.get("received_ns", -1)
-        rows.append({
-            "msg_id": m.msg_id, "src": m.src, "dst": m.dst, "size_bytes": m.size_bytes,
-            "start_s": real(start), "end_s": real(end), "fct_s": real(end - start)
-            if start >= 0 and end >= 0 else float("nan"),
-            "acked_s": real(sd.get("acked_ns", -1)),
-            "first_tx_s": real(sd.get("first_tx_ns", -1)),
-            "last_tx_s": real(sd.get("last_tx_ns", -1)),
-            "packets": sd.get("packets", 0), "packets_sent": sd.get("packets_sent", 0),
-            "retransmitted": sd.get("retransmitted", 0), "naks": sd.get("naks", 0),
-            "timeouts": sd.get("timeouts", 0), "cnps_sent": rd.get("cnps_sent", 0),
-            "cnps_received": sd.get("cnps_received", 0), "ecn_echoes": sd.get("ecn_echoes", 0),
-            "ce_marked": rd.get("ce_marked", 0),
-            "bytes_received": rd.get("bytes_received", 0),
-            "completed": sd.get("acked_ns", -1) >= 0 and end >= 0,
-            "path_delay_s": real(mp.fwd_delay_emu_ns),
-            "ack_path_delay_s": real(mp.back_delay_emu_ns),
-            "step": m.step, "tag": m.tag,
-        })
-    messages = pd.DataFrame(rows, columns=_MESSAGE_COLUMNS)
+    ordered = [reports[w] for w in sorted(reports)]
+    reported = [r for r in ordered if r.reported]
     msg_ids = np.array([m.msg_id for m in workload.messages], dtype=np.int64)
-    if lat_parts:
-        lat = np.concatenate(lat_parts)
-        latency = pd.DataFrame({"msg_id": msg_ids[lat[:, 0]], "t_s": scale.real_s_of_emu_ns(lat[:, 1]),
-                                "one_way_s": scale.real_s_of_emu_ns(lat[:, 2]), "ce": lat[:, 3] != 0})
-        latency = latency.sort_values("t_s", ignore_index=True)
-    else:
-        latency = pd.DataFrame(columns=["msg_id", "t_s", "one_way_s", "ce"])
-    rates = pd.DataFrame(rate_rows, columns=["index", "t_ns", "rate_bps", "target_rate_bps",
-                                             "alpha", "event"])
+    messages = _messages(scale, workload, plans, reported)
+    latency = _latency(scale, msg_ids, reported)
+    rates = _rates(scale, msg_ids, reported)
+    completed = error is None and bool(messages["completed"].all())
+    if error is None and not completed:
+        error = "incomplete: some messages were not acknowledged"
+    stats = _engine_stats(fab, config, plans, ordered, messages, completed, error, wall_s)
+    return EngineResult(messages, latency, rates, stats)
+
+
+def _real_s(scale: Scale, ns: int) -> float:
+    """Real seconds of emulated ns after t0; NaN for -1 (never happened)."""
+    return scale.real_s_of_emu_ns(ns) if ns >= 0 else float("nan")
+
+
+def _message_row(scale: Scale, m: Message, mp: plan.MsgPlan, sd: SendRecord,
+                 rd: ReceiveRecord) -> dict[str, Any]:
+    """One row of ``EngineResult.messages``: a message's send and receive records."""
+    start, end = sd.start_ns, rd.received_ns
+    return {
+        "msg_id": m.msg_id, "src": m.src, "dst": m.dst, "size_bytes": m.size_bytes,
+        "start_s": _real_s(scale, start), "end_s": _real_s(scale, end),
+        "fct_s": _real_s(scale, end - start) if start >= 0 and end >= 0 else float("nan"),
+        "acked_s": _real_s(scale, sd.acked_ns),
+        "first_tx_s": _real_s(scale, sd.first_tx_ns),
+        "last_tx_s": _real_s(scale, sd.last_tx_ns),
+        "packets": sd.packets, "packets_sent": sd.packets_sent,
+        "retransmitted": sd.retransmitted, "naks": sd.naks,
+        "timeouts": sd.timeouts, "cnps_sent": rd.cnps_sent,
+        "cnps_received": sd.cnps_received, "ecn_echoes": sd.ecn_echoes,
+        "ce_marked": rd.ce_marked,
+        "bytes_received": rd.bytes_received,
+        "completed": sd.acked_ns >= 0 and end >= 0,
+        "path_delay_s": _real_s(scale, mp.fwd_delay_emu_ns),
+        "ack_path_delay_s": _real_s(scale, mp.back_delay_emu_ns),
+        "step": m.step, "tag": m.tag,
+    }
+
+
+def _messages(scale: Scale, workload: Workload, plans: list[plan.WorkerPlan],
+              reported: list[WorkerStats]) -> pd.DataFrame:
+    """One row per message of the workload (a message no worker reported: never sent)."""
+    sends = {d.index: d for r in reported for d in r.sends}
+    receives = {d.index: d for r in reported for d in r.receives}
+    msg_plans = {p.index: p for wp in plans for p in wp.sends}
+    rows = [_message_row(scale, m, msg_plans[i], sends.get(i) or SendRecord(i),
+                         receives.get(i) or ReceiveRecord(i))
+            for i, m in enumerate(workload.messages)]
+    return pd.DataFrame(rows, columns=_MESSAGE_COLUMNS)
+
+
+def _latency(scale: Scale, msg_ids: np.ndarray, reported: list[WorkerStats]) -> pd.DataFrame:
+    """One row per sampled data frame: one-way delay and CE, in time order."""
+    parts = [np.frombuffer(r.latency, dtype=np.int64).reshape(-1, 4)
+             for r in reported if len(r.latency)]
+    if not parts:
+        return pd.DataFrame(columns=["msg_id", "t_s", "one_way_s", "ce"])
+    lat = np.concatenate(parts)
+    latency = pd.DataFrame({"msg_id": msg_ids[lat[:, 0]], "t_s": scale.real_s_of_emu_ns(lat[:, 1]),
+                            "one_way_s": scale.real_s_of_emu_ns(lat[:, 2]), "ce": lat[:, 3] != 0})
+    return latency.sort_values("t_s", ignore_index=True)
+
+
+def _rates(scale: Scale, msg_ids: np.ndarray, reported: list[WorkerStats]) -> pd.DataFrame:
+    """The congestion-control trace of every QP, in time order."""
+    rows = [row for r in reported for row in r.rates]
+    rates = pd.DataFrame(rows, columns=["index", "t_ns", "rate_bps", "target_rate_bps",
+                                        "alpha", "event"])
     rates["event"] = np.asarray(nic.TRACE_EVENTS, dtype=object)[
         rates["event"].to_numpy(dtype=np.int64)] if len(rates) else pd.Series(dtype=object)
     rates.insert(0, "t_s", scale.real_s_of_emu_ns(rates.pop("t_ns")))
     rates.insert(1, "msg_id", msg_ids[rates.pop("index").to_numpy(dtype=np.int64)]
                  if len(rates) else pd.Series(dtype=np.int64))
-    rates = rates.sort_values(["t_s", "msg_id"], ignore_index=True)
+    return rates.sort_values(["t_s", "msg_id"], ignore_index=True)
+
+
+def _percentile_emu_s(lags_ns: np.ndarray, q: float) -> float:
+    """The ``q``th percentile of emulated ns, in emulated s (0 without samples)."""
+    return float(np.percentile(lags_ns, q)) * 1e-9 if len(lags_ns) else 0.0
+
+
+def _lag_stats(reported: list[WorkerStats]) -> dict[str, float]:
+    """Pacing lag (per data frame) and receive lag (per frame, as long as its read's
+    oldest frame: an upper bound) percentiles, emulated s."""
+    lags = [np.frombuffer(r.lags, dtype=np.int64) for r in reported if len(r.lags)]
     all_lags = np.concatenate(lags) if lags else np.zeros(0, dtype=np.int64)
-    # Every frame of a ring read waited at most as long as the read's first one.
-    reads = np.concatenate(rx_lags) if rx_lags else np.zeros((0, 2), dtype=np.int64)
-    frame_rx_lags = np.repeat(reads[:, 0], reads[:, 1])
-    completed = error is None and bool(messages["completed"].all())
-    if error is None and not completed:
-        error = "incomplete: some messages were not acknowledged"
-    data_sent = sum(w.get("data_packets_sent", 0) for w in workers)
-    run_wall = max((w.get("wall_s", 0.0) for w in workers), default=0.0)
-    stats = {
-        "completed": completed, "error": error, "wall_s": wall_s, "run_wall_s": run_wall,
-        "scale": scale.factor, "workers": workers, "n_workers": len(plans),
-        "packets_sent": sum(w.get("packets_sent", 0) for w in workers),
-        "packets_received": sum(w.get("packets_received", 0) for w in workers),
-        "data_packets_sent": data_sent,
-        "pps": data_sent / run_wall if run_wall else 0.0,
-        "pacing_lag_p50_emu_s": float(np.percentile(all_lags, 50)) * 1e-9 if len(all_lags) else 0.0,
-        "pacing_lag_p99_emu_s": float(np.percentile(all_lags, 99)) * 1e-9 if len(all_lags) else 0.0,
-        # How long received frames waited in the rings for the worker (bounded above by
-        # each read's oldest frame): a late read sends its ACKs and CNPs late.
-        "receive_lag_p99_emu_s": float(np.percentile(frame_rx_lags, 99)) * 1e-9
-        if len(frame_rx_lags) else 0.0,
-        # Lag as it accumulated (sum of every frame's lateness) and the schedule debt
-        # that stalls dropped (resets): nothing a stall costs disappears.
-        "pacing_lag_total_emu_s": sum(w.get("lag_total_ns", 0) for w in workers) * 1e-9,
-        "pacing_resets": sum(w.get("pacing_resets", 0) for w in workers),
-        "pacing_dropped_emu_s": sum(w.get("pacing_dropped_ns", 0) for w in workers) * 1e-9,
-        "ring_drops": sum(w.get("ring_drops", 0) for w in workers),
-        "retransmitted": int(messages["retransmitted"].sum()),
-        "timeouts": int(messages["timeouts"].sum()),
-        # Per host NIC: busy time (first frame out to last frame out, per busy period)
-        # against the time its schedules allotted the same frames (emulated s).
-        "nics": [{"host": n["host"], "ifname": n["ifname"], "bits_sent": n["bits_sent"],
-                  "busy_emu_s": n["busy_emu_ns"] * 1e-9,
-                  "scheduled_emu_s": n["scheduled_emu_ns"] * 1e-9,
-                  "dropped_emu_s": n["dropped_emu_ns"] * 1e-9} for n in nic_rows],
-        "cpu_s": [w.get("cpu_s", 0.0) for w in workers],
-        "cpu_wait_s": [w.get("cpu_wait_s", 0.0) for w in workers],
-        # Workers under SCHED_FIFO (engine/nic.py); False where the privilege is missing.
-        "workers_realtime": bool(workers) and all(w.get("realtime") for w in workers),
-        "rto_s": plans[0].rto_s if plans else None,
-        "cnp_interval_s": plans[0].cnp_interval_s if plans else None,
-        "cc": config.cc_factory.name,
-        "payload_bytes": config.payload_bytes,
-        "fixed_delays": {"enabled": config.fixed_delays, "forwarding": config.forwarding,
-                         "nic_overhead_s": config.nic_overhead_s},
-        # What the engine added of the real fabric's fixed delays ({name: how}):
-        # experiments.rundir.emulated_fixed_delays merges it with the fabric's own.
-        "emulated_fixed_delays": config.emulated_fixed_delays(fab.delay_emulated),
-    }
-    return EngineResult(messages, latency, rates, stats)
+    rx = [np.frombuffer(r.rx_lags, dtype=np.int64).reshape(-1, 2)
+          for r in reported if len(r.rx_lags)]
+    reads = np.concatenate(rx) if rx else np.zeros((0, 2), dtype=np.int64)
+    frame_rx_lags_ns = np.repeat(reads[:, 0], reads[:, 1])
+    return {"pacing_lag_p50_emu_s": _percentile_emu_s(all_lags, 50),
+            "pacing_lag_p99_emu_s": _percentile_emu_s(all_lags, 99),
+            "receive_lag_p99_emu_s": _percentile_emu_s(frame_rx_lags_ns, 99)}
+
+
+def _nic_busy(reported: list[WorkerStats]) -> list[NicBusy]:
+    """Per host NIC: busy time against the time its schedules allotted (emulated s)."""
+    return [NicBusy(n.host, n.ifname, n.bits_sent, busy_emu_s=n.busy_emu_ns * 1e-9,
+                    scheduled_emu_s=n.scheduled_emu_ns * 1e-9,
+                    dropped_emu_s=n.dropped_emu_ns * 1e-9)
+            for r in reported for n in r.nics]
+
+
+def _engine_stats(fab: LiveFabric, config: EngineConfig, plans: list[plan.WorkerPlan],
+                  ordered: list[WorkerStats], messages: pd.DataFrame, completed: bool,
+                  error: str | None, wall_s: float) -> EngineStats:
+    """The run's counters: the workers' summed, the lags, the configuration."""
+    workers = [r.counters for r in ordered]
+    reported = [r for r in ordered if r.reported]
+    data_sent = sum(w.data_packets_sent for w in workers)
+    run_wall_s = max((w.wall_s for w in workers), default=0.0)
+    return EngineStats(
+        completed=completed, error=error, scale=fab.scale, wall_s=wall_s,
+        run_wall_s=run_wall_s, workers=workers, n_workers=len(plans),
+        packets_sent=sum(w.packets_sent for w in workers),
+        packets_received=sum(w.packets_received for w in workers),
+        data_packets_sent=data_sent,
+        pps=data_sent / run_wall_s if run_wall_s else 0.0,
+        **_lag_stats(reported),
+        pacing_lag_total_emu_s=sum(w.lag_total_ns for w in workers) * 1e-9,
+        pacing_resets=sum(w.pacing_resets for w in workers),
+        pacing_dropped_emu_s=sum(w.pacing_dropped_ns for w in workers) * 1e-9,
+        ring_drops=sum(w.ring_drops for w in workers),
+        retransmitted=int(messages["retransmitted"].sum()),
+        timeouts=int(messages["timeouts"].sum()),
+        nics=_nic_busy(reported),
+        rto_s=plans[0].rto_s if plans else None,
+        cnp_interval_s=plans[0].cnp_interval_s if plans else None,
+        cc=config.cc_factory.name,
+        payload_bytes=config.payload_bytes,
+        fixed_delays=FixedDelaySettings(config.fixed_delays, config.forwarding,
+                                        config.nic_overhead_s),
+        emulated_fixed_delays=config.emulated_fixed_delays(fab.delay_emulated),
+    )

@@ -110,7 +110,8 @@ from experiments.options import (
     parse_thresholds,
     parse_topo,
 )
-from experiments.rundir import Run, jain_index, progress
+from experiments.progress import progress
+from experiments.rundir import Run, jain_index
 from model.alphabeta import roce_wire_factor
 from model.dctcp import dctcp_oscillation
 from model.fairshare import FlowSpec, fair_share_schedule

@@ -61,7 +61,8 @@ from experiments.options import (
     parse_topo_at,
     split_topo_at,
 )
-from experiments.rundir import Run, progress
+from experiments.progress import progress
+from experiments.rundir import Run
 from model.alphabeta import (
     DEFAULT_OVERHEAD_S,
     WorkloadPrediction,

@@ -52,7 +52,8 @@ from experiments.options import (
     parse_size,
     parse_topo,
 )
-from experiments.rundir import Run, progress
+from experiments.progress import progress
+from experiments.rundir import Run
 from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s, roce_wire_factor
 from model.fluid import flow_completion_times
 from model.maxmin import make_flow

@@ -55,7 +55,8 @@ from experiments.options import (
     parse_thresholds,
     parse_topo,
 )
-from experiments.rundir import Run, jain_index, progress
+from experiments.progress import progress
+from experiments.rundir import Run, jain_index
 from model.fairshare import FlowSpec, fair_share_schedule
 from topologies.spec import build_topo
 from traffic import collectives

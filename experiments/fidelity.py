@@ -44,7 +44,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from core.scaling import Scale
+from engine.stats import EngineStats
 
 
 @dataclass(frozen=True)
@@ -98,41 +98,17 @@ class MarkingCounts:
 
 
 @dataclass(frozen=True)
-class NicBusy:
-    """One host NIC's busy periods: time used vs time its pacing schedule allotted."""
-
-    name: str
-    busy_s: float                 # emulated seconds with frames to send, first slot to last out
-    scheduled_s: float            # emulated seconds the schedule gave the same frames
-
-
-@dataclass(frozen=True)
 class RunMeasures:
-    """What the gate needs from one traffic run."""
+    """What the gate needs from one traffic run: the engine's own report, read as it
+    is, and what was measured around it."""
 
-    scale: float
-    wall_s: float                 # wall-clock seconds of the engine's traffic phase
-    cpu_s: float                  # CPU seconds used by the engine's workers
-    workers: int
-    pacing_lag_p99_s: float       # emulated seconds a send was late (p99)
+    engine: EngineStats           # pacing and receive lag, NIC busy time, CPU, drops, errors
     packet_time_s: float          # real serialization time of a full packet at the NIC
     messages_expected: int
     messages_completed: int
-    error: str | None = None
     port_rates: Sequence[PortRate] = ()
     marking: MarkingCounts | None = None
-    machine_busy: float | None = None   # fraction of all CPU time busy during the run
-    data_frames: int = 0                # data frames the engine sent
-    pacing_lag_total_s: float = 0.0     # emulated: every frame's lateness, summed
-    pacing_resets: int = 0              # schedules restarted after a stall
-    pacing_dropped_s: float = 0.0       # emulated debt those restarts dropped
-    nic_busy: Sequence[NicBusy] = ()
-    ring_drops: int = 0                 # frames the receive rings had no room for
-    retransmitted: int = 0              # data frames sent again
-    fabric_drops: int = 0               # frames switch and host ports dropped
-    cpu_wait_s: float | None = None     # workers runnable but waiting for a CPU, summed
-    steal_s: float | None = None        # CPU time the hypervisor took from the machine
-    receive_lag_p99_s: float = 0.0      # emulated seconds a frame waited in a ring (p99)
+    fabric_drops: int = 0         # frames switch and host ports dropped
 
 
 @dataclass(frozen=True)
@@ -250,32 +226,71 @@ def _marking_checks(m: MarkingCounts) -> list[Check]:
 def _stall_context(run: RunMeasures) -> str:
     """What took the CPU from the workers meanwhile, as far as the kernel tells."""
     parts = []
-    if run.cpu_wait_s is not None:
-        parts.append(f"workers waited {run.cpu_wait_s * 1e3:.1f} ms for a CPU")
-    if run.steal_s is not None:
-        parts.append(f"the hypervisor took {run.steal_s * 1e3:.0f} ms of CPU")
+    cpu_wait_s = run.engine.cpu_wait_s_total
+    if cpu_wait_s is not None:
+        parts.append(f"workers waited {cpu_wait_s * 1e3:.1f} ms for a CPU")
+    if run.engine.steal_s is not None:
+        parts.append(f"the hypervisor took {run.engine.steal_s * 1e3:.0f} ms of CPU")
     return f" ({', '.join(parts)}, wall clock)" if parts else ""
 
 
 def evaluate(run: RunMeasures, limits: Limits = Limits(),
              max_scale: float = math.inf) -> FidelityReport:
     """Run every check; ``max_scale`` is the largest S the topology allows (slowest link)."""
+    eng = run.engine
     checks: list[Check] = []
     need = 1.0
-    done = run.messages_completed == run.messages_expected and not run.error
+    done = run.messages_completed == run.messages_expected and not eng.error
     checks.append(Check("traffic completed", done, run.messages_completed,
                         run.messages_expected,
-                        run.error or f"{run.messages_completed}/{run.messages_expected} messages"))
+                        eng.error or f"{run.messages_completed}/{run.messages_expected} messages"))
 
     rate_checks, rate_need = _rate_checks(run.port_rates, limits)
     checks += rate_checks
     need = max(need, rate_need)
 
-    packet_time_emu_s = Scale(run.scale).time_emu_s(run.packet_time_s)
+    lag_checks, lag_need = _lag_checks(run, limits)
+    checks += lag_checks
+    need = max(need, lag_need)
+
+    cpu, cpu_need = _cpu_check(eng, limits)
+    checks.append(cpu)
+    need = max(need, cpu_need)
+
+    checks.append(Check("receive rings kept up", eng.ring_drops == 0, eng.ring_drops, 0,
+                        f"{eng.ring_drops} frames dropped by full receive rings"))
+    if eng.ring_drops:
+        need = max(need, 2.0)  # a worker that reads late is short of CPU
+    expected = run.fabric_drops > 0
+    checks.append(Check("no unexpected retransmissions", expected or eng.retransmitted == 0,
+                        eng.retransmitted, None,
+                        f"{eng.retransmitted} frames retransmitted, {run.fabric_drops} dropped "
+                        "by ports"))
+
+    if run.marking is not None:
+        checks += _marking_checks(run.marking)
+
+    reasons = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
+    scale = eng.scale.factor
+    suggested = scale
+    if need > 1:
+        suggested = min(nice_scale(scale * need * limits.margin), max_scale)
+        reasons.append(f"suggested scale factor S = {suggested:g} (now {scale:g})"
+                       + (" -- the slowest link caps S here" if suggested == max_scale else ""))
+    return FidelityReport(not any(not c.ok for c in checks), reasons, suggested, checks)
+
+
+def _lag_checks(run: RunMeasures, limits: Limits) -> tuple[list[Check], float]:
+    """Send and receive lag (p99, mean, dropped debt) and each NIC's rate while busy,
+    against dilated packet times; and the factor S must grow by to pass them."""
+    eng = run.engine
+    checks: list[Check] = []
+    need = 1.0
+    packet_time_emu_s = eng.scale.time_emu_s(run.packet_time_s)
     # A frame read late is answered late: its ACK or CNP leaves late, and a sender held
     # to its window (HPCC, DCTCP, Swift) loses throughput that no send lag shows.
-    for name, what, lag_s in (("pacing lag p99", "send", run.pacing_lag_p99_s),
-                              ("receive lag p99", "receive", run.receive_lag_p99_s)):
+    for name, what, lag_s in (("pacing lag p99", "send", eng.pacing_lag_p99_emu_s),
+                              ("receive lag p99", "receive", eng.receive_lag_p99_emu_s)):
         lag, lag_need = _ratio_check(
             name, lag_s, limits.lag_packets * packet_time_emu_s,
             f"p99 {what} lag {lag_s * 1e3:.3f} ms emulated vs {limits.lag_packets:g} x "
@@ -283,63 +298,44 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
         checks.append(lag)
         need = max(need, lag_need)
 
-    if run.data_frames:
-        mean_s = run.pacing_lag_total_s / run.data_frames
+    if eng.data_packets_sent:
+        mean_s = eng.pacing_lag_total_emu_s / eng.data_packets_sent
         mean, mean_need = _ratio_check(
             "pacing lag mean", mean_s, limits.lag_mean_packets * packet_time_emu_s,
-            f"mean send lag {mean_s * 1e3:.3f} ms emulated over {run.data_frames} frames vs "
-            f"{limits.lag_mean_packets:g} x packet time")
+            f"mean send lag {mean_s * 1e3:.3f} ms emulated over {eng.data_packets_sent} frames "
+            f"vs {limits.lag_mean_packets:g} x packet time")
         checks.append(mean)
         need = max(need, mean_need)
-    resets_ok = run.pacing_resets == 0
-    checks.append(Check("pacing debt kept", resets_ok, run.pacing_resets, 0,
-                        f"{run.pacing_resets} stalls dropped {run.pacing_dropped_s * 1e3:.3f} ms "
-                        "of emulated schedule debt"))
+    resets_ok = eng.pacing_resets == 0
+    checks.append(Check("pacing debt kept", resets_ok, eng.pacing_resets, 0,
+                        f"{eng.pacing_resets} stalls dropped "
+                        f"{eng.pacing_dropped_emu_s * 1e3:.3f} ms of emulated schedule debt"))
     if not resets_ok:
         need = max(need, 2.0)
-    for nb in run.nic_busy:
-        if nb.busy_s <= 0:
+    for nb in eng.nics:
+        if nb.busy_emu_s <= 0:
             continue
-        ratio = nb.scheduled_s / nb.busy_s
+        ratio = nb.scheduled_emu_s / nb.busy_emu_s
         floor = 1 - limits.rate_under
         checks.append(Check(f"NIC rate {nb.name}", ratio >= floor, ratio, floor,
                             f"sent at {ratio:.1%} of its scheduled rate while busy"))
         if ratio < floor:
             need = max(need, floor / max(ratio, 1e-3))
+    return checks, need
 
-    workers_busy = run.cpu_s / (run.wall_s * run.workers) \
-        if run.wall_s > 0 and run.workers else 0.0
-    workers = f"workers {run.cpu_s:.1f} CPU s over {run.wall_s:.1f} s x {run.workers}"
-    if run.machine_busy is not None:
-        cpu, cpu_need = _ratio_check(
-            "machine CPU", run.machine_busy, limits.machine_busy,
-            f"{run.machine_busy:.0%} of all CPU busy during the run ({workers})")
-    else:
-        cpu, cpu_need = _ratio_check("engine CPU", workers_busy, limits.cpu_busy,
-                                     f"{workers} = {workers_busy:.0%}")
-    checks.append(cpu)
-    need = max(need, cpu_need)
 
-    checks.append(Check("receive rings kept up", run.ring_drops == 0, run.ring_drops, 0,
-                        f"{run.ring_drops} frames dropped by full receive rings"))
-    if run.ring_drops:
-        need = max(need, 2.0)  # a worker that reads late is short of CPU
-    expected = run.fabric_drops > 0
-    checks.append(Check("no unexpected retransmissions", expected or run.retransmitted == 0,
-                        run.retransmitted, None,
-                        f"{run.retransmitted} frames retransmitted, {run.fabric_drops} dropped "
-                        "by ports"))
-
-    if run.marking is not None:
-        checks += _marking_checks(run.marking)
-
-    reasons = [f"{c.name}: {c.detail}" for c in checks if not c.ok]
-    suggested = run.scale
-    if need > 1:
-        suggested = min(nice_scale(run.scale * need * limits.margin), max_scale)
-        reasons.append(f"suggested scale factor S = {suggested:g} (now {run.scale:g})"
-                       + (" -- the slowest link caps S here" if suggested == max_scale else ""))
-    return FidelityReport(not any(not c.ok for c in checks), reasons, suggested, checks)
+def _cpu_check(eng: EngineStats, limits: Limits) -> tuple[Check, float]:
+    """The machine's CPU over the run, else the workers' own."""
+    cpu_s = eng.cpu_s_total
+    wall_s, n = eng.run_wall_s, eng.n_workers
+    workers_busy = cpu_s / (wall_s * n) if wall_s > 0 and n else 0.0
+    workers = f"workers {cpu_s:.1f} CPU s over {wall_s:.1f} s x {n}"
+    if eng.machine_busy is not None:
+        return _ratio_check(
+            "machine CPU", eng.machine_busy, limits.machine_busy,
+            f"{eng.machine_busy:.0%} of all CPU busy during the run ({workers})")
+    return _ratio_check("engine CPU", workers_busy, limits.cpu_busy,
+                        f"{workers} = {workers_busy:.0%}")
 
 
 def combine(reports: Sequence[FidelityReport]) -> FidelityReport:

@@ -62,7 +62,8 @@ from experiments.options import (
     parse_thresholds,
     parse_topo,
 )
-from experiments.rundir import Run, progress
+from experiments.progress import progress
+from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast import predict_incast_on_graph

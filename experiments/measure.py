@@ -27,11 +27,11 @@ from emu.wirerate import capacity_bound_bps
 from engine.capture import Captured, HostCapture
 from engine.rawsock import realtime_offset_ns
 from engine.run import EngineConfig, first_frame_bytes, run_workload
+from engine.stats import EngineStats
 from experiments.fidelity import (
     Check,
     FidelityReport,
     MarkingCounts,
-    NicBusy,
     PortQueue,
     PortRate,
     RunMeasures,
@@ -87,7 +87,7 @@ class Measurement:
     rates: pd.DataFrame
     queue: pd.DataFrame          # t_s, port, backlog_bytes, vq_bytes
     ports: pd.DataFrame          # one row per port: counter deltas, max queue bounds
-    stats: dict
+    stats: EngineStats           # the engine's report (engine/stats.py)
     wall_s: float
     captures: dict[str, Captured] = field(default_factory=dict)  # host -> its NIC's frames
 
@@ -160,14 +160,14 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
             if sampler is not None:
                 sampler.stop()
         wall_s = time.monotonic() - t0
-        t0_ns = result.stats.get("t0_monotonic_ns")
+        t0_ns = result.stats.t0_monotonic_ns
         captures = taps.result(t0_ns + realtime_offset_ns(), fab.scale) if t0_ns else {}
     after = fab.port_stats()
     queue = sampler.frame() if sampler is not None else pd.DataFrame(
         columns=["t_s", "port", "backlog_bytes", "vq_bytes"])
-    if sampler is not None and result.stats.get("t0_monotonic_ns"):
+    if sampler is not None and result.stats.t0_monotonic_ns:
         # On the engine's time base (t = 0 when it starts sending), like messages.csv.
-        queue["t_s"] += (sampler.start_ns - result.stats["t0_monotonic_ns"]) / 1e9
+        queue["t_s"] += (sampler.start_ns - result.stats.t0_monotonic_ns) / 1e9
     queue["t_s"] = fab.scale.to_real_time_s(queue["t_s"])
     ports = port_deltas(before, after)
     # The marking thresholds in force at each switch port that marks (the plots' lines).
@@ -177,7 +177,7 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
         ports[col] = [getattr(marks[n], col) if m else math.nan
                       for n, m in zip(ports.index, marking, strict=True)]
     return Measurement(result.messages, result.latency, result.rates, queue, ports,
-                       dict(result.stats), wall_s, captures)
+                       result.stats, wall_s, captures)
 
 
 def engine_config(cc: str, workers: int | str | None = "auto", **kw: Any) -> Any:
@@ -240,24 +240,11 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
         cnps_received=int(msgs.cnps_received.sum()),
         rate_reductions=int((m.rates.groupby("msg_id").rate_bps.diff() < 0).sum()),
         ports=queues)
-    st = m.stats
     measures = RunMeasures(
-        scale=fab.scale.factor, wall_s=float(st["run_wall_s"]), cpu_s=float(sum(st["cpu_s"])),
-        workers=int(st["n_workers"]), pacing_lag_p99_s=float(st["pacing_lag_p99_emu_s"]),
-        packet_time_s=packet_time_s(host_rate), messages_expected=len(workload.messages),
-        messages_completed=int(msgs.completed.sum()), error=st.get("error"),
-        port_rates=rates, marking=marking, machine_busy=st.get("machine_busy"),
-        data_frames=int(st.get("data_packets_sent", 0)),
-        pacing_lag_total_s=float(st.get("pacing_lag_total_emu_s", 0.0)),
-        pacing_resets=int(st.get("pacing_resets", 0)),
-        pacing_dropped_s=float(st.get("pacing_dropped_emu_s", 0.0)),
-        nic_busy=[NicBusy(f"{n['host']}:{n['ifname']}", n["busy_emu_s"], n["scheduled_emu_s"])
-                  for n in st.get("nics", ())],
-        ring_drops=int(st.get("ring_drops", 0)), retransmitted=int(msgs.retransmitted.sum()),
-        fabric_drops=int(m.ports.drops.sum()),
-        cpu_wait_s=float(sum(st["cpu_wait_s"])) if "cpu_wait_s" in st else None,
-        steal_s=st.get("steal_s"),
-        receive_lag_p99_s=float(st.get("receive_lag_p99_emu_s", 0.0)))
+        engine=m.stats, packet_time_s=packet_time_s(host_rate),
+        messages_expected=len(workload.messages),
+        messages_completed=int(msgs.completed.sum()),
+        port_rates=rates, marking=marking, fabric_drops=int(m.ports.drops.sum()))
     return evaluate(measures, max_scale=max_scale(fab))
 
 
@@ -323,7 +310,7 @@ def measure_deviations(fab: Fabric, m: Measurement, case: str, graph: Any | None
     residual)'. Real and measured values are medians over the run's messages."""
 
     graph = model_graph(fab) if graph is None else graph
-    emulated = emulated_fixed_delays(fab, m.stats.get("emulated_fixed_delays"))
+    emulated = emulated_fixed_delays(fab, m.stats.emulated_fixed_delays)
     msgs = m.messages[m.messages.end_s.notna() & (m.messages.src != m.messages.dst)]
     lowest = m.latency.groupby("msg_id").one_way_s.min() if not m.latency.empty else pd.Series()
     parts: list[dict[str, float]] = []

@@ -41,7 +41,8 @@ from experiments.options import (
     parse_sizes,
     parse_specs,
 )
-from experiments.rundir import Run, progress
+from experiments.progress import progress
+from experiments.rundir import Run
 from topologies.spec import build_topo
 
 NAME = "ratios"

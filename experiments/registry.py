@@ -19,10 +19,11 @@ from core.errors import ParameterError
 from experiments import cc, collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.report import render_report
-from experiments.rundir import RunResult, run_experiment
+from experiments.rundir import RunResult
+from experiments.runner import run_experiment
 
 #: Each module declares NAME, OPTIONS (name -> Option), check(opts) and
-#: execute(run, opts); `cli_run` runs it through `experiments.rundir.run_experiment`.
+#: execute(run, opts); `cli_run` runs it through `experiments.runner.run_experiment`.
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc, "demo": demo_module,

@@ -1,4 +1,4 @@
-"""The run directory: how a run starts, records and ends.
+"""The run directory: what a run records and how it is written (``Run``).
 
 A run directory holds
 
@@ -15,79 +15,47 @@ A run directory holds
 * ``cases/NNN/``: one record per finished case, written as the case ends (what
   ``--resume`` reloads). summary.json and config.json say ``status`` running,
   stopped or finished; every file is replaced atomically (temporary file, rename).
+
+``experiments.runner`` starts and ends runs, ``experiments.storage`` writes the files,
+``experiments.environment`` probes the machine.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import math
 import os
-import platform
 import re
 import shlex
-import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from core.errors import FabricEmuError, ParameterError
+from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.capture import Captured
 from engine.run import EngineConfig
+from experiments.environment import capabilities, git_commit, versions
 from experiments.fidelity import FidelityReport, combine
-from experiments.options import Option, format_value, resolve_options
-from experiments.report import console, render_report
+from experiments.options import Option, format_value
+from experiments.report import render_report
+from experiments.storage import (
+    CASES_DIR,
+    CaseRecord,
+    deferred_interrupts,
+    write_csv_atomic,
+    write_text_atomic,
+)
 from traffic.fixeddelay import FIXED_DELAYS, PROPAGATION, SERIALIZATION
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-
-# ----------------------------------------------------------------------------- versions
-
-def versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version(), "kernel": platform.release()}
-    for dist in ("fabricemu", "pyroute2", "scapy", "pandas", "numpy", "networkx", "matplotlib"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = "absent"
-    return out
-
-
-def git_commit() -> str | None:
-    """HEAD of the checkout (+ '-dirty'), None outside a git checkout."""
-    try:
-        head = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head + ("-dirty" if dirty else "")
-
-
-def capabilities() -> dict:
-    """The capability probe (about a second); its failure is recorded, not fatal."""
-    try:
-        from emu.capabilities import probe
-
-        return probe().as_dict()
-    except Exception as e:  # a probe bug must not lose a finished measurement
-        return {"error": f"{type(e).__name__}: {e}"}
+#: Subdirectory of a run directory with each captured case's pcaps (the ``capture`` option).
+PCAP_DIR = "pcap"
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -160,10 +128,16 @@ class Run:
         self.quick = quick
         self.seed = seed
         self.started = time.time()
-        self.units: list[_Unit] = []
-        self.pending = _Unit("")
+        self.units: list[CaseRecord] = []
+        self.pending = CaseRecord("")
         self._environment: dict[str, Any] | None = None
         self._pcaps: set[Path] = set()
+
+    @property
+    def scale(self) -> Scale:
+        """The run's S: its ``scale`` option, else the default every experiment runs at
+        when not told otherwise (``core.scaling.DEFAULT_SCALE``, their options' default)."""
+        return Scale(float(self.options["scale"])) if "scale" in self.options else Scale()
 
     # -- collecting ------------------------------------------------------------------
     def metric(self, case: str, metric: str, unit: str, measured: float | None,
@@ -254,7 +228,7 @@ class Run:
 
     def commit(self, key: str) -> None:
         """Case ``key`` ended: write what it recorded now (see the class docstring)."""
-        unit, self.pending = self.pending, _Unit("")
+        unit, self.pending = self.pending, CaseRecord("")
         unit.key = key
         with deferred_interrupts():
             unit.save(self.dir / CASES_DIR, len(self.units))
@@ -263,7 +237,7 @@ class Run:
 
     def resume(self) -> int:
         """Load the cases a previous run into this directory committed; their count."""
-        self.units = _Unit.load_all(self.dir / CASES_DIR)
+        self.units = CaseRecord.load_all(self.dir / CASES_DIR)
         return len(self.units)
 
     # -- writing ---------------------------------------------------------------------
@@ -282,7 +256,7 @@ class Run:
         if status != "finished":
             reason = stopped or (f"incomplete: {len(units)} case(s) finished so far; the run "
                                  "is still going or was killed")
-            reports.append(FidelityReport(False, [reason], float(self.options.get("scale", 1.0))))
+            reports.append(FidelityReport(False, [reason], self.scale.factor))
         verdict = combine(reports)
         rows = [dict(r) for u in units for r in u.rows]
         for row in rows:
@@ -342,7 +316,7 @@ class Run:
         that did not finish: the case then running is dropped, the run is invalid."""
         with deferred_interrupts():
             if stopped is None and not self.pending.empty():
-                unit, self.pending = self.pending, _Unit("(rest)")
+                unit, self.pending = self.pending, CaseRecord("(rest)")
                 unit.save(self.dir / CASES_DIR, len(self.units))
                 self.units.append(unit)
             result = self._write("stopped" if stopped else "finished", stopped)
@@ -368,11 +342,6 @@ class Run:
                 self.dir.rmdir()
 
 
-#: Subdirectory of a run directory with one record per committed case.
-CASES_DIR = "cases"
-#: ... and with each captured case's pcaps (the ``capture`` option).
-PCAP_DIR = "pcap"
-
 def pcap_path(run_dir: Path, case: str, host: str) -> Path:
     """Where a run writes the capture of case ``case`` at ``host``."""
     return run_dir / PCAP_DIR / re.sub(r"[^\w=.,+-]+", "_", case) / f"{host}.pcap"
@@ -397,126 +366,6 @@ def interference_only(failed: Collection[str]) -> bool:
                            or n.startswith(STALL_CONSEQUENCES) for n in failed)
 
 
-@dataclass(frozen=True)
-class _Mark:
-    """How much a `_Unit` held at one moment (`_Unit.mark`)."""
-
-    rows: int
-    notes: int
-    deviations: int
-    frames: dict[str, int]
-    cases: frozenset[str]
-    spreads: frozenset[str]
-
-
-@dataclass
-class _Unit:
-    """What one finished case (or cases measured together) recorded."""
-
-    key: str
-    rows: list[dict] = field(default_factory=list)
-    frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict)
-    cases: dict[str, FidelityReport] = field(default_factory=dict)
-    fabrics: dict[str, dict] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    deviations: list[dict] = field(default_factory=list)
-    # Case -> the reasons of each attempt the gate refused for interference (Run.attempt).
-    refused: dict[str, list[list[str]]] = field(default_factory=dict)
-    # Case -> metric -> the spread of a randomised model's realisations (Run.spread).
-    spreads: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
-
-    def mark(self) -> _Mark:
-        """What this unit holds now, for `rollback`."""
-        return _Mark(len(self.rows), len(self.notes), len(self.deviations),
-                     {name: len(parts) for name, parts in self.frames.items()},
-                     frozenset(self.cases), frozenset(self.spreads))
-
-    def rollback(self, mark: _Mark) -> None:
-        """Forget what was recorded since ``mark`` (refusals excepted)."""
-        del self.rows[mark.rows:], self.notes[mark.notes:], self.deviations[mark.deviations:]
-        self.frames = {name: parts[:mark.frames[name]] for name, parts in self.frames.items()
-                       if mark.frames.get(name)}
-        self.cases = {c: r for c, r in self.cases.items() if c in mark.cases}
-        self.spreads = {c: s for c, s in self.spreads.items() if c in mark.spreads}
-
-    def empty(self) -> bool:
-        return not (self.rows or self.frames or self.cases or self.notes or self.deviations)
-
-    def save(self, root: Path, index: int) -> None:
-        """``root/NNN/`` (unit.json and one CSV per frame), renamed into place whole."""
-        root.mkdir(exist_ok=True)
-        final = root / f"{index:03d}"
-        tmp = root / f".{index:03d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        for name, parts in self.frames.items():
-            pd.concat(parts, ignore_index=True).to_csv(tmp / f"{name}.csv", index=False)
-        record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
-                  "cases": {c: r.as_dict() for c, r in self.cases.items()},
-                  "fabrics": self.fabrics, "notes": self.notes, "deviations": self.deviations,
-                  "refused": self.refused, "spreads": self.spreads}
-        (tmp / "unit.json").write_text(json.dumps(record, indent=1, default=str))
-        os.replace(tmp, final)
-
-    @classmethod
-    def load_all(cls, root: Path) -> list[_Unit]:
-        units = []
-        if not root.is_dir():
-            return units
-        for path in sorted(p for p in root.iterdir() if re.fullmatch(r"[0-9]{3}", p.name)):
-            try:
-                record = json.loads((path / "unit.json").read_text())
-                frames = {name: [pd.read_csv(path / f"{name}.csv")]
-                          for name in record["frames"]}
-                units.append(cls(record["key"], list(record["rows"]), frames,
-                                 {c: FidelityReport.from_dict(r)
-                                  for c, r in record["cases"].items()},
-                                 dict(record["fabrics"]), list(record["notes"]),
-                                 list(record.get("deviations", [])),
-                                 dict(record.get("refused", {})),
-                                 dict(record.get("spreads", {}))))
-            except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as e:
-                raise FabricEmuError(f"cannot resume: {path} is damaged ({e}); use --force "
-                                     "to start over") from None
-            if len(units) != int(path.name) + 1:
-                raise FabricEmuError(f"cannot resume: {root} misses case records before "
-                                     f"{path.name}; use --force to start over")
-        return units
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename: readers see the old or the new file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, path)
-
-
-@contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then deliver them: a
-    second Ctrl-C while results are written cannot leave them half written."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
-                for s in held}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if caught:
-            os.kill(os.getpid(), caught[0])
-
-
 def rerun_command(experiment: str, options: Mapping[str, Any], out: Path,
                   spec: Mapping[str, Option] | None = None, quick: bool = False) -> str:
     """The `emu run` line that reproduces the run: every option, as its parser reads it."""
@@ -532,134 +381,6 @@ def rerun_command(experiment: str, options: Mapping[str, Any], out: Path,
     return shlex.join([*words, "--out", str(out)])
 
 
-def _is_run_dir(path: Path) -> bool:
-    return (path / "config.json").is_file() or (path / CASES_DIR).is_dir()
-
-
-#: What a run writes into its directory; --force removes these and nothing else.
-_RUN_OUTPUTS = ("*.csv", "*.png", "config.json", "summary.json", ".*.tmp")
-
-
-def prepare_out_dir(name: str, out: str | Path | None, *, force: bool,
-                    resume: bool) -> tuple[Path, bool]:
-    """The run directory and whether this run created it.
-
-    No ``out``: ``runs/NAME-YYYYmmdd-HHMMSS`` made with an exclusive mkdir, with
-    ``-2``, ``-3``, ... if another run took the name. A given ``out`` that exists
-    and is not empty is refused unless ``force`` (its run outputs are removed first)
-    or ``resume`` (kept: the caller reloads the finished cases)."""
-    if force and resume:
-        raise ParameterError("--force/--resume", "both", "give one of them")
-    if out is None:
-        base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        for n in itertools.count(1):
-            path = base if n == 1 else base.with_name(f"{base.name}-{n}")
-            try:
-                path.mkdir(parents=True)
-            except FileExistsError:
-                continue
-            except OSError as e:
-                raise FabricEmuError(f"cannot create the run directory {path}: "
-                                     f"{e.strerror}") from None
-            return path, True
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ParameterError("--out", str(path), "exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        if not (force or resume):
-            raise ParameterError("--out", str(path), "is not empty; add --force to start "
-                                 "over or --resume to keep its finished cases")
-        if not _is_run_dir(path):
-            raise ParameterError("--out", str(path), "is not empty and is not a run "
-                                 "directory (no config.json); refusing to write into it")
-        if force:
-            for pattern in _RUN_OUTPUTS:
-                for old in path.glob(pattern):
-                    old.unlink()
-            shutil.rmtree(path / CASES_DIR, ignore_errors=True)
-        return path, False
-    created = not path.exists()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise FabricEmuError(f"cannot create the run directory {path}: {e.strerror}") from None
-    return path, created
-
-
-@contextlib.contextmanager
-def progress(total: int, description: str) -> Iterator[Callable[[str], None]]:
-    """A rich progress bar over ``total`` cases; yields ``advance(label)``."""
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                   TextColumn("{task.completed}/{task.total} {task.fields[label]}"),
-                   TimeElapsedColumn(), console=console, transient=False,
-                   disable=not console.is_terminal)
-    with bar:
-        task = bar.add_task(description, total=total, label="")
-
-        def advance(label: str) -> None:
-            bar.update(task, advance=1, label=label)
-
-        yield advance
-
-
-def run_experiment(name: str, options: Mapping[str, Option],
-                   execute: Callable[[Run, dict[str, Any]], None], out_dir: str | Path | None,
-                   quick: bool, overrides: Mapping[str, Any], *,
-                   check: Callable[[dict[str, Any]], None] | None = None,
-                   force: bool = False, resume: bool = False, show: bool = True) -> RunResult:
-    """What every experiment's ``run()`` does: parse and check every option, prepare
-    the run directory (nothing is created if an option is refused), execute, finish
-    (and print the tables unless ``show`` is False)."""
-    opts = resolve_options(options, quick, overrides, check)
-    if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
-        opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
-    path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
-    rec = Run(name, path, opts, quick=quick, spec=options)
-    try:
-        if resume:
-            rec.resume()
-        rec.start()
-        execute(rec, opts)
-    except BaseException as e:
-        # A long sweep keeps what its finished cases measured: the run directory is
-        # written, marked invalid with the reason, and the error still propagates.
-        if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
-            console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
-                          f"--out {path} to run the rest", style="yellow", markup=False)
-            reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
-            with contextlib.suppress(Exception):
-                rec.finish(show=False, stopped=reason)
-        else:
-            rec.discard(created)
-        raise
-    return rec.finish(show=show)
-
-
-def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
-                     opts: dict[str, Any], overrides: Mapping[str, Any],
-                     check: Callable[[dict[str, Any]], None] | None
-                     ) -> tuple[dict[str, Any], bool]:
-    """The options of the run being resumed; options given now must agree with them."""
-    try:
-        config = json.loads((out / "config.json").read_text())
-        experiment, stored, quick = config["experiment"], config["options"], config["quick"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise FabricEmuError(f"cannot resume {out}: unreadable config.json ({e}); use "
-                             "--force to start over") from None
-    if experiment != name:
-        raise ParameterError("--resume", str(out), f"holds a {experiment!r} run, not {name!r}")
-    try:
-        resumed = resolve_options(options, bool(quick), stored, check)
-    except ParameterError as e:
-        raise FabricEmuError(f"cannot resume {out}: its options no longer parse ({e})") from None
-    for key in overrides:
-        if opts[key] != resumed[key]:
-            raise ParameterError(key, overrides[key], f"the run being resumed has {key}="
-                                 f"{options[key].format(resumed[key])}; drop the option or "
-                                 "use --force to start over")
-    return resumed, bool(quick)
-
-
 def emulated_fixed_delays(fab: Fabric, engine: Mapping[str, str] | None = None
                           ) -> dict[str, dict[str, Any]]:
     """Which of the real fabric's fixed delays (``traffic.fixeddelay.FIXED_DELAYS``, all
@@ -669,7 +390,7 @@ def emulated_fixed_delays(fab: Fabric, engine: Mapping[str, str] | None = None
     else: its hops are veths into HTB ports whose bucket releases a frame as soon as it
     holds its tokens, so a frame is serialized once, at the bottleneck, and no switch
     adds pipeline latency. ``engine`` is what the engine driving it adds ({name: how}:
-    ``EngineResult.stats['emulated_fixed_delays']``); None: what the experiments'
+    ``EngineResult.stats.emulated_fixed_delays``); None: what the experiments'
     engine (the default ``EngineConfig``) adds on this fabric."""
     summary = fab.summary()
     netem = bool(summary.get("delay_emulated"))

@@ -69,7 +69,7 @@ def _incast(fab: Fabric, cc: str, send_path: str = "auto"):
     result = run_workload(fab, wl, EngineConfig(cc=cc, timeout_s=120, send_path=send_path))
     after = fab.port_stats().set_index("port").loc[port]
     m = result.messages
-    assert result.completed, result.stats["error"]
+    assert result.completed, result.stats.error
     assert (m.bytes_received == m.size_bytes).all()
     marks = int(after.ecn_marked - before.ecn_marked)
     assert marks > 0 and m.ce_marked.sum() > 0        # the signal was there for everyone
@@ -94,7 +94,7 @@ def test_dctcp_shrinks_its_window_on_echoed_marks_without_loss(fab, send_path):
     assert (result.rates.groupby("msg_id").alpha.min() < 1.0).all()   # alpha learnt F < 1
     # ... so nothing was lost and nothing resent.
     assert drops == 0 and m.retransmitted.sum() == 0 and m.timeouts.sum() == 0
-    assert result.stats["cc"] == "dctcp"
+    assert result.stats.cc == "dctcp"
 
 
 def test_timely_cuts_its_rate_on_the_rtt(fab):
@@ -121,7 +121,7 @@ def test_swift_cuts_its_window_when_the_delay_exceeds_its_target(fab):
 
 def test_a_users_class_from_a_file_runs_and_reacts(fab):
     result, _ = _incast(fab, f"{EXAMPLE}:MyAimd")
-    assert result.stats["cc"] == "my_aimd.py:MyAimd"
+    assert result.stats.cc == "my_aimd.py:MyAimd"
     # MyAimd halves on an echo or a CNP: every sender was cut at least once.
     assert (_per_flow_min(result, "rate_bps") <= 0.5 * LINE_BPS).all()
     assert (result.messages.ecn_echoes > 0).all()
@@ -214,7 +214,7 @@ def test_per_message_acks_keep_a_window_open(fab):
     result = run_workload(fab, wl, EngineConfig(cc="dctcp", ack_coalesce="message",
                                                 timeout_s=120))
     m = result.messages
-    assert result.completed, result.stats["error"]
+    assert result.completed, result.stats.error
     assert m.timeouts.sum() == 0 and m.retransmitted.sum() == 0
     assert (m.ecn_echoes > 0).all()
 

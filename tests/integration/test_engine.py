@@ -64,7 +64,7 @@ def _port_row(fab: Fabric, port) -> dict:
 
 def _assert_exact(result) -> None:
     m = result.messages
-    assert result.completed, result.stats["error"]
+    assert result.completed, result.stats.error
     assert (m["bytes_received"] == m["size_bytes"]).all()
     assert m["completed"].all()
     assert (m["fct_s"] > 0).all()
@@ -92,7 +92,7 @@ def test_1mb_write_completes_with_exact_byte_accounting(send_path):
         after = _snmp(fab, "h2")
         sink = fab.roce_sinks.kind
     _assert_exact(result)
-    assert result.stats["send_path"].startswith("sendmmsg" if send_path == "compiled" else "python")
+    assert result.stats.send_path.startswith("sendmmsg" if send_path == "compiled" else "python")
     # The receiving host's kernel never answers RoCEv2 with port-unreachable, and with
     # the BPF sink its IP stack never even sees the frames (a RoCE NIC consumes them).
     assert after["Udp.NoPorts"] == before["Udp.NoPorts"]
@@ -110,13 +110,13 @@ def test_1mb_write_completes_with_exact_byte_accounting(send_path):
     assert len(lat) == 256 and (lat["msg_id"] == 7).all()
     assert (lat["one_way_s"] > 0).all() and (lat["one_way_s"] < row["fct_s"]).all()
     assert not lat["ce"].any()
-    workers = result.stats["workers"]
-    assert sum(w["data_packets_sent"] for w in workers) == 256
-    assert sum(w["ring_drops"] for w in workers) == 0
+    workers = result.stats.workers
+    assert sum(w.data_packets_sent for w in workers) == 256
+    assert sum(w.ring_drops for w in workers) == 0
     # As root the workers run under SCHED_FIFO; what kept them from their CPU is reported.
-    assert result.stats["workers_realtime"] is (os.geteuid() == 0)
-    assert all(0 <= w["cpu_wait_s"] <= w["wall_s"] for w in workers)
-    assert result.stats["steal_s"] is not None and result.stats["steal_s"] >= 0
+    assert result.stats.workers_realtime is (os.geteuid() == 0)
+    assert all(0 <= w.cpu_wait_s <= w.wall_s for w in workers)
+    assert result.stats.steal_s is not None and result.stats.steal_s >= 0
 
 
 @pytest.mark.parametrize("send_path", ["compiled", "python"])
@@ -235,7 +235,7 @@ _CHILD = textwrap.dedent("""
         print("running", flush=True)
         # Two workers (one flow alone would get one): every worker must stop.
         r = run_workload(fab, wl, EngineConfig(timeout_s={timeout}, workers=2))
-        print("result", r.completed, r.stats["error"], flush=True)
+        print("result", r.completed, r.stats.error, flush=True)
 """)
 
 
@@ -348,5 +348,5 @@ def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(
     slack_emu_s = (EngineConfig().nic_overhead_s + m.loc[1, "path_delay_s"]) * scale
     late_emu_s = stall_s - slack_emu_s                      # the first frame's lag, at least
     assert late_emu_s > stall_s / 4
-    assert result.stats["pacing_lag_p99_emu_s"] >= 0.9 * late_emu_s
-    assert result.stats["pacing_lag_total_emu_s"] >= 0.9 * late_emu_s
+    assert result.stats.pacing_lag_p99_emu_s >= 0.9 * late_emu_s
+    assert result.stats.pacing_lag_total_emu_s >= 0.9 * late_emu_s

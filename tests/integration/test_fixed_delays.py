@@ -77,9 +77,9 @@ def test_unloaded_latency_is_the_hop_sum_on_2_4_and_6_hops():
         result = run_workload(fab, _chains(5), EngineConfig(cc=None, timeout_s=120))
         bare = run_workload(fab, _chains(2), EngineConfig(cc=None, timeout_s=60,
                                                           fixed_delays=False))
-    assert result.completed, result.stats["error"]
-    assert bare.completed, bare.stats["error"]
-    assert set(result.stats["emulated_fixed_delays"]) >= {
+    assert result.completed, result.stats.error
+    assert bare.completed, bare.stats.error
+    assert set(result.stats.emulated_fixed_delays) >= {
         "per-hop serialization", "switch latency", "NIC overhead"}
     got = _by_pair(result)
     for pair, hop_s in HOP_SUM_S.items():

@@ -57,7 +57,7 @@ def runs():
         taps = {h: tap(fab, h) for h in ("h1", "h8")}
         with HostCapture(fab, ["h1", "h8"], _incast()) as capture:
             hpcc = run_workload(fab, _incast(), EngineConfig(cc=HPCC))
-            captured = capture.result(hpcc.stats["t0_monotonic_ns"] + realtime_offset_ns(),
+            captured = capture.result(hpcc.stats.t0_monotonic_ns + realtime_offset_ns(),
                                       fab.scale)
         frames = {h: roce_frames(s) for h, s in taps.items()}
         for s in taps.values():
@@ -71,7 +71,7 @@ def runs():
 
 def test_every_switch_hop_writes_its_record_and_the_ack_echoes_it(runs):
     hpcc, _, _, frames, _ = runs
-    assert hpcc.completed, hpcc.stats["error"]
+    assert hpcc.completed, hpcc.stats.error
     data = [f for f in frames["h8"] if f[42] in DATA_OPCODES]
     assert len(data) >= 3 * SIZE // 4096 * 0.9
     tx_seen: list[list[int]] = [[], [], []]
@@ -93,7 +93,7 @@ def test_every_switch_hop_writes_its_record_and_the_ack_echoes_it(runs):
 def test_hpcc_keeps_the_incast_queue_short_on_both_receive_paths(runs):
     hpcc, python_path, dcqcn, _, _ = runs
     for r in (hpcc, python_path, dcqcn):
-        assert r.completed, r.stats["error"]
+        assert r.completed, r.stats.error
         assert int(r.messages.retransmitted.sum()) == 0
     # One-way latency above the unloaded path is queueing at the bottleneck.
     p99 = {name: float(r.latency.one_way_s.quantile(0.99))

@@ -57,7 +57,7 @@ def _leaf(port) -> dict:
 
 def _assert_complete(result) -> None:
     m = result.messages
-    assert result.completed, result.stats["error"]
+    assert result.completed, result.stats.error
     assert (m["bytes_received"] == m["size_bytes"]).all() and m["completed"].all()
 
 

@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 
 from core.errors import ParameterError
+from core.scaling import Scale
+from engine.stats import EngineStats
 from experiments import cc
 from experiments.measure import Measurement
 from experiments.options import resolve_options
@@ -56,7 +58,8 @@ def _measurement(arrivals: dict[int, list[float]], end_s: float) -> Measurement:
     lat = pd.DataFrame([{"msg_id": f, "t_s": t, "one_way_s": 0.0, "ce": False}
                         for f, ts in arrivals.items() for t in ts])
     msgs = pd.DataFrame({"msg_id": list(arrivals), "end_s": [end_s] * len(arrivals)})
-    return Measurement(msgs, lat, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), {}, 0.0)
+    return Measurement(msgs, lat, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                       EngineStats(True, None, Scale(), 0.0, 0.0, [], 0), 0.0)
 
 
 def test_settling_time_is_the_end_of_the_last_unfair_bin():

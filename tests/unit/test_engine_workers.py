@@ -52,7 +52,7 @@ def test_frame_rates_of_an_ideal_fabric():
     frame_ns = FRAME_BITS / 100e9 * 1e9                 # at S = 1
     # Two NICs, one 10-frame message each at once: both busy for 10 frames.
     # Their paths cross 2 and 3 links.
-    r = frame_rates([_msg(0, "a", 10 * MTU), _msg(1, "b", 10 * MTU)], rate, MTU, 1.0, [2, 3])
+    r = frame_rates([_msg(0, "a", 10 * MTU), _msg(1, "b", 10 * MTU)], rate, MTU, Scale(1.0), [2, 3])
     assert r.peak == pytest.approx(2 * 100e9 / FRAME_BITS)
     assert r.mean == pytest.approx(r.peak)
     assert r.mean_links == pytest.approx(2.5 * r.mean)
@@ -60,15 +60,15 @@ def test_frame_rates_of_an_ideal_fabric():
     # whatever the order the messages are listed in.
     chain = [_msg(0, "b", 10 * MTU, deps=(1,), delay_ns=round(10 * frame_ns)),
              _msg(1, "a", 10 * MTU, delay_ns=round(10 * frame_ns))]
-    r = frame_rates(chain, rate, MTU, 1.0, [2, 2])
+    r = frame_rates(chain, rate, MTU, Scale(1.0), [2, 2])
     assert r.mean == pytest.approx(20 / (40 * frame_ns * 1e-9), rel=1e-4)   # delays are whole ns
     # One NIC's messages queue: 2 x 10 frames on "a" take 20 frame times. At S = 10
     # every rate is ten times lower.
-    r = frame_rates([_msg(0, "a", 10 * MTU), _msg(1, "a", 10 * MTU)], rate, MTU, 10.0, [2, 2])
+    r = frame_rates([_msg(0, "a", 10 * MTU), _msg(1, "a", 10 * MTU)], rate, MTU, Scale(10.0), [2, 2])
     assert r.mean == pytest.approx(20 / (20 * frame_ns * 10 * 1e-9))
     assert r.peak == pytest.approx(100e9 / 10 / FRAME_BITS)   # one sending NIC
     # A late start counts from its start time.
-    r = frame_rates([_msg(0, "a", 10 * MTU, start_ns=round(30 * frame_ns))], rate, MTU, 1.0, [2])
+    r = frame_rates([_msg(0, "a", 10 * MTU, start_ns=round(30 * frame_ns))], rate, MTU, Scale(1.0), [2])
     assert r.mean == pytest.approx(10 / (40 * frame_ns * 1e-9), rel=1e-4)   # delays are whole ns
 
 
@@ -80,8 +80,8 @@ def test_acks_beyond_the_default_coalescing_count_as_frames():
     # The same two NICs as above, an ACK per frame: every rate 2 - 1/16 times.
     rate = {("a", "eth0"): 100e9, ("b", "eth0"): 100e9}
     msgs = [_msg(0, "a", 10 * MTU), _msg(1, "b", 10 * MTU)]
-    base = frame_rates(msgs, rate, MTU, 1.0, [2, 3])
-    acked = frame_rates(msgs, rate, MTU, 1.0, [2, 3], lambda rate_bps, n: 1)
+    base = frame_rates(msgs, rate, MTU, Scale(1.0), [2, 3])
+    acked = frame_rates(msgs, rate, MTU, Scale(1.0), [2, 3], lambda rate_bps, n: 1)
     w = 2 - 1 / DEFAULT_ACKS_EVERY
     assert (acked.peak, acked.mean, acked.mean_links) == pytest.approx(
         (w * base.peak, w * base.mean, w * base.mean_links))

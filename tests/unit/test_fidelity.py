@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+from core.scaling import Scale
+from engine.stats import EngineStats, NicBusy, WorkerCounters
 from experiments.fidelity import (
     FidelityReport,
     MarkingCounts,
-    NicBusy,
     PortQueue,
     PortRate,
     RunMeasures,
@@ -17,14 +18,23 @@ from experiments.fidelity import (
 )
 
 PKT_400G_S = 8 * 4154 / 400e9   # one full RoCEv2 frame at 400 Gb/s, real seconds
+#: What the gate measures around the engine; every other keyword is the engine's.
+_AROUND = ("packet_time_s", "messages_expected", "messages_completed", "port_rates",
+           "marking", "fabric_drops")
 
 
-def measures(**kw) -> RunMeasures:
-    base = dict(scale=20000.0, wall_s=10.0, cpu_s=8.0, workers=2,
-                pacing_lag_p99_s=0.1 * PKT_400G_S * 20000, packet_time_s=PKT_400G_S,
-                messages_expected=8, messages_completed=8)
-    base.update(kw)
-    return RunMeasures(**base)
+def measures(*, scale=20000.0, cpu_s=8.0, cpu_wait_s=None, workers=2, **kw) -> RunMeasures:
+    """A run on ``workers`` workers that used ``cpu_s`` CPU seconds and waited
+    ``cpu_wait_s`` for a CPU (None: unknown) between them."""
+    around = dict(packet_time_s=PKT_400G_S, messages_expected=8, messages_completed=8)
+    around.update({k: kw.pop(k) for k in _AROUND if k in kw})
+    engine = dict(completed=True, error=None, scale=Scale(scale), wall_s=10.0, run_wall_s=10.0,
+                  n_workers=workers, pacing_lag_p99_emu_s=0.1 * PKT_400G_S * 20000,
+                  workers=[WorkerCounters(w, cpu_s=cpu_s / workers,
+                                          cpu_wait_s=None if cpu_wait_s is None
+                                          else cpu_wait_s / workers) for w in range(workers)])
+    engine.update(kw)
+    return RunMeasures(EngineStats(**engine), **around)
 
 
 def marking(**kw) -> MarkingCounts:
@@ -54,18 +64,18 @@ def test_busy_machine_invalidates_whatever_the_workers_used():
 
 def test_accumulated_lag_and_dropped_debt_invalidate():
     pkt_emu_s = PKT_400G_S * 20000
-    assert evaluate(measures(data_frames=1000, pacing_lag_total_s=1000 * 0.3 * pkt_emu_s)).valid
-    rep = evaluate(measures(data_frames=1000, pacing_lag_total_s=1000 * 0.8 * pkt_emu_s))
+    assert evaluate(measures(data_packets_sent=1000, pacing_lag_total_emu_s=1000 * 0.3 * pkt_emu_s)).valid
+    rep = evaluate(measures(data_packets_sent=1000, pacing_lag_total_emu_s=1000 * 0.8 * pkt_emu_s))
     assert not rep.valid and any("pacing lag mean" in r for r in rep.reasons)
-    rep = evaluate(measures(pacing_resets=1, pacing_dropped_s=0.05))
+    rep = evaluate(measures(pacing_resets=1, pacing_dropped_emu_s=0.05))
     assert not rep.valid and any("pacing debt" in r for r in rep.reasons)
     assert rep.suggested_scale > 20000
 
 
 def test_every_busy_nic_must_keep_its_scheduled_rate():
-    ok = [NicBusy("h1:eth0", 2.0, 1.98), NicBusy("h2:eth0", 0.0, 0.0)]
-    assert evaluate(measures(nic_busy=ok)).valid
-    rep = evaluate(measures(nic_busy=[*ok, NicBusy("h3:eth0", 2.0, 1.5)]))
+    ok = [NicBusy("h1", "eth0", 0, 2.0, 1.98), NicBusy("h2", "eth0", 0, 0.0, 0.0)]
+    assert evaluate(measures(nics=ok)).valid
+    rep = evaluate(measures(nics=[*ok, NicBusy("h3", "eth0", 0, 2.0, 1.5)]))
     assert not rep.valid
     assert [c.name for c in rep.checks if not c.ok] == ["NIC rate h3:eth0"]
 
@@ -87,9 +97,9 @@ def test_cpu_saturation_invalidates_and_suggests_larger_scale():
 
 
 def test_pacing_lag_beyond_two_packet_times_fails():
-    assert evaluate(measures(pacing_lag_p99_s=1.9 * PKT_400G_S * 20000)).valid
+    assert evaluate(measures(pacing_lag_p99_emu_s=1.9 * PKT_400G_S * 20000)).valid
     lag_s = 4 * PKT_400G_S * 20000                # four dilated packet times
-    rep = evaluate(measures(pacing_lag_p99_s=lag_s))
+    rep = evaluate(measures(pacing_lag_p99_emu_s=lag_s))
     assert not rep.valid
     assert any("pacing lag" in r for r in rep.reasons)
     assert rep.suggested_scale >= 20000 * 2       # lag / limit = 2
@@ -97,8 +107,8 @@ def test_pacing_lag_beyond_two_packet_times_fails():
 
 def test_frames_left_waiting_in_the_rings_fail_like_late_sends():
     """A late read answers late: the receive lag has the send lag's limit."""
-    assert evaluate(measures(receive_lag_p99_s=1.9 * PKT_400G_S * 20000)).valid
-    rep = evaluate(measures(receive_lag_p99_s=3 * PKT_400G_S * 20000, steal_s=0.3))
+    assert evaluate(measures(receive_lag_p99_emu_s=1.9 * PKT_400G_S * 20000)).valid
+    rep = evaluate(measures(receive_lag_p99_emu_s=3 * PKT_400G_S * 20000, steal_s=0.3))
     (why,) = [r for r in rep.reasons if r.startswith("receive lag p99")]
     assert not rep.valid and "hypervisor took 300 ms" in why
     assert rep.suggested_scale >= 20000 * 1.5
@@ -106,10 +116,10 @@ def test_frames_left_waiting_in_the_rings_fail_like_late_sends():
 
 def test_pacing_lag_names_what_took_the_cpu():
     lag_s = 4 * PKT_400G_S * 20000
-    rep = evaluate(measures(pacing_lag_p99_s=lag_s, cpu_wait_s=0.0375, steal_s=0.02))
+    rep = evaluate(measures(pacing_lag_p99_emu_s=lag_s, cpu_wait_s=0.0375, steal_s=0.02))
     (why,) = [r for r in rep.reasons if r.startswith("pacing lag p99")]
     assert "workers waited 37.5 ms for a CPU" in why and "hypervisor took 20 ms" in why
-    (why,) = [r for r in evaluate(measures(pacing_lag_p99_s=lag_s)).reasons
+    (why,) = [r for r in evaluate(measures(pacing_lag_p99_emu_s=lag_s)).reasons
               if r.startswith("pacing lag p99")]
     assert "waited" not in why                    # unknown: nothing claimed
 

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from core.errors import ParameterError
 from experiments import demo as demo_module
 from experiments import rundir
+from experiments.environment import REPO_ROOT as REPO
 from experiments.fidelity import FidelityReport, combine
 from experiments.options import parse_int, parse_list, resolve_options
 from experiments.registry import EXPERIMENTS, cli_run, parse_sets
-from experiments.rundir import REPO_ROOT as REPO
 from experiments.rundir import Run
 
 

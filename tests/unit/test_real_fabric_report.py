@@ -10,6 +10,8 @@ import math
 import pandas as pd
 import pytest
 
+from core.scaling import Scale
+from engine.stats import EngineStats
 from experiments.fidelity import FidelityReport, queue_divergence_checks
 from experiments.measure import (
     Measurement,
@@ -49,7 +51,8 @@ def _measurement(messages: list[dict], latency: list[dict],
     empty = pd.DataFrame()
     return Measurement(pd.DataFrame(messages), pd.DataFrame(latency), empty,
                        pd.DataFrame(columns=["t_s", "port", "backlog_bytes", "vq_bytes"]),
-                       empty, {"emulated_fixed_delays": engine or {}}, 0.0)
+                       empty, EngineStats(True, None, Scale(), 0.0, 0.0, [], 0,
+                                          emulated_fixed_delays=engine or {}), 0.0)
 
 
 def test_topologies_carry_switch_latency_and_pure_propagation():

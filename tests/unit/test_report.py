@@ -24,7 +24,8 @@ from experiments.options import (
 )
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
-from experiments.rundir import Run, error_rel, jain_index, run_experiment
+from experiments.rundir import Run, error_rel, jain_index
+from experiments.runner import run_experiment
 
 
 def test_error_rel():

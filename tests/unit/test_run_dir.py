@@ -16,11 +16,13 @@ import pandas as pd
 import pytest
 
 from core.errors import FabricEmuError, ParameterError
-from experiments import rundir
+from experiments import rundir, runner
 from experiments.fidelity import Check, FidelityReport
 from experiments.options import Option, parse_list, parse_scale, parse_text
 from experiments.report import render_report
-from experiments.rundir import Run, deferred_interrupts, prepare_out_dir, run_experiment
+from experiments.rundir import Run
+from experiments.runner import prepare_out_dir, run_experiment
+from experiments.storage import deferred_interrupts
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"cases": Option(["a", "b", "c"], "case names", parse=parse_list(parse_text)),
@@ -58,7 +60,7 @@ def measured(out: Path) -> dict[str, float]:
 
 def test_default_names_are_unique_within_a_second(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(rundir.time, "strftime", lambda fmt, *a: "20260101-000000")
+    monkeypatch.setattr(runner.time, "strftime", lambda fmt, *a: "20260101-000000")
     paths = [prepare_out_dir("incast", None, force=False, resume=False)[0] for _ in range(3)]
     assert len(set(paths)) == 3 and all(p.is_dir() for p in paths)
     assert [p.name for p in paths] == ["incast-20260101-000000", "incast-20260101-000000-2",
@@ -170,7 +172,7 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
         from experiments.fidelity import Check, FidelityReport
         from experiments import rundir
         from experiments.options import Option, parse_list, parse_scale, parse_text
-        from experiments.rundir import run_experiment
+        from experiments.runner import run_experiment
 
         rundir.capabilities = lambda: {{}}
 

@@ -17,6 +17,17 @@ def test_dilation_keeps_rate_times_time_invariant():
     assert s.to_real_rate_bps(rate_emu) == pytest.approx(400e9)
 
 
+def test_a_count_per_real_second_is_s_times_fewer_per_emulated_second():
+    s = Scale(10000)
+    # 400G of full frames: 12 M frames per real second, 1204 per emulated second.
+    frames_per_s = 400e9 / (8 * 4154)
+    assert s.per_emu_s(frames_per_s) == pytest.approx(frames_per_s / 10000)
+    # The same as the emulated rate of the bits, with no shaper limits applied.
+    assert s.per_emu_s(400e9) == pytest.approx(s.rate_emu_bps(400e9))
+    assert s.per_emu_s(1e15) == pytest.approx(1e11)       # rate_emu_bps would refuse it
+    assert Scale(1).per_emu_s(7.0) == 7.0
+
+
 def test_rate_too_fast_for_the_shaper_suggests_larger_scale():
     with pytest.raises(ParameterError, match=r"scale factor of at least 1800"):
         Scale(100).rate_emu_bps(3.6e12)

@@ -1,0 +1,133 @@
+"""Running an experiment: parse and check its options, prepare the run directory
+(a new one, ``--force`` to start over, ``--resume`` to keep its finished cases),
+execute it into a ``experiments.rundir.Run`` and finish it, keeping what finished
+cases measured when it stops."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from core.errors import FabricEmuError, ParameterError
+from experiments.options import Option, resolve_options
+from experiments.report import console
+from experiments.rundir import Run, RunResult
+from experiments.storage import CASES_DIR
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() or (path / CASES_DIR).is_dir()
+
+
+#: What a run writes into its directory; --force removes these and nothing else.
+_RUN_OUTPUTS = ("*.csv", "*.png", "config.json", "summary.json", ".*.tmp")
+
+
+def prepare_out_dir(name: str, out: str | Path | None, *, force: bool,
+                    resume: bool) -> tuple[Path, bool]:
+    """The run directory and whether this run created it.
+
+    No ``out``: ``runs/NAME-YYYYmmdd-HHMMSS`` made with an exclusive mkdir, with
+    ``-2``, ``-3``, ... if another run took the name. A given ``out`` that exists
+    and is not empty is refused unless ``force`` (its run outputs are removed first)
+    or ``resume`` (kept: the caller reloads the finished cases)."""
+    if force and resume:
+        raise ParameterError("--force/--resume", "both", "give one of them")
+    if out is None:
+        base = Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        for n in itertools.count(1):
+            path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+            try:
+                path.mkdir(parents=True)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise FabricEmuError(f"cannot create the run directory {path}: "
+                                     f"{e.strerror}") from None
+            return path, True
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ParameterError("--out", str(path), "exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        if not (force or resume):
+            raise ParameterError("--out", str(path), "is not empty; add --force to start "
+                                 "over or --resume to keep its finished cases")
+        if not _is_run_dir(path):
+            raise ParameterError("--out", str(path), "is not empty and is not a run "
+                                 "directory (no config.json); refusing to write into it")
+        if force:
+            for pattern in _RUN_OUTPUTS:
+                for old in path.glob(pattern):
+                    old.unlink()
+            shutil.rmtree(path / CASES_DIR, ignore_errors=True)
+        return path, False
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FabricEmuError(f"cannot create the run directory {path}: {e.strerror}") from None
+    return path, created
+
+
+def run_experiment(name: str, options: Mapping[str, Option],
+                   execute: Callable[[Run, dict[str, Any]], None], out_dir: str | Path | None,
+                   quick: bool, overrides: Mapping[str, Any], *,
+                   check: Callable[[dict[str, Any]], None] | None = None,
+                   force: bool = False, resume: bool = False, show: bool = True) -> RunResult:
+    """What every experiment's ``run()`` does: parse and check every option, prepare
+    the run directory (nothing is created if an option is refused), execute, finish
+    (and print the tables unless ``show`` is False)."""
+    opts = resolve_options(options, quick, overrides, check)
+    if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
+        opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
+    path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
+    rec = Run(name, path, opts, quick=quick, spec=options)
+    try:
+        if resume:
+            rec.resume()
+        rec.start()
+        execute(rec, opts)
+    except BaseException as e:
+        # A long sweep keeps what its finished cases measured: the run directory is
+        # written, marked invalid with the reason, and the error still propagates.
+        if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
+            console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
+                          f"--out {path} to run the rest", style="yellow", markup=False)
+            reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
+            with contextlib.suppress(Exception):
+                rec.finish(show=False, stopped=reason)
+        else:
+            rec.discard(created)
+        raise
+    return rec.finish(show=show)
+
+
+def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
+                     opts: dict[str, Any], overrides: Mapping[str, Any],
+                     check: Callable[[dict[str, Any]], None] | None
+                     ) -> tuple[dict[str, Any], bool]:
+    """The options of the run being resumed; options given now must agree with them."""
+    try:
+        config = json.loads((out / "config.json").read_text())
+        experiment, stored, quick = config["experiment"], config["options"], config["quick"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FabricEmuError(f"cannot resume {out}: unreadable config.json ({e}); use "
+                             "--force to start over") from None
+    if experiment != name:
+        raise ParameterError("--resume", str(out), f"holds a {experiment!r} run, not {name!r}")
+    try:
+        resumed = resolve_options(options, bool(quick), stored, check)
+    except ParameterError as e:
+        raise FabricEmuError(f"cannot resume {out}: its options no longer parse ({e})") from None
+    for key in overrides:
+        if opts[key] != resumed[key]:
+            raise ParameterError(key, overrides[key], f"the run being resumed has {key}="
+                                 f"{options[key].format(resumed[key])}; drop the option or "
+                                 "use --force to start over")
+    return resumed, bool(quick)

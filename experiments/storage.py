@@ -1,0 +1,144 @@
+"""A run directory's storage: every file replaced atomically (a temporary file and a
+rename), signals held while results are written, and one record per finished case
+(``cases/NNN/``, what ``--resume`` reloads)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from core.errors import FabricEmuError
+from experiments.fidelity import FidelityReport
+
+#: Subdirectory of a run directory with one record per committed case.
+CASES_DIR = "cases"
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and a rename: readers see the old or the new file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then deliver them: a
+    second Ctrl-C while results are written cannot leave them half written."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, lambda signum, _frame: caught.append(signum))
+                for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if caught:
+            os.kill(os.getpid(), caught[0])
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How much a `CaseRecord` held at one moment (`CaseRecord.mark`)."""
+
+    rows: int
+    notes: int
+    deviations: int
+    frames: dict[str, int]
+    cases: frozenset[str]
+    spreads: frozenset[str]
+
+
+@dataclass
+class CaseRecord:
+    """What one finished case (or cases measured together) recorded."""
+
+    key: str
+    rows: list[dict] = field(default_factory=list)
+    frames: dict[str, list[pd.DataFrame]] = field(default_factory=dict)
+    cases: dict[str, FidelityReport] = field(default_factory=dict)
+    fabrics: dict[str, dict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    deviations: list[dict] = field(default_factory=list)
+    # Case -> the reasons of each attempt the gate refused for interference (Run.attempt).
+    refused: dict[str, list[list[str]]] = field(default_factory=dict)
+    # Case -> metric -> the spread of a randomised model's realisations (Run.spread).
+    spreads: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+
+    def mark(self) -> Mark:
+        """What this unit holds now, for `rollback`."""
+        return Mark(len(self.rows), len(self.notes), len(self.deviations),
+                     {name: len(parts) for name, parts in self.frames.items()},
+                     frozenset(self.cases), frozenset(self.spreads))
+
+    def rollback(self, mark: Mark) -> None:
+        """Forget what was recorded since ``mark`` (refusals excepted)."""
+        del self.rows[mark.rows:], self.notes[mark.notes:], self.deviations[mark.deviations:]
+        self.frames = {name: parts[:mark.frames[name]] for name, parts in self.frames.items()
+                       if mark.frames.get(name)}
+        self.cases = {c: r for c, r in self.cases.items() if c in mark.cases}
+        self.spreads = {c: s for c, s in self.spreads.items() if c in mark.spreads}
+
+    def empty(self) -> bool:
+        return not (self.rows or self.frames or self.cases or self.notes or self.deviations)
+
+    def save(self, root: Path, index: int) -> None:
+        """``root/NNN/`` (unit.json and one CSV per frame), renamed into place whole."""
+        root.mkdir(exist_ok=True)
+        final = root / f"{index:03d}"
+        tmp = root / f".{index:03d}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name, parts in self.frames.items():
+            pd.concat(parts, ignore_index=True).to_csv(tmp / f"{name}.csv", index=False)
+        record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
+                  "cases": {c: r.as_dict() for c, r in self.cases.items()},
+                  "fabrics": self.fabrics, "notes": self.notes, "deviations": self.deviations,
+                  "refused": self.refused, "spreads": self.spreads}
+        (tmp / "unit.json").write_text(json.dumps(record, indent=1, default=str))
+        os.replace(tmp, final)
+
+    @classmethod
+    def load_all(cls, root: Path) -> list[CaseRecord]:
+        units = []
+        if not root.is_dir():
+            return units
+        for path in sorted(p for p in root.iterdir() if re.fullmatch(r"[0-9]{3}", p.name)):
+            try:
+                record = json.loads((path / "unit.json").read_text())
+                frames = {name: [pd.read_csv(path / f"{name}.csv")]
+                          for name in record["frames"]}
+                units.append(cls(record["key"], list(record["rows"]), frames,
+                                 {c: FidelityReport.from_dict(r)
+                                  for c, r in record["cases"].items()},
+                                 dict(record["fabrics"]), list(record["notes"]),
+                                 list(record.get("deviations", [])),
+                                 dict(record.get("refused", {})),
+                                 dict(record.get("spreads", {}))))
+            except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as e:
+                raise FabricEmuError(f"cannot resume: {path} is damaged ({e}); use --force "
+                                     "to start over") from None
+            if len(units) != int(path.name) + 1:
+                raise FabricEmuError(f"cannot resume: {root} misses case records before "
+                                     f"{path.name}; use --force to start over")
+        return units
