@@ -88,8 +88,8 @@ from experiments.measure import (
     engine_config,
     gate,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
 )
 from experiments.options import (
     ATTEMPTS,
@@ -349,26 +349,24 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     run.metric(case, "victim throughput", "Gb/s", row["victim_gbps"],
                8e-9 * size / victim_model_s)
     run.metric(case, "victim latency p99", "us", row["victim_latency_p99_us"], None)
-    record(run, row, m, rates=False)
     # CC off without a drop (PFC, or a buffer the model says holds the incast): the
     # bottleneck is busy from first to last byte; idling would be the machine's doing.
     busy = cc == "off" and pred.get("drops") == 0
-    run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
-                            saturated={port.name: completion_s} if busy else {}))
-    run.deviations([{**d, "effect": f"incast completion: measured {completion_s * 1e6:.2f} us"}
-                    for d in measure_deviations(fab, m, case, graph)])
+    record(run, fab, row, m, workload, rates=False, graph=graph, cc=cc != "off",
+           effect=f"incast completion: measured {completion_s * 1e6:.2f} us",
+           saturated={port.name: completion_s} if busy else {})
 
 
-def record(run: Run, row: dict[str, Any], m: Measurement, *, rates: bool) -> None:
-    """The case's row of cc.csv, and its measurement's frames labelled with the case
-    (the congestion-control trace with ``rates``)."""
-    labels = {k: row[k] for k in ("case", "cc", "pfc")}
+def record(run: Run, fab: Fabric, row: dict[str, Any], m: Measurement, workload: Any, *,
+           rates: bool, **case: Any) -> None:
+    """The case's row of cc.csv, then `record_case` (``case``: its keywords) with the
+    measurement's frames labelled with the case (the congestion-control trace with
+    ``rates``)."""
     run.frame("cc", pd.DataFrame([row]))
-    run.pcaps(row["case"], m.captures)
     frames = {"messages": m.messages, "latency": m.latency, "queue": m.queue,
               "ports": m.ports.reset_index(), **({"rates": m.rates} if rates else {})}
-    for name, frame in frames.items():
-        run.frame(name, frame, **labels)
+    record_case(run, fab, row["case"], m, workload, frames=frames,
+                labels={k: row[k] for k in ("case", "cc", "pfc")}, **case)
 
 
 def convergence_s(m: Measurement, flows: list[int], bin_s: float) -> float:
@@ -428,11 +426,9 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
     if math.isnan(conv_s):
         run.note(f"{case}: the flows' rates had not settled (Jain >= {CONVERGED_JAIN} in bins "
                  f"of {bin_s * 1e6:.2f} us) when the first flow ended")
-    record(run, row, m, rates=True)
-    run.fidelity(case, gate(fab, m, workload, cc=cc != "off"))
-    run.deviations([{**d, "effect": "shifts the measured windows against the model's "
-                     "schedule by the missing delay"}
-                    for d in measure_deviations(fab, m, case, graph)])
+    record(run, fab, row, m, workload, rates=True, graph=graph, cc=cc != "off",
+           effect="shifts the measured windows against the model's schedule by the "
+           "missing delay")
 
 
 def is_dctcp(cc: str) -> bool:
@@ -538,6 +534,7 @@ class LongFlows:
     measured, and the window where all are active and settled."""
 
     fs: LongFlowSet
+    workload: Workload
     m: Measurement
     report: Any               # the gate's verdict
     lo_s: float               # the window [lo, hi)
@@ -582,7 +579,7 @@ def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: str,
     drain_s = 2 * (fs.rtt_s + 8 * drain_queue_bytes / fs.port.rate_bps)
     t1 = float(m.messages[m.messages.msg_id.isin(ids)].end_s.min()) - drain_s
     lo = t0 + opts["osc_settle"] * (t1 - t0)
-    return LongFlows(fs, m, report, lo, t1, ids)
+    return LongFlows(fs, workload, m, report, lo, t1, ids)
 
 
 def _finish_long(run: Run, fab: Fabric, case: str, lf: LongFlows, row: dict[str, Any],
@@ -590,10 +587,9 @@ def _finish_long(run: Run, fab: Fabric, case: str, lf: LongFlows, row: dict[str,
     run.note(f"{case}: {len(lf.fs.senders)} flows ({', '.join(lf.fs.senders)}) at "
              f"{lf.fs.rtt_s * 1e6:.2f} us unloaded RTT, {what}; {len(lf.queue())} queue samples "
              f"over {(lf.hi_s - lf.lo_s) * 1e6:.1f} us")
-    record(run, row, lf.m, rates=True)
-    run.fidelity(case, lf.report)
-    run.deviations([{**d, "effect": "lengthens the round trip the flows see by the missing delay"}
-                    for d in measure_deviations(fab, lf.m, case, model_graph(fab))])
+    record(run, fab, row, lf.m, lf.workload, rates=True, report=lf.report, cc=True,
+           graph=model_graph(fab),
+           effect="lengthens the round trip the flows see by the missing delay")
 
 
 def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],

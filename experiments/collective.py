@@ -39,10 +39,9 @@ from experiments.measure import (
     Measurement,
     emulated_fixed_delays,
     engine_config,
-    gate,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
 )
 from experiments.options import (
     ATTEMPTS,
@@ -212,14 +211,13 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
     case = case_name(fabric, name, size_bytes)
     run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6)
     run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9)
-    report = gate(fab, r.measurement, r.workload, cc=cc != "off")
-    run.fidelity(case, report)
-    run.pcaps(case, r.measurement.captures)
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
-    run.deviations([{**d, "effect": effect} for d in measure_deviations(fab, r.measurement,
-                                                                         case)])
+    report = record_case(run, fab, case, r.measurement, r.workload, cc=cc != "off",
+                         effect=effect, labels={"case": case},
+                         frames={"messages": r.measurement.messages,
+                                 "ports": r.measurement.ports.reset_index()})
     row = {"fabric": fabric, "collective": name, "ranks": len(fab.hosts),
            "size_bytes": size_bytes, "time_s": r.time_s, "algbw_bps": r.algbw_bps,
            "busbw_bps": r.busbw_bps, "time_model_s": r.time_model_s,
@@ -235,8 +233,6 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            "measured_bottleneck_tier": r.bottleneck_tier, "valid": report.valid}
     run.frame("collective", pd.DataFrame([row]))
     run.frame("nccl", pd.DataFrame([nccl_row(fabric, name, size_bytes, r, report.valid)]))
-    run.frame("messages", r.measurement.messages, case=case)
-    run.frame("ports", r.measurement.ports.reset_index(), case=case)
     return case
 
 

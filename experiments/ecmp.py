@@ -30,11 +30,10 @@ from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
     fct_slowdown,
-    gate,
     ideal_fct_s,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
     record_slowdown,
 )
 from experiments.options import (
@@ -136,14 +135,10 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
                                      "throughput_bps": measured}),
               case=case, source="measured")
     run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
-    run.frame("messages", m.messages, case=case)
-    run.frame("ports", m.ports.reset_index(), case=case)
-    run.fidelity(case, gate(fab, m, workload, cc=opts["cc"] != "off"))
-    run.pcaps(case, m.captures)
-    run.deviations([{**d, "effect": "mean flow throughput: model "
-                     f"{predicted.mean() * 1e-9:.1f} Gb/s, measured "
-                     f"{measured.mean() * 1e-9:.1f} Gb/s"}
-                    for d in measure_deviations(fab, m, case)])
+    record_case(run, fab, case, m, workload, cc=opts["cc"] != "off",
+                effect=f"mean flow throughput: model {predicted.mean() * 1e-9:.1f} Gb/s, "
+                f"measured {measured.mean() * 1e-9:.1f} Gb/s", labels={"case": case},
+                frames={"messages": m.messages, "ports": m.ports.reset_index()})
     graph = model_graph(fab)
     ideal = {msg.msg_id: ideal_fct_s(graph, fab.routes.paths, msg.src, msg.dst,
                                      msg.size_bytes) for msg in workload.messages}

@@ -33,10 +33,9 @@ from experiments.incast import nearest_senders
 from experiments.measure import (
     Measurement,
     engine_config,
-    gate,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
 )
 from experiments.options import (
     ATTEMPTS,
@@ -118,9 +117,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
     port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
     m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]), watch=[port],
                 capture=opts["capture"])
-    report = gate(fab, m, workload, cc=opts["cc"] != "off")
-    run.pcaps(f"{prefix}cc={opts['cc']}", m.captures)
-    rows = []
+    rows, cases = [], []
     for i, iv in enumerate(sched.intervals):
         active = list(iv.rates_bps)
         measured = [window_rate_bps(m, f, iv.t0_s, iv.t1_s, opts["settle"],
@@ -140,15 +137,16 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
         rows += [{"interval": i, "t0_s": iv.t0_s, "t1_s": iv.t1_s, "msg_id": f,
                   "active": len(active), "throughput_bps": x, "model_bps": y}
                  for f, x, y in zip(active, measured, model, strict=True)]
-        run.fidelity(case, report)
-    run.deviations([{**d, "effect": "shifts the measured windows against the model's "
-                     "schedule by the missing delay"}
-                    for d in measure_deviations(fab, m, f"{prefix}{NAME}", graph)])
+        cases.append(case)
+    # One measurement for every interval: its verdict is theirs.
+    measurement = f"{prefix}cc={opts['cc']}"
+    record_case(run, fab, measurement, m, workload, cc=opts["cc"] != "off",
+                effect="shifts the measured windows against the model's schedule by the "
+                "missing delay", graph=graph, verdicts=cases, deviation_case=f"{prefix}{NAME}",
+                labels={"case": measurement},
+                frames={"rates": m.rates, "queue": m.queue, "ports": m.ports.reset_index()})
     run.frame("intervals", pd.DataFrame(rows))
-    run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
-    run.frame("queue", m.queue, case=f"{prefix}cc={opts['cc']}")
     run.frame("messages", m.messages)
-    run.frame("ports", m.ports.reset_index(), case=f"{prefix}cc={opts['cc']}")
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:

@@ -36,11 +36,10 @@ from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
     fct_slowdown,
-    gate,
     ideal_fct_s,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
     record_slowdown,
 )
 from experiments.options import (
@@ -220,10 +219,6 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     if pred and not pred["drops"]:
         run.metric(case, "retransmissions", "packets", float(m.messages.retransmitted.sum()), 0.0)
     labels = {"case": case, "cc": cc, "kmin_bytes": t.kmin_bytes, "kmax_bytes": t.kmax_bytes}
-    run.frame("messages", m.messages, **labels)
-    run.frame("latency", m.latency, **labels)
-    run.frame("rates", m.rates, **labels)
-    run.frame("queue", m.queue, **labels)
     if pred:
         run.frame("queue_model", pd.DataFrame(pred["queue_trace"], columns=["t_s", "queue_bytes"]),
                   port=port.name, **labels)
@@ -232,12 +227,12 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     # Without CC and without drops the model keeps the port busy from first to last
     # byte; a port idling then means the machine, not the network, held traffic back.
     busy = cc == "off" and not pred["drops"]
-    run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
-                            saturated={port.name: completion_s} if busy else {}))
-    run.pcaps(case, m.captures)
     effect = f"completion: measured {completion_s * 1e6:.2f} us" + (
         f", model {pred['completion_s'] * 1e6:.2f} us" if pred else "")
-    run.deviations([{**d, "effect": effect} for d in measure_deviations(fab, m, case)])
+    record_case(run, fab, case, m, workload, cc=cc != "off", effect=effect,
+                saturated={port.name: completion_s} if busy else {}, labels=labels,
+                frames={"messages": m.messages, "latency": m.latency, "rates": m.rates,
+                        "queue": m.queue})
     record_slowdown(run, case, slowdown_table(fab, workload, m.messages))
 
 
