@@ -119,9 +119,7 @@ from model.incast import predict_incast_on_graph
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
-from traffic.ccalgos.dctcp import Dctcp
-from traffic.ccalgos.hpcc import Hpcc
-from traffic.ccload import resolve_cc
+from traffic.ccload import CcFactory, resolve_cc
 from traffic.fixeddelay import round_trip_s
 
 NAME = "cc"
@@ -240,20 +238,10 @@ def check(opts: dict[str, Any]) -> None:
     if opts["flows"] > len(r.senders):
         raise ParameterError("flows", opts["flows"], f"at most senders = {len(r.senders)}")
     check_thresholds([opts["thresholds"]], opts["pmax"])
-    if any(is_dctcp(cc) for cc in opts["algorithms"]):
+    if any(resolve_cc(cc).oscillation_model for cc in opts["algorithms"]):
         Thresholds(opts["osc_k"], opts["osc_k"], 1.0)
         if opts["osc_k"] >= opts["buffer"]:
             raise ParameterError("osc_k", opts["osc_k"], f"must be below the buffer ({opts['buffer']} B)")
-
-
-def label(cc: str) -> str:
-    return resolve_cc(cc).name
-
-
-def target_share(cc: str, rate_bps: float) -> float:
-    """The share of a bottleneck ``cc`` aims to keep busy where it declares one
-    (HPCC: eta, by design below 1), else 1: what an ideal control scaled by it gets."""
-    return getattr(resolve_cc(cc)(rate_bps), "target_utilisation", 1.0)
 
 
 def incast_workload(r: Roles, size_bytes: int) -> Workload:
@@ -263,25 +251,25 @@ def incast_workload(r: Roles, size_bytes: int) -> Workload:
                     size_bytes)
 
 
-def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: str, pfc: bool,
+def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: CcFactory, pfc: bool,
                    t: Thresholds) -> dict[str, Any]:
     """The model's incast where it has one: CC off (lossless with PFC), DCQCN without PFC."""
     senders = list(r.senders)
-    dcqcn = incast.dcqcn_set(cc, "paper")
-    if pfc and cc == "off":
+    dcqcn = incast.dcqcn_set(cc.spec, "paper")
+    if pfc and cc.is_off:
         wire_bytes = size_bytes * roce_wire_factor()
         pred = predict_incast_on_graph(model_graph(fab), fab.routes.paths, senders, r.receiver,
                                        wire_bytes, cc="off", buffer_bytes=math.inf,
                                        packet_bytes=WIRE_FRAME_BYTES)
         return {"completion_s": pred["completion_s"], "drops": 0.0}
-    if pfc or (cc != "off" and dcqcn is None):
+    if pfc or (not cc.is_off and dcqcn is None):
         return {}
-    return incast.predict(fab, senders, r.receiver, size_bytes, "off" if cc == "off" else "dcqcn",
+    return incast.predict(fab, senders, r.receiver, size_bytes, "off" if cc.is_off else "dcqcn",
                           t, dcqcn or "paper")
 
 
-def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any], cc: str,
-               pfc: bool, t: Thresholds) -> None:
+def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
+               cc: CcFactory, pfc: bool, t: Thresholds) -> None:
     """Scenarios a and c: the incast and the victim flow, with or without PFC."""
     size = opts["size"]
     workload = incast_workload(r, size)
@@ -319,7 +307,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     incast_bits = 8.0 * size * len(r.senders)
     capacity_bps = port.rate_bps / roce_wire_factor()
     row = {
-        "case": case, "scenario": "incast", "cc": label(cc), "pfc": pfc,
+        "case": case, "scenario": "incast", "cc": cc.name, "pfc": pfc,
         "completion_us": completion_s * 1e6, "drops": drops, "pauses": pauses,
         "incast_gbps": incast_bits / completion_s * 1e-9,
         "bottleneck_share": incast_bits / completion_s / capacity_bps,
@@ -336,7 +324,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     # algorithm aims at) keeps the bottleneck busy from the first byte to the last.
     run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
                incast_bits / pred["completion_s"] * 1e-9 if pred.get("completion_s")
-               else target_share(cc, port.rate_bps) * capacity_bps * 1e-9)
+               else cc.target_utilisation * capacity_bps * 1e-9)
     run.metric(case, "drops", "packets", drops, model("drops"))
     run.metric(case, "latency p99", "us", row["latency_p99_us"], model("latency_p99_s", 1e6))
     run.metric(case, "peak queue", "KB", row["peak_queue_KB"], model("max_queue_bytes", 1e-3))
@@ -351,8 +339,8 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     run.metric(case, "victim latency p99", "us", row["victim_latency_p99_us"], None)
     # CC off without a drop (PFC, or a buffer the model says holds the incast): the
     # bottleneck is busy from first to last byte; idling would be the machine's doing.
-    busy = cc == "off" and pred.get("drops") == 0
-    record(run, fab, row, m, workload, rates=False, graph=graph, cc=cc != "off",
+    busy = cc.is_off and pred.get("drops") == 0
+    record(run, fab, row, m, workload, rates=False, graph=graph, cc=cc,
            effect=f"incast completion: measured {completion_s * 1e6:.2f} us",
            saturated={port.name: completion_s} if busy else {})
 
@@ -389,7 +377,7 @@ def convergence_s(m: Measurement, flows: list[int], bin_s: float) -> float:
 
 
 def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
-                 cc: str) -> None:
+                 cc: CcFactory) -> None:
     """Scenario b: flows joining one bottleneck one by one."""
     senders = list(r.senders[:opts["flows"]])
     workload = staggered(collectives.build("incast", [r.receiver, *senders], opts["flow_size"]),
@@ -407,11 +395,11 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
                                 sched.finish_s[f] - sched.last_byte_s[f]) for f in active]
     # The max-min shares of an ideal control, scaled by the bottleneck share the
     # algorithm aims at where it declares one (HPCC: eta, by design below 1).
-    aim = target_share(cc, port.rate_bps)
+    aim = cc.target_utilisation
     model = [full.payload_rates_bps[f] * aim for f in active]
     bin_s = CONVERGENCE_BIN_FRAMES * 8.0 * WIRE_FRAME_BYTES / port.rate_bps
     conv_s = convergence_s(m, active, bin_s)
-    row = {"case": case, "scenario": "fairness", "cc": label(cc), "pfc": False,
+    row = {"case": case, "scenario": "fairness", "cc": cc.name, "pfc": False,
            "jain": jain_index(measured) if sum(measured) > 0 else math.nan,
            "aggregate_gbps": sum(measured) * 1e-9, "smallest_gbps": min(measured) * 1e-9,
            "convergence_us": conv_s * 1e6,
@@ -426,22 +414,18 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
     if math.isnan(conv_s):
         run.note(f"{case}: the flows' rates had not settled (Jain >= {CONVERGED_JAIN} in bins "
                  f"of {bin_s * 1e6:.2f} us) when the first flow ended")
-    record(run, fab, row, m, workload, rates=True, graph=graph, cc=cc != "off",
+    record(run, fab, row, m, workload, rates=True, graph=graph, cc=cc,
            effect="shifts the measured windows against the model's schedule by the "
            "missing delay")
 
 
-def is_dctcp(cc: str) -> bool:
-    return resolve_cc(cc).constructor is Dctcp
-
-
-def scenarios_of(scenarios: str | Sequence[str], cc: str, pfc: bool) -> tuple[str, ...]:
+def scenarios_of(scenarios: str | Sequence[str], cc: CcFactory, pfc: bool) -> tuple[str, ...]:
     """The kinds of case run for ``cc`` without PFC (``pfc`` False) or with it: those
     named, or by default incast and fairness, oscillation for DCTCP and steady for
     HPCC, then the incast with PFC."""
     if scenarios == "auto":
-        scenarios = ["incast", "fairness", *(["oscillation"] if is_dctcp(cc) else []),
-                     *(["steady"] if has_steady_model(cc) else []), "incast-pfc"]
+        scenarios = ["incast", "fairness", *(["oscillation"] if cc.oscillation_model else []),
+                     *(["steady"] if cc.steady_model else []), "incast-pfc"]
     if pfc:
         return ("incast",) if "incast-pfc" in scenarios else ()
     return tuple(k for k in SCENARIOS if k in scenarios and k != "incast-pfc")
@@ -555,7 +539,7 @@ class LongFlows:
                    for f in self.flows)
 
 
-def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: str,
+def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: CcFactory,
                drain_queue_bytes: float,
                marking: tuple[Thresholds, Thresholds] | None = None) -> LongFlows:
     """Run the long flows of the oscillation and steady cases, with every switch port
@@ -582,18 +566,18 @@ def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: str,
     return LongFlows(fs, workload, m, report, lo, t1, ids)
 
 
-def _finish_long(run: Run, fab: Fabric, case: str, lf: LongFlows, row: dict[str, Any],
-                 what: str) -> None:
+def _finish_long(run: Run, fab: Fabric, case: str, cc: CcFactory, lf: LongFlows,
+                 row: dict[str, Any], what: str) -> None:
     run.note(f"{case}: {len(lf.fs.senders)} flows ({', '.join(lf.fs.senders)}) at "
              f"{lf.fs.rtt_s * 1e6:.2f} us unloaded RTT, {what}; {len(lf.queue())} queue samples "
              f"over {(lf.hi_s - lf.lo_s) * 1e6:.1f} us")
-    record(run, fab, row, lf.m, lf.workload, rates=True, report=lf.report, cc=True,
+    record(run, fab, row, lf.m, lf.workload, rates=True, report=lf.report, cc=cc,
            graph=model_graph(fab),
            effect="lengthens the round trip the flows see by the missing delay")
 
 
 def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
-                    cc: str, t: Thresholds) -> None:
+                    cc: CcFactory, t: Thresholds) -> None:
     """DCTCP's steady queue oscillation at a step threshold (see the module doc)."""
     k = opts["osc_k"]
     fs = long_flow_set(fab, receiver, opts)
@@ -605,7 +589,7 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
     rates = lf.rates()
     alpha = float(rates.alpha.mean()) if not rates.empty else math.nan
     m = lf.m
-    row = {"case": case, "scenario": "oscillation", "cc": label(cc), "pfc": False,
+    row = {"case": case, "scenario": "oscillation", "cc": cc.name, "pfc": False,
            "flows": len(fs.senders), "k_KB": k / 1e3, "rtt_us": fs.rtt_s * 1e6,
            "port_gbps": fs.port.rate_bps * 1e-9,
            "amplitude_KB": saw.amplitude_bytes / 1e3, "model_amplitude_KB": pred.amplitude_bytes / 1e3,
@@ -625,26 +609,19 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
     # The analysis' queue never empties above K > C x RTT / 7, so the port stays busy.
     run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
                fs.port.rate_bps / roce_wire_factor() * 1e-9 if pred.q_min_bytes > 0 else None)
-    _finish_long(run, fab, case, lf, row, f"step marking at K = {k} B")
-
-
-def has_steady_model(cc: str) -> bool:
-    """``cc`` has a closed-form equilibrium the steady case measures: HPCC's (U = eta,
-    no standing queue). DCQCN's fixed point (``model.dcqcn``) is not reached in a run:
-    alpha decays from 1 by g = 1/256 per 55 us, some 30 ms of real time to near 0.1."""
-    return resolve_cc(cc).constructor is Hpcc
+    _finish_long(run, fab, case, cc, lf, row, f"step marking at K = {k} B")
 
 
 def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
-               cc: str) -> None:
+               cc: CcFactory) -> None:
     """HPCC's long flows against its equilibrium: no standing queue, eta of the port."""
     fs = long_flow_set(fab, receiver, opts)
     lf = long_flows(fab, fs, opts, cc, 0.0)
     q = lf.queue()
     payload_bps = lf.payload_bps()
-    eta = target_share(cc, fs.port.rate_bps)
+    eta = cc.target_utilisation
     m = lf.m
-    row = {"case": case, "scenario": "steady", "cc": label(cc), "pfc": False,
+    row = {"case": case, "scenario": "steady", "cc": cc.name, "pfc": False,
            "flows": len(fs.senders), "mean_queue_KB": float(q.backlog_bytes.mean()) / 1e3,
            "aggregate_gbps": payload_bps * 1e-9,
            "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
@@ -652,11 +629,11 @@ def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, 
     run.metric(case, "queue p95", "KB", float(q.backlog_bytes.quantile(0.95)) / 1e3, 0.0)
     run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
                eta * fs.port.rate_bps / roce_wire_factor() * 1e-9)
-    _finish_long(run, fab, case, lf, row, "INT on every switch port")
+    _finish_long(run, fab, case, cc, lf, row, "INT on every switch port")
 
 
 def _measure(run: Run, fab: Fabric, kind: str, case: str, r: Roles, opts: dict[str, Any],
-             cc: str, pfc: bool, t: Thresholds) -> None:
+             cc: CcFactory, pfc: bool, t: Thresholds) -> None:
     """Case ``case`` of scenario ``kind`` on ``fab``."""
     if kind == "incast":
         run_incast(run, fab, case, r, opts, cc, pfc, t)
@@ -675,9 +652,9 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     for a, b in topo.links():
         topo.linkInfo(a, b)["buffer_bytes"] = opts["buffer"]
     t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
-    plan = [(kind, cc, pfc, f"{prefix}{kind} cc={label(cc)}"
+    plan = [(kind, cc, pfc, f"{prefix}{kind} cc={cc.name}"
              + ("" if kind != "incast" else f" pfc={'on' if pfc else 'off'}"))
-            for pfc in (False, True) for cc in opts["algorithms"]
+            for pfc in (False, True) for cc in map(resolve_cc, opts["algorithms"])
             for kind in scenarios_of(opts["scenarios"], cc, pfc)]
     todo = [p for p in plan if not run.finished(p[3])]
     run.note("metrics without a prediction are measured only: the model has no DCTCP, "

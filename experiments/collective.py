@@ -214,7 +214,7 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
-    report = record_case(run, fab, case, r.measurement, r.workload, cc=cc != "off",
+    report = record_case(run, fab, case, r.measurement, r.workload, cc=cc,
                          effect=effect, labels={"case": case},
                          frames={"messages": r.measurement.messages,
                                  "ports": r.measurement.ports.reset_index()})

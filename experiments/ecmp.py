@@ -135,7 +135,7 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
                                      "throughput_bps": measured}),
               case=case, source="measured")
     run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
-    record_case(run, fab, case, m, workload, cc=opts["cc"] != "off",
+    record_case(run, fab, case, m, workload, cc=opts["cc"],
                 effect=f"mean flow throughput: model {predicted.mean() * 1e-9:.1f} Gb/s, "
                 f"measured {measured.mean() * 1e-9:.1f} Gb/s", labels={"case": case},
                 frames={"messages": m.messages, "ports": m.ports.reset_index()})

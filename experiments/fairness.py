@@ -140,7 +140,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
         cases.append(case)
     # One measurement for every interval: its verdict is theirs.
     measurement = f"{prefix}cc={opts['cc']}"
-    record_case(run, fab, measurement, m, workload, cc=opts["cc"] != "off",
+    record_case(run, fab, measurement, m, workload, cc=opts["cc"],
                 effect="shifts the measured windows against the model's schedule by the "
                 "missing delay", graph=graph, verdicts=cases, deviation_case=f"{prefix}{NAME}",
                 labels={"case": measurement},

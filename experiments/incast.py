@@ -165,8 +165,9 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
              capture: Sequence[str] = ()) -> None:
     """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
     other algorithms are measured only)."""
+    factory = resolve_cc(cc)
     dcqcn_params = dcqcn_set(cc, dcqcn)
-    model_cc = "off" if cc == "off" else None if dcqcn_params is None else "dcqcn"
+    model_cc = "off" if factory.is_off else None if dcqcn_params is None else "dcqcn"
     pred: dict[str, Any] = {} if model_cc is None else \
         predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_params or dcqcn)
     port = bottleneck_port(fab, senders, receiver)
@@ -175,7 +176,7 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
         return pred[key] * factor if pred.get(key) is not None else None
 
     if model_cc is None:
-        run.note(f"{case}: the model has no {resolve_cc(cc).name}; its metrics are measured "
+        run.note(f"{case}: the model has no {factory.name}; its metrics are measured "
                  "only (FCT slowdown against the ideal congestion control's fair shares)")
     if "q_star_bytes" in pred:
         run.note(
@@ -226,10 +227,10 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     run.frame("ports", m.ports.reset_index(), case=case, cc=cc)
     # Without CC and without drops the model keeps the port busy from first to last
     # byte; a port idling then means the machine, not the network, held traffic back.
-    busy = cc == "off" and not pred["drops"]
+    busy = factory.is_off and not pred["drops"]
     effect = f"completion: measured {completion_s * 1e6:.2f} us" + (
         f", model {pred['completion_s'] * 1e6:.2f} us" if pred else "")
-    record_case(run, fab, case, m, workload, cc=cc != "off", effect=effect,
+    record_case(run, fab, case, m, workload, cc=factory, effect=effect,
                 saturated={port.name: completion_s} if busy else {}, labels=labels,
                 frames={"messages": m.messages, "latency": m.latency, "rates": m.rates,
                         "queue": m.queue})
@@ -256,7 +257,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     topo = build_topo(opts["topo"])
     sweep = [Thresholds.from_text(x, opts["pmax"]) for x in opts["thresholds"]]
     plan = [(t, cc) for i, t in enumerate(sweep) for cc in opts["cc"]
-            if cc != "off" or i == 0]
+            if i == 0 or not resolve_cc(cc).is_off]
     with progress(len(plan), f"{prefix}incast") as advance:
         for t in sweep:
             cases = [(cc, case_name(prefix, cc, t)) for tt, cc in plan if tt is t]

@@ -18,6 +18,7 @@ from experiments.options import resolve_options
 from experiments.report import cc_tables, peak_vs_dcqcn
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
+from traffic.ccload import resolve_cc
 
 
 def _roles(spec: str, senders: int) -> cc.Roles:
@@ -147,18 +148,34 @@ def test_sawtooth_of_a_synthetic_queue():
 
 
 def test_the_oscillation_case_runs_for_dctcp_only_and_its_k_is_checked():
-    assert cc.is_dctcp("dctcp") and not cc.is_dctcp("dcqcn") and not cc.is_dctcp("hpcc")
+    def kinds(setting: str) -> tuple[str, ...]:
+        return cc.scenarios_of("auto", resolve_cc(setting), False)
+
+    assert kinds("dctcp") == ("incast", "fairness", "oscillation")
+    assert "oscillation" not in kinds("dcqcn") + kinds("hpcc")
+    assert resolve_cc("dctcp").oscillation_model == "model.dctcp.dctcp_oscillation"
     with pytest.raises(ParameterError, match="osc_k"):
         resolve_options(cc.OPTIONS, False, {"algorithms": "dctcp", "osc_k": "1M",
                                             "buffer": "512K"}, cc.check)
 
 
 def test_the_steady_case_runs_for_hpcc_only():
-    assert cc.has_steady_model("hpcc") and cc.has_steady_model("hpcc,eta=0.9")
-    assert not any(cc.has_steady_model(x) for x in ("off", "dcqcn", "paper", "dctcp", "swift"))
+    assert resolve_cc("hpcc").steady_model and resolve_cc("hpcc,eta=0.9").steady_model
+    assert not any(resolve_cc(x).steady_model for x in ("off", "dcqcn", "paper", "dctcp", "swift"))
+    assert "steady" in cc.scenarios_of("auto", resolve_cc("hpcc"), False)
+    assert cc.scenarios_of("auto", resolve_cc("hpcc"), True) == ("incast",)
 
 
 def test_an_ideal_control_is_scaled_by_the_share_an_algorithm_aims_at():
-    assert cc.target_share("hpcc", 100e9) == pytest.approx(0.95)
-    assert cc.target_share("hpcc,eta=0.9", 100e9) == pytest.approx(0.9)
-    assert all(cc.target_share(x, 100e9) == 1.0 for x in ("off", "dcqcn", "dctcp", "swift"))
+    assert resolve_cc("hpcc").target_utilisation == pytest.approx(0.95)
+    assert resolve_cc("hpcc,eta=0.9").target_utilisation == pytest.approx(0.9)
+    assert all(resolve_cc(x).target_utilisation == 1.0 for x in ("off", "dcqcn", "dctcp", "swift"))
+
+
+def test_capabilities_are_the_class_s_own_and_off_is_a_property(tmp_path):
+    """A subclass changes the algorithm: it does not inherit its parent's model."""
+    (tmp_path / "sub.py").write_text("from traffic.ccalgos import Hpcc\n"
+                                     "class MyHpcc(Hpcc):\n    pass\n")
+    assert resolve_cc(f"{tmp_path / 'sub.py'}:MyHpcc").steady_model is None
+    assert resolve_cc("off").is_off and resolve_cc(None).is_off
+    assert not any(resolve_cc(x).is_off for x in ("dcqcn", "nic", "dctcp", "hpcc"))
