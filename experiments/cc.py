@@ -77,7 +77,7 @@ from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import FRAME_BYTES, WIRE_FRAME_BYTES
 from core.messages import Message, Workload
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from core.units import parse_size_bytes
 from emu.fabric import Fabric
 from emu.pfc import PfcConfig
@@ -92,11 +92,7 @@ from experiments.measure import (
     record_case,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_CHOICES,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_thresholds,
     check_topology,
@@ -104,11 +100,11 @@ from experiments.options import (
     parse_float,
     parse_int,
     parse_list,
-    parse_scale,
     parse_size,
     parse_text,
     parse_thresholds,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
@@ -152,7 +148,7 @@ def parse_threshold(value: Any) -> str | int:
     return parse_size_bytes(value, "PFC threshold")
 
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "algorithms": Option(["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"],
                          f"congestion-control settings compared, ';'-separated ({CC_CHOICES})",
                          parse=parse_list(parse_cc)),
@@ -194,11 +190,7 @@ OPTIONS: dict[str, Option] = {
                   parse=parse_threshold),
     "pfc_budget": Option(0.05, "wall-clock reaction time PFC's headroom is sized for (s)",
                          parse=parse_float(1e-3, 10.0)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 @dataclass(frozen=True)

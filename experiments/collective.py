@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.scaling import DEFAULT_SCALE, Scale, scale_keeping_frame_time
+from core.scaling import Scale, scale_keeping_frame_time
 from core.units import format_size
 from emu.fabric import Fabric
 from experiments.measure import (
@@ -44,21 +44,17 @@ from experiments.measure import (
     record_case,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_topology,
     parse_cc,
     parse_collective,
     parse_int,
     parse_list,
-    parse_scale,
     parse_sizes,
     parse_topo_at,
     split_topo_at,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run
@@ -80,7 +76,7 @@ NAME = "collective"
 #: than the measurement it is compared with.
 MAX_HASH_DRAWS = 1000
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     # The rail-optimised fabric's GPUs also send on 3.6 Tb/s NVLink: it runs at the S
     # that keeps that frame time a 400G NIC's at the default S (15 of 15 cases VALID
     # at 90000 and at 100000; 0 of 15 at 10000, where the gate suggested 50000-500000).
@@ -98,11 +94,7 @@ OPTIONS: dict[str, Option] = {
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from core.frame import WIRE_FRAME_BYTES
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
@@ -37,19 +37,15 @@ from experiments.measure import (
     record_slowdown,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_topology,
     parse_cc,
     parse_int,
     parse_list,
-    parse_scale,
     parse_size,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run
@@ -66,7 +62,7 @@ NEAR_LINE_RATE = 0.9
 #: Each hash draw is one max-min solve over every flow: 10000 take minutes already.
 MAX_SAMPLES = 10000
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     # Uniform 400G tiers: a fat-tree with full bisection, where only hash collisions
     # (two flows on one 400G fabric link) keep a flow below line rate.
     "topo": Option("fattree,4,fabric_rate=400G,core_rate=400G", "topology",
@@ -76,11 +72,7 @@ OPTIONS: dict[str, Option] = {
                     parse=parse_list(parse_int(0, 2**32 - 1))),
     "samples": Option(300, "random hash draws of the model", parse=parse_int(1, MAX_SAMPLES)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
 from core.messages import Workload
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from core.units import parse_time_s
 from emu.fabric import Fabric
 from experiments.incast import nearest_senders
@@ -38,21 +38,17 @@ from experiments.measure import (
     record_case,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_senders,
     check_thresholds,
     parse_cc,
     parse_float,
     parse_int,
-    parse_scale,
     parse_size,
     parse_thresholds,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
@@ -72,7 +68,7 @@ def parse_gap(value: Any) -> float:
         raise ParameterError("gap", value, f"must be at most {MAX_GAP_S * 1e3:g} ms (real)")
     return gap_s
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "topo": Option("fattree,4", "topology", parse=parse_topo),
     "flows": Option(3, "number of flows (senders nearest the receiver)", parse=parse_int(1)),
     "size": Option(2 << 20, "bytes per flow", quick=1 << 20, parse=parse_size),
@@ -82,11 +78,7 @@ OPTIONS: dict[str, Option] = {
     "cc": Option("nic", CC_HELP, parse=parse_cc),
     "thresholds": Option("100K/400K", "Kmin/Kmax (bytes)", parse=parse_thresholds),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:

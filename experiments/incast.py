@@ -30,7 +30,7 @@ import pandas as pd
 from core.ecn import Thresholds, mark_probability
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from core.units import format_size
 from emu.fabric import Fabric
 from experiments.measure import (
@@ -43,11 +43,7 @@ from experiments.measure import (
     record_slowdown,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_CHOICES,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_senders,
     check_thresholds,
@@ -56,10 +52,10 @@ from experiments.options import (
     parse_float,
     parse_int,
     parse_list,
-    parse_scale,
     parse_size,
     parse_thresholds,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run
@@ -76,7 +72,7 @@ NAME = "incast"
 # Defaults: 3 senders of 2 MiB keep the CC-off peak queue ((N-1) x size = 4 MiB)
 # inside the 8 MiB port buffer, so the lossless model applies; DCQCN with the
 # paper's parameters (the NIC set's 300 us recovery timer stalls a short incast).
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "topo": Option("fattree,4", "topology (NAME,ARG,KEY=VALUE)", parse=parse_topo),
     "senders": Option(3, "number of senders (the hosts nearest the receiver)",
                       parse=parse_int(1)),
@@ -89,11 +85,7 @@ OPTIONS: dict[str, Option] = {
                          "DCQCN runs; CC off runs with the first", quick=["100K/400K"],
                          parse=parse_list(parse_thresholds)),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:
