@@ -12,7 +12,7 @@ import pytest
 from core.errors import ParameterError
 from core.scaling import Scale
 from engine.stats import EngineStats
-from experiments import cc
+from experiments import cc, longflows
 from experiments.measure import Measurement
 from experiments.options import resolve_options
 from experiments.report import cc_tables, peak_vs_dcqcn
@@ -118,10 +118,10 @@ def test_the_incast_table_sets_each_peak_queue_beside_dcqcns_with_the_same_pfc()
 
 def test_oscillation_senders_are_the_largest_group_at_one_round_trip():
     hops = {"h1": 4, "h2": 4, "h3": 4, "h4": 4, "h7": 2, "h8": 2, "h9": 0}
-    group = cc.same_rtt_senders(list(hops), "h9", lambda h: hops[h] * 1e-6)
+    group = longflows.same_rtt_senders(list(hops), "h9", lambda h: hops[h] * 1e-6)
     assert group == ["h1", "h2", "h3", "h4"]
     # on a tie, the longer round trip
-    assert cc.same_rtt_senders(["a", "b", "c", "d", "r"], "r",
+    assert longflows.same_rtt_senders(["a", "b", "c", "d", "r"], "r",
                                {"a": 1e-6, "b": 1e-6, "c": 2e-6, "d": 2e-6}.get) == ["c", "d"]
 
 
@@ -131,20 +131,20 @@ def test_sawtooth_of_a_synthetic_queue():
     rng = np.random.default_rng(1)
     t = np.sort(rng.uniform(0, 50e-6, 600))
     q = 20e3 + 30e3 * ((t % 10e-6) / 10e-6)
-    saw = cc.sawtooth(t, q)
+    saw = longflows.sawtooth(t, q)
     assert saw.amplitude_bytes == pytest.approx(30e3, rel=0.03)
     assert saw.mean_bytes == pytest.approx(35e3, rel=0.02)
     assert saw.p5_bytes == pytest.approx(21.5e3, rel=0.05)
     assert saw.p95_bytes == pytest.approx(48.5e3, rel=0.02)
     assert saw.period_s == pytest.approx(10e-6, rel=0.05)
-    framed = cc.sawtooth(t, np.round(q / 4154) * 4154)
+    framed = longflows.sawtooth(t, np.round(q / 4154) * 4154)
     assert framed.amplitude_bytes == pytest.approx(30e3, rel=0.05)
     assert framed.period_s == pytest.approx(10e-6, rel=0.05)
     # two cycles do not make a period; a flat queue has none and no amplitude
-    assert math.isnan(cc.sawtooth(t[t < 20e-6], q[t < 20e-6]).period_s)
-    flat = cc.sawtooth(t, np.full_like(t, 5e3))
+    assert math.isnan(longflows.sawtooth(t[t < 20e-6], q[t < 20e-6]).period_s)
+    flat = longflows.sawtooth(t, np.full_like(t, 5e3))
     assert flat.amplitude_bytes == 0 and math.isnan(flat.period_s)
-    assert math.isnan(cc.sawtooth([0.0], [1.0]).mean_bytes)
+    assert math.isnan(longflows.sawtooth([0.0], [1.0]).mean_bytes)
 
 
 def test_the_oscillation_case_runs_for_dctcp_only_and_its_k_is_checked():
