@@ -28,22 +28,9 @@ each ``cc`` setting in ``algorithms``:
   each), before the first flow completes, whose per-flow delivered rates have a Jain
   index below 0.95.
 
-* ``oscillation cc=X`` (DCTCP only, no PFC): every switch port marks at one step
-  threshold ``osc_k`` (Kmin = Kmax, Pmax = 1, as DCTCP prescribes), and ``osc_flows``
-  hosts with the same unloaded round trip to the receiver (the largest such group, the
-  receiver's leaf excluded when another group is as large) each send ``osc_size``
-  bytes to it, all from t = 0. Over the interval when all are active (first
-  ``osc_settle`` skipped, and the drain before the first flow ends), the bottleneck's
-  sampled queue gives the sawtooth: amplitude (sqrt(12) x its standard deviation),
-  mean, p5 and p95, and the period (its strongest frequency), beside DCTCP's steady
-  alpha from the senders' trace.
-  The model is the DCTCP paper's analysis (``model.dctcp``) from the configured
-  rates, the path's unloaded round trip and K.
-* ``steady cc=X`` (HPCC only, no PFC): the same long flows at the fabric's marking,
-  against HPCC's equilibrium (U = eta): no standing queue (mean and p95 of the
-  bottleneck's sampled queue, predicted 0) and eta of the port delivered (payload).
-  DCQCN's fixed point (``model.dcqcn``) has no such case: its alpha settles from 1 by
-  g = 1/256 per 55 us, some 30 ms of real time (minutes of wall time), far beyond a run.
+* ``oscillation cc=X`` (an algorithm with an oscillation model: DCTCP) and ``steady
+  cc=X`` (one with a steady-state model: HPCC), no PFC: long flows against the
+  model's steady state (`experiments.longflows`).
 
 Model predictions where the project has them: the incast with CC off (its completion,
 latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
@@ -65,7 +52,7 @@ rates (fairness cases) CSVs.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -75,28 +62,24 @@ import pandas as pd
 
 from core.ecn import Thresholds
 from core.errors import ParameterError
-from core.frame import FRAME_BYTES, WIRE_FRAME_BYTES
+from core.frame import WIRE_FRAME_BYTES
 from core.messages import Message, Workload
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from core.units import parse_size_bytes
 from emu.fabric import Fabric
 from emu.pfc import PfcConfig
 from experiments import incast
 from experiments.fairness import parse_gap, staggered, window_rate_bps
+from experiments.longflows import LongFlows, run_oscillation, run_steady
 from experiments.measure import (
     Measurement,
     engine_config,
-    gate,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_CHOICES,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_thresholds,
     check_topology,
@@ -104,25 +87,21 @@ from experiments.options import (
     parse_float,
     parse_int,
     parse_list,
-    parse_scale,
     parse_size,
     parse_text,
     parse_thresholds,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
 from model.alphabeta import roce_wire_factor
-from model.dctcp import dctcp_oscillation
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast import predict_incast_on_graph
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
-from traffic.ccalgos.dctcp import Dctcp
-from traffic.ccalgos.hpcc import Hpcc
-from traffic.ccload import resolve_cc
-from traffic.fixeddelay import round_trip_s
+from traffic.ccload import CcFactory, resolve_cc
 
 NAME = "cc"
 KIB = 1 << 10
@@ -154,7 +133,7 @@ def parse_threshold(value: Any) -> str | int:
     return parse_size_bytes(value, "PFC threshold")
 
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "algorithms": Option(["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"],
                          f"congestion-control settings compared, ';'-separated ({CC_CHOICES})",
                          parse=parse_list(parse_cc)),
@@ -196,11 +175,7 @@ OPTIONS: dict[str, Option] = {
                   parse=parse_threshold),
     "pfc_budget": Option(0.05, "wall-clock reaction time PFC's headroom is sized for (s)",
                          parse=parse_float(1e-3, 10.0)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 @dataclass(frozen=True)
@@ -240,20 +215,10 @@ def check(opts: dict[str, Any]) -> None:
     if opts["flows"] > len(r.senders):
         raise ParameterError("flows", opts["flows"], f"at most senders = {len(r.senders)}")
     check_thresholds([opts["thresholds"]], opts["pmax"])
-    if any(is_dctcp(cc) for cc in opts["algorithms"]):
+    if any(resolve_cc(cc).oscillation_model for cc in opts["algorithms"]):
         Thresholds(opts["osc_k"], opts["osc_k"], 1.0)
         if opts["osc_k"] >= opts["buffer"]:
             raise ParameterError("osc_k", opts["osc_k"], f"must be below the buffer ({opts['buffer']} B)")
-
-
-def label(cc: str) -> str:
-    return resolve_cc(cc).name
-
-
-def target_share(cc: str, rate_bps: float) -> float:
-    """The share of a bottleneck ``cc`` aims to keep busy where it declares one
-    (HPCC: eta, by design below 1), else 1: what an ideal control scaled by it gets."""
-    return getattr(resolve_cc(cc)(rate_bps), "target_utilisation", 1.0)
 
 
 def incast_workload(r: Roles, size_bytes: int) -> Workload:
@@ -263,25 +228,25 @@ def incast_workload(r: Roles, size_bytes: int) -> Workload:
                     size_bytes)
 
 
-def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: str, pfc: bool,
+def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: CcFactory, pfc: bool,
                    t: Thresholds) -> dict[str, Any]:
     """The model's incast where it has one: CC off (lossless with PFC), DCQCN without PFC."""
     senders = list(r.senders)
-    dcqcn = incast.dcqcn_set(cc, "paper")
-    if pfc and cc == "off":
+    dcqcn = incast.dcqcn_set(cc.spec, "paper")
+    if pfc and cc.is_off:
         wire_bytes = size_bytes * roce_wire_factor()
         pred = predict_incast_on_graph(model_graph(fab), fab.routes.paths, senders, r.receiver,
                                        wire_bytes, cc="off", buffer_bytes=math.inf,
                                        packet_bytes=WIRE_FRAME_BYTES)
         return {"completion_s": pred["completion_s"], "drops": 0.0}
-    if pfc or (cc != "off" and dcqcn is None):
+    if pfc or (not cc.is_off and dcqcn is None):
         return {}
-    return incast.predict(fab, senders, r.receiver, size_bytes, "off" if cc == "off" else "dcqcn",
+    return incast.predict(fab, senders, r.receiver, size_bytes, "off" if cc.is_off else "dcqcn",
                           t, dcqcn or "paper")
 
 
-def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any], cc: str,
-               pfc: bool, t: Thresholds) -> None:
+def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
+               cc: CcFactory, pfc: bool, t: Thresholds) -> None:
     """Scenarios a and c: the incast and the victim flow, with or without PFC."""
     size = opts["size"]
     workload = incast_workload(r, size)
@@ -319,7 +284,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     incast_bits = 8.0 * size * len(r.senders)
     capacity_bps = port.rate_bps / roce_wire_factor()
     row = {
-        "case": case, "scenario": "incast", "cc": label(cc), "pfc": pfc,
+        "case": case, "scenario": "incast", "cc": cc.name, "pfc": pfc,
         "completion_us": completion_s * 1e6, "drops": drops, "pauses": pauses,
         "incast_gbps": incast_bits / completion_s * 1e-9,
         "bottleneck_share": incast_bits / completion_s / capacity_bps,
@@ -336,7 +301,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     # algorithm aims at) keeps the bottleneck busy from the first byte to the last.
     run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
                incast_bits / pred["completion_s"] * 1e-9 if pred.get("completion_s")
-               else target_share(cc, port.rate_bps) * capacity_bps * 1e-9)
+               else cc.target_utilisation * capacity_bps * 1e-9)
     run.metric(case, "drops", "packets", drops, model("drops"))
     run.metric(case, "latency p99", "us", row["latency_p99_us"], model("latency_p99_s", 1e6))
     run.metric(case, "peak queue", "KB", row["peak_queue_KB"], model("max_queue_bytes", 1e-3))
@@ -349,26 +314,24 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     run.metric(case, "victim throughput", "Gb/s", row["victim_gbps"],
                8e-9 * size / victim_model_s)
     run.metric(case, "victim latency p99", "us", row["victim_latency_p99_us"], None)
-    record(run, row, m, rates=False)
     # CC off without a drop (PFC, or a buffer the model says holds the incast): the
     # bottleneck is busy from first to last byte; idling would be the machine's doing.
-    busy = cc == "off" and pred.get("drops") == 0
-    run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
-                            saturated={port.name: completion_s} if busy else {}))
-    run.deviations([{**d, "effect": f"incast completion: measured {completion_s * 1e6:.2f} us"}
-                    for d in measure_deviations(fab, m, case, graph)])
+    busy = cc.is_off and pred.get("drops") == 0
+    record(run, fab, row, m, workload, rates=False, graph=graph, cc=cc,
+           effect=f"incast completion: measured {completion_s * 1e6:.2f} us",
+           saturated={port.name: completion_s} if busy else {})
 
 
-def record(run: Run, row: dict[str, Any], m: Measurement, *, rates: bool) -> None:
-    """The case's row of cc.csv, and its measurement's frames labelled with the case
-    (the congestion-control trace with ``rates``)."""
-    labels = {k: row[k] for k in ("case", "cc", "pfc")}
+def record(run: Run, fab: Fabric, row: dict[str, Any], m: Measurement, workload: Any, *,
+           rates: bool, **case: Any) -> None:
+    """The case's row of cc.csv, then `record_case` (``case``: its keywords) with the
+    measurement's frames labelled with the case (the congestion-control trace with
+    ``rates``)."""
     run.frame("cc", pd.DataFrame([row]))
-    run.pcaps(row["case"], m.captures)
     frames = {"messages": m.messages, "latency": m.latency, "queue": m.queue,
               "ports": m.ports.reset_index(), **({"rates": m.rates} if rates else {})}
-    for name, frame in frames.items():
-        run.frame(name, frame, **labels)
+    record_case(run, fab, row["case"], m, workload, frames=frames,
+                labels={k: row[k] for k in ("case", "cc", "pfc")}, **case)
 
 
 def convergence_s(m: Measurement, flows: list[int], bin_s: float) -> float:
@@ -391,7 +354,7 @@ def convergence_s(m: Measurement, flows: list[int], bin_s: float) -> float:
 
 
 def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
-                 cc: str) -> None:
+                 cc: CcFactory) -> None:
     """Scenario b: flows joining one bottleneck one by one."""
     senders = list(r.senders[:opts["flows"]])
     workload = staggered(collectives.build("incast", [r.receiver, *senders], opts["flow_size"]),
@@ -409,11 +372,11 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
                                 sched.finish_s[f] - sched.last_byte_s[f]) for f in active]
     # The max-min shares of an ideal control, scaled by the bottleneck share the
     # algorithm aims at where it declares one (HPCC: eta, by design below 1).
-    aim = target_share(cc, port.rate_bps)
+    aim = cc.target_utilisation
     model = [full.payload_rates_bps[f] * aim for f in active]
     bin_s = CONVERGENCE_BIN_FRAMES * 8.0 * WIRE_FRAME_BYTES / port.rate_bps
     conv_s = convergence_s(m, active, bin_s)
-    row = {"case": case, "scenario": "fairness", "cc": label(cc), "pfc": False,
+    row = {"case": case, "scenario": "fairness", "cc": cc.name, "pfc": False,
            "jain": jain_index(measured) if sum(measured) > 0 else math.nan,
            "aggregate_gbps": sum(measured) * 1e-9, "smallest_gbps": min(measured) * 1e-9,
            "convergence_us": conv_s * 1e6,
@@ -428,24 +391,18 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any
     if math.isnan(conv_s):
         run.note(f"{case}: the flows' rates had not settled (Jain >= {CONVERGED_JAIN} in bins "
                  f"of {bin_s * 1e6:.2f} us) when the first flow ended")
-    record(run, row, m, rates=True)
-    run.fidelity(case, gate(fab, m, workload, cc=cc != "off"))
-    run.deviations([{**d, "effect": "shifts the measured windows against the model's "
-                     "schedule by the missing delay"}
-                    for d in measure_deviations(fab, m, case, graph)])
+    record(run, fab, row, m, workload, rates=True, graph=graph, cc=cc,
+           effect="shifts the measured windows against the model's schedule by the "
+           "missing delay")
 
 
-def is_dctcp(cc: str) -> bool:
-    return resolve_cc(cc).constructor is Dctcp
-
-
-def scenarios_of(scenarios: str | Sequence[str], cc: str, pfc: bool) -> tuple[str, ...]:
+def scenarios_of(scenarios: str | Sequence[str], cc: CcFactory, pfc: bool) -> tuple[str, ...]:
     """The kinds of case run for ``cc`` without PFC (``pfc`` False) or with it: those
     named, or by default incast and fairness, oscillation for DCTCP and steady for
     HPCC, then the incast with PFC."""
     if scenarios == "auto":
-        scenarios = ["incast", "fairness", *(["oscillation"] if is_dctcp(cc) else []),
-                     *(["steady"] if has_steady_model(cc) else []), "incast-pfc"]
+        scenarios = ["incast", "fairness", *(["oscillation"] if cc.oscillation_model else []),
+                     *(["steady"] if cc.steady_model else []), "incast-pfc"]
     if pfc:
         return ("incast",) if "incast-pfc" in scenarios else ()
     return tuple(k for k in SCENARIOS if k in scenarios and k != "incast-pfc")
@@ -460,214 +417,26 @@ def pfc_config(opts: dict[str, Any]) -> PfcConfig:
                      reaction_budget_wall_s=opts["pfc_budget"])
 
 
-def same_rtt_senders(hosts: list[str], receiver: str,
-                     rtt_s: Callable[[str], float]) -> list[str]:
-    """The largest group of hosts with one unloaded round trip ``rtt_s(host)`` to
-    ``receiver`` (ns resolution), the longer round trip on a tie."""
-    groups: dict[int, list[str]] = {}
-    for h in hosts:
-        if h != receiver:
-            groups.setdefault(round(rtt_s(h) * 1e9), []).append(h)
-    return max(groups.items(), key=lambda kv: (len(kv[1]), kv[0]))[1]
-
-
-@dataclass(frozen=True)
-class Sawtooth:
-    """A queue's oscillation over a window: bytes, and the period in seconds."""
-
-    amplitude_bytes: float   # sqrt(12) x standard deviation
-    mean_bytes: float
-    p5_bytes: float
-    p95_bytes: float
-    period_s: float          # NaN: fewer than three cycles fit the window
-
-
-def sawtooth(t_s: Sequence[float], queue_bytes: Sequence[float]) -> Sawtooth:
-    """The oscillation of queue samples ``queue_bytes`` taken at times ``t_s``.
-
-    The amplitude is that of a linear sawtooth, whose samples spread evenly between
-    its trough and crest (standard deviation = amplitude / sqrt(12)): every sample
-    counts, so the queue's whole-frame steps and a stray reading move it far less
-    than they move the extremes or quantiles. The period is that of the strongest
-    frequency of the queue resampled evenly (Hann window), NaN unless three or more
-    of its cycles fit the window."""
-    q = np.asarray(queue_bytes, dtype=float)
-    t = np.asarray(t_s, dtype=float)
-    if len(q) < 8:
-        return Sawtooth(math.nan, math.nan, math.nan, math.nan, math.nan)
-    p5, p95 = (float(x) for x in np.quantile(q, [0.05, 0.95]))
-    span_s = float(t[-1] - t[0])
-    dt_s = float(np.median(np.diff(t)))
-    period = math.nan
-    if span_s > 0 and dt_s > 0:
-        even = np.interp(np.arange(t[0], t[-1], dt_s), t, q)
-        power = np.abs(np.fft.rfft((even - even.mean()) * np.hanning(len(even)))) ** 2
-        freq = np.fft.rfftfreq(len(even), dt_s)
-        power[0] = 0
-        peak = float(freq[int(np.argmax(power))])
-        if power.max() > 0 and peak * span_s >= 3:
-            period = 1 / peak
-    return Sawtooth(math.sqrt(12) * float(q.std()), float(q.mean()), p5, p95, period)
-
-
-@dataclass(frozen=True)
-class LongFlowSet:
-    """``osc_flows`` hosts with one unloaded round trip to the receiver (the largest
-    such group), their bottleneck port and that round trip."""
-
-    receiver: str
-    senders: list[str]
-    port: Any                 # the bottleneck (emu.ports.Port)
-    rtt_s: float
-
-
-def long_flow_set(fab: Fabric, receiver: str, opts: dict[str, Any]) -> LongFlowSet:
-    graph = model_graph(fab)
-
-    def rtt_s(h: str) -> float:
-        return round_trip_s(graph, fab.routes.paths, h, receiver)
-
-    senders = same_rtt_senders(list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
-    return LongFlowSet(receiver, senders, incast.bottleneck_port(fab, senders, receiver),
-                       rtt_s(senders[0]))
-
-
-@dataclass(frozen=True)
-class LongFlows:
-    """The set's senders writing ``osc_size`` bytes each to the receiver from t = 0,
-    measured, and the window where all are active and settled."""
-
-    fs: LongFlowSet
-    m: Measurement
-    report: Any               # the gate's verdict
-    lo_s: float               # the window [lo, hi)
-    hi_s: float
-    flows: list[int]
-
-    def queue(self) -> pd.DataFrame:
-        q = self.m.queue
-        return q[(q.port == self.fs.port.name) & (q.t_s >= self.lo_s) & (q.t_s < self.hi_s)]
-
-    def rates(self) -> pd.DataFrame:
-        r = self.m.rates
-        return r[(r.t_s >= self.lo_s) & (r.t_s < self.hi_s)]
-
-    def payload_bps(self) -> float:
-        """Payload delivered to the receiver in the window, all flows."""
-        return sum(window_rate_bps(self.m, f, self.lo_s, self.hi_s, 0.0, 0.0)
-                   for f in self.flows)
-
-
-def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: str,
-               drain_queue_bytes: float,
-               marking: tuple[Thresholds, Thresholds] | None = None) -> LongFlows:
-    """Run the long flows of the oscillation and steady cases, with every switch port
-    at ``marking[0]`` for the run and ``marking[1]`` after, if given (else as the fabric
-    marks). The window starts once every flow has delivered a frame and ``osc_settle``
-    of the rest has passed; it ends two round trips with ``drain_queue_bytes`` queued
-    before the first flow completes, where that queue starts to drain."""
-    workload = collectives.build("incast", [fs.receiver, *fs.senders], opts["osc_size"])
-    if marking:
-        fab.set_thresholds(marking[0])
-    try:
-        m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[fs.port],
-                    capture=opts["capture"])
-        report = gate(fab, m, workload, cc=True)
-    finally:
-        if marking:
-            fab.set_thresholds(marking[1])
-    ids = [msg.msg_id for msg in workload.messages if msg.src != msg.dst]
-    lat = m.latency[m.latency.msg_id.isin(ids)]
-    t0 = float(lat.groupby("msg_id").t_s.min().max())
-    drain_s = 2 * (fs.rtt_s + 8 * drain_queue_bytes / fs.port.rate_bps)
-    t1 = float(m.messages[m.messages.msg_id.isin(ids)].end_s.min()) - drain_s
-    lo = t0 + opts["osc_settle"] * (t1 - t0)
-    return LongFlows(fs, m, report, lo, t1, ids)
-
-
-def _finish_long(run: Run, fab: Fabric, case: str, lf: LongFlows, row: dict[str, Any],
-                 what: str) -> None:
+def _finish_long(run: Run, fab: Fabric, case: str, cc: CcFactory, lf: LongFlows,
+                 row: dict[str, Any], what: str) -> None:
     run.note(f"{case}: {len(lf.fs.senders)} flows ({', '.join(lf.fs.senders)}) at "
              f"{lf.fs.rtt_s * 1e6:.2f} us unloaded RTT, {what}; {len(lf.queue())} queue samples "
              f"over {(lf.hi_s - lf.lo_s) * 1e6:.1f} us")
-    record(run, row, lf.m, rates=True)
-    run.fidelity(case, lf.report)
-    run.deviations([{**d, "effect": "lengthens the round trip the flows see by the missing delay"}
-                    for d in measure_deviations(fab, lf.m, case, model_graph(fab))])
-
-
-def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
-                    cc: str, t: Thresholds) -> None:
-    """DCTCP's steady queue oscillation at a step threshold (see the module doc)."""
-    k = opts["osc_k"]
-    fs = long_flow_set(fab, receiver, opts)
-    pred = dctcp_oscillation(len(fs.senders), fs.port.rate_bps, fs.rtt_s, k, WIRE_FRAME_BYTES,
-                             FRAME_BYTES)
-    lf = long_flows(fab, fs, opts, cc, pred.q_max_bytes, (Thresholds(k, k, 1.0), t))
-    q = lf.queue()
-    saw = sawtooth(q.t_s, q.backlog_bytes)
-    rates = lf.rates()
-    alpha = float(rates.alpha.mean()) if not rates.empty else math.nan
-    m = lf.m
-    row = {"case": case, "scenario": "oscillation", "cc": label(cc), "pfc": False,
-           "flows": len(fs.senders), "k_KB": k / 1e3, "rtt_us": fs.rtt_s * 1e6,
-           "port_gbps": fs.port.rate_bps * 1e-9,
-           "amplitude_KB": saw.amplitude_bytes / 1e3, "model_amplitude_KB": pred.amplitude_bytes / 1e3,
-           "mean_queue_KB": saw.mean_bytes / 1e3, "model_mean_queue_KB": pred.mean_bytes / 1e3,
-           "period_us": saw.period_s * 1e6, "model_period_us": pred.period_s * 1e6,
-           "alpha": alpha, "model_alpha": pred.alpha,
-           "aggregate_gbps": lf.payload_bps() * 1e-9,
-           "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
-    run.metric(case, "queue amplitude", "KB", row["amplitude_KB"], row["model_amplitude_KB"])
-    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], row["model_mean_queue_KB"])
-    run.metric(case, "queue p95", "KB", saw.p95_bytes / 1e3,
-               (pred.q_max_bytes - 0.05 * pred.amplitude_bytes) / 1e3)
-    run.metric(case, "queue p5", "KB", saw.p5_bytes / 1e3,
-               (pred.q_min_bytes + 0.05 * pred.amplitude_bytes) / 1e3)
-    run.metric(case, "oscillation period", "us", row["period_us"], row["model_period_us"])
-    run.metric(case, "alpha", "", alpha, pred.alpha)
-    # The analysis' queue never empties above K > C x RTT / 7, so the port stays busy.
-    run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
-               fs.port.rate_bps / roce_wire_factor() * 1e-9 if pred.q_min_bytes > 0 else None)
-    _finish_long(run, fab, case, lf, row, f"step marking at K = {k} B")
-
-
-def has_steady_model(cc: str) -> bool:
-    """``cc`` has a closed-form equilibrium the steady case measures: HPCC's (U = eta,
-    no standing queue). DCQCN's fixed point (``model.dcqcn``) is not reached in a run:
-    alpha decays from 1 by g = 1/256 per 55 us, some 30 ms of real time to near 0.1."""
-    return resolve_cc(cc).constructor is Hpcc
-
-
-def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
-               cc: str) -> None:
-    """HPCC's long flows against its equilibrium: no standing queue, eta of the port."""
-    fs = long_flow_set(fab, receiver, opts)
-    lf = long_flows(fab, fs, opts, cc, 0.0)
-    q = lf.queue()
-    payload_bps = lf.payload_bps()
-    eta = target_share(cc, fs.port.rate_bps)
-    m = lf.m
-    row = {"case": case, "scenario": "steady", "cc": label(cc), "pfc": False,
-           "flows": len(fs.senders), "mean_queue_KB": float(q.backlog_bytes.mean()) / 1e3,
-           "aggregate_gbps": payload_bps * 1e-9,
-           "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
-    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], 0.0)
-    run.metric(case, "queue p95", "KB", float(q.backlog_bytes.quantile(0.95)) / 1e3, 0.0)
-    run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
-               eta * fs.port.rate_bps / roce_wire_factor() * 1e-9)
-    _finish_long(run, fab, case, lf, row, "INT on every switch port")
+    record(run, fab, row, lf.m, lf.workload, rates=True, report=lf.report, cc=cc,
+           graph=model_graph(fab),
+           effect="lengthens the round trip the flows see by the missing delay")
 
 
 def _measure(run: Run, fab: Fabric, kind: str, case: str, r: Roles, opts: dict[str, Any],
-             cc: str, pfc: bool, t: Thresholds) -> None:
+             cc: CcFactory, pfc: bool, t: Thresholds) -> None:
     """Case ``case`` of scenario ``kind`` on ``fab``."""
     if kind == "incast":
         run_incast(run, fab, case, r, opts, cc, pfc, t)
     elif kind == "oscillation":
-        run_oscillation(run, fab, case, r.receiver, opts, cc, t)
+        _finish_long(run, fab, case, cc, *run_oscillation(run, fab, case, r.receiver, opts,
+                                                          cc, t))
     elif kind == "steady":
-        run_steady(run, fab, case, r.receiver, opts, cc)
+        _finish_long(run, fab, case, cc, *run_steady(run, fab, case, r.receiver, opts, cc))
     else:
         run_fairness(run, fab, case, r, opts, cc)
 
@@ -679,9 +448,9 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     for a, b in topo.links():
         topo.linkInfo(a, b)["buffer_bytes"] = opts["buffer"]
     t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
-    plan = [(kind, cc, pfc, f"{prefix}{kind} cc={label(cc)}"
+    plan = [(kind, cc, pfc, f"{prefix}{kind} cc={cc.name}"
              + ("" if kind != "incast" else f" pfc={'on' if pfc else 'off'}"))
-            for pfc in (False, True) for cc in opts["algorithms"]
+            for pfc in (False, True) for cc in map(resolve_cc, opts["algorithms"])
             for kind in scenarios_of(opts["scenarios"], cc, pfc)]
     todo = [p for p in plan if not run.finished(p[3])]
     run.note("metrics without a prediction are measured only: the model has no DCTCP, "

@@ -32,34 +32,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.scaling import DEFAULT_SCALE, Scale, scale_keeping_frame_time
+from core.scaling import Scale, scale_keeping_frame_time
 from core.units import format_size
 from emu.fabric import Fabric
 from experiments.measure import (
     Measurement,
     emulated_fixed_delays,
     engine_config,
-    gate,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_topology,
     parse_cc,
     parse_collective,
     parse_int,
     parse_list,
-    parse_scale,
     parse_sizes,
     parse_topo_at,
     split_topo_at,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run
@@ -81,7 +76,7 @@ NAME = "collective"
 #: than the measurement it is compared with.
 MAX_HASH_DRAWS = 1000
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     # The rail-optimised fabric's GPUs also send on 3.6 Tb/s NVLink: it runs at the S
     # that keeps that frame time a 400G NIC's at the default S (15 of 15 cases VALID
     # at 90000 and at 100000; 0 of 15 at 10000, where the gate suggested 50000-500000).
@@ -99,11 +94,7 @@ OPTIONS: dict[str, Option] = {
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:
@@ -212,14 +203,13 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
     case = case_name(fabric, name, size_bytes)
     run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6)
     run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9)
-    report = gate(fab, r.measurement, r.workload, cc=cc != "off")
-    run.fidelity(case, report)
-    run.pcaps(case, r.measurement.captures)
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
-    run.deviations([{**d, "effect": effect} for d in measure_deviations(fab, r.measurement,
-                                                                         case)])
+    report = record_case(run, fab, case, r.measurement, r.workload, cc=cc,
+                         effect=effect, labels={"case": case},
+                         frames={"messages": r.measurement.messages,
+                                 "ports": r.measurement.ports.reset_index()})
     row = {"fabric": fabric, "collective": name, "ranks": len(fab.hosts),
            "size_bytes": size_bytes, "time_s": r.time_s, "algbw_bps": r.algbw_bps,
            "busbw_bps": r.busbw_bps, "time_model_s": r.time_model_s,
@@ -235,8 +225,6 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            "measured_bottleneck_tier": r.bottleneck_tier, "valid": report.valid}
     run.frame("collective", pd.DataFrame([row]))
     run.frame("nccl", pd.DataFrame([nccl_row(fabric, name, size_bytes, r, report.valid)]))
-    run.frame("messages", r.measurement.messages, case=case)
-    run.frame("ports", r.measurement.ports.reset_index(), case=case)
     return case
 
 

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.scaling import DEFAULT_SCALE
 from experiments import collective, incast
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_senders,
     check_thresholds,
     parse_dcqcn,
     parse_int,
-    parse_scale,
     parse_size,
     parse_sizes,
     parse_thresholds,
     parse_topo,
+    with_common,
 )
 from experiments.rundir import Run
 
@@ -33,7 +28,7 @@ NAME = "demo"
 # S: core.scaling.DEFAULT_SCALE (why 20000 on 2 cores is explained there): the
 # two 3 x 2 MiB incasts take ~13 s emulated each and the ring all-reduces ~10 s, so
 # the demo fits in about a minute with fabric set-up.
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "topo": Option("fattree,4", "topology of both parts", parse=parse_topo),
     "senders": Option(3, "incast senders (the hosts nearest the receiver)",
                       parse=parse_int(1)),
@@ -44,11 +39,7 @@ OPTIONS: dict[str, Option] = {
     "dcqcn": Option("paper", "DCQCN parameter set: paper | nic", parse=parse_dcqcn),
     "sizes": Option([1 << 20, 4 << 20], "ring all-reduce sizes", quick=[1 << 20],
                     parse=parse_sizes),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:

@@ -25,32 +25,27 @@ import numpy as np
 import pandas as pd
 
 from core.frame import WIRE_FRAME_BYTES
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
     fct_slowdown,
-    gate,
     ideal_fct_s,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
     record_slowdown,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_topology,
     parse_cc,
     parse_int,
     parse_list,
-    parse_scale,
     parse_size,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run
@@ -67,7 +62,7 @@ NEAR_LINE_RATE = 0.9
 #: Each hash draw is one max-min solve over every flow: 10000 take minutes already.
 MAX_SAMPLES = 10000
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     # Uniform 400G tiers: a fat-tree with full bisection, where only hash collisions
     # (two flows on one 400G fabric link) keep a flow below line rate.
     "topo": Option("fattree,4,fabric_rate=400G,core_rate=400G", "topology",
@@ -77,11 +72,7 @@ OPTIONS: dict[str, Option] = {
                     parse=parse_list(parse_int(0, 2**32 - 1))),
     "samples": Option(300, "random hash draws of the model", parse=parse_int(1, MAX_SAMPLES)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:
@@ -136,14 +127,10 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
                                      "throughput_bps": measured}),
               case=case, source="measured")
     run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
-    run.frame("messages", m.messages, case=case)
-    run.frame("ports", m.ports.reset_index(), case=case)
-    run.fidelity(case, gate(fab, m, workload, cc=opts["cc"] != "off"))
-    run.pcaps(case, m.captures)
-    run.deviations([{**d, "effect": "mean flow throughput: model "
-                     f"{predicted.mean() * 1e-9:.1f} Gb/s, measured "
-                     f"{measured.mean() * 1e-9:.1f} Gb/s"}
-                    for d in measure_deviations(fab, m, case)])
+    record_case(run, fab, case, m, workload, cc=opts["cc"],
+                effect=f"mean flow throughput: model {predicted.mean() * 1e-9:.1f} Gb/s, "
+                f"measured {measured.mean() * 1e-9:.1f} Gb/s", labels={"case": case},
+                frames={"messages": m.messages, "ports": m.ports.reset_index()})
     graph = model_graph(fab)
     ideal = {msg.msg_id: ideal_fct_s(graph, fab.routes.paths, msg.src, msg.dst,
                                      msg.size_bytes) for msg in workload.messages}

@@ -26,34 +26,29 @@ from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES
 from core.messages import Workload
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from core.units import parse_time_s
 from emu.fabric import Fabric
 from experiments.incast import nearest_senders
 from experiments.measure import (
     Measurement,
     engine_config,
-    gate,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_senders,
     check_thresholds,
     parse_cc,
     parse_float,
     parse_int,
-    parse_scale,
     parse_size,
     parse_thresholds,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
@@ -73,7 +68,7 @@ def parse_gap(value: Any) -> float:
         raise ParameterError("gap", value, f"must be at most {MAX_GAP_S * 1e3:g} ms (real)")
     return gap_s
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "topo": Option("fattree,4", "topology", parse=parse_topo),
     "flows": Option(3, "number of flows (senders nearest the receiver)", parse=parse_int(1)),
     "size": Option(2 << 20, "bytes per flow", quick=1 << 20, parse=parse_size),
@@ -83,11 +78,7 @@ OPTIONS: dict[str, Option] = {
     "cc": Option("nic", CC_HELP, parse=parse_cc),
     "thresholds": Option("100K/400K", "Kmin/Kmax (bytes)", parse=parse_thresholds),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:
@@ -118,9 +109,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
     port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
     m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]), watch=[port],
                 capture=opts["capture"])
-    report = gate(fab, m, workload, cc=opts["cc"] != "off")
-    run.pcaps(f"{prefix}cc={opts['cc']}", m.captures)
-    rows = []
+    rows, cases = [], []
     for i, iv in enumerate(sched.intervals):
         active = list(iv.rates_bps)
         measured = [window_rate_bps(m, f, iv.t0_s, iv.t1_s, opts["settle"],
@@ -140,15 +129,16 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
         rows += [{"interval": i, "t0_s": iv.t0_s, "t1_s": iv.t1_s, "msg_id": f,
                   "active": len(active), "throughput_bps": x, "model_bps": y}
                  for f, x, y in zip(active, measured, model, strict=True)]
-        run.fidelity(case, report)
-    run.deviations([{**d, "effect": "shifts the measured windows against the model's "
-                     "schedule by the missing delay"}
-                    for d in measure_deviations(fab, m, f"{prefix}{NAME}", graph)])
+        cases.append(case)
+    # One measurement for every interval: its verdict is theirs.
+    measurement = f"{prefix}cc={opts['cc']}"
+    record_case(run, fab, measurement, m, workload, cc=opts["cc"],
+                effect="shifts the measured windows against the model's schedule by the "
+                "missing delay", graph=graph, verdicts=cases, deviation_case=f"{prefix}{NAME}",
+                labels={"case": measurement},
+                frames={"rates": m.rates, "queue": m.queue, "ports": m.ports.reset_index()})
     run.frame("intervals", pd.DataFrame(rows))
-    run.frame("rates", m.rates, case=f"{prefix}cc={opts['cc']}")
-    run.frame("queue", m.queue, case=f"{prefix}cc={opts['cc']}")
     run.frame("messages", m.messages)
-    run.frame("ports", m.ports.reset_index(), case=f"{prefix}cc={opts['cc']}")
 
 
 def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:

@@ -30,25 +30,20 @@ import pandas as pd
 from core.ecn import Thresholds, mark_probability
 from core.errors import ParameterError
 from core.frame import MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from core.units import format_size
 from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
     fct_slowdown,
-    gate,
     ideal_fct_s,
     measure,
-    measure_deviations,
     model_graph,
+    record_case,
     record_slowdown,
 )
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_CHOICES,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_senders,
     check_thresholds,
@@ -57,10 +52,10 @@ from experiments.options import (
     parse_float,
     parse_int,
     parse_list,
-    parse_scale,
     parse_size,
     parse_thresholds,
     parse_topo,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run
@@ -77,7 +72,7 @@ NAME = "incast"
 # Defaults: 3 senders of 2 MiB keep the CC-off peak queue ((N-1) x size = 4 MiB)
 # inside the 8 MiB port buffer, so the lossless model applies; DCQCN with the
 # paper's parameters (the NIC set's 300 us recovery timer stalls a short incast).
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "topo": Option("fattree,4", "topology (NAME,ARG,KEY=VALUE)", parse=parse_topo),
     "senders": Option(3, "number of senders (the hosts nearest the receiver)",
                       parse=parse_int(1)),
@@ -90,11 +85,7 @@ OPTIONS: dict[str, Option] = {
                          "DCQCN runs; CC off runs with the first", quick=["100K/400K"],
                          parse=parse_list(parse_thresholds)),
     "pmax": Option(0.2, "marking probability at Kmax", parse=parse_float(0, 1, open_low=True)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:
@@ -166,8 +157,9 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
              capture: Sequence[str] = ()) -> None:
     """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
     other algorithms are measured only)."""
+    factory = resolve_cc(cc)
     dcqcn_params = dcqcn_set(cc, dcqcn)
-    model_cc = "off" if cc == "off" else None if dcqcn_params is None else "dcqcn"
+    model_cc = "off" if factory.is_off else None if dcqcn_params is None else "dcqcn"
     pred: dict[str, Any] = {} if model_cc is None else \
         predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_params or dcqcn)
     port = bottleneck_port(fab, senders, receiver)
@@ -176,7 +168,7 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
         return pred[key] * factor if pred.get(key) is not None else None
 
     if model_cc is None:
-        run.note(f"{case}: the model has no {resolve_cc(cc).name}; its metrics are measured "
+        run.note(f"{case}: the model has no {factory.name}; its metrics are measured "
                  "only (FCT slowdown against the ideal congestion control's fair shares)")
     if "q_star_bytes" in pred:
         run.note(
@@ -220,10 +212,6 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     if pred and not pred["drops"]:
         run.metric(case, "retransmissions", "packets", float(m.messages.retransmitted.sum()), 0.0)
     labels = {"case": case, "cc": cc, "kmin_bytes": t.kmin_bytes, "kmax_bytes": t.kmax_bytes}
-    run.frame("messages", m.messages, **labels)
-    run.frame("latency", m.latency, **labels)
-    run.frame("rates", m.rates, **labels)
-    run.frame("queue", m.queue, **labels)
     if pred:
         run.frame("queue_model", pd.DataFrame(pred["queue_trace"], columns=["t_s", "queue_bytes"]),
                   port=port.name, **labels)
@@ -231,13 +219,13 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     run.frame("ports", m.ports.reset_index(), case=case, cc=cc)
     # Without CC and without drops the model keeps the port busy from first to last
     # byte; a port idling then means the machine, not the network, held traffic back.
-    busy = cc == "off" and not pred["drops"]
-    run.fidelity(case, gate(fab, m, workload, cc=cc != "off",
-                            saturated={port.name: completion_s} if busy else {}))
-    run.pcaps(case, m.captures)
+    busy = factory.is_off and not pred["drops"]
     effect = f"completion: measured {completion_s * 1e6:.2f} us" + (
         f", model {pred['completion_s'] * 1e6:.2f} us" if pred else "")
-    run.deviations([{**d, "effect": effect} for d in measure_deviations(fab, m, case)])
+    record_case(run, fab, case, m, workload, cc=factory, effect=effect,
+                saturated={port.name: completion_s} if busy else {}, labels=labels,
+                frames={"messages": m.messages, "latency": m.latency, "rates": m.rates,
+                        "queue": m.queue})
     record_slowdown(run, case, slowdown_table(fab, workload, m.messages))
 
 
@@ -261,7 +249,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
     topo = build_topo(opts["topo"])
     sweep = [Thresholds.from_text(x, opts["pmax"]) for x in opts["thresholds"]]
     plan = [(t, cc) for i, t in enumerate(sweep) for cc in opts["cc"]
-            if cc != "off" or i == 0]
+            if i == 0 or not resolve_cc(cc).is_off]
     with progress(len(plan), f"{prefix}incast") as advance:
         for t in sweep:
             cases = [(cc, case_name(prefix, cc, t)) for tt, cc in plan if tt is t]

@@ -41,6 +41,7 @@ from experiments.fidelity import (
 from experiments.rundir import Run, emulated_fixed_delays
 from model.alphabeta import DEFAULT_OVERHEAD_S, predict_workload
 from topologies.routing import topo_graph
+from traffic.ccload import resolve_cc
 from traffic.fixeddelay import NIC_OVERHEAD, path_delay
 
 # ----------------------------------------------------------------------------- fabric
@@ -283,6 +284,34 @@ def ecmp_hashing_check(fab: Fabric, m: Measurement, workload: Any) -> Check | No
         f"{result.groups_checked} ECMP groups consistent with independent hashing "
         f"({result.groups_skipped} shared with other routes, not judged)")
     return Check("ECMP hashing", result.ok, result.groups_checked, None, detail)
+
+
+# ----------------------------------------------------------------------------- one case
+
+def record_case(run: Run, fab: Fabric, case: str, m: Measurement, workload: Any, *,
+                cc: object, effect: str, saturated: Mapping[str, float] | None = None,
+                report: FidelityReport | None = None,
+                frames: Mapping[str, pd.DataFrame] | None = None,
+                labels: Mapping[str, Any] | None = None, graph: Any | None = None,
+                verdicts: Sequence[str] | None = None,
+                deviation_case: str | None = None) -> FidelityReport:
+    """How every measured case ends, after its own metrics: the gate's verdict (`gate`
+    for the case's cc setting or factory ``cc`` and ``saturated``, or ``report`` where the caller had to gate while
+    the run's own settings were in force), its ``frames`` (each labelled with
+    ``labels``), its captures (pcap/<case>/) and the fixed delays it did not reproduce
+    (`measure_deviations`), each with ``effect``: what the delay does to the case's
+    headline. ``verdicts``: the cases the verdict is recorded for (default: ``case``);
+    ``deviation_case``: the case the deviations name (default: ``case``)."""
+    if report is None:
+        report = gate(fab, m, workload, cc=not resolve_cc(cc).is_off, saturated=saturated)
+    for name, frame in (frames or {}).items():
+        run.frame(name, frame, **(labels or {}))
+    for verdict in ([case] if verdicts is None else verdicts):
+        run.fidelity(verdict, report)
+    run.pcaps(case, m.captures)
+    run.deviations([{**d, "effect": effect} for d in
+                    measure_deviations(fab, m, deviation_case or case, graph)])
+    return report
 
 
 # ----------------------------------------------------------------------------- deviations

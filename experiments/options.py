@@ -19,7 +19,7 @@ from typing import Any
 
 from core.ecn import Thresholds
 from core.errors import FabricEmuError, ParameterError
-from core.scaling import Scale
+from core.scaling import DEFAULT_SCALE, Scale
 from core.units import parse_rate_bps, parse_size_bytes
 from topologies.spec import build_topo, topo_size
 from traffic.ccload import validate_cc
@@ -364,6 +364,29 @@ CAPTURE = Option("none", "hosts whose NICs' RoCEv2 frames (both ways, whole, rea
                          "times) each case writes to the run directory's "
                          "pcap/<case>/<host>.pcap, e.g. 'h1;h9' (none: no capture)",
                  parse=parse_capture)
+
+
+#: The options every experiment takes, declared once (`with_common` adds them): S,
+#: and how each case is measured (attempts, workers, capture).
+COMMON_OPTIONS: dict[str, Option] = {
+    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
+    "attempts": ATTEMPTS,
+    "workers": WORKERS,
+    "capture": CAPTURE,
+}
+
+
+def with_common(options: Mapping[str, Option], **overrides: Option) -> dict[str, Option]:
+    """An experiment's OPTIONS: its own ``options``, then COMMON_OPTIONS, each of them
+    replaced by ``overrides`` where the experiment declares it differently (e.g. its
+    own default S: ``scale=Option(...)``)."""
+    clash = sorted(set(options) & set(COMMON_OPTIONS))
+    if clash:
+        raise ValueError(f"{', '.join(clash)}: common options; override them by keyword")
+    unknown = sorted(set(overrides) - set(COMMON_OPTIONS))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not common options")
+    return {**options, **COMMON_OPTIONS, **overrides}
 
 
 def parse_rate(text: str) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.scaling import DEFAULT_SCALE, Scale
+from core.scaling import Scale
 from emu.fabric import Fabric
 from experiments.collective import (
     MAX_HASH_DRAWS,
@@ -28,18 +28,14 @@ from experiments.collective import (
 )
 from experiments.collective import check as collective_check
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     parse_cc,
     parse_collective,
     parse_int,
-    parse_scale,
     parse_sizes,
     parse_specs,
+    with_common,
 )
 from experiments.progress import progress
 from experiments.rundir import Run
@@ -49,7 +45,7 @@ NAME = "ratios"
 #: A tier-ratio run is collective runs on several fabrics: the same option checks.
 check = collective_check
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "topos": Option(
         ["leafspine,2,2,4", "leafspine,2,2,4,fabric_rate=400G",
          "fattree,4", "fattree,4,fabric_rate=400G,core_rate=400G"],
@@ -62,11 +58,7 @@ OPTIONS: dict[str, Option] = {
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def model_tier_utilisation(fab: Fabric, r: CollectiveRun) -> dict[str, float]:

@@ -18,23 +18,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.scaling import DEFAULT_SCALE
 from experiments import collective
 from experiments.options import (
-    ATTEMPTS,
-    CAPTURE,
     CC_HELP,
-    SCALE_HELP,
-    WORKERS,
     Option,
     check_topology,
     parse_cc,
     parse_collective,
     parse_int,
     parse_list,
-    parse_scale,
     parse_sizes,
     parse_topo,
+    with_common,
 )
 from experiments.rundir import Run
 
@@ -43,7 +38,7 @@ NAME = "sweep"
 #: 8 B x 4^k up to 32 MiB, then 64 MiB: both regimes and the crossover between them.
 SIZES = [8 << (2 * k) for k in range(12)] + [64 << 20]
 
-OPTIONS: dict[str, Option] = {
+OPTIONS: dict[str, Option] = with_common({
     "topo": Option("fattree,4", "topology", parse=parse_topo),
     "collectives": Option(["allreduce-ring", "allreduce-hd", "alltoall"],
                           "collectives (traffic.collectives.NAMES)",
@@ -53,11 +48,7 @@ OPTIONS: dict[str, Option] = {
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, collective.MAX_HASH_DRAWS)),
-    "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
-    "attempts": ATTEMPTS,
-    "workers": WORKERS,
-    "capture": CAPTURE,
-}
+})
 
 
 def check(opts: dict[str, Any]) -> None:

@@ -68,6 +68,13 @@ class CongestionControl:
     cnps_received: int = 0
     #: True: the switches write per-hop INT records for the ACKs to echo (HPCC).
     needs_int_records: bool = False
+    #: The project's model of the algorithm's steady state under long flows, where it
+    #: has one (a name, e.g. HPCC's equilibrium); the ``cc`` experiment measures it.
+    #: Read from the class itself (``CcFactory.steady_model``): a subclass changes the
+    #: algorithm, so it declares its own.
+    steady_model: str | None = None
+    #: Likewise the model of its queue's steady oscillation (DCTCP's sawtooth).
+    oscillation_model: str | None = None
 
     def on_send(self, n_bytes: int, now_s: float) -> None:
         """``n_bytes`` of data frames (whole frames) left the NIC. Default: nothing.

@@ -148,6 +148,29 @@ class CcFactory:
         return bool(getattr(self.constructor, "needs_int_records", False))
 
     @property
+    def is_off(self) -> bool:
+        """Congestion control off: every QP at line rate."""
+        return self.constructor is _line_rate
+
+    @property
+    def steady_model(self) -> str | None:
+        """The project's model of the algorithm's steady state under long flows, as its
+        class declares it (``CongestionControl.steady_model``: HPCC's equilibrium), else None."""
+        return _declared(self.constructor, "steady_model")
+
+    @property
+    def oscillation_model(self) -> str | None:
+        """The project's model of the algorithm's queue oscillation, as its class
+        declares it (``CongestionControl.oscillation_model``: DCTCP's), else None."""
+        return _declared(self.constructor, "oscillation_model")
+
+    @property
+    def target_utilisation(self) -> float:
+        """The share of a bottleneck the algorithm aims to keep busy where it declares
+        one (an instance's ``target_utilisation``; HPCC: eta, by design below 1), else 1."""
+        return float(getattr(self(CHECK_LINE_RATE_BPS), "target_utilisation", 1.0))
+
+    @property
     def user_file(self) -> str | None:
         """The file a user's class was loaded from (None: a built-in algorithm)."""
         module = sys.modules.get(getattr(self.constructor, "__module__", ""))
@@ -166,6 +189,12 @@ class CcFactory:
 
     def __repr__(self) -> str:
         return f"CcFactory({self.name!r}, params={self.params!r})"
+
+
+def _declared(constructor: Callable[..., Any], name: str) -> Any:
+    """Class attribute ``name`` as ``constructor``'s own class declares it (a subclass
+    changes the algorithm and declares its own), else None."""
+    return vars(constructor).get(name) if isinstance(constructor, type) else None
 
 
 def _has_parameter(constructor: Callable[..., Any], name: str) -> bool:

@@ -26,13 +26,13 @@ from emu.fabric import Fabric
 from emu.netns import wait_for_quiet_kernel
 from engine.plan import STUCK_S
 from engine.run import EngineConfig, run_workload
-from experiments import cc as cc_experiment
 from experiments import registry
 from experiments.rundir import pcap_path
 from model.alphabeta import roce_wire_factor
 from tests.conftest import SUITE_SCALE, run_judged
 from tests.unit.test_cc_load import GOOD
 from topologies.fattree import LeafSpine
+from traffic.ccload import resolve_cc
 from traffic.pcap import iter_pcap
 from traffic.roce import DATA_OPCODES, RETH_OPCODES
 from traffic.telemetry import decode_block
@@ -282,7 +282,7 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
         # alone on two days, 20-odd in this test, one beside injected stalls), so its
         # floor is 70 % of that aim, 65.2 Gb/s, far above a collapsed window (one frame
         # per round trip); the others deliver above 90 Gb/s.
-        floor_bps = (0.7 * cc_experiment.target_share(cc, LINE_BPS) * LINE_BPS
+        floor_bps = (0.7 * resolve_cc(cc).target_utilisation * LINE_BPS
                      / roce_wire_factor() if cc == "hpcc" else 0.9 * LINE_BPS)
         assert fair.aggregate_gbps > floor_bps * 1e-9 and fair.smallest_gbps > 0, cc
     # DCTCP at one step threshold: the queue saws around K as the paper's analysis says.

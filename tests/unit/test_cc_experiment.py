@@ -12,12 +12,13 @@ import pytest
 from core.errors import ParameterError
 from core.scaling import Scale
 from engine.stats import EngineStats
-from experiments import cc
+from experiments import cc, longflows
 from experiments.measure import Measurement
 from experiments.options import resolve_options
 from experiments.report import cc_tables, peak_vs_dcqcn
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
+from traffic.ccload import resolve_cc
 
 
 def _roles(spec: str, senders: int) -> cc.Roles:
@@ -117,10 +118,10 @@ def test_the_incast_table_sets_each_peak_queue_beside_dcqcns_with_the_same_pfc()
 
 def test_oscillation_senders_are_the_largest_group_at_one_round_trip():
     hops = {"h1": 4, "h2": 4, "h3": 4, "h4": 4, "h7": 2, "h8": 2, "h9": 0}
-    group = cc.same_rtt_senders(list(hops), "h9", lambda h: hops[h] * 1e-6)
+    group = longflows.same_rtt_senders(list(hops), "h9", lambda h: hops[h] * 1e-6)
     assert group == ["h1", "h2", "h3", "h4"]
     # on a tie, the longer round trip
-    assert cc.same_rtt_senders(["a", "b", "c", "d", "r"], "r",
+    assert longflows.same_rtt_senders(["a", "b", "c", "d", "r"], "r",
                                {"a": 1e-6, "b": 1e-6, "c": 2e-6, "d": 2e-6}.get) == ["c", "d"]
 
 
@@ -130,35 +131,51 @@ def test_sawtooth_of_a_synthetic_queue():
     rng = np.random.default_rng(1)
     t = np.sort(rng.uniform(0, 50e-6, 600))
     q = 20e3 + 30e3 * ((t % 10e-6) / 10e-6)
-    saw = cc.sawtooth(t, q)
+    saw = longflows.sawtooth(t, q)
     assert saw.amplitude_bytes == pytest.approx(30e3, rel=0.03)
     assert saw.mean_bytes == pytest.approx(35e3, rel=0.02)
     assert saw.p5_bytes == pytest.approx(21.5e3, rel=0.05)
     assert saw.p95_bytes == pytest.approx(48.5e3, rel=0.02)
     assert saw.period_s == pytest.approx(10e-6, rel=0.05)
-    framed = cc.sawtooth(t, np.round(q / 4154) * 4154)
+    framed = longflows.sawtooth(t, np.round(q / 4154) * 4154)
     assert framed.amplitude_bytes == pytest.approx(30e3, rel=0.05)
     assert framed.period_s == pytest.approx(10e-6, rel=0.05)
     # two cycles do not make a period; a flat queue has none and no amplitude
-    assert math.isnan(cc.sawtooth(t[t < 20e-6], q[t < 20e-6]).period_s)
-    flat = cc.sawtooth(t, np.full_like(t, 5e3))
+    assert math.isnan(longflows.sawtooth(t[t < 20e-6], q[t < 20e-6]).period_s)
+    flat = longflows.sawtooth(t, np.full_like(t, 5e3))
     assert flat.amplitude_bytes == 0 and math.isnan(flat.period_s)
-    assert math.isnan(cc.sawtooth([0.0], [1.0]).mean_bytes)
+    assert math.isnan(longflows.sawtooth([0.0], [1.0]).mean_bytes)
 
 
 def test_the_oscillation_case_runs_for_dctcp_only_and_its_k_is_checked():
-    assert cc.is_dctcp("dctcp") and not cc.is_dctcp("dcqcn") and not cc.is_dctcp("hpcc")
+    def kinds(setting: str) -> tuple[str, ...]:
+        return cc.scenarios_of("auto", resolve_cc(setting), False)
+
+    assert kinds("dctcp") == ("incast", "fairness", "oscillation")
+    assert "oscillation" not in kinds("dcqcn") + kinds("hpcc")
+    assert resolve_cc("dctcp").oscillation_model == "model.dctcp.dctcp_oscillation"
     with pytest.raises(ParameterError, match="osc_k"):
         resolve_options(cc.OPTIONS, False, {"algorithms": "dctcp", "osc_k": "1M",
                                             "buffer": "512K"}, cc.check)
 
 
 def test_the_steady_case_runs_for_hpcc_only():
-    assert cc.has_steady_model("hpcc") and cc.has_steady_model("hpcc,eta=0.9")
-    assert not any(cc.has_steady_model(x) for x in ("off", "dcqcn", "paper", "dctcp", "swift"))
+    assert resolve_cc("hpcc").steady_model and resolve_cc("hpcc,eta=0.9").steady_model
+    assert not any(resolve_cc(x).steady_model for x in ("off", "dcqcn", "paper", "dctcp", "swift"))
+    assert "steady" in cc.scenarios_of("auto", resolve_cc("hpcc"), False)
+    assert cc.scenarios_of("auto", resolve_cc("hpcc"), True) == ("incast",)
 
 
 def test_an_ideal_control_is_scaled_by_the_share_an_algorithm_aims_at():
-    assert cc.target_share("hpcc", 100e9) == pytest.approx(0.95)
-    assert cc.target_share("hpcc,eta=0.9", 100e9) == pytest.approx(0.9)
-    assert all(cc.target_share(x, 100e9) == 1.0 for x in ("off", "dcqcn", "dctcp", "swift"))
+    assert resolve_cc("hpcc").target_utilisation == pytest.approx(0.95)
+    assert resolve_cc("hpcc,eta=0.9").target_utilisation == pytest.approx(0.9)
+    assert all(resolve_cc(x).target_utilisation == 1.0 for x in ("off", "dcqcn", "dctcp", "swift"))
+
+
+def test_capabilities_are_the_class_s_own_and_off_is_a_property(tmp_path):
+    """A subclass changes the algorithm: it does not inherit its parent's model."""
+    (tmp_path / "sub.py").write_text("from traffic.ccalgos import Hpcc\n"
+                                     "class MyHpcc(Hpcc):\n    pass\n")
+    assert resolve_cc(f"{tmp_path / 'sub.py'}:MyHpcc").steady_model is None
+    assert resolve_cc("off").is_off and resolve_cc(None).is_off
+    assert not any(resolve_cc(x).is_off for x in ("dcqcn", "nic", "dctcp", "hpcc"))

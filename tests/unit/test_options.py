@@ -299,3 +299,16 @@ def test_a_fabric_may_carry_its_own_scale():
     for bad in ("foo@10000", "fattree,4@", "fattree,4@abc", "fattree,4@0.5"):
         with pytest.raises(ParameterError):
             parse_topo_at(bad)
+
+
+def test_the_common_options_are_declared_once_and_added_to_every_experiment():
+    from experiments.options import COMMON_OPTIONS, Option, with_common
+    for name, module in EXPERIMENTS.items():
+        assert list(module.OPTIONS)[-len(COMMON_OPTIONS):] == list(COMMON_OPTIONS), name
+        assert all(module.OPTIONS[k] is o for k, o in COMMON_OPTIONS.items()), name
+    own = Option(1e5, "S")
+    assert with_common({}, scale=own)["scale"] is own
+    with pytest.raises(ValueError, match="scale"):
+        with_common({"scale": own})
+    with pytest.raises(ValueError, match="topo"):
+        with_common({}, topo=own)

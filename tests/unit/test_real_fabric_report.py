@@ -22,8 +22,9 @@ from experiments.measure import (
     model_graph,
     size_bucket,
 )
+from experiments.plots import crossover_bytes
 from experiments.registry import EXPERIMENTS
-from experiments.report import crossover_bytes, render_report
+from experiments.report import render_report
 from experiments.rundir import Run
 from topologies.routing import compute_routes
 from topologies.spec import build_topo

@@ -165,10 +165,10 @@ def test_a_run_that_fails_before_any_case_leaves_nothing(tmp_path):
 
 def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events(
         tmp_path, monkeypatch):
-    from experiments import report
+    from experiments import plots
 
     figs = []
-    monkeypatch.setattr(report, "_save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
     nan = float("nan")
     pd.DataFrame({"case": ["marks", "marks", "pauses"],
                   "port": ["s1:s1-eth1", "h1:h1-eth0", "s1:s1-eth1"],
@@ -178,13 +178,13 @@ def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events
     t = np.linspace(0, 1e-5, 5)
     queue = pd.concat([pd.DataFrame({"case": c, "port": "s1:s1-eth1", "t_s": t,
                                      "backlog_bytes": 1e5}) for c in ("marks", "pauses")])
-    report.plot_queue(tmp_path, queue, pd.DataFrame(columns=["case", "metric", "predicted"]))
+    plots.plot_queue(tmp_path, queue, pd.DataFrame(columns=["case", "metric", "predicted"]))
     labels = [[line.get_label() for line in ax.get_lines()] for ax in figs[0].axes]
     assert labels == [["queue", "Kmin 40 KB", "Kmax 160 KB"],
                       ["queue", "K 80 KB", "Xoff 170 KB", "Xon 150 KB"]]
     rates = pd.DataFrame({"case": "marks", "msg_id": [1, 1, 1, 2], "t_s": [0, 1e-6, 2e-6, 0],
                           "rate_bps": [1e11, 5e10, 4e10, 1e11],
                           "event": ["send", "cnp", "echo", "send"]})
-    report.plot_rates(tmp_path, rates, pd.DataFrame())
+    plots.plot_rates(tmp_path, rates, pd.DataFrame())
     assert [line.get_label() for line in figs[1].axes[0].get_lines()] == \
         ["flow 1", "CNP", "ECN-echo ACK", "flow 2"]

@@ -59,6 +59,8 @@ class Hpcc(CongestionControl):
     #: HPCC without per-hop records has no signal: ``traffic.ccload`` refuses it until
     #: the fabric writes INT.
     needs_int_records = True
+    #: HPCC's equilibrium (U = eta): no standing queue, eta of the bottleneck busy.
+    steady_model = "equilibrium U = eta"
 
     def __init__(self, line_rate_bps: float, start_s: float = 0.0, *,
                  base_rtt_s: float = 10e-6, eta: float = 0.95, max_stage: int = 5,
