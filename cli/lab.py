@@ -85,6 +85,7 @@ def run(number: LabArg, folder: Annotated[Path, typer.Argument(
     """Run lab N's scenarios on your code: run directories and the lab's plots."""
     from labs.catalog import find_lab
     from labs.grader import run_lab
+    from labs.workspace import hand_back
 
     lab = find_lab(number)
     _workdir(folder, lab.student_file)
@@ -92,7 +93,10 @@ def run(number: LabArg, folder: Annotated[Path, typer.Argument(
     out = folder / "runs" / f"lab{lab.number}-{time.strftime('%Y%m%d-%H%M%S')}"
     console.print(f"lab {lab.number}: {sum(s.runs() for s in lab.scenarios)} run(s), about "
                   f"{_minutes(lab.estimate_s() - 5)}; results in {escape(str(out))}")
-    runs, plots = run_lab(lab, folder, out, say=lambda text: console.print(escape(text)))
+    try:
+        runs, plots = run_lab(lab, folder, out, say=lambda text: console.print(escape(text)))
+    finally:
+        hand_back([folder / "runs"])
     for name, sr in runs.items():
         if sr.student_error:
             console.print(f"[red]{escape(name)}: {escape(sr.student_error)}[/]")
@@ -119,7 +123,7 @@ def check(number: LabArg,
     from labs.catalog import find_lab
     from labs.emulation import machine_reason
     from labs.grader import grade
-    from labs.workspace import write_new_or_replace
+    from labs.workspace import hand_back, write_new_or_replace
 
     lab = find_lab(number)
     _workdir(folder, lab.student_file)
@@ -145,6 +149,7 @@ def check(number: LabArg,
         console.print(escape(note))
     path = results or folder / "results.json"
     write_new_or_replace(path, g.results_json(show_hidden))
+    hand_back([path, folder / "runs"])
     console.print(f"results: {escape(str(path))} ({_minutes(g.seconds)})")
     if g.verdict == "FAILED":
         raise typer.Exit(1)

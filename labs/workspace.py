@@ -16,7 +16,8 @@ from pathlib import Path
 from core.errors import ParameterError
 from labs.catalog import LABS_DIR, Lab
 
-__all__ = ["REPO_ROOT", "export_pack", "pack_files", "start_lab", "write_new_or_replace"]
+__all__ = ["REPO_ROOT", "export_pack", "hand_back", "pack_files", "start_lab",
+           "write_new_or_replace"]
 
 REPO_ROOT = LABS_DIR.parent
 #: Never in a pack: solutions, and what a checkout grows (venv, runs, caches, git).
@@ -104,3 +105,26 @@ def write_new_or_replace(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def hand_back(paths: Iterable[Path]) -> int:
+    """Through sudo, give what a lab command wrote (run directories, results.json) back
+    to the user who asked for it, as `scripts/run demo` does: root's files in a
+    student's folder would be theirs to read but not to remove. Links are changed
+    themselves, never followed. Returns how many entries changed owner."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not uid.isdigit():
+        return 0
+    owner = (int(uid), int(gid) if gid and gid.isdigit() else int(uid))
+    changed = 0
+    for path in paths:
+        if not path.exists() and not path.is_symlink():
+            continue
+        entries = [path]
+        if path.is_dir() and not path.is_symlink():
+            for root, dirs, files in os.walk(path, followlinks=False):
+                entries += [Path(root) / name for name in dirs + files]
+        for entry in entries:
+            os.lchown(entry, *owner)
+            changed += 1
+    return changed

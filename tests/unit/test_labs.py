@@ -263,3 +263,22 @@ def test_a_student_session_from_start_to_check(tmp_path):
     solved = _emu("lab", "check", "1", "work", "--no-emulation", cwd=tmp_path)
     assert solved.returncode == 3, solved.stdout        # incomplete: emulation not run
     assert "INCOMPLETE" in solved.stdout and "FAILED " not in solved.stdout
+
+
+def test_through_sudo_what_a_lab_command_wrote_goes_back_to_the_user(tmp_path, monkeypatch):
+    import labs.workspace as ws
+
+    runs = tmp_path / "runs" / "lab1-x"
+    runs.mkdir(parents=True)
+    (runs / "metrics.csv").write_text("x")
+    (tmp_path / "runs" / "link").symlink_to("/etc/passwd")
+    calls = []
+    monkeypatch.setattr(ws.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(ws.os, "lchown", lambda path, uid, gid: calls.append((Path(path), uid, gid)))
+    monkeypatch.setenv("SUDO_UID", "1234")
+    monkeypatch.setenv("SUDO_GID", "99")
+    assert ws.hand_back([tmp_path / "runs", tmp_path / "missing.json"]) == 4
+    assert {c[0].name for c in calls} == {"runs", "lab1-x", "metrics.csv", "link"}
+    assert all(c[1:] == (1234, 99) for c in calls)       # lchown: the link itself, not /etc/passwd
+    monkeypatch.delenv("SUDO_UID")
+    assert ws.hand_back([tmp_path / "runs"]) == 0
