@@ -14,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
-APT_PACKAGES=(mininet iproute2 iputils-ping iperf3 ethtool bridge-utils clang llvm libbpf-dev libc6-dev
+APT_PACKAGES=(mininet iproute2 iputils-ping iperf3 ethtool bridge-utils clang llvm libbpf-dev libc6-dev git
               python3 python3-venv python3-pip python3-dev gcc make tshark)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
