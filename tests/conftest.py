@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,3 +137,36 @@ def roce_frames(sock: socket.socket) -> list[bytes]:
             return out
         if len(frame) > 60 and frame[23] == socket.IPPROTO_UDP and frame[36:38] == b"\x12\xb7":
             out.append(frame)
+
+
+# ----------------------------------------------------------------------------- labs
+
+def grade_on_fabric(lab: Any, source: Path, tmp_path: Path) -> Any:
+    """A copy of ``source`` (a lab's solution or starter) graded with its emulation
+    checks, run directories under ``tmp_path/runs``."""
+    from labs.grader import grade
+
+    work = tmp_path / "work"
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns("runs", "*.json"))
+    return grade(lab, work, out=tmp_path / "runs")
+
+
+def skip_if_ungraded(g: Any) -> None:
+    """A check the machine could not measure skips the test with the gate's reasons:
+    never a silent pass."""
+    if g.ungraded:
+        pytest.skip("machine too busy: " + "; ".join(f"{r.id}: {r.outcome.feedback}"
+                                                      for r in g.ungraded))
+
+
+def assert_solution_passes_on_fabric(lab: Any, tmp_path: Path, plot: str | None) -> None:
+    """The lab's reference solution fails no check, earns every point where the machine
+    measured every check, and draws the lab's ``plot``."""
+    g = grade_on_fabric(lab, lab.solution, tmp_path)
+    failed = [(r.id, r.outcome.feedback) for r in g.results if r.outcome.status == "failed"]
+    assert not failed, failed
+    assert any(r.kind == "emulation" for r in g.results), "the lab declares emulation checks"
+    skip_if_ungraded(g)
+    assert g.score == g.max_score
+    if plot is not None:
+        assert (tmp_path / "runs" / plot).is_file()

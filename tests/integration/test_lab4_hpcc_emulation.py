@@ -1,26 +1,15 @@
-"""Lab 4 graded end to end on the emulated fabric: the reference solution's HPCC beside
-DCQCN in the incast passes every emulation check (root: builds fabrics; about 90 s)."""
+"""Lab 4 (HPCC) on the fabric: the reference solution passes every check. A check the
+machine could not measure skips the test with the gate's reasons."""
 
 from __future__ import annotations
-
-import shutil
 
 import pytest
 
 from labs.catalog import find_lab
-from labs.grader import grade
+from tests.conftest import assert_solution_passes_on_fabric
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
-LAB = find_lab(4)
 
 
 def test_the_solution_passes_on_the_fabric(tmp_path):
-    work = tmp_path / "work"
-    shutil.copytree(LAB.solution, work, ignore=shutil.ignore_patterns("runs", "*.json"))
-    g = grade(LAB, work, out=tmp_path / "runs")
-    failed = [(r.id, r.outcome.feedback) for r in g.results if r.outcome.status == "failed"]
-    assert not failed
-    if g.ungraded:
-        pytest.skip("machine too busy: " + "; ".join(r.outcome.feedback for r in g.ungraded))
-    assert g.score == g.max_score
-    assert (tmp_path / "runs" / "lab4_queue.png").is_file()
+    assert_solution_passes_on_fabric(find_lab(4), tmp_path, "lab4_queue.png")

@@ -1,25 +1,15 @@
-"""Lab 6 on the fabric: the reference model lies within the stated band of the
-measured ring and halving-doubling all-reduces at every size (root; about 30 s)."""
+"""Lab 6 (capstone) on the fabric: the reference solution passes every check. A check the
+machine could not measure skips the test with the gate's reasons."""
 
 from __future__ import annotations
-
-import shutil
 
 import pytest
 
 from labs.catalog import find_lab
-from labs.grader import grade
+from tests.conftest import assert_solution_passes_on_fabric
 
 pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.all_labs]
 
 
-def test_solution_passes_on_the_fabric(tmp_path):
-    lab = find_lab(6)
-    shutil.copy(lab.solution / lab.student_file, tmp_path / lab.student_file)
-    g = grade(lab, tmp_path, emulation=True, out=tmp_path / "runs")
-    failed = [(r.id, r.outcome.feedback) for r in g.results if r.outcome.status == "failed"]
-    assert not failed, failed
-    if g.ungraded:
-        pytest.skip("; ".join(f"{r.id}: {r.outcome.feedback}" for r in g.ungraded))
-    assert g.verdict == "PASSED"
-    assert any("lab6_model_vs_measurement.png" in note for note in g.notes), g.notes
+def test_the_solution_passes_on_the_fabric(tmp_path):
+    assert_solution_passes_on_fabric(find_lab(6), tmp_path, "lab6_model_vs_measurement.png")
