@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from core.errors import CapabilityError
 from emu.delay import probe_netem
-from emu.ecmp import FIELDS_SYSCTL, SEED_SYSCTL, available_mechanisms
+from emu.ecmp_hashing import FIELDS_SYSCTL, SEED_SYSCTL, available_mechanisms
 from emu.ecn.backend import choose_backend, probe_backends
 from emu.runs import NamespaceSet
 

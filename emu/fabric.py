@@ -30,13 +30,13 @@ from core.errors import CapabilityError, FabricEmuError, NotRootError, Parameter
 from core.frame import WIRE_OVERHEAD_BYTES
 from core.scaling import Scale
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
-from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
-from emu.ecmp import HashPlan, choose_mechanism, plan_hashing
+from emu.ecmp_hashing import CHOICES as ECMP_HASH_CHOICES
+from emu.ecmp_hashing import HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.backend import choose_backend
 from emu.ecn.bpf import attach_bpf_marker, raise_fd_limit
 from emu.ecn.red import red_qdisc_options
 from emu.ipbatch import run_ip_batches
-from emu.pfc import PfcController
+from emu.pfc_controller import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet, claim_session
@@ -60,7 +60,7 @@ _COMMON_SYSCTLS = {
 _SWITCH_SYSCTLS = {
     **_COMMON_SYSCTLS,
     "net.ipv4.ip_forward": 1,
-    # The ECMP hash (policy, seed or fields: every switch its own) comes from emu.ecmp.
+    # The ECMP hash (policy, seed or fields: every switch its own) comes from emu.ecmp_hashing.
     "net.ipv4.conf.all.send_redirects": 0,
     "net.ipv4.conf.default.send_redirects": 0,
 }
@@ -136,8 +136,8 @@ class Fabric:
             raise ParameterError("ecmp_hash", ecmp_hash,
                                  f"expected one of {', '.join(ECMP_HASH_CHOICES)}")
         self.ecmp_hash_requested = ecmp_hash
-        self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp
-        self.pfc: Any = None  # emu.pfc.PfcController once enable_pfc() ran
+        self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp_hashing
+        self.pfc: Any = None  # emu.pfc_controller.PfcController once enable_pfc() ran
         self.in_order = in_order
         self.receive_steering = "not built yet"
         #: node -> the CPU its receive work runs on (empty without receive steering)
@@ -241,7 +241,7 @@ class Fabric:
         return self.pfc.merge(stats) if self.pfc is not None else stats
 
     def enable_pfc(self, config: Any = None) -> Any:
-        """PFC lossless mode on this running fabric (``emu.pfc``); stopped with the fabric."""
+        """PFC lossless mode on this running fabric (``emu.pfc_controller``); stopped with the fabric."""
 
         if self.pfc is not None:
             raise FabricEmuError("PFC is already enabled on this fabric")

@@ -152,6 +152,7 @@ from traffic import gbn
 from traffic.cc import calls_on_send
 from traffic.ccload import check_read_back, run_fault
 from traffic.dcqcn import NotificationPoint
+from traffic.int_telemetry import ack_with_int, block_at, decode_block
 from traffic.pacing import Deadlines, DepCounter, Schedule
 from traffic.roce import (
     ACKNOWLEDGE,
@@ -164,7 +165,6 @@ from traffic.roce import (
     QpTemplate,
     ResponderTemplate,
 )
-from traffic.telemetry import ack_with_int, block_at, decode_block
 
 PR_SET_PDEATHSIG = 1
 PR_SET_TIMERSLACK = 29

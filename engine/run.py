@@ -137,7 +137,7 @@ class LiveFabric(Protocol):
     delay_emulated: bool
     #: node -> the CPU its receive work runs on (``emu.rxorder``; empty: not pinned)
     receive_cpu: dict[str, int]
-    #: ``emu.pfc.PfcController`` while PFC's lossless mode is on, else None
+    #: ``emu.pfc_controller.PfcController`` while PFC's lossless mode is on, else None
     pfc: Any
 
     def ports(self) -> list[Port]: ...

@@ -3,7 +3,7 @@ over a Kmin/Kmax sweep.
 
 Measured per case: completion time, goodput, one-way latency p50/p99/p99.9, the
 receiver port's queue over time and its peak, ECN marks, CNPs, drops and
-retransmissions; each beside `model.incast.predict_incast_on_graph` for the real
+retransmissions; each beside `model.incast_predict.predict_incast_on_graph` for the real
 fabric (its switch latency, propagation, store and forward and NIC overhead; DCQCN:
 the model's own fluid transient from the first byte; its steady state, the fixed
 point, goes into the run's notes; other algorithms are measured only, as the model
@@ -61,7 +61,7 @@ from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor
 from model.fairshare import FlowSpec, fair_share_schedule
-from model.incast import predict_incast_on_graph
+from model.incast_predict import predict_incast_on_graph
 from model.queueing import QueueDist, incast_cc_off
 from topologies.spec import build_topo
 from traffic import collectives

@@ -1,4 +1,4 @@
-"""The long-flow cases of the ``cc`` experiment (`experiments.cc`), measured against the
+"""The long-flow cases of the ``cc`` experiment (`experiments.cc_compare`), measured against the
 steady state the project models for the algorithm (``CcFactory.oscillation_model``,
 ``CcFactory.steady_model``):
 
@@ -11,16 +11,16 @@ steady state the project models for the algorithm (``CcFactory.oscillation_model
   sampled queue gives the sawtooth: amplitude (sqrt(12) x its standard deviation),
   mean, p5 and p95, and the period (its strongest frequency), beside DCTCP's steady
   alpha from the senders' trace.
-  The model is the DCTCP paper's analysis (``model.dctcp``) from the configured
+  The model is the DCTCP paper's analysis (``model.dctcp_oscillation``) from the configured
   rates, the path's unloaded round trip and K.
 * ``steady cc=X`` (HPCC only, no PFC): the same long flows at the fabric's marking,
   against HPCC's equilibrium (U = eta): no standing queue (mean and p95 of the
   bottleneck's sampled queue, predicted 0) and eta of the port delivered (payload).
-  DCQCN's fixed point (``model.dcqcn``) has no such case: its alpha settles from 1 by
+  DCQCN's fixed point (``model.dcqcn_fluid``) has no such case: its alpha settles from 1 by
   g = 1/256 per 55 us, some 30 ms of real time (minutes of wall time), far beyond a run.
 
 Each case function records its metrics and returns the measured flows, its cc.csv row
-and what the note says of its marking (a `LongCase`); `experiments.cc` records the rest.
+and what the note says of its marking (a `LongCase`); `experiments.cc_compare` records the rest.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from experiments.fairness import window_rate_bps
 from experiments.measure import Measurement, engine_config, gate, measure, model_graph
 from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor
-from model.dctcp import dctcp_oscillation
+from model.dctcp_oscillation import dctcp_oscillation
 from traffic import collectives
 from traffic.ccload import CcFactory
 from traffic.fixeddelay import round_trip_s

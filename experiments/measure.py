@@ -20,7 +20,7 @@ from core.frame import (
     WIRE_FRAME_BYTES,
 )
 from core.messages import Message, Workload
-from emu.ecmp import ecmp_check
+from emu.ecmp_hashing import ecmp_check
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
 from emu.wirerate import capacity_bound_bps
@@ -74,7 +74,7 @@ def max_scale(fab: Fabric) -> float:
 
 #: Per-port counters that are differenced over a traffic run.
 PORT_COUNTERS = ("tx_bytes", "tx_packets", "drops", "ecn_marked", "ect_packets", "marker_packets")
-#: With PFC on (emu.pfc): counted over the run, and the thresholds in force.
+#: With PFC on (emu.pfc_controller): counted over the run, and the thresholds in force.
 PFC_COUNTERS = ("pause_events", "xoff_events", "pfc_kicks")
 PFC_LEVELS = ("xoff_bytes", "xon_bytes", "headroom_bytes")
 
@@ -270,7 +270,7 @@ def gate(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
 
 
 def ecmp_hashing_check(fab: Fabric, m: Measurement, workload: Any) -> Check | None:
-    """Did the switches hash independently, as the model assumes (`emu.ecmp.ecmp_check`
+    """Did the switches hash independently, as the model assumes (`emu.ecmp_hashing.ecmp_check`
     on the bytes each switch egress sent)? None for fabrics routed without ECMP."""
     if fab.topo.routing != "ecmp" or not workload.messages:
         return None

@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from core.errors import ParameterError
-from experiments import cc, collective, ecmp, fairness, incast, ratios, sweep
+from experiments import cc_compare, collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.report import render_report
 from experiments.rundir import RunResult
@@ -26,7 +26,7 @@ from experiments.runner import run_experiment
 #: execute(run, opts); `cli_run` runs it through `experiments.runner.run_experiment`.
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
-    "fairness": fairness, "sweep": sweep, "cc": cc, "demo": demo_module,
+    "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
 }
 
 

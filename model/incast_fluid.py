@@ -2,7 +2,7 @@
 
 Scenario: N senders (each with its size, line rate and start time) send through one
 port of rate C with a drop-tail buffer; the port marks at enqueue with the curve p(q)
-(Kmin, Kmax, Pmax). Real units: bit/s, bytes, s. DCQCN is `model.dcqcn` (written
+(Kmin, Kmax, Pmax). Real units: bit/s, bytes, s. DCQCN is `model.dcqcn_fluid` (written
 from the publications; nothing of the engine runs here).
 
 Clock: the bottleneck's. A sender's bytes reach the queue as it sends them (its
@@ -18,16 +18,16 @@ q' = sum of rates - C (held at 0, or at the buffer while the excess is dropped),
 the step's middle, the marks of every flow (p x its packets), then the senders react.
 Two reactions:
 
-* 'events' (default): every sender is a `dcqcn.ReactionPoint` (cuts, timers, byte
+* 'events' (default): every sender is a `dcqcn_fluid.ReactionPoint` (cuts, timers, byte
   counter as discrete events). The notification point of a flow counts the flow's
   *expected* marks once it is open again (``cnp_interval_s`` after its last CNP) and
   sends a CNP when the count reaches 1: for a constant p the wait for a mark is
   geometric with mean 1/(p R), so the long-run CNP rate is the real one, and above
   Kmax (p = 1) the CNP follows the next packet, as real.
 * 'mean-field': every sender follows the CoNEXT'16 delay-differential equations
-  (`dcqcn.MeanFieldSender`) with the marking probability and its own rate one
+  (`dcqcn_fluid.MeanFieldSender`) with the marking probability and its own rate one
   feedback delay ago: D(s) + base RTT = now, or a constant ``feedback_delay_s`` (the
-  paper's tau*). It settles at `dcqcn.dcqcn_fixed_point`.
+  paper's tau*). It settles at `dcqcn_fluid.dcqcn_fixed_point`.
 
 Outputs: completion (last byte drained), the packet-weighted queue at enqueue (uniform
 within a step, binned into a `QueueDist`), peak queue, expected marks, CNPs, bytes
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from core.ecn import marking_curve
 from core.frame import FRAME_BYTES
-from model.dcqcn import DcqcnParams, MeanFieldSender, ReactionPoint, dcqcn_params
+from model.dcqcn_fluid import DcqcnParams, MeanFieldSender, ReactionPoint, dcqcn_params
 from model.queueing import QueueDist, latency_percentiles_s
 
 #: Bins of the packet-weighted queue distribution over [0, peak].

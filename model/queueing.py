@@ -3,7 +3,7 @@ CC-off incast (a model).
 
 Scenario: N senders, each at line rate r, send S bytes each to one receiver
 behind a port of rate C with a drop-tail buffer of ``buffer_bytes``. Real units:
-rates bit/s, sizes bytes, times s. `model.incast` puts the pieces together.
+rates bit/s, sizes bytes, times s. `model.incast_predict` puts the pieces together.
 
 CC off (no rate control, no PFC)
     The queue grows at ``N r - C`` while all senders transmit (``t_send = S/r``),
@@ -27,7 +27,7 @@ CC off (no rate control, no PFC)
 DCQCN + ECN
     The marking curve p(q) (0 below Kmin, linear to Pmax at Kmax, 1 above) is the
     configuration's, `core.ecn.marking_curve`, shared with the marker's definition;
-    DCQCN's fixed point and reaction point are `model.dcqcn`, its transient the
+    DCQCN's fixed point and reaction point are `model.dcqcn_fluid`, its transient the
     fluid model of `model.incast_fluid`.
 
 Latency

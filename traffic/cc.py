@@ -17,7 +17,7 @@ delivers:
   the ACK's ECN echo (BTH BECN, ``traffic.roce``): a frame it newly acknowledges
   arrived CE-marked; ``int_records`` are per-hop telemetry records, oldest hop
   first, empty unless the algorithm declares ``needs_int_records`` (then every
-  switch port writes its record, ``traffic.telemetry``).
+  switch port writes its record, ``traffic.int_telemetry``).
 * ``on_cnp(now_s)``: a congestion notification packet for this QP arrived.
 * ``on_timer(now_s)``: called at (or soon after) ``next_timer_s`` when that is
   finite (the engine reads it after the QP starts and after every ACK, CNP and

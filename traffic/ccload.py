@@ -23,7 +23,7 @@ raised in a user's file), so that the run ends with that one line too.
 
 An algorithm that declares ``needs_int_records = True`` (HPCC) gets in-band
 telemetry: ``CcFactory.needs_int`` tells the engine to have every switch port write
-its per-hop record into data frames (``traffic.telemetry``), which the ACKs echo.
+its per-hop record into data frames (``traffic.int_telemetry``), which the ACKs echo.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.dcqcn import PARAMETER_SETS, DcqcnParams
+from core.dcqcn_params import PARAMETER_SETS, DcqcnParams
 from core.errors import ParameterError
 
 __all__ = [

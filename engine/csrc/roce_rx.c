@@ -25,7 +25,7 @@
  *
  * ACKs and NAKs are written and sent here (ack_send) on the QP's `ack_fd`, byte
  * for byte what traffic/roce.py's ResponderTemplate.write_ack and
- * traffic/telemetry.py's ack_with_int write; a reply goes back to Python as an
+ * traffic/int_telemetry.py's ack_with_int write; a reply goes back to Python as an
  * event instead while its NIC has a backlog (`blocked`: so do all of that NIC's)
  * or when the socket refuses it (so does every control frame after it in the
  * batch): each NIC's control frames leave in the order the Python path sends them.

@@ -4,7 +4,7 @@ model, then against an incast and a ring all-reduce measured on the fabric.
 
 Expected values come from the definitions (8 bits a byte, rates / S, times x S) and
 from the project's model of the scenario's fabric (`traffic.fixeddelay`,
-`model.incast`, `model.alphabeta`), never from the reference solution. Where the
+`model.incast_predict`, `model.alphabeta`), never from the reference solution. Where the
 definitions allow two bookkeepings the checks accept both: an incast's last hop may
 or may not serialize its last frame twice (once in the drain, once in the path), and a
 ring step's path latency may include the bottleneck's serialization or leave it to the
@@ -152,7 +152,7 @@ def closed_incast_s(n: int, size_bytes: float, path: PathDict, overhead_s: float
 def model_incast_s(spec: str, n_senders: int, size_bytes: int) -> float:
     """The project's model of the CC-off incast, priced as `emu run incast` does."""
     from model.alphabeta import roce_wire_factor
-    from model.incast import predict_incast_on_graph
+    from model.incast_predict import predict_incast_on_graph
 
     graph, routes, _ = _fabric(spec)
     receiver, senders = incast_hosts(spec, n_senders)
@@ -355,7 +355,7 @@ def incast(ctx: CheckContext) -> Outcome:
         return fail(f"{n} x {size} B on {spec}: you predict {got * 1e6:.2f} us, the project's "
                     f"model {model * 1e6:.2f} us (more than {model_tol:.0%} apart)")
     return ok(f"{n} x {size >> 10} KiB on {spec}: you predict {got * 1e6:.2f} us; the project's "
-              f"model (model.incast) {model * 1e6:.2f} us")
+              f"model (model.incast_predict) {model * 1e6:.2f} us")
 
 
 def _incast_hint(n: int, size: float, path: PathDict, overhead: float, got: float,

@@ -28,7 +28,7 @@ from labs.verdict import Outcome, fail, ok
 #: The largest frame a port sends (9000 B MTU + 14 B header), as the emulator counts it
 #: (emu.pfcgate.FRAME_MAX_BYTES): what a paused port still finishes.
 FRAME_BYTES = 9014
-#: The emulation cases of the scenario (experiments/cc.py names them so).
+#: The emulation cases of the scenario (experiments/cc_compare.py names them so).
 CASE_OFF, CASE_ON = "incast cc=off pfc=off", "incast cc=off pfc=on"
 Feeders = list[tuple[float, float]]
 

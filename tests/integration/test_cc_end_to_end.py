@@ -33,9 +33,9 @@ from tests.conftest import SUITE_SCALE, run_judged
 from tests.unit.test_cc_load import GOOD
 from topologies.fattree import LeafSpine
 from traffic.ccload import resolve_cc
+from traffic.int_telemetry import decode_block
 from traffic.pcap import iter_pcap
 from traffic.roce import DATA_OPCODES, RETH_OPCODES
-from traffic.telemetry import decode_block
 
 pytestmark = [
     pytest.mark.root,

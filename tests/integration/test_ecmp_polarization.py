@@ -1,4 +1,4 @@
-"""Hashing alike polarizes a fat-tree, and `emu.ecmp.ecmp_check` catches it.
+"""Hashing alike polarizes a fat-tree, and `emu.ecmp_hashing.ecmp_check` catches it.
 
 With one hash function on every switch (``ecmp_hash='shared'``, all a kernel without
 per-netns seeds or per-netns hash fields offers), an aggregation switch hashes a flow
@@ -52,7 +52,7 @@ def _send_flows(fab, src: str, dst: str) -> dict[tuple[str, str], float]:
 
 def test_shared_hash_polarizes_and_the_check_marks_it():
     from core.scaling import Scale
-    from emu.ecmp import available_mechanisms, ecmp_check
+    from emu.ecmp_hashing import available_mechanisms, ecmp_check
     from emu.fabric import Fabric
     from topologies.spec import build_topo
 

@@ -77,7 +77,7 @@ def test_ecmp_spreads_64_udp_flows_over_all_uplinks(ecmp_hash):
     hashes with its own seed or field set: with one shared hash an agg would send every
     flow the edge gave it up the same core link). 'auto' is the kernel's best mechanism;
     'fields' (Linux >= 5.12) is the one kernels without per-netns seeds get."""
-    from emu.ecmp import available_mechanisms, ecmp_check
+    from emu.ecmp_hashing import available_mechanisms, ecmp_check
     from emu.netns import in_netns
     from emu.shaping import port_qdisc_stats
 

@@ -18,7 +18,7 @@ import pytest
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Fabric
-from emu.pfc import PfcConfig
+from emu.pfc_controller import PfcConfig
 from emu.telemetry import QdiscReader
 from engine.run import EngineConfig, run_workload
 from topologies.fattree import LeafSpine

@@ -12,7 +12,7 @@ import pytest
 from core.errors import ParameterError
 from core.scaling import Scale
 from engine.stats import EngineStats
-from experiments import cc, longflows
+from experiments import cc_compare, longflows
 from experiments.measure import Measurement
 from experiments.options import resolve_options
 from experiments.report import cc_tables, peak_vs_dcqcn
@@ -21,9 +21,9 @@ from topologies.spec import build_topo
 from traffic.ccload import resolve_cc
 
 
-def _roles(spec: str, senders: int) -> cc.Roles:
+def _roles(spec: str, senders: int) -> cc_compare.Roles:
     topo = build_topo(spec)
-    return cc.roles(topo_graph(topo), list(topo.host_nodes()), senders)
+    return cc_compare.roles(topo_graph(topo), list(topo.host_nodes()), senders)
 
 
 def test_roles_put_the_victim_behind_the_senders_uplink_and_off_the_bottleneck():
@@ -48,9 +48,9 @@ def test_topologies_without_room_for_the_scenario_are_refused(spec, senders, opt
 
 def test_options_check_flows_against_senders():
     with pytest.raises(ParameterError) as err:
-        resolve_options(cc.OPTIONS, True, {"senders": "2", "flows": "3"}, cc.check)
+        resolve_options(cc_compare.OPTIONS, True, {"senders": "2", "flows": "3"}, cc_compare.check)
     assert err.value.name == "flows"
-    opts = resolve_options(cc.OPTIONS, True, {}, cc.check)
+    opts = resolve_options(cc_compare.OPTIONS, True, {}, cc_compare.check)
     assert opts["algorithms"] == ["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"]
     assert opts["size"] == 256 << 10
 
@@ -66,16 +66,16 @@ def _measurement(arrivals: dict[int, list[float]], end_s: float) -> Measurement:
 def test_settling_time_is_the_end_of_the_last_unfair_bin():
     us = 1e-6
     even = {f: list(np.arange(0, 100, 1.0) * us + f * 0.1 * us) for f in range(3)}
-    assert cc.convergence_s(_measurement(even, 100 * us), [0, 1, 2], 10 * us) == 0.0
+    assert cc_compare.convergence_s(_measurement(even, 100 * us), [0, 1, 2], 10 * us) == 0.0
     # Flow 2 joins at 0 but gets nothing more until 25 us, then its share: bins 0-2
     # (the third: 5 frames against 10, Jain 0.93) are unfair.
     late = {**even, 2: [0.0] + [t for t in even[2] if t >= 25 * us]}
-    assert cc.convergence_s(_measurement(late, 100 * us), [0, 1, 2], 10 * us) == \
+    assert cc_compare.convergence_s(_measurement(late, 100 * us), [0, 1, 2], 10 * us) == \
         pytest.approx(30 * us)
     # Never settled: the last bin before the first completion is unfair.
     starved = {**even, 2: [t for t in even[2] if t < 50 * us]}
     starved[2].append(0.0)
-    assert math.isnan(cc.convergence_s(_measurement(starved, 100 * us), [0, 1, 2], 10 * us))
+    assert math.isnan(cc_compare.convergence_s(_measurement(starved, 100 * us), [0, 1, 2], 10 * us))
 
 
 def test_comparison_tables_per_scenario_with_the_verdicts():
@@ -149,21 +149,21 @@ def test_sawtooth_of_a_synthetic_queue():
 
 def test_the_oscillation_case_runs_for_dctcp_only_and_its_k_is_checked():
     def kinds(setting: str) -> tuple[str, ...]:
-        return cc.scenarios_of("auto", resolve_cc(setting), False)
+        return cc_compare.scenarios_of("auto", resolve_cc(setting), False)
 
     assert kinds("dctcp") == ("incast", "fairness", "oscillation")
     assert "oscillation" not in kinds("dcqcn") + kinds("hpcc")
-    assert resolve_cc("dctcp").oscillation_model == "model.dctcp.dctcp_oscillation"
+    assert resolve_cc("dctcp").oscillation_model == "model.dctcp_oscillation.dctcp_oscillation"
     with pytest.raises(ParameterError, match="osc_k"):
-        resolve_options(cc.OPTIONS, False, {"algorithms": "dctcp", "osc_k": "1M",
-                                            "buffer": "512K"}, cc.check)
+        resolve_options(cc_compare.OPTIONS, False, {"algorithms": "dctcp", "osc_k": "1M",
+                                            "buffer": "512K"}, cc_compare.check)
 
 
 def test_the_steady_case_runs_for_hpcc_only():
     assert resolve_cc("hpcc").steady_model and resolve_cc("hpcc,eta=0.9").steady_model
     assert not any(resolve_cc(x).steady_model for x in ("off", "dcqcn", "paper", "dctcp", "swift"))
-    assert "steady" in cc.scenarios_of("auto", resolve_cc("hpcc"), False)
-    assert cc.scenarios_of("auto", resolve_cc("hpcc"), True) == ("incast",)
+    assert "steady" in cc_compare.scenarios_of("auto", resolve_cc("hpcc"), False)
+    assert cc_compare.scenarios_of("auto", resolve_cc("hpcc"), True) == ("incast",)
 
 
 def test_an_ideal_control_is_scaled_by_the_share_an_algorithm_aims_at():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ParameterError
-from emu.ecmp import (
+from emu.ecmp_hashing import (
     F_SRC_PORT,
     FIELD_SETS,
     FIELDS_SYSCTL,

@@ -1,6 +1,6 @@
-"""In-band telemetry blocks (traffic.telemetry) and how both receive paths hand them on:
+"""In-band telemetry blocks (traffic.int_telemetry) and how both receive paths hand them on:
 the compiled loop's reply and ACK blocks (roce_rx.c) and the Python path's
-(traffic.telemetry.block_at), on a hand-filled ring (no kernel, no root)."""
+(traffic.int_telemetry.block_at), on a hand-filled ring (no kernel, no root)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from core.errors import CapabilityError
 from core.frame import INT_MAX_HOPS, OFF_ACK_INT, OFF_INT, OFF_INT_RETH, TS_BYTES
 from engine.rawsock import SNAP_INT_BYTES, RingSpec, slot_offsets
 from engine.rx import EV_ACK, EV_ACK_IN, RxLib, RxQpSpec, RxRing, RxState
+from traffic.int_telemetry import IntRecord, ack_with_int, block_at, decode_block, encode_block
 from traffic.roce import (
     AETH_ACK,
     AETH_NAK_PSN_SEQ,
@@ -23,7 +24,6 @@ from traffic.roce import (
     icrc_ok,
     parse_frame,
 )
-from traffic.telemetry import IntRecord, ack_with_int, block_at, decode_block, encode_block
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5)
 HOPS = [IntRecord(0.0, 4170, 1.0e-3, 400e9), IntRecord(18434.0, 18984, 1.0e-3 + 92e-12, 100e9)]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from core.dcqcn import NIC, PAPER, DcqcnParams
+from core.dcqcn_params import NIC, PAPER, DcqcnParams
 from core.ecn import marking_curve as mark_probability
-from model.dcqcn import (
+from model.dcqcn_fluid import (
     MeanFieldSender,
     ReactionPoint,
     dcqcn_fixed_point,

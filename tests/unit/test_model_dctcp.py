@@ -1,11 +1,11 @@
-"""DCTCP's queue oscillation (model.dctcp) against figures computed by hand."""
+"""DCTCP's queue oscillation (model.dctcp_oscillation) against figures computed by hand."""
 
 import math
 
 import pytest
 
 from core.errors import ParameterError
-from model.dctcp import dctcp_oscillation, steady_alpha
+from model.dctcp_oscillation import dctcp_oscillation, steady_alpha
 
 
 def test_alpha_solves_the_papers_equation_and_is_near_its_approximation():

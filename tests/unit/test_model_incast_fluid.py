@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from model.dcqcn import dcqcn_fixed_point
+from model.dcqcn_fluid import dcqcn_fixed_point
 from model.incast_fluid import DcqcnIncastFluid, Port, Sender, incast_dcqcn
 from model.queueing import incast_cc_off
 

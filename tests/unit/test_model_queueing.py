@@ -10,7 +10,7 @@ import pytest
 
 from core.ecn import marking_curve as mark_probability
 from core.frame import CNP_FRAME_BYTES
-from model.incast import predict_incast, predict_incast_on_graph
+from model.incast_predict import predict_incast, predict_incast_on_graph
 from model.queueing import (
     QueueDist,
     base_latency_s,

@@ -133,7 +133,7 @@ def test_cc_is_case_insensitive(value, expected):
 def test_one_cc_parser_for_every_experiment(tmp_path, monkeypatch):
     """Every experiment's cc option is traffic.ccload's: the same names, and a user's
     file made absolute so that a rerun from elsewhere loads the same class."""
-    from experiments import cc, incast
+    from experiments import cc_compare, incast
     from experiments.options import parse_cc
 
     example = REPO / "examples" / "cc" / "my_aimd.py"
@@ -145,7 +145,7 @@ def test_one_cc_parser_for_every_experiment(tmp_path, monkeypatch):
         option = module.OPTIONS.get("cc")
         if option is not None:  # one setting, or a list of them (incast)
             assert option.parse("DCTCP") in ("dctcp", ["dctcp"]), name
-    assert resolve_options(cc.OPTIONS, True, {"algorithms": "dctcp;my_aimd.py:MyAimd"})[
+    assert resolve_options(cc_compare.OPTIONS, True, {"algorithms": "dctcp;my_aimd.py:MyAimd"})[
         "algorithms"] == ["dctcp", f"{tmp_path / 'my_aimd.py'}:MyAimd"]
     assert resolve_options(incast.OPTIONS, True, {"cc": "timely"})["cc"] == ["timely"]
 

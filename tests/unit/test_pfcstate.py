@@ -9,7 +9,7 @@ import pytest
 
 from core.errors import FabricEmuError, ParameterError
 from core.scaling import Scale
-from emu.pfc import PfcConfig, PfcController
+from emu.pfc_controller import PfcConfig, PfcController
 from emu.pfcgate import (
     KICK_FRAME,
     OPEN_BURST_BYTES,

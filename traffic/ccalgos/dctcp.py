@@ -69,7 +69,7 @@ class Dctcp(CongestionControl):
     window_bytes: float
     next_timer_s = math.inf
     #: The DCTCP paper's analysis of the queue's sawtooth at a step threshold K.
-    oscillation_model = "model.dctcp.dctcp_oscillation"
+    oscillation_model = "model.dctcp_oscillation.dctcp_oscillation"
 
     def __init__(self, line_rate_bps: float, start_s: float = 0.0, *,
                  g: float = 1 / 16, alpha_initial: float = 1.0, mtu_bytes: int = MTU_PAYLOAD_BYTES,

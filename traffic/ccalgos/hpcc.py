@@ -94,7 +94,7 @@ class Hpcc(CongestionControl):
     @property
     def target_utilisation(self) -> float:
         """The share of a bottleneck HPCC keeps busy at equilibrium: eta, with no queue
-        (an a priori expectation for experiments; ``experiments.cc`` reads it)."""
+        (an a priori expectation for experiments; ``experiments.cc_compare`` reads it)."""
         return self.eta
 
     @property

@@ -34,12 +34,12 @@ each ``cc`` setting in ``algorithms``:
 
 Model predictions where the project has them: the incast with CC off (its completion,
 latency, peak queue and drops: ``model.queueing.incast_cc_off`` through
-``model.incast``; with PFC only the lossless completion), DCQCN's incast without PFC
-(the fluid model of ``model.incast``), the victim's FCT and the fair shares under
+``model.incast_predict``; with PFC only the lossless completion), DCQCN's incast without PFC
+(the fluid model of ``model.incast_predict``), the victim's FCT and the fair shares under
 max-min fair sharing (``model.fairshare``: an ideal congestion control, without PFC's
 head-of-line blocking; for an algorithm that declares a ``target_utilisation``, HPCC's
 eta, the shares of that fraction of the bottleneck), DCTCP's steady queue oscillation
-(``model.dctcp``), HPCC's equilibrium. The model
+(``model.dctcp_oscillation``), HPCC's equilibrium. The model
 has no incast or fairness dynamics of DCTCP, TIMELY, Swift, HPCC or a user algorithm, no
 PAUSE and no convergence dynamics: those metrics are measured only (no prediction).
 HPCC runs on the in-band telemetry the switches' eBPF markers write (``hpcc`` needs
@@ -67,7 +67,7 @@ from core.messages import Message, Workload
 from core.scaling import Scale
 from core.units import parse_size_bytes
 from emu.fabric import Fabric
-from emu.pfc import PfcConfig
+from emu.pfc_controller import PfcConfig
 from experiments import incast
 from experiments.fairness import parse_gap, staggered, window_rate_bps
 from experiments.longflows import LongFlows, run_oscillation, run_steady
@@ -97,7 +97,7 @@ from experiments.progress import progress
 from experiments.rundir import Run, jain_index
 from model.alphabeta import roce_wire_factor
 from model.fairshare import FlowSpec, fair_share_schedule
-from model.incast import predict_incast_on_graph
+from model.incast_predict import predict_incast_on_graph
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
 from traffic import collectives

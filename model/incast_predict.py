@@ -3,9 +3,9 @@ and `model.incast_fluid` put together, with C, r, buffer and hops read off a gra
 
 CC off: the closed form of `queueing.incast_cc_off`. DCQCN: the fluid transient of
 `incast_fluid.incast_dcqcn` for completion, queue, latency, marks and CNPs, and the
-fixed point of `dcqcn.dcqcn_fixed_point` as the steady state long messages settle in
+fixed point of `dcqcn_fluid.dcqcn_fixed_point` as the steady state long messages settle in
 (``q_star_bytes``, ``p_mark``, ...; none when the port keeps up). DCQCN is the model's
-own (`model.dcqcn`), from the publications; nothing of the engine runs here.
+own (`model.dcqcn_fluid`), from the publications; nothing of the engine runs here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import networkx as nx
 
 from core.frame import CNP_FRAME_BYTES, FRAME_BYTES
 from model.alphabeta import DEFAULT_OVERHEAD_S
-from model.dcqcn import DcqcnParams, dcqcn_fixed_point, dcqcn_params
+from model.dcqcn_fluid import DcqcnParams, dcqcn_fixed_point, dcqcn_params
 from model.incast_fluid import incast_dcqcn
 from model.queueing import (
     base_latency_s,
@@ -73,7 +73,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     ``_BANDED`` over them, where one measured run may fall, and ``ranges`` their least
     and greatest values.
     ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
-    set of `model.dcqcn`, 'paper' or 'nic', or is a `DcqcnParams`;
+    set of `model.dcqcn_fluid`, 'paper' or 'nic', or is a `DcqcnParams`;
     ``dcqcn_reaction`` is the fluid's 'events' or 'mean-field' reaction point).
     """
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps

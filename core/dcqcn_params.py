@@ -2,7 +2,7 @@
 
 One class for every user of DCQCN parameters: the engine's reaction point
 (`traffic.dcqcn`) and the model's, written independently from the publications
-(`model.dcqcn`). They share these numbers, which are the configuration of the fabric
+(`model.dcqcn_fluid`). They share these numbers, which are the configuration of the fabric
 being modelled, and nothing of each other's code.
 """
 

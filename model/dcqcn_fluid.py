@@ -8,7 +8,7 @@ Written from the publications, independently of the engine (`traffic/`):
   TIMELY", CoNEXT 2016: the fluid model (delay-differential equations) and its fixed
   point.
 
-Parameters: `core.dcqcn` (the paper's set and the ConnectX defaults), the same numbers
+Parameters: `core.dcqcn_params` (the paper's set and the ConnectX defaults), the same numbers
 the engine is configured with. Not modelled: ``rate_reduce_monitor_period_s`` (NIC:
 4 us), which cannot bind while a QP's CNPs are at least ``cnp_interval_s`` = 4 us apart.
 
@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from core.dcqcn import PARAMETER_SETS, DcqcnParams
+from core.dcqcn_params import PARAMETER_SETS, DcqcnParams
 from core.ecn import marking_curve_queue
 from core.frame import FRAME_BYTES
 
