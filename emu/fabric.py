@@ -455,11 +455,6 @@ class Fabric:
             for h in self.hosts)
 
     # ------------------------------------------------------------------ link failures
-    def link_is_up(self, a: str, b: str) -> bool:
-        """Whether link a-b is in service (not taken down with ``set_link_up``)."""
-        self._link_ends(a, b)
-        return frozenset((a, b)) not in self.down_links
-
     def iface_is_up(self, node: str, peer: str) -> bool:
         """Whether ``node``'s interface toward ``peer`` is administratively up (kernel state)."""
         (link,) = self.ipr(node).get_links(self._ifindex[(node, self.plan.iface(node, peer).ifname)])

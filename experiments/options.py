@@ -20,7 +20,7 @@ from typing import Any
 from core.ecn import Thresholds
 from core.errors import FabricEmuError, ParameterError
 from core.scaling import DEFAULT_SCALE, Scale
-from core.units import parse_rate_bps, parse_size_bytes
+from core.units import parse_size_bytes
 from topologies.spec import build_topo, topo_size
 from traffic.ccload import validate_cc
 from traffic.collectives import NAMES
@@ -387,7 +387,3 @@ def with_common(options: Mapping[str, Option], **overrides: Option) -> dict[str,
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: not common options")
     return {**options, **COMMON_OPTIONS, **overrides}
-
-
-def parse_rate(text: str) -> float:
-    return parse_rate_bps(text, "rate")

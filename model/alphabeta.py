@@ -43,12 +43,11 @@ from typing import Any, Protocol
 import networkx as nx
 
 from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
-from model.busbw import busbw_factor, normalize_collective
+from model.busbw import busbw_factor
 from model.fluid import FluidJob, simulate
 from model.maxmin import (
     Choice,
     Path,
-    choose_path,
     link_capacities,
     make_flow,
     max_min_rates,
@@ -262,39 +261,6 @@ def ring_allreduce_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: flo
     return 2 * (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
 
 
-def reduce_scatter_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0) -> float:
-    """Ring reduce-scatter: ``(n-1)(alpha + (S/n)/B)``."""
-    return (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
-
-
-def allgather_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0) -> float:
-    """Ring all-gather (S = output size): ``(n-1)(alpha + (S/n)/B)``."""
-    return (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
-
-
-def alltoall_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0, *,
-                    schedule: str = "pairwise") -> float:
-    """All-to-all, each rank sends S/n to each peer.
-
-    'pairwise': n-1 permutation steps, ``(n-1)(alpha + (S/n)/B)``;
-    'direct': all n(n-1) flows at once, ``alpha + (S/n)/B`` with B the per-flow
-    rate under that full load (e.g. C/(n-1) behind one switch).
-    """
-    if schedule == "pairwise":
-        return (n - 1) * (alpha_s + _beta_s(size_bytes / n, bw_bps))
-    if schedule == "direct":
-        return alpha_s + _beta_s(size_bytes / n, bw_bps)
-    raise ValueError(f"schedule must be 'pairwise' or 'direct', not {schedule!r}")
-
-
-def broadcast_ring_time_s(n: int, size_bytes: float, bw_bps: float, alpha_s: float = 0.0,
-                          chunks: int = 1) -> float:
-    """Pipelined chain broadcast of S in k chunks: ``(n-2+k)(alpha + (S/k)/B)``."""
-    if n <= 1:
-        return 0.0
-    return (n - 2 + chunks) * (alpha_s + _beta_s(size_bytes / chunks, bw_bps))
-
-
 def halving_doubling_allreduce_time_s(n: int, size_bytes: float, bw_bps: float,
                                       alpha_s: float = 0.0) -> float:
     """Rabenseifner (recursive halving reduce-scatter + doubling all-gather), n = 2^k:
@@ -333,111 +299,3 @@ def workload_bottleneck_rate_bps(workload: Workload, graph: nx.Graph, paths: Pat
     return min((bottleneck_rate_bps(graph, paths, sorted(pairs), mode=mode, choice=choice,
                                     nic_rate_bps=nic_rate_bps) for pairs in steps.values()),
                default=math.inf)
-
-
-def step_alpha_s(graph: nx.Graph, paths: PathsLike, pairs: Sequence[tuple[str, str]], *,
-                 overhead_s: float = DEFAULT_OVERHEAD_S,
-                 packet_bytes: float = WIRE_FRAME_BYTES,
-                 forwarding: str = "store-and-forward", mode: str = "spread",
-                 choice: Choice | None = None) -> float:
-    """Alpha of a synchronous step: overhead + the longest path latency among its flows."""
-    route = resolve_paths(paths)
-    worst_s = 0.0
-    for s, d in pairs:
-        if s == d:
-            continue
-        candidates = route(s, d)
-        used = candidates if mode == "spread" else [choose_path((s, d), candidates, choice)]
-        worst_s = max(worst_s, max(path_latency_s(graph, p, packet_bytes, forwarding)
-                                   for p in used))
-    return overhead_s + worst_s
-
-
-@dataclass(frozen=True)
-class Step:
-    """One synchronous step: concurrent (src, dst) flows of ``size_bytes`` each."""
-
-    pairs: tuple[tuple[str, str], ...]
-    size_bytes: float
-
-
-def collective_steps(collective: str, ranks: Sequence[str], size_bytes: float, *,
-                     algorithm: str = "ring", chunks: int = 1,
-                     schedule: str = "pairwise") -> list[Step]:
-    """The synchronous steps of a standard collective (NCCL-tests size convention).
-
-    all-reduce: 'ring' or 'hd' (halving-doubling); reduce-scatter/all-gather: ring;
-    all-to-all: ``schedule`` 'pairwise' or 'direct'; broadcast: pipelined chain from
-    ranks[0] in ``chunks`` chunks.
-    """
-    kind = normalize_collective(collective)
-    n = len(ranks)
-    ring = tuple((ranks[i], ranks[(i + 1) % n]) for i in range(n)) if n > 1 else ()
-    if kind == "allreduce" and algorithm in ("hd", "halving-doubling", "halving_doubling"):
-        if n & (n - 1):
-            raise ValueError(f"halving-doubling needs a power-of-two rank count, not {n}")
-        levels = int(math.log2(n)) if n > 1 else 0
-        halving = []
-        for k in range(levels):
-            dist = n >> (k + 1)
-            pairs = tuple((ranks[i], ranks[i ^ dist]) for i in range(n))
-            halving.append(Step(pairs, size_bytes / (1 << (k + 1))))
-        return halving + halving[::-1]
-    if kind == "allreduce":
-        return [Step(ring, size_bytes / n)] * (2 * (n - 1))
-    if kind in ("reducescatter", "allgather"):
-        return [Step(ring, size_bytes / n)] * (n - 1)
-    if kind == "alltoall":
-        if schedule == "direct":
-            pairs = tuple((a, b) for a in ranks for b in ranks if a != b)
-            return [Step(pairs, size_bytes / n)] if n > 1 else []
-        return [Step(tuple((ranks[i], ranks[(i + k) % n]) for i in range(n)), size_bytes / n)
-                for k in range(1, n)]
-    if kind == "broadcast":
-        chain = tuple((ranks[i], ranks[i + 1]) for i in range(n - 1))
-        return [Step(chain, size_bytes / chunks)] * (n - 2 + chunks) if n > 1 else []
-    raise ValueError(f"no closed form for {collective!r}")
-
-
-@dataclass(frozen=True)
-class CollectivePrediction:
-    """Closed-form prediction: total time, per-step (alpha_s, bw_bps, time_s), bandwidths."""
-
-    time_s: float
-    steps: tuple[tuple[float, float, float], ...]
-    bottleneck_bw_bps: float
-    algbw_bps: float
-    busbw_bps: float
-
-
-def predict_collective(collective: str, graph: nx.Graph, paths: PathsLike, ranks: Sequence[str],
-                       size_bytes: float, *, algorithm: str = "ring", chunks: int = 1,
-                       schedule: str = "pairwise", mode: str = "spread",
-                       choice: Choice | None = None, overhead_s: float = DEFAULT_OVERHEAD_S,
-                       packet_bytes: float = WIRE_FRAME_BYTES,
-                       forwarding: str = "store-and-forward", wire_factor: float | None = None,
-                       nic_rate_bps: float | None = None) -> CollectivePrediction:
-    """Alpha-beta time of a collective, each step priced at its own bottleneck rate
-    from the routed paths: ``T = sum_steps (alpha_step + wire * bytes / B_step)``."""
-    wire = roce_wire_factor() if wire_factor is None else wire_factor
-    steps = collective_steps(collective, ranks, size_bytes, algorithm=algorithm,
-                             chunks=chunks, schedule=schedule)
-    priced: list[tuple[float, float, float]] = []
-    cache: dict[tuple, tuple[float, float]] = {}
-    for step in steps:
-        last_bytes = min(packet_bytes, wire * step.size_bytes)
-        key = (step.pairs, last_bytes)
-        if key not in cache:
-            bw = bottleneck_rate_bps(graph, paths, step.pairs, mode=mode, choice=choice,
-                                     nic_rate_bps=nic_rate_bps)
-            alpha = step_alpha_s(graph, paths, step.pairs, overhead_s=overhead_s,
-                                 packet_bytes=last_bytes, forwarding=forwarding, mode=mode,
-                                 choice=choice)
-            cache[key] = (alpha, bw)
-        alpha, bw = cache[key]
-        priced.append((alpha, bw, alpha + wire * _beta_s(step.size_bytes, bw)))
-    time_s = sum(t for _, _, t in priced)
-    bw_min = min((bw for _, bw, _ in priced), default=math.inf)
-    algbw = 8.0 * size_bytes / time_s if time_s > 0 else math.inf
-    return CollectivePrediction(time_s, tuple(priced), bw_min, algbw,
-                                algbw * busbw_factor(collective, len(ranks)))

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from mininet.topo import Topo
 
 from core.errors import ParameterError
-from core.units import format_rate, parse_rate_bps, parse_time_s
+from core.units import format_rate, parse_rate_bps
 
 # Defaults of a modern AI fabric (real units).
 NIC_RATE_BPS = 400e9          # host NIC
@@ -126,12 +126,6 @@ def require_rate(name: str, value: object) -> float:
     """Validate a real link rate (bit/s, > 0); accepts '400G'-style strings."""
 
     return parse_rate_bps(value, name)  # type: ignore[arg-type]
-
-
-def require_delay(name: str, value: object) -> float:
-    """Validate a real delay (seconds, >= 0); accepts '1us'-style strings."""
-
-    return parse_time_s(value, name)  # type: ignore[arg-type]
 
 
 class FabricTopo(Topo):

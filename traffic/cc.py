@@ -42,7 +42,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from traffic.dcqcn import DcqcnParams, LineRateSender, ReactionPoint, get_params
+from core.errors import ParameterError
+from traffic.dcqcn import DcqcnParams, ReactionPoint, get_params
 
 __all__ = ["CongestionControl", "Dcqcn", "LineRate", "calls_on_send", "make_cc"]
 
@@ -141,28 +142,17 @@ class Dcqcn(CongestionControl):
 
 
 class LineRate(CongestionControl):
-    """Congestion control off: line rate, CNPs counted and ignored."""
+    """Congestion control off: line rate, CNPs counted (the base's ``on_cnp``) and ignored."""
 
-    __slots__ = ("sender",)
+    __slots__ = ("rate_bps", "cnps_received")
     window_bytes = None
     next_timer_s = _INF
 
     def __init__(self, line_rate_bps: float):
-        self.sender = LineRateSender(line_rate_bps)
-
-    @property
-    def rate_bps(self) -> float:
-        return self.sender.line_rate_bps
-
-    @property
-    def cnps_received(self) -> int:
-        return self.sender.cnps_received
-
-    def on_cnp(self, now_s: float) -> None:
-        self.sender.on_cnp(now_s)
-
-    def trace(self) -> tuple[float, float, float]:
-        return self.sender.line_rate_bps, self.sender.line_rate_bps, 0.0
+        if not 0.0 < line_rate_bps < _INF:
+            raise ParameterError("line_rate_bps", line_rate_bps, "must be a positive finite number")
+        self.rate_bps = float(line_rate_bps)
+        self.cnps_received = 0
 
 
 def make_cc(cc: str | DcqcnParams | None, line_rate_bps: float,

@@ -40,11 +40,9 @@ from core.errors import ParameterError
 __all__ = [
     "PARAMS",
     "DcqcnParams",
-    "LineRateSender",
     "NotificationPoint",
     "ReactionPoint",
     "get_params",
-    "make_reaction_point",
 ]
 
 _INF = float("inf")
@@ -140,11 +138,6 @@ class ReactionPoint:
     def next_event_s(self) -> float:
         """Earliest time at which a timer (or a deferred reduction) is due."""
         return self._next_due_s
-
-    @property
-    def bytes_to_increase(self) -> int:
-        """Bytes still to send before the byte counter triggers a rate increase."""
-        return self.params.byte_counter_bytes - self._bytes
 
     # -- events ------------------------------------------------------------------
     def on_cnp(self, now_s: float) -> None:
@@ -275,41 +268,6 @@ class ReactionPoint:
         if self._reduce_pending and self._reduce_due_s < due:
             due = self._reduce_due_s
         self._next_due_s = due
-
-
-class LineRateSender:
-    """Congestion control off: the same interface as ReactionPoint, always at line rate."""
-
-    __slots__ = ("line_rate_bps", "cnps_received")
-
-    def __init__(self, line_rate_bps: float):
-        if not 0.0 < line_rate_bps < _INF:
-            raise ParameterError("line_rate_bps", line_rate_bps, "must be a positive finite number")
-        self.line_rate_bps = float(line_rate_bps)
-        self.cnps_received = 0
-
-    rate_bps = property(lambda self: self.line_rate_bps)
-    target_rate_bps = property(lambda self: self.line_rate_bps)
-    alpha = property(lambda self: 0.0)
-    next_event_s = property(lambda self: _INF)
-
-    def on_cnp(self, now_s: float) -> None:
-        self.cnps_received += 1  # counted, ignored
-
-    def on_bytes_sent(self, n_bytes: int, now_s: float) -> None:
-        pass
-
-    def advance(self, now_s: float) -> None:
-        pass
-
-
-def make_reaction_point(cc: str | DcqcnParams | None, line_rate_bps: float,
-                        start_s: float = 0.0) -> ReactionPoint | LineRateSender:
-    """A sender rate controller: ``cc`` is a PARAMS name, a DcqcnParams, or None/'off'."""
-    params = get_params(cc) if isinstance(cc, str) else cc
-    if params is None:
-        return LineRateSender(line_rate_bps)
-    return ReactionPoint(params, line_rate_bps, start_s)
 
 
 class NotificationPoint:

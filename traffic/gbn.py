@@ -275,10 +275,6 @@ class GbnReceiver:
     def complete(self) -> bool:
         return self._expected >= self.total_packets
 
-    @property
-    def expected_psn(self) -> int:
-        return (self.start_psn + self._expected) & PSN_MASK
-
     def _reported(self) -> bool:
         """The echo of a reply that acknowledges everything delivered so far."""
         echo = self._echo

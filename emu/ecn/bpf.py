@@ -198,17 +198,6 @@ class PortMarker:
         self.int_scale = 0
         self._write_cfg()
 
-    def set_rate(self, rate_emu_bps: float, buffer_bytes: int | None = None,
-                 burst_bytes: int | None = None) -> None:
-        """Follow a change of the port's shaping (emulated rate, buffer, HTB burst)."""
-        if not rate_emu_bps > 0:
-            raise ParameterError("rate_emu_bps", rate_emu_bps, "must be positive")
-        self.rate_emu_bps = float(rate_emu_bps)
-        self.burst_bytes = int(burst_bytes if burst_bytes is not None else htb_burst_bytes(rate_emu_bps))
-        if buffer_bytes is not None:
-            self.buffer_bytes = int(buffer_bytes)
-        self._write_cfg()
-
     # reading
     def _fd(self, name: str) -> int:
         if self._fds is None:
@@ -272,14 +261,6 @@ class PortMarker:
             if lb.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(val)) == 0 and val.value:
                 out[i] = val.value - 1
         return out
-
-    def clear_trace(self) -> None:
-        lb = libbpf()
-        key, val = ctypes.c_uint32(0), ctypes.c_uint32(0)
-        fd = self._fd("trace_fd")
-        for i in range(TRACE_ENTRIES):
-            key.value = i
-            lb.lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(val), 0)
 
     # detach
     def detach(self, ipr: IPRoute | None = None) -> None:

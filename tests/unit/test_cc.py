@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from core.errors import ParameterError
 from traffic.cc import Dcqcn, LineRate, make_cc
 from traffic.dcqcn import PARAMS, ReactionPoint
 
@@ -39,3 +42,6 @@ def test_cc_off_is_line_rate_and_counts_cnps():
     assert cc.rate_bps == 100e9 and cc.cnps_received == 1
     assert cc.trace() == (100e9, 100e9, 0.0)
     assert isinstance(make_cc("off", 1e9), LineRate)
+    for bad_bps in (0.0, -1.0, math.inf):
+        with pytest.raises(ParameterError, match="line_rate_bps"):
+            LineRate(bad_bps)

@@ -10,18 +10,12 @@ import pytest
 
 from core.messages import Message, Workload
 from model.alphabeta import (
-    allgather_time_s,
-    alltoall_time_s,
     bottleneck_rate_bps,
-    broadcast_ring_time_s,
-    collective_steps,
     halving_doubling_allreduce_time_s,
     path_latency_s,
     per_hop_hash_choice,
-    predict_collective,
     predict_workload,
     predict_workload_hashed,
-    reduce_scatter_time_s,
     ring_allreduce_time_s,
     roce_wire_factor,
     workload_bottleneck_rate_bps,
@@ -92,9 +86,6 @@ def test_ring_allreduce_on_one_switch_by_hand():
     expected_s = 137.82912e-6
     assert ring_allreduce_time_s(4, 4 * MIB, 400 * G, 2e-6) == pytest.approx(expected_s)
     g, ranks = star(4), [f"h{i}" for i in range(4)]
-    pred = predict_collective("allreduce", g, star_paths, ranks, 4 * MIB, overhead_s=1e-6, **IDEAL)
-    assert pred.time_s == pytest.approx(expected_s)
-    assert pred.bottleneck_bw_bps == pytest.approx(400 * G)
     # the DAG fluid model of the same ring gives the same time (symmetric steps)
     dag = predict_workload(ring_allreduce_workload(ranks, 4 * MIB), g, star_paths,
                            overhead_s=1e-6, **IDEAL)
@@ -104,8 +95,6 @@ def test_ring_allreduce_on_one_switch_by_hand():
 def test_ring_allreduce_busbw_equals_link_rate_without_alpha():
     # busbw = 2(n-1)/n * S / (2(n-1) (S/n)/B) = B
     g, ranks = star(4, delay_s=0.0), [f"h{i}" for i in range(4)]
-    pred = predict_collective("all-reduce", g, star_paths, ranks, 64 * MIB, overhead_s=0.0, **IDEAL)
-    assert pred.busbw_bps == pytest.approx(400 * G)
     dag = predict_workload(ring_allreduce_workload(ranks, 64 * MIB), g, star_paths,
                            overhead_s=0.0, **IDEAL)
     assert dag.busbw_bps == pytest.approx(400 * G)
@@ -119,9 +108,6 @@ def test_oversubscribed_uplink_moves_the_bottleneck():
     ranks = ["a0", "b0", "a1", "b1"]
     size = 8 * MIB
     expected_s = 2 * 3 * (size / 4 * 8) / (200 * G)
-    pred = predict_collective("allreduce", g, paths, ranks, size, overhead_s=0.0, **IDEAL)
-    assert pred.bottleneck_bw_bps == pytest.approx(200 * G)
-    assert pred.time_s == pytest.approx(expected_s)
     dag = predict_workload(ring_allreduce_workload(ranks, size), g, paths, overhead_s=0.0, **IDEAL)
     assert dag.completion_s == pytest.approx(expected_s)
     # with ranks ordered leaf by leaf only one flow per uplink: the NIC (400G) binds
@@ -227,43 +213,20 @@ def test_direct_alltoall_shares_each_nic_three_ways():
     g, ranks = star(4, delay_s=0.0), [f"h{i}" for i in range(4)]
     size = 3 * MIB
     expected_s = (size / 4 * 8) / (400 * G / 3)
-    assert alltoall_time_s(4, size, 400 * G / 3, schedule="direct") == pytest.approx(expected_s)
-    pred = predict_collective("alltoall", g, star_paths, ranks, size, schedule="direct",
-                              overhead_s=0.0, **IDEAL)
-    assert pred.time_s == pytest.approx(expected_s)
     msgs = [Message(k, a, b, size // 4) for k, (a, b) in
             enumerate((a, b) for a in ranks for b in ranks if a != b)]
     dag = predict_workload(Workload("alltoall", msgs, ranks, size), g, star_paths,
                            overhead_s=0.0, **IDEAL)
     assert dag.completion_s == pytest.approx(expected_s)
-    # pairwise: 3 permutation steps at full NIC rate: same bytes, same time here
-    pw = predict_collective("alltoall", g, star_paths, ranks, size, overhead_s=0.0, **IDEAL)
-    assert pw.time_s == pytest.approx(3 * (size / 4 * 8) / (400 * G))
 
 
 def test_closed_forms_by_hand():
     # n = 8, S = 8e6 B, B = 100 Gb/s -> S/n = 1e6 B = 80 us; alpha = 5 us.
-    assert reduce_scatter_time_s(8, 8e6, 100 * G, 5e-6) == pytest.approx(7 * 85e-6)
-    assert allgather_time_s(8, 8e6, 100 * G, 5e-6) == pytest.approx(7 * 85e-6)
     assert ring_allreduce_time_s(8, 8e6, 100 * G, 5e-6) == pytest.approx(14 * 85e-6)
-    assert alltoall_time_s(8, 8e6, 100 * G, 5e-6) == pytest.approx(7 * 85e-6)
     # halving-doubling: 2*3 alpha + 2*(7/8)*640 us = 30 + 1120 us
     assert halving_doubling_allreduce_time_s(8, 8e6, 100 * G, 5e-6) == pytest.approx(1150e-6)
-    # chain broadcast in 4 chunks of 2e6 B (160 us): (8 - 2 + 4) * (5 + 160) us
-    assert broadcast_ring_time_s(8, 8e6, 100 * G, 5e-6, chunks=4) == pytest.approx(10 * 165e-6)
     with pytest.raises(ValueError):
         halving_doubling_allreduce_time_s(6, 8e6, 100 * G)
-
-
-def test_halving_doubling_on_one_switch():
-    # Every step is a perfect exchange, each NIC one flow each way: B = 400G.
-    g, ranks = star(8, delay_s=0.0), [f"h{i}" for i in range(8)]
-    steps = collective_steps("allreduce", ranks, 8 * MIB, algorithm="hd")
-    assert [s.size_bytes for s in steps] == [4 * MIB, 2 * MIB, MIB, MIB, 2 * MIB, 4 * MIB]
-    pred = predict_collective("allreduce", g, star_paths, ranks, 8 * MIB, algorithm="hd",
-                              overhead_s=1e-6, **IDEAL)
-    assert pred.time_s == pytest.approx(
-        halving_doubling_allreduce_time_s(8, 8 * MIB, 400 * G, 1e-6))
 
 
 def test_path_latency_store_and_forward():
@@ -304,11 +267,6 @@ def test_ring_step_bubble_is_store_and_forward_only():
                           forwarding="cut-through", wire_factor=1.0)
     assert ct.completion_s == pytest.approx(1966.08e-9)
     assert ct.busbw_bps == pytest.approx(400 * G)
-    # the closed form prices the same steps the same way
-    for forwarding, expected_s in (("store-and-forward", 2457.6e-9), ("cut-through", 1966.08e-9)):
-        pred = predict_collective("allreduce", g, star_paths, ranks, 64 << 10, overhead_s=0.0,
-                                  packet_bytes=4096, forwarding=forwarding, wire_factor=1.0)
-        assert pred.time_s == pytest.approx(expected_s)
     # a 1 us NIC overhead is paid once per step on top: 6 us more
     nic = predict_workload(wl, g, star_paths, overhead_s=1e-6, forwarding="cut-through", **IDEAL)
     assert nic.completion_s == pytest.approx(1966.08e-9 + 6e-6)
@@ -368,8 +326,6 @@ def test_real_fabric_defaults():
     g, ranks = star(4), [f"h{i}" for i in range(4)]
     g.nodes["sw"]["switch_latency_s"] = 0.6e-6
     step_s = MIB * 8 * 4178 / 4096 / (400 * G) + 2.68356e-6
-    pred = predict_collective("allreduce", g, star_paths, ranks, 4 * MIB)
-    assert pred.time_s == pytest.approx(6 * step_s)
     dag = predict_workload(ring_allreduce_workload(ranks, 4 * MIB), g, star_paths)
     assert dag.completion_s == pytest.approx(6 * step_s)
     # a message smaller than a frame is stored and forwarded whole: 8 B -> 8.11 B on
