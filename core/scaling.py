@@ -22,14 +22,13 @@ from core.units import format_rate
 MAX_EMULATED_RATE_BPS = 2.0e9
 #: Lowest emulated rate that still keeps HTB and timer granularity negligible.
 MIN_EMULATED_RATE_BPS = 100e3
-# S = 10000: a 400G NIC runs at 40 Mb/s emulated, one 4 KB frame every 0.84 ms. The
-# engine (engine/nic.py, with the fixed path delays) costs ~45-65 us of CPU per frame
-# on this 2-core machine, about half of it the kernel carrying the frame through
-# shapers and switches. A 4 MiB ring all-reduce over 16 ranks on fattree,4 (emu bench
-# capacity) keeps the machine ~35 % busy at 10000 and is VALID
-# within 1 % of the model down to S = 3000 (76 % busy); the demo's busiest case keeps
-# it 30 % busy at 10000. 10000 keeps a 3x margin. Bursts of tiny frames are harder:
-# 240 single-frame QPs of an 8-byte all-to-all at once need S = 50000 (the gate says so).
+# S = 10000: a 400G NIC runs at 40 Mb/s emulated, one 4 KB frame every 0.84 ms, tens
+# of times the engine's CPU per frame (about half of it the kernel carrying the frame
+# through shapers and switches). The default keeps a ~3x margin over the smallest S
+# at which a 4 MiB ring all-reduce over 16 ranks on fattree,4 (`emu bench capacity`)
+# stays VALID on a 2-core machine, so the demo's cases pass the gate without tuning.
+# Bursts of tiny frames need more (an 8-byte all-to-all's 240 single-frame QPs at
+# once): the gate says so and names the S to use. Figures: docs/validation.md.
 DEFAULT_SCALE = 10000.0
 #: The NIC rate DEFAULT_SCALE was measured with.
 DEFAULT_SCALE_NIC_RATE_BPS = 400e9

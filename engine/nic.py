@@ -203,8 +203,9 @@ _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent che
 # * every deadline due within a turn of the wake-up is served in it: a frame may be
 #   handed over up to a turn before its slot. Schedules stay anchored to the slots,
 #   so rates are exact, and frames are stamped when they really leave.
-# A quarter frame is 21 ns real at 400G. It cut the wake-ups per frame of a ring
-# all-reduce from 1.75 to 0.8 and its CPU per frame from 64 to 40 us at S = 10000.
+# A quarter frame (21 ns real at 400G) is far below any latency the fabric models,
+# and long enough that one wake-up serves most of a ring's coincident deadlines
+# (wake-ups and CPU per frame: docs/validation.md).
 _TURN_FRAMES = 0.25
 
 
@@ -391,9 +392,9 @@ def _setup_process(cpu: int | None) -> bool:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, {cpu})
     # The lowest real-time priority: a worker whose timer fires takes its CPU at once
-    # instead of waiting for the running task's slice to end (the fair scheduler kept
-    # runnable workers waiting 5-55 ms per demo case beside the engine's own sampler and
-    # kworkers; this: 0.4-7 ms, rarely more). Workers sleep between deadlines, and the kernel's
+    # instead of waiting for the running task's slice to end (under the fair scheduler a
+    # runnable worker can wait milliseconds behind the engine's own sampler and kworkers,
+    # many frame times at any S; docs/validation.md). Workers sleep between deadlines, and the kernel's
     # real-time throttling (95 % by default) keeps the machine responsive regardless.
     # Without the privilege the worker stays a normal task (the run says so).
     try:

@@ -480,9 +480,9 @@ WORKER_MEAN_LINK_FRAMES_PER_S = 50_000
 
 def ack_weight(frames_per_ack: float) -> float:
     """What a data frame counts for in the rates above, its ACKs included: the
-    thresholds were measured with one ACK per DEFAULT_ACKS_EVERY frames, and each
-    ACK beyond those counts as a frame (an ACK per frame, HPCC's, took 37 us of CPU
-    per frame on top of DCQCN's 42 here: a data frame's cost)."""
+    thresholds hold with one ACK per DEFAULT_ACKS_EVERY frames, and each ACK beyond
+    those counts as a frame: an ACK costs the engine about as much CPU as a data frame
+    (docs/validation.md)."""
     return 1.0 + max(0.0, 1.0 / frames_per_ack - 1.0 / DEFAULT_ACKS_EVERY)
 
 
