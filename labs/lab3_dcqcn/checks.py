@@ -12,132 +12,47 @@ of a growing multiple i R_HAI).
 The paper's parameters for this fabric's 100G NICs (the class's defaults, required by
 the handout): g = 1/256, K = rate timer = 55 us, B = 10 MiB, F = 5, R_AI = 100 Mb/s
 and R_HAI = 500 Mb/s (the paper's 40 and 200 Mb/s at 40G, scaled with the line rate),
-a floor of 1 Mb/s.
+a floor of 1 Mb/s. The instrument that records the student's class is
+`dcqcn_recorder`; the fabric checks read their runs through `dcqcn_runs`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
-from labs.harness import Harness, HarnessError
+from labs.lab3_dcqcn.dcqcn_recorder import (
+    BYTE_COUNTER_BYTES,
+    CNP_GAP_S,
+    LINE_BPS,
+    MIN_RATE_BPS,
+    PERIOD_S,
+    R_AI_BPS,
+    R_HAI_BPS,
+    REL,
+    F,
+    G,
+    Recorder,
+    check_additive,
+    close,
+    decays,
+    gbps,
+    need_gap,
+    two_cuts,
+    whole_decays,
+)
+from labs.lab3_dcqcn.dcqcn_runs import (
+    BUILTIN,
+    is_student,
+    median,
+    run_views,
+    second_half_queue_kb,
+    thresholds_kb,
+)
 from labs.student import StudentCode
 from labs.verdict import Outcome, fail, ok
-
-LINE_BPS = 100e9
-G = 1 / 256
-PERIOD_S = 55e-6                 # K, and the rate-increase timer
-BYTE_COUNTER_BYTES = 10 * 1024 * 1024
-F = 5
-R_AI_BPS = LINE_BPS / 1000
-R_HAI_BPS = LINE_BPS / 200
-MIN_RATE_BPS = 1e6
-CNP_GAP_S = 50e-6                # the notification point's CNP interval
-REL = 1e-9                       # "exact" arithmetic, for floating-point rounding
-
-
-# ----------------------------------------------------------------------------- recording
-
-@dataclass(frozen=True)
-class Point:
-    """The student's (R_C, R_T, alpha) right after one event."""
-
-    t_s: float
-    event: str
-    rc: float
-    rt: float
-    alpha: float
-
-
-class Recorder:
-    """The student's class on the harness, with its trace() read after every event
-    (timers included), so that each rate-increase event can be checked on its own."""
-
-    def __init__(self, ctx: CheckContext, line_rate_bps: float = LINE_BPS):
-        self.ctx = ctx
-        self.points: list[Point] = []
-        self.h = Harness(ctx.new_cc(line_rate_bps, 0.0), 0.0, call=self._call)
-        self.points.append(Point(0.0, "start", *self.state()))
-
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        out = self.ctx.code.call(what, fn, *args)
-        self.points.append(Point(float(args[-1]), what.split()[0], *self.state()))
-        return out
-
-    def state(self) -> tuple[float, float, float]:
-        """(R_C, R_T, alpha) from trace(); R_C must be the rate the engine paces with."""
-        cc = self.h.cc
-        values = self.ctx.code.call("trace()", cc.trace)
-        try:
-            rc, rt, alpha = (float(v) for v in values)
-        except (TypeError, ValueError):
-            raise HarnessError(f"trace() returned {values!r}: it must return three numbers, "
-                               "(rate_bps, target_rate_bps, alpha)") from None
-        rate = float(cc.rate_bps)
-        if not _close(rc, rate, 1e-12):
-            raise HarnessError(f"trace()[0] is {rc:.6g} but rate_bps is {rate:.6g}: trace() "
-                               "must return (rate_bps, target_rate_bps, alpha)")
-        if not all(math.isfinite(v) for v in (rt, alpha)):
-            raise HarnessError(f"trace() returned a target rate {rt!r} and alpha {alpha!r}: "
-                               "both must be finite numbers")
-        return rc, rt, alpha
-
-    def now(self) -> Point:
-        return self.points[-1]
-
-    def cnp(self, dt_s: float = 0.0) -> Point:
-        self.h.cnp(dt_s)
-        return self.now()
-
-    def advance(self, dt_s: float) -> Point:
-        self.h.advance(dt_s)
-        self.points.append(Point(self.h.now_s, "advance", *self.state()))
-        return self.now()
-
-    def send(self, n_bytes: int, dt_s: float = 0.0) -> Point:
-        self.h.send(n_bytes, dt_s)
-        return self.now()
-
-    def changes(self, since: int) -> list[tuple[Point, Point]]:
-        """(before, after) of every event after ``points[since]`` that moved R_C or R_T."""
-        out = []
-        for before, after in zip(self.points[since:], self.points[since + 1:], strict=False):
-            if not (_close(before.rc, after.rc, 1e-13) and _close(before.rt, after.rt, 1e-13)):
-                out.append((before, after))
-        return out
-
-
-def _close(a: float, b: float, rel: float = REL) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
-
-
-def _g(value: float) -> str:
-    """A rate in Gb/s for feedback."""
-    return f"{value / 1e9:.6g} Gb/s"
-
-
-def _two_cuts(ctx: CheckContext) -> tuple[Recorder, int, Point]:
-    """A CNP at 1 us, another at 2 us: R_T falls below the line rate, so the increases
-    that follow are visible. Returns the recorder, the index of the second cut's point
-    and that point."""
-    r = Recorder(ctx)
-    r.cnp(1e-6)
-    p = r.cnp(1e-6)
-    return r, len(r.points) - 1, p
-
-
-def _need_gap(p: Point) -> Outcome | None:
-    if not p.rc < p.rt * (1 - 1e-6) or not p.rt < LINE_BPS * (1 - 1e-6):
-        return fail(f"after two CNPs R_C = {_g(p.rc)} and R_T = {_g(p.rt)}: the cut (TODO 1) "
-                    "must leave R_C below R_T (and R_T <- R_C below the line rate) before "
-                    "the rate can recover")
-    return None
-
 
 # ----------------------------------------------------------------------------- the cut
 
@@ -152,54 +67,27 @@ def cut(ctx: CheckContext) -> Outcome:
         before = r.advance(CNP_GAP_S if k == 2 else 0.0)   # timers due on the way fire first
         after = r.cnp()
         want = sorted(before.rc * (1 - a / 2) for a in (before.alpha, after.alpha))
-        text = (f"CNP {k} with R_C = {_g(before.rc)}, R_T = {_g(before.rt)}, alpha = "
-                f"{before.alpha:.6f}: R_C became {_g(after.rc)}, R_T {_g(after.rt)}")
+        text = (f"CNP {k} with R_C = {gbps(before.rc)}, R_T = {gbps(before.rt)}, alpha = "
+                f"{before.alpha:.6f}: R_C became {gbps(after.rc)}, R_T {gbps(after.rt)}")
         if not (want[0] * (1 - REL) <= after.rc <= want[1] * (1 + REL)):
             hint = ""
-            if _close(after.rc, before.rc, 1e-6):
+            if close(after.rc, before.rc, 1e-6):
                 hint = " (no cut at all?)"
-            elif _close(after.rc, before.rc / 2, 1e-6):
+            elif close(after.rc, before.rc / 2, 1e-6):
                 hint = " (halved: the cut is R_C (1 - alpha / 2), not R_C / 2)"
-            elif _close(after.rc, before.rc * before.alpha / 2, 1e-6):
+            elif close(after.rc, before.rc * before.alpha / 2, 1e-6):
                 hint = " (R_C alpha / 2 is what the cut removes, not what it leaves)"
-            return fail(f"{text}; R_C (1 - alpha / 2) = {_g(want[0])}{hint}")
-        if not _close(after.rt, before.rc):
+            return fail(f"{text}; R_C (1 - alpha / 2) = {gbps(want[0])}{hint}")
+        if not close(after.rt, before.rc):
             hint = (" (R_T kept its old value: R_T <- R_C comes first, the rate just before "
-                    "the cut)" if _close(after.rt, before.rt) else "")
-            return fail(f"{text}; R_T <- R_C gives {_g(before.rc)}{hint}")
-        lines.append(f"{_g(before.rc)} -> {_g(after.rc)} at alpha {before.alpha:.4f}, "
-                     f"R_T {_g(after.rt)}")
+                    "the cut)" if close(after.rt, before.rt) else "")
+            return fail(f"{text}; R_T <- R_C gives {gbps(before.rc)}{hint}")
+        lines.append(f"{gbps(before.rc)} -> {gbps(after.rc)} at alpha {before.alpha:.4f}, "
+                     f"R_T {gbps(after.rt)}")
     return ok("; ".join(lines))
 
 
 # ----------------------------------------------------------------------------- alpha
-
-def _decays(a_from: float, a_to: float) -> float:
-    """How many factors (1 - g) take alpha from ``a_from`` to ``a_to`` (a real number)."""
-    if a_from <= 0 or a_to <= 0:
-        return math.nan
-    return math.log(a_to / a_from) / math.log(1 - G)
-
-
-def _whole_decays(r: Recorder, a_from: float, periods: int, what: str) -> tuple[int, str | None]:
-    """alpha after ``periods`` and a half alpha periods without a CNP must be
-    a_from (1 - g)^n with a whole n of periods, one more or fewer for the timer's phase."""
-    a_to = r.now().alpha
-    n = _decays(a_from, a_to)
-    text = (f"{what}: alpha went from {a_from:.8f} to {a_to:.8f} in {periods + 0.5:g} alpha "
-            f"periods of {PERIOD_S * 1e6:g} us without a CNP")
-    if not math.isfinite(n) or abs(n - round(n)) > 1e-6 * max(1.0, abs(n)):
-        return 0, (f"{text}; that is not alpha (1 - g)^n for a whole number n of periods "
-                   f"(g = 1/256)")
-    n = round(n)
-    if n == 0:
-        return n, (f"{text}: it never decayed; once per period K = 55 us without a CNP, "
-                   "alpha <- (1 - g) alpha (is the timer's period in seconds, 55e-6?)")
-    if not periods - 1 <= n <= periods + 1:
-        return n, (f"{text}, i.e. {n} decays by (1 - g); once per period gives {periods} "
-                   f"(one more or fewer for the timer's phase)"
-                   + (" (is the period in seconds, 55e-6?)" if n > periods + 1 else ""))
-    return n, None
 
 
 def alpha(ctx: CheckContext) -> Outcome:
@@ -207,11 +95,11 @@ def alpha(ctx: CheckContext) -> Outcome:
     without one."""
     r = Recorder(ctx)
     a_start = r.now().alpha
-    if not _close(a_start, 1.0, 1e-9):
+    if not close(a_start, 1.0, 1e-9):
         return fail(f"alpha starts at {a_start:.6g}; DCQCN starts it at 1")
     a1 = r.cnp(1e-6).alpha
     r.advance(20.5 * PERIOD_S)
-    n1, why = _whole_decays(r, a1, 20, "after a CNP")
+    n1, why = whole_decays(r, a1, 20, "after a CNP")
     if why:
         return fail(why)
     lines = [f"{n1} decays in 20.5 periods: alpha {a1:.6f} -> {r.now().alpha:.6f}"]
@@ -219,20 +107,20 @@ def alpha(ctx: CheckContext) -> Outcome:
         before = r.advance(CNP_GAP_S if k == 2 else 0.0).alpha
         after = r.cnp().alpha
         want = (1 - G) * before + G
-        if not _close(after, want):
+        if not close(after, want):
             hint = ""
-            if _close(after, before):
+            if close(after, before):
                 hint = " (no update on a CNP?)"
-            elif _close(after, before + G):
+            elif close(after, before + G):
                 hint = " (the old alpha is weighted by 1 - g)"
-            elif _close(after, (1 - G) * before):
+            elif close(after, (1 - G) * before):
                 hint = " (that is the decay without a CNP; a CNP adds g)"
             return fail(f"a CNP at alpha = {before:.8f} left alpha at {after:.8f}; "
                         f"(1 - g) alpha + g = {want:.8f}{hint}")
         lines.append(f"CNP: {before:.6f} -> {after:.6f}")
     a2 = r.now().alpha
     r.advance(3.5 * PERIOD_S)
-    n2, why = _whole_decays(r, a2, 3, "after the second of two CNPs")
+    n2, why = whole_decays(r, a2, 3, "after the second of two CNPs")
     if why:
         return fail(why)
     lines.append(f"{n2} decays in 3.5 periods")
@@ -251,7 +139,7 @@ def reactions(ctx: CheckContext) -> Outcome:
     moved = r.changes(start)
     if moved:
         b, a = moved[0]
-        return fail(f"a marked ACK (ECN echo) moved R_C from {_g(b.rc)} to {_g(a.rc)}: DCQCN's "
+        return fail(f"a marked ACK (ECN echo) moved R_C from {gbps(b.rc)} to {gbps(a.rc)}: DCQCN's "
                     "reaction point reacts to CNPs only (the receiver turns marks into CNPs, "
                     "at most one per 50 us)")
     cuts = []
@@ -266,7 +154,7 @@ def reactions(ctx: CheckContext) -> Outcome:
     r.advance(12 * PERIOD_S)
     for b, a in r.changes(last):
         if a.rc < b.rc * (1 - 1e-9):
-            return fail(f"without a CNP, R_C fell from {_g(b.rc)} to {_g(a.rc)} at "
+            return fail(f"without a CNP, R_C fell from {gbps(b.rc)} to {gbps(a.rc)} at "
                         f"t = {a.t_s * 1e6:.1f} us ({a.event}): only a CNP cuts; after it the "
                         "timers and the byte counter only increase")
     return ok("no reaction to 20 marked ACKs; 4 CNPs, 4 cuts; no cut in the 660 us after")
@@ -293,8 +181,8 @@ def min_rate(ctx: CheckContext) -> Outcome:
 def fast_recovery(ctx: CheckContext) -> Outcome:
     """The first F = 5 increase events after a cut: R_C <- (R_T + R_C) / 2, R_T kept,
     one per rate-timer period."""
-    r, i0, p = _two_cuts(ctx)
-    if (bad := _need_gap(p)) is not None:
+    r, i0, p = two_cuts(ctx)
+    if (bad := need_gap(p)) is not None:
         return bad
     r.advance(5.5 * PERIOD_S)
     steps = r.changes(i0)
@@ -305,12 +193,12 @@ def fast_recovery(ctx: CheckContext) -> Outcome:
     for k, (b, a) in enumerate(steps[:F], 1):
         want = (b.rt + b.rc) / 2
         text = (f"increase event {k} after the cut (t = {a.t_s * 1e6:.1f} us, {a.event}): "
-                f"R_C {_g(b.rc)} -> {_g(a.rc)}, R_T {_g(b.rt)} -> {_g(a.rt)}")
-        if not _close(a.rt, b.rt):
+                f"R_C {gbps(b.rc)} -> {gbps(a.rc)}, R_T {gbps(b.rt)} -> {gbps(a.rt)}")
+        if not close(a.rt, b.rt):
             return fail(f"{text}; fast recovery keeps R_T for the first F = {F} events")
-        if not _close(a.rc, want):
-            hint = " (R_C jumped to R_T)" if _close(a.rc, b.rt) else ""
-            return fail(f"{text}; fast recovery gives (R_T + R_C) / 2 = {_g(want)}{hint}")
+        if not close(a.rc, want):
+            hint = " (R_C jumped to R_T)" if close(a.rc, b.rt) else ""
+            return fail(f"{text}; fast recovery gives (R_T + R_C) / 2 = {gbps(want)}{hint}")
         lo_s, hi_s = p.t_s + (k - 1) * PERIOD_S, p.t_s + k * PERIOD_S
         if not lo_s - 1e-9 < a.t_s <= hi_s + 1e-9:
             return fail(f"{text}; the k-th rate-timer event after a cut comes within "
@@ -319,55 +207,34 @@ def fast_recovery(ctx: CheckContext) -> Outcome:
         return fail(f"only {len(steps)} rate increases in 5.5 periods of 55 us after a cut: one "
                     "per period of the rate timer expected")
     gap0, gap5 = p.rt - p.rc, steps[F - 1][1].rt - steps[F - 1][1].rc
-    return ok(f"5 halvings of the gap to R_T: {_g(gap0)} -> {_g(gap5)} "
+    return ok(f"5 halvings of the gap to R_T: {gbps(gap0)} -> {gbps(gap5)} "
               f"(ratio {gap5 / gap0:.5f}, 1/32 = 0.03125)")
-
-
-def _check_additive(steps: Sequence[tuple[Point, Point]], first: int, what: str) -> str | None:
-    for k, (b, a) in enumerate(steps, first):
-        want_rt = min(LINE_BPS, b.rt + R_AI_BPS)
-        want_rc = (want_rt + b.rc) / 2
-        text = (f"increase event {k} after the cut ({what}, t = {a.t_s * 1e6:.1f} us): "
-                f"R_T {_g(b.rt)} -> {_g(a.rt)}, R_C {_g(b.rc)} -> {_g(a.rc)}")
-        if not _close(a.rt, want_rt):
-            hint = ""
-            if _close(a.rt, b.rt):
-                hint = " (R_T did not grow: still fast recovery?)"
-            elif abs((a.rt - b.rt) / R_HAI_BPS - round((a.rt - b.rt) / R_HAI_BPS)) < 1e-6:
-                hint = " (a hyper step: hyper increase needs both T and BC to reach F)"
-            return fail(f"{text}; additive increase: R_T + R_AI = {_g(want_rt)} "
-                        f"(R_AI = {R_AI_BPS / 1e6:g} Mb/s){hint}")
-        if not _close(a.rc, want_rc):
-            hint = (" (averaged with the old R_T: add R_AI to R_T first)"
-                    if _close(a.rc, (b.rt + b.rc) / 2) else "")
-            return fail(f"{text}; then R_C <- (R_T + R_C) / 2 = {_g(want_rc)}{hint}")
-    return None
 
 
 def additive_increase(ctx: CheckContext) -> Outcome:
     """With the rate timer alone (no byte-counter event), every event after the first
     F is additive: R_T += R_AI, R_C <- (R_T + R_C) / 2; never hyper."""
-    r, i0, p = _two_cuts(ctx)
-    if (bad := _need_gap(p)) is not None:
+    r, i0, p = two_cuts(ctx)
+    if (bad := need_gap(p)) is not None:
         return bad
     r.advance(20.5 * PERIOD_S)
     steps = r.changes(i0)
     if len(steps) < 20:
         return fail(f"{len(steps)} rate increases in 20.5 periods of 55 us after a cut, without "
                     "bytes sent: one per rate-timer period expected")
-    why = _check_additive(steps[F:20], F + 1, "rate timer only")
+    why = check_additive(steps[F:20], F + 1, "rate timer only")
     if why:
         return fail(why)
-    return ok(f"15 additive steps of {R_AI_BPS / 1e6:g} Mb/s: R_T {_g(p.rt)} -> "
-              f"{_g(steps[19][1].rt)}")
+    return ok(f"15 additive steps of {R_AI_BPS / 1e6:g} Mb/s: R_T {gbps(p.rt)} -> "
+              f"{gbps(steps[19][1].rt)}")
 
 
 def hyper_increase(ctx: CheckContext) -> Outcome:
     """Once both the timer and the byte counter have had F events since the cut, each
     event adds a whole multiple i of R_HAI to R_T (i growing or constant), then
     R_C <- (R_T + R_C) / 2. Before that, byte-counter events are additive."""
-    r, i0, p = _two_cuts(ctx)
-    if (bad := _need_gap(p)) is not None:
+    r, i0, p = two_cuts(ctx)
+    if (bad := need_gap(p)) is not None:
         return bad
     r.advance(10.5 * PERIOD_S)                  # T = 10: 5 fast recovery, 5 additive
     timer_steps = len(r.changes(i0))
@@ -381,7 +248,7 @@ def hyper_increase(ctx: CheckContext) -> Outcome:
     if len(byte_steps) != 5:
         return fail(f"sending 5 x B = 5 x 10 MiB gave {len(byte_steps)} rate increases: the byte "
                     "counter (given in the starter) should count one event per B bytes sent")
-    why = _check_additive(byte_steps, timer_steps + 1, "byte counter, T >= F but BC < F")
+    why = check_additive(byte_steps, timer_steps + 1, "byte counter, T >= F but BC < F")
     if why:
         return fail(why)
     mark = len(r.points) - 1
@@ -395,19 +262,19 @@ def hyper_increase(ctx: CheckContext) -> Outcome:
     for k, (b, a) in enumerate(hyper, timer_steps + 6):
         step = (a.rt - b.rt) / R_HAI_BPS
         text = (f"increase event {k} after the cut (T and BC both >= F, t = "
-                f"{a.t_s * 1e6:.1f} us): R_T {_g(b.rt)} -> {_g(a.rt)}, R_C {_g(b.rc)} -> "
-                f"{_g(a.rc)}")
+                f"{a.t_s * 1e6:.1f} us): R_T {gbps(b.rt)} -> {gbps(a.rt)}, R_C {gbps(b.rc)} -> "
+                f"{gbps(a.rc)}")
         if not (step >= 1 - 1e-6 and abs(step - round(step)) < 1e-6 * max(1.0, step)):
             hint = (" (an additive step: both T and BC have reached F, so this is hyper "
-                    "increase)" if _close(a.rt - b.rt, R_AI_BPS, 1e-6) else "")
+                    "increase)" if close(a.rt - b.rt, R_AI_BPS, 1e-6) else "")
             return fail(f"{text}; hyper increase adds i R_HAI (R_HAI = {R_HAI_BPS / 1e6:g} Mb/s, "
                         f"i = min(T, BC) - F + 1 >= 1){hint}")
         if multiples and round(step) < multiples[-1]:
             return fail(f"{text}; the hyper step went down from {multiples[-1]} R_HAI to "
                         f"{round(step)} R_HAI without a cut")
         multiples.append(round(step))
-        if not _close(a.rc, (a.rt + b.rc) / 2):
-            return fail(f"{text}; then R_C <- (R_T + R_C) / 2 = {_g((a.rt + b.rc) / 2)}")
+        if not close(a.rc, (a.rt + b.rc) / 2):
+            return fail(f"{text}; then R_C <- (R_T + R_C) / 2 = {gbps((a.rt + b.rc) / 2)}")
     return ok(f"5 additive byte-counter events, then hyper steps of {multiples} x R_HAI")
 
 
@@ -423,23 +290,23 @@ def line_rate(ctx: CheckContext) -> Outcome:
     top_rc = max(pt.rc for pt in r.points)
     top_rt = max(pt.rt for pt in r.points)
     if top_rt > LINE_BPS * (1 + REL):
-        return fail(f"R_T reached {_g(top_rt)} after a cut from 100 Gb/s: additive and hyper "
+        return fail(f"R_T reached {gbps(top_rt)} after a cut from 100 Gb/s: additive and hyper "
                     "increase must never take R_T above the line rate (clamp it)")
     if top_rc > LINE_BPS * (1 + REL):
-        return fail(f"R_C reached {_g(top_rc)}: it must never go above the line rate")
+        return fail(f"R_C reached {gbps(top_rc)}: it must never go above the line rate")
     if r.now().rc < LINE_BPS * 0.999:
         return fail(f"2.2 ms after a single CNP, with the timer and the byte counter at work, "
-                    f"R_C is only {_g(r.now().rc)}: it should be back at the line rate")
-    return ok(f"R_T and R_C at most {_g(max(top_rc, top_rt))}; R_C back to {_g(r.now().rc)}")
+                    f"R_C is only {gbps(r.now().rc)}: it should be back at the line rate")
+    return ok(f"R_T and R_C at most {gbps(max(top_rc, top_rt))}; R_C back to {gbps(r.now().rc)}")
 
 
 def timer_periods(ctx: CheckContext) -> Outcome:
     """The given timers: one rate event and one alpha decay per 55 us (real seconds)."""
-    r, i0, _p = _two_cuts(ctx)
+    r, i0, _p = two_cuts(ctx)
     a0 = r.now().alpha
     r.advance(100.5 * PERIOD_S)
     n_rate = len(r.changes(i0))
-    n_alpha = _decays(a0, r.now().alpha) if r.now().alpha != a0 else 0.0
+    n_alpha = decays(a0, r.now().alpha) if r.now().alpha != a0 else 0.0
     if not 99 <= n_rate <= 101:
         return fail(f"{n_rate} rate increases in 100.5 periods of 55 us: the rate timer must "
                     "fire once per 55e-6 s of real time (times are seconds, not us or ns)")
@@ -451,60 +318,13 @@ def timer_periods(ctx: CheckContext) -> Outcome:
 
 # ----------------------------------------------------------------------------- emulation
 
-BUILTIN = "dcqcn"
-
-
-def _is_student(cc: Any) -> Any:
-    """The student's rows: their class is a ``path.py:Class`` setting."""
-    return cc.astype(str).str.contains(".py:", regex=False)
-
-
-@dataclass(frozen=True)
-class RunView:
-    """One valid run of the scenario: the student's and the built-in's cc.csv rows."""
-
-    run_dir: Path
-    cc: Any                      # pandas DataFrame of cc.csv
-
-    def row(self, scenario: str, student: bool) -> Any:
-        rows = self.cc[self.cc.scenario == scenario]
-        rows = rows[_is_student(rows.cc) if student else (rows.cc == BUILTIN)]
-        return rows.iloc[0] if len(rows) else None
-
-
-def _views(runs: ScenarioRuns) -> list[RunView]:
-    import pandas as pd
-
-    out = []
-    for rec in runs.valid_runs():
-        if rec.run_dir is not None and (rec.run_dir / "cc.csv").is_file():
-            out.append(RunView(rec.run_dir, pd.read_csv(rec.run_dir / "cc.csv")))
-    return out
-
-
-def _median(values: Sequence[float]) -> float:
-    import statistics
-
-    clean = [v for v in values if v is not None and math.isfinite(v)]
-    return statistics.median(clean) if clean else math.nan
-
-
-def _thresholds_kb(view: RunView) -> tuple[float, float]:
-    """Kmin and Kmax of the incast's bottleneck port (the port queue.csv samples)."""
-    import pandas as pd
-
-    ports = pd.read_csv(view.run_dir / "ports.csv")
-    queue = pd.read_csv(view.run_dir / "queue.csv", usecols=["port"], nrows=1)
-    row = ports[(ports.port == queue.port.iloc[0]) & ports.case.str.startswith("incast")].iloc[0]
-    return float(row.kmin_bytes) / 1e3, float(row.kmax_bytes) / 1e3
-
 
 def cnps_cut(ctx: CheckContext) -> Outcome:
     """On the fabric the class receives CNPs in both cases, and its trace shows each
     CNP leaving R_C below R_T (a cut)."""
     import pandas as pd
 
-    views = _views(ctx.runs) if ctx.runs else []
+    views = run_views(ctx.runs) if ctx.runs else []
     if not views:
         return fail("no valid run to read")
     lines = []
@@ -519,7 +339,7 @@ def cnps_cut(ctx: CheckContext) -> Outcome:
                         "receivers send CNPs for marked frames; on_cnp must count them in "
                         "cnps_received")
         rates = pd.read_csv(v.run_dir / "rates.csv")
-        mine = rates[_is_student(rates.cc) & (rates.event == "cnp")]
+        mine = rates[is_student(rates.cc) & (rates.event == "cnp")]
         if mine.empty:
             return fail(f"no CNP in your class's rate trace of the fairness case ({v.run_dir.name})")
         cut = int((mine.rate_bps < mine.target_rate_bps * (1 - 1e-6)).sum())
@@ -535,17 +355,17 @@ def fair_share(ctx: CheckContext) -> Outcome:
     """Three flows sharing the bottleneck converge to a fair share: Jain index over the
     all-flows interval at least ``jain_min``, aggregate at least ``aggregate_min`` of the
     max-min model's."""
-    views = _views(ctx.runs) if ctx.runs else []
+    views = run_views(ctx.runs) if ctx.runs else []
     if not views:
         return fail("no valid run to read")
     jain_min = float(ctx.params.get("jain_min", 0.85))
     agg_min = float(ctx.params.get("aggregate_min", 0.85))
     mine = [v.row("fairness", True) for v in views]
     ref = [v.row("fairness", False) for v in views]
-    jain = _median([float(r.jain) for r in mine if r is not None])
-    agg = _median([float(r.aggregate_gbps) for r in mine if r is not None])
-    small = _median([float(r.smallest_gbps) for r in mine if r is not None])
-    jain_ref = _median([float(r.jain) for r in ref if r is not None])
+    jain = median([float(r.jain) for r in mine if r is not None])
+    agg = median([float(r.aggregate_gbps) for r in mine if r is not None])
+    small = median([float(r.smallest_gbps) for r in mine if r is not None])
+    jain_ref = median([float(r.jain) for r in ref if r is not None])
     model = ctx.runs.metric("aggregate throughput", "fairness", column="predicted") \
         if ctx.runs else math.nan
     text = (f"Jain index {jain:.3f}, aggregate {agg:.1f} Gb/s (max-min model {model:.1f}), "
@@ -561,40 +381,20 @@ def fair_share(ctx: CheckContext) -> Outcome:
     return ok(text)
 
 
-def _second_half_queue_kb(view: RunView) -> float:
-    """The student's incast: the time-weighted mean bottleneck queue over the second half
-    of the incast (completion / 2 to completion), in KB."""
-    import numpy as np
-    import pandas as pd
-
-    row = view.row("incast", True)
-    end_s = float(row.completion_us) * 1e-6
-    q = pd.read_csv(view.run_dir / "queue.csv", usecols=["case", "t_s", "backlog_bytes"])
-    q = q[q.case == row.case].sort_values("t_s")
-    q = q[(q.t_s >= end_s / 2) & (q.t_s <= end_s)]
-    if q.empty:
-        return math.nan
-    t = q.t_s.to_numpy()
-    dt = np.diff(np.append(t, end_s))
-    if dt.sum() <= 0:
-        return float(q.backlog_bytes.mean()) / 1e3
-    return float((q.backlog_bytes.to_numpy() * dt).sum() / dt.sum()) / 1e3
-
-
 def incast_queue(ctx: CheckContext) -> Outcome:
     """The incast's queue leaves the marking region once the cuts have taken hold: over
     the incast's second half its mean is below ``below`` x Kmin (without congestion
     control it stays far above Kmin, near the buffer, until the senders finish)."""
-    views = _views(ctx.runs) if ctx.runs else []
+    views = run_views(ctx.runs) if ctx.runs else []
     views = [v for v in views if v.row("incast", True) is not None]
     if not views:
         return fail("no valid run to read")
     below = float(ctx.params.get("below", 1.0))
-    kmin, kmax = _thresholds_kb(views[0])
-    late = _median([_second_half_queue_kb(v) for v in views])
-    mean = _median([float(v.row("incast", True).mean_queue_KB) for v in views])
-    peak = _median([float(v.row("incast", True).peak_queue_KB) for v in views])
-    ref = _median([float(v.row("incast", False).mean_queue_KB) for v in views
+    kmin, kmax = thresholds_kb(views[0])
+    late = median([second_half_queue_kb(v) for v in views])
+    mean = median([float(v.row("incast", True).mean_queue_KB) for v in views])
+    peak = median([float(v.row("incast", True).peak_queue_KB) for v in views])
+    ref = median([float(v.row("incast", False).mean_queue_KB) for v in views
                    if v.row("incast", False) is not None])
     text = (f"incast bottleneck queue: peak {peak:.0f} KB, mean {mean:.1f} KB over the incast "
             f"(built-in DCQCN: {ref:.1f} KB), mean {late:.1f} KB over its second half; Kmin "
@@ -609,14 +409,14 @@ def incast_queue(ctx: CheckContext) -> Outcome:
 def incast_drops(ctx: CheckContext) -> Outcome:
     """The incast drops about as many frames as the built-in DCQCN in the same runs
     (within a factor ``factor``): both lose what arrives before the first CNPs' cuts."""
-    views = _views(ctx.runs) if ctx.runs else []
+    views = run_views(ctx.runs) if ctx.runs else []
     factor = float(ctx.params.get("factor", 1.5))
     pairs = [(v.row("incast", True), v.row("incast", False)) for v in views]
     pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
     if not pairs:
         return fail("no valid run to read")
-    mine = _median([float(a.drops) for a, _ in pairs])
-    ref = _median([float(b.drops) for _, b in pairs])
+    mine = median([float(a.drops) for a, _ in pairs])
+    ref = median([float(b.drops) for _, b in pairs])
     text = f"incast drops: yours {mine:.0f}, the built-in DCQCN's {ref:.0f} (median of the runs)"
     if not ref / factor <= mine <= ref * factor:
         hint = (" - many more: do your CNPs cut the rate (TODO 1)?" if mine > ref * factor
@@ -635,16 +435,16 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
     import pandas as pd
 
     sr = runs.get("dcqcn")
-    views = _views(sr) if sr is not None else []
+    views = run_views(sr) if sr is not None else []
     if not views:
         return []
     v = views[0]
     rates = pd.read_csv(v.run_dir / "rates.csv")
     queue = pd.read_csv(v.run_dir / "queue.csv")
-    kmin, kmax = _thresholds_kb(v)
+    kmin, kmax = thresholds_kb(v)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for student, style in ((True, "-"), (False, ":")):
-        mine = rates[_is_student(rates.cc) if student else (rates.cc == BUILTIN)]
+        mine = rates[is_student(rates.cc) if student else (rates.cc == BUILTIN)]
         who = "yours" if student else "built-in"
         for k, (msg, flow) in enumerate(mine.groupby("msg_id")):
             color = f"C{k}"
@@ -658,7 +458,7 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
             title="fairness: each flow's rate (dotted: built-in DCQCN)")
     for student, color in ((True, "C0"), (False, "C7")):
         q = queue[queue.case.str.startswith("incast")]
-        q = q[_is_student(q.cc) if student else (q.cc == BUILTIN)]
+        q = q[is_student(q.cc) if student else (q.cc == BUILTIN)]
         ax2.plot(q.t_s * 1e6, q.backlog_bytes / 1e3, color=color, lw=1.0,
                  label="yours" if student else "built-in DCQCN")
     for value, name in ((kmin, "Kmin"), (kmax, "Kmax")):

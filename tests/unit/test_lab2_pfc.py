@@ -146,9 +146,9 @@ def test_the_scenario_runs_with_the_students_thresholds(tmp_path):
 
 def test_the_headroom_the_checks_expect_is_the_emulators():
     """docs/pfc.md's figures for the scenario's fabric (S = 10000, 50 ms budget)."""
-    checks = LAB.checks_module()
-    fabric = checks.scenario_fabric("incast")
-    ports = checks.egress_feeders(fabric["topo"])
-    room = checks.ceilings(ports, fabric["buffer_bytes"],
-                           fabric["budget_wall_s"] / fabric["scale"])
+    from labs.lab2_pfc import pfc_reference as ref
+
+    fabric = ref.scenario_fabric("incast")
+    ports = ref.egress_feeders(fabric["topo"])
+    room = ref.ceilings(ports, fabric["buffer_bytes"], fabric["budget_wall_s"] / fabric["scale"])
     assert room["l3->h9"] == 172_746 and room["s1->l3"] == 108_760 and room["l1->s1"] == 308_621

@@ -1,0 +1,67 @@
+"""Outside the engine, no Python module is over 500 lines and no function over 80: a
+module that big holds several jobs, a function that long several steps. The engine's
+worker is sized by its own issue (engine/, left out here).
+
+``python tests/unit/test_sizes.py`` prints the largest of each."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTS = ("core", "topologies", "traffic", "model", "emu", "experiments", "bench", "labs",
+         "cli", "examples", "scripts")
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 80
+
+
+def _files() -> list[Path]:
+    return sorted(p for root in ROOTS for p in (REPO / root).rglob("*.py"))
+
+
+def file_lines() -> dict[str, int]:
+    """Lines of every module outside engine/."""
+    return {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _files()}
+
+
+def function_lines() -> dict[str, int]:
+    """Lines of every function and method (decorators aside), ``path:qualname``."""
+    out: dict[str, int] = {}
+    for path in _files():
+        rel = path.relative_to(REPO)
+
+        def visit(node: ast.AST, prefix: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    name = f"{prefix}{child.name}"
+                    out[f"{rel}:{name}"] = child.end_lineno - child.lineno + 1  # type: ignore[operator]
+                    visit(child, name + ".")
+                elif isinstance(child, ast.ClassDef):
+                    visit(child, f"{prefix}{child.name}.")
+                else:
+                    visit(child, prefix)
+
+        visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def test_no_module_over_500_lines():
+    sizes = file_lines()
+    assert len(sizes) > 80
+    over = {p: n for p, n in sizes.items() if n > MAX_FILE_LINES}
+    assert not over, f"modules over {MAX_FILE_LINES} lines: {over}"
+
+
+def test_no_function_over_80_lines():
+    sizes = function_lines()
+    assert len(sizes) > 500
+    over = {f: n for f, n in sizes.items() if n > MAX_FUNCTION_LINES}
+    assert not over, f"functions over {MAX_FUNCTION_LINES} lines: {over}"
+
+
+if __name__ == "__main__":
+    for title, sizes in (("modules", file_lines()), ("functions", function_lines())):
+        print(f"largest {title} outside engine/:")
+        for name, n in sorted(sizes.items(), key=lambda kv: -kv[1])[:8]:
+            print(f"  {n:5d}  {name}")
