@@ -255,7 +255,7 @@ def pcap(collective: Annotated[str, typer.Argument(help="e.g. allreduce-ring, al
     with an error.  Frames stream to disk as they are generated.
     """
     from core.units import parse_rate_bps, parse_size_bytes
-    from traffic.pcap import collective_pcap
+    from traffic.workload_pcap import collective_pcap
 
     summary = collective_pcap(collective, ranks, parse_size_bytes(size, "size"), out,
                               rate_bps=parse_rate_bps(rate, "rate"),

@@ -16,7 +16,8 @@ def _replay_and_count(tmp_path, write_gap_s: float, **limits):
     from emu.shaping import port_qdisc_stats
     from engine.replay import replay_pcap
     from topologies.fattree import LeafSpine
-    from traffic.pcap import collective_pcap, read_roce_pcap, write_pcap
+    from traffic.pcap import read_roce_pcap, write_pcap
+    from traffic.workload_pcap import collective_pcap
 
     path = tmp_path / "a2a.pcap"
     collective_pcap("alltoall", 4, 256 * 1024, path)

@@ -18,18 +18,14 @@ from scapy.utils import rdpcap, wrpcap
 from core.errors import FabricEmuError, ParameterError
 from core.frame import WIRE_OVERHEAD_BYTES
 from traffic import collectives
-from traffic.pcap import (
-    DEFAULT_MAX_PCAP_BYTES,
-    PcapError,
+from traffic.pcap import DEFAULT_MAX_PCAP_BYTES, PcapError, iter_pcap, read_roce_pcap, write_pcap
+from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, WRITE_LAST, WRITE_ONLY, icrc_ok, parse_frame
+from traffic.workload_pcap import (
     collective_pcap,
     collective_shape,
     host_addresses,
-    iter_pcap,
-    read_roce_pcap,
     workload_to_frames,
-    write_pcap,
 )
-from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, WRITE_LAST, WRITE_ONLY, icrc_ok, parse_frame
 
 RATE_BPS = 400e9
 

@@ -9,7 +9,8 @@ from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.replay import DEFAULT_MAX_WALL_S, plan_replay
 from topologies.spec import build_topo
-from traffic.pcap import PcapError, collective_pcap, read_roce_pcap, write_pcap
+from traffic.pcap import PcapError, read_roce_pcap, write_pcap
+from traffic.workload_pcap import collective_pcap
 
 
 def fabric(scale: float = 4000, topo: str = "fattree,4") -> Fabric:

@@ -25,25 +25,25 @@ def file_lines() -> dict[str, int]:
     return {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _files()}
 
 
+def _functions(node: ast.AST, prefix: str) -> list[tuple[str, int]]:
+    """(qualified name, lines) of every function under ``node``."""
+    out: list[tuple[str, int]] = []
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            name = f"{prefix}{child.name}"
+            out.append((name, child.end_lineno - child.lineno + 1))  # type: ignore[operator]
+            out += _functions(child, name + ".")
+        elif isinstance(child, ast.ClassDef):
+            out += _functions(child, f"{prefix}{child.name}.")
+        else:
+            out += _functions(child, prefix)
+    return out
+
+
 def function_lines() -> dict[str, int]:
     """Lines of every function and method (decorators aside), ``path:qualname``."""
-    out: dict[str, int] = {}
-    for path in _files():
-        rel = path.relative_to(REPO)
-
-        def visit(node: ast.AST, prefix: str) -> None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    name = f"{prefix}{child.name}"
-                    out[f"{rel}:{name}"] = child.end_lineno - child.lineno + 1  # type: ignore[operator]
-                    visit(child, name + ".")
-                elif isinstance(child, ast.ClassDef):
-                    visit(child, f"{prefix}{child.name}.")
-                else:
-                    visit(child, prefix)
-
-        visit(ast.parse(path.read_text()), "")
-    return out
+    return {f"{p.relative_to(REPO)}:{name}": n for p in _files()
+            for name, n in _functions(ast.parse(p.read_text()), "")}
 
 
 def test_no_module_over_500_lines():
