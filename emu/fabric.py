@@ -19,7 +19,6 @@ import logging
 import os
 import subprocess
 import time
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ from emu.ecn.backend import choose_backend
 from emu.ecn.bpf import attach_bpf_marker, raise_fd_limit
 from emu.ecn.red import red_qdisc_options
 from emu.ipbatch import run_ip_batches
+from emu.iproute_plan import node_config, route_specs
 from emu.pfc_controller import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
@@ -350,7 +350,8 @@ class Fabric:
                 f"peer name {ib.ifname} address {ib.mac} mtu {MTU_BYTES} "
                 f"netns {self.namespaces.name(b)}")
         run_ip_batches(create)
-        configure = {self.namespaces.name(n): self._node_config(n) for n in self.topo.nodes()}
+        configure = {self.namespaces.name(n): node_config(self.topo, self.plan, self.routes, n)
+                     for n in self.topo.nodes()}
         run_ip_batches(configure)
         for node in self.topo.nodes():
             for link in self.namespaces.iprs[node].get_links():
@@ -372,43 +373,6 @@ class Fabric:
             return
         self.receive_cpu = cpu_of
         self.receive_steering = f"rps: each node's receive work on one of CPUs {cpus}"
-
-    def _node_config(self, node: str) -> list[str]:
-        lines = []
-        for iface in self.plan.interfaces[node]:
-            lines += [
-                f"addr add {iface.ip}/{iface.prefixlen} dev {iface.ifname}",
-                f"link set {iface.ifname} up",
-                f"neigh add {iface.peer_ip} lladdr {iface.peer_mac} dev {iface.ifname} "
-                "nud permanent",
-            ]
-        return lines + self._route_lines(node)
-
-    def _route_lines(self, node: str) -> list[str]:
-        return [f"route add {prefix} {how}" for prefix, how in self._route_specs(node).items()]
-
-    def _route_specs(self, node: str) -> dict[str, str]:
-        """``node``'s routes per ``self.routes``: prefix -> next hops (and source)."""
-        table = {dst: hops for dst, hops in self.routes.next_hops[node].items() if hops}
-        is_host = self.topo.role(node) == "host"
-        src = f" src {self.plan.host_ip[node]}" if is_host else ""
-        specs = {}
-        default_hops: tuple[str, ...] | None = None
-        if is_host and table:
-            # Hosts: one default route toward their usual first hop, exceptions
-            # (e.g. NVLink peers of a multi-homed GPU) as /32s.
-            default_hops = Counter(table.values()).most_common(1)[0][0]
-            specs["default"] = f"{self._nexthops(node, default_hops)}{src}"
-        for dst, hops in table.items():
-            if dst != node and hops != default_hops:
-                specs[f"{self.plan.host_ip[dst]}/32"] = f"{self._nexthops(node, hops)}{src}"
-        return specs
-
-    def _nexthops(self, node: str, hops: tuple[str, ...]) -> str:
-        ifaces = [self.plan.iface(node, hop) for hop in hops]
-        if len(ifaces) == 1:
-            return f"via {ifaces[0].peer_ip} dev {ifaces[0].ifname}"
-        return " ".join(f"nexthop via {i.peer_ip} dev {i.ifname}" for i in ifaces)
 
     def _shape_and_mark(self) -> None:
         policy = self._threshold_policy()
@@ -485,11 +449,11 @@ class Fabric:
     def _reroute(self, touched: set[str]) -> None:
         """Recompute the routes around ``self.down_links`` and apply the difference;
         the ``touched`` nodes (the kernel flushed routes there) get all theirs again."""
-        old = {node: self._route_specs(node) for node in self.topo.nodes()}
+        old = {node: route_specs(self.topo, self.plan, self.routes, node) for node in self.topo.nodes()}
         self.routes = compute_routes(self.topo, frozenset(self.down_links))
         batches: dict[str, list[str]] = {}
         for node in self.topo.nodes():
-            new = self._route_specs(node)
+            new = route_specs(self.topo, self.plan, self.routes, node)
             batches[self.namespaces.name(node)] = [
                 f"route replace {prefix} {how}" for prefix, how in new.items()
                 if node in touched or old[node].get(prefix) != how]

@@ -77,3 +77,23 @@ def test_iperf_rate_reads_like_iperf():
     assert iperf_rate(8 * 1024**2, "M") == "1 MBytes/sec"
     assert iperf_rate(5e6, "k") == "5000 Kbits/sec"
     assert iperf_rate(1.6e12) == "1600 Gbits/sec"
+
+
+def test_iproute_commands_follow_the_routes():
+    """A host gets one default route and its address; a leaf spreads a remote host over
+    both spines (ECMP) and drops a spine a down link leaves unreachable."""
+    from emu.iproute_plan import node_config, route_specs
+    from topologies.addressing import plan_addresses
+
+    topo = LeafSpine(2, 2, 2)
+    plan, routes = plan_addresses(topo), compute_routes(topo)
+    host = node_config(topo, plan, routes, "h1")
+    assert [c for c in host if c.startswith("route")] == [
+        f"route add default via {plan.iface('h1', 'l1').peer_ip} dev "
+        f"{plan.iface('h1', 'l1').ifname} src {plan.host_ip['h1']}"]
+    assert any(c.startswith(f"addr add {plan.iface('h1', 'l1').ip}/") for c in host)
+    remote = f"{plan.host_ip['h1']}/32"
+    assert route_specs(topo, plan, routes, "l2")[remote].count("nexthop via") == 2
+    cut = compute_routes(topo, down(("l1", "s1")))
+    assert route_specs(topo, plan, cut, "l2")[remote] == (
+        f"via {plan.iface('l2', 's2').peer_ip} dev {plan.iface('l2', 's2').ifname}")
