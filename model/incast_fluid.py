@@ -42,7 +42,7 @@ import random
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.ecn import marking_curve
 from core.frame import FRAME_BYTES
@@ -159,6 +159,35 @@ class _QueueHistogram:
         return QueueDist(tuple(parts) or ((1.0, 0.0, 0.0),))
 
 
+def _port_step(q: float, in_bytes: float, c_Bps: float, h: float,
+               buffer_bytes: float) -> tuple[float, float, float | None]:
+    """The bottleneck queue over one step of ``h`` s from ``q`` bytes with ``in_bytes``
+    arriving and C draining: (queue after, bytes dropped at the full buffer, when
+    after the step's start it emptied, or None if it did not)."""
+    q1 = q + in_bytes - c_Bps * h
+    drop = 0.0
+    if q1 > buffer_bytes:
+        drop, q1 = q1 - buffer_bytes, float(buffer_bytes)
+    if q1 > 0:
+        return q1, drop, None
+    return 0.0, drop, 0.0 if q <= 0 else q / (c_Bps - in_bytes / h)
+
+
+@dataclass
+class _FeedbackHistory:
+    """Mean-field reaction: every step's departure time D(s), marking probability and
+    senders' rates, for the feedback one RTT later."""
+
+    depart_s: list[float] = field(default_factory=list)
+    p_mark: list[float] = field(default_factory=list)
+    rates_bps: list[list[float]] = field(default_factory=list)
+
+    def record(self, depart_s: float, p_mark: float, rates_bps: list[float]) -> None:
+        self.depart_s.append(depart_s)
+        self.p_mark.append(p_mark)
+        self.rates_bps.append(list(rates_bps))
+
+
 class DcqcnIncastFluid:
     """Fixed-step integration of DCQCN senders into one port (see the module doc)."""
 
@@ -205,10 +234,7 @@ class DcqcnIncastFluid:
         c_Bps = port.rate_bps / 8.0
         n = len(self.senders)
         events = self.reaction == "events"
-        rps = [ReactionPoint(self.params.at_line_rate(s.line_rate_bps), s.line_rate_bps,
-                             s.start_s) for s in self.senders] if events else []
-        mfs = [MeanFieldSender(self.params.at_line_rate(s.line_rate_bps), s.line_rate_bps, pkt)
-               for s in self.senders] if not events else []
+        rps, mfs = self._reaction_points()
         rate = [s.line_rate_bps for s in self.senders]
         remaining = [float(s.size_bytes) for s in self.senders]
         finish = [math.inf] * n
@@ -216,14 +242,11 @@ class DcqcnIncastFluid:
         np_open = [-math.inf] * n
         np_count = [0.0] * n
         np_need = [self._marks_to_cnp() for _ in range(n)]
-        hist_d: list[float] = []          # mean-field: departure times D(s) of steps
-        hist_p: list[float] = []
-        hist_rate: list[list[float]] = []
+        history = _FeedbackHistory()      # mean-field only
         hist = _QueueHistogram(float(port.buffer_bytes))
         queue_trace = [(0.0, 0.0)]
         rate_traces = [[(0.0, r)] for r in rate]
-        t = q = marks = dropped = peak = 0.0
-        clear_s = 0.0      # when the queue last emptied
+        t = q = marks = dropped = peak = clear_s = 0.0   # clear_s: when the queue last emptied
         cnps = 0
         while True:
             if all(r <= 0 for r in remaining):
@@ -238,13 +261,9 @@ class DcqcnIncastFluid:
             sent = [min(rate[i] * h / 8.0, remaining[i]) if t >= s.start_s else 0.0
                     for i, s in enumerate(self.senders)]
             in_bytes = sum(sent)
-            q1 = q + in_bytes - c_Bps * h
-            drop = 0.0
-            if q1 > port.buffer_bytes:
-                drop, q1 = q1 - port.buffer_bytes, float(port.buffer_bytes)
-            if q1 <= 0:
-                q1 = 0.0
-                clear_s = t if q <= 0 else t + q / (c_Bps - in_bytes / h)
+            q1, drop, emptied_after_s = _port_step(q, in_bytes, c_Bps, h, port.buffer_bytes)
+            if emptied_after_s is not None:
+                clear_s = t + emptied_after_s
             accepted = 1.0 - drop / in_bytes if in_bytes > 0 else 1.0
             dropped += drop
             q_mid = 0.5 * (q + q1)
@@ -274,14 +293,10 @@ class DcqcnIncastFluid:
             peak = max(peak, q)
             queue_trace.append((t, q))
             if events:
-                self._react_events(t, rps, pending, sent)
-                new = [rp.rate_bps for rp in rps]
+                new = self._react_events(t, rps, pending, sent)
             else:
-                hist_d.append(depart_s)
-                hist_p.append(p_mid)
-                hist_rate.append(list(rate))
-                self._react_mean_field(t, mfs, hist_d, hist_p, hist_rate, remaining)
-                new = [mf.rate_bps for mf in mfs]
+                history.record(depart_s, p_mid, rate)
+                new = self._react_mean_field(t, mfs, history, remaining)
             for i in range(n):
                 if new[i] != rate[i] and remaining[i] > 0:
                     rate[i] = new[i]
@@ -317,11 +332,20 @@ class DcqcnIncastFluid:
         np_need[i] = self._marks_to_cnp()
         return cnp_s
 
+    def _reaction_points(self) -> tuple[list[ReactionPoint], list[MeanFieldSender]]:
+        """One reaction point per sender, of the kind ``reaction`` chose (the other list
+        empty)."""
+        if self.reaction == "events":
+            return [ReactionPoint(self.params.at_line_rate(s.line_rate_bps), s.line_rate_bps,
+                                  s.start_s) for s in self.senders], []
+        return [], [MeanFieldSender(self.params.at_line_rate(s.line_rate_bps), s.line_rate_bps,
+                                    self.packet_bytes) for s in self.senders]
+
     def _react_events(self, t: float, rps: list[ReactionPoint], pending: list[deque[float]],
-                      sent: list[float]) -> None:
+                      sent: list[float]) -> list[float]:
         """Apply the step that ended at ``t``: CNPs at their times, the step's bytes
         counted before or after each CNP as they were sent (the byte counter restarts
-        with a cut), then the timers due."""
+        with a cut), then the timers due; returns the new rates."""
         h = self.step_s
         for i, rp in enumerate(rps):
             counted = 0.0
@@ -336,10 +360,13 @@ class DcqcnIncastFluid:
             rp.advance(t)
             if sent[i] > counted:
                 rp.on_bytes(sent[i] - counted)
+        return [rp.rate_bps for rp in rps]
 
-    def _react_mean_field(self, t: float, mfs: list[MeanFieldSender], hist_d: list[float],
-                          hist_p: list[float], hist_rate: list[list[float]],
-                          remaining: list[float]) -> None:
+    def _react_mean_field(self, t: float, mfs: list[MeanFieldSender],
+                          history: _FeedbackHistory, remaining: list[float]) -> list[float]:
+        """Step each mean-field sender on the feedback of the step one RTT (or the
+        constant feedback delay) ago; returns the new rates."""
+        hist_d, hist_p, hist_rate = history.depart_s, history.p_mark, history.rates_bps
         for i, mf in enumerate(mfs):
             if remaining[i] <= 0 or t < self.senders[i].start_s:
                 continue
@@ -349,6 +376,7 @@ class DcqcnIncastFluid:
                 k = len(hist_d) - 1 - round(self.feedback_delay_s / self.step_s)
             p_d, r_d = (hist_p[k], hist_rate[k][i]) if k >= 0 else (0.0, mf.line_rate_bps)
             mf.step(self.step_s, p_d, r_d)
+        return [mf.rate_bps for mf in mfs]
 
 
 def incast_dcqcn(n_senders: int, size_bytes: float, sender_rate_bps: float,

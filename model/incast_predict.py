@@ -105,37 +105,53 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
             raise ValueError("cc='dcqcn' needs kmin_bytes, kmax_bytes and pmax")
         if realisations < 0:
             raise ValueError(f"realisations must be >= 0, not {realisations!r}")
-        params = dcqcn_params(dcqcn)
-        first_s = min(bases_s)
-        fluids = [incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
-                               kmax_bytes, pmax, params, base_rtt_s=rtt_s, alpha_s=alpha_s,
-                               packet_bytes=packet_bytes, reaction=dcqcn_reaction,
-                               paths_s=[(b - first_s, rtt) for b, rtt in sender_paths_s],
-                               seed=seed)
-                  for seed in (range(realisations) if realisations else [None])]
-        rows = [{"completion_s": f.completion_s, "max_queue_bytes": f.queue.max_bytes,
-                 "mean_queue_bytes": f.queue.mean_bytes, "ecn_marks": f.marks,
-                 "cnps": float(f.cnps), "dropped_bytes": f.dropped_bytes,
-                 **{_LATENCY_KEYS[q]: v for q, v in latency_percentiles_s(
-                     bases_s, f.queue, port_rate_bps, _QUANTILES).items()}} for f in fluids]
-        out.update({k: sum(row[k] for row in rows) / len(rows) for k in rows[0]})
-        # The trajectory shown: the realisation whose peak is the median one.
-        shown = sorted(fluids, key=lambda f: f.queue.max_bytes)[len(fluids) // 2]
-        out.update(model="incast-dcqcn (fluid transient; GBN recovery of drops not modelled)",
-                   drops=out["dropped_bytes"] > 0, queue_trace=shown.queue_trace,
-                   realisations=len(rows),
-                   bands={k: _band([row[k] for row in rows]) for k in _BANDED},
-                   ranges={k: (min(row[k] for row in rows), max(row[k] for row in rows))
-                           for k in _BANDED})
-        if n_senders * r > port_rate_bps:
-            fp = dcqcn_fixed_point(n_senders, port_rate_bps, kmin_bytes, kmax_bytes, pmax,
-                                   params, packet_bytes, line_rate_bps=r)
-            out.update(p_mark=fp.p_mark, q_star_bytes=fp.queue_bytes, alpha=fp.alpha,
-                       per_flow_rate_bps=fp.rate_bps, target_rate_bps=fp.target_rate_bps,
-                       marking_saturated=fp.saturated, queue_delay_s=fp.queue_delay_s)
+        out.update(_dcqcn_prediction(
+            n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes, kmax_bytes,
+            pmax, dcqcn_params(dcqcn), base_rtt_s=rtt_s, alpha_s=alpha_s,
+            packet_bytes=packet_bytes, reaction=dcqcn_reaction, realisations=realisations,
+            sender_paths_s=sender_paths_s, bases_s=bases_s))
     else:
         raise ValueError(f"cc must be 'off' or 'dcqcn', not {cc!r}")
     out["goodput_bps"] = 8.0 * n_senders * size_bytes / out["completion_s"]
+    return out
+
+
+def _dcqcn_prediction(n_senders: int, size_bytes: float, r: float, port_rate_bps: float,
+                      buffer_bytes: float, kmin_bytes: float, kmax_bytes: float, pmax: float,
+                      params: DcqcnParams, *, base_rtt_s: float, alpha_s: float,
+                      packet_bytes: float, reaction: str, realisations: int,
+                      sender_paths_s: Sequence[tuple[float, float]],
+                      bases_s: Sequence[float]) -> dict[str, Any]:
+    """`predict_incast`'s DCQCN metrics: the mean of the fluid's realisations, their
+    bands and ranges, the median-peak trajectory, and the fixed point when the port
+    is oversubscribed."""
+    first_s = min(bases_s)
+    fluids = [incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
+                           kmax_bytes, pmax, params, base_rtt_s=base_rtt_s, alpha_s=alpha_s,
+                           packet_bytes=packet_bytes, reaction=reaction,
+                           paths_s=[(b - first_s, rtt) for b, rtt in sender_paths_s],
+                           seed=seed)
+              for seed in (range(realisations) if realisations else [None])]
+    rows = [{"completion_s": f.completion_s, "max_queue_bytes": f.queue.max_bytes,
+             "mean_queue_bytes": f.queue.mean_bytes, "ecn_marks": f.marks,
+             "cnps": float(f.cnps), "dropped_bytes": f.dropped_bytes,
+             **{_LATENCY_KEYS[q]: v for q, v in latency_percentiles_s(
+                 bases_s, f.queue, port_rate_bps, _QUANTILES).items()}} for f in fluids]
+    out: dict[str, Any] = {k: sum(row[k] for row in rows) / len(rows) for k in rows[0]}
+    # The trajectory shown: the realisation whose peak is the median one.
+    shown = sorted(fluids, key=lambda f: f.queue.max_bytes)[len(fluids) // 2]
+    out.update(model="incast-dcqcn (fluid transient; GBN recovery of drops not modelled)",
+               drops=out["dropped_bytes"] > 0, queue_trace=shown.queue_trace,
+               realisations=len(rows),
+               bands={k: _band([row[k] for row in rows]) for k in _BANDED},
+               ranges={k: (min(row[k] for row in rows), max(row[k] for row in rows))
+                       for k in _BANDED})
+    if n_senders * r > port_rate_bps:
+        fp = dcqcn_fixed_point(n_senders, port_rate_bps, kmin_bytes, kmax_bytes, pmax,
+                               params, packet_bytes, line_rate_bps=r)
+        out.update(p_mark=fp.p_mark, q_star_bytes=fp.queue_bytes, alpha=fp.alpha,
+                   per_flow_rate_bps=fp.rate_bps, target_rate_bps=fp.target_rate_bps,
+                   marking_saturated=fp.saturated, queue_delay_s=fp.queue_delay_s)
     return out
 
 
