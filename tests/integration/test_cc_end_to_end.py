@@ -301,13 +301,18 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     # HPCC reads the queue from the switches: its incast queues less than DCQCN's.
     assert rows.loc["incast cc=hpcc pfc=off"].latency_p99_us < \
         rows.loc["incast cc=dcqcn pfc=off"].latency_p99_us
-    assert (tmp_path / "latency_cdf.png").exists() and (tmp_path / "rate_over_time.png").exists()
+    _check_plots_ports_and_pcaps(tmp_path, expected)
+
+
+def _check_plots_ports_and_pcaps(run_dir: Path, expected: set[str]) -> None:
+    """The run's plots, their inputs, the ports' thresholds and the receiver's pcaps."""
+    assert (run_dir / "latency_cdf.png").exists() and (run_dir / "rate_over_time.png").exists()
     # The plots' inputs: the CC trace marks CNPs and ECN-echo ACKs; ports.csv has each
     # port's marking thresholds and, with PFC, its pauses and Xoff/Xon.
-    trace = pd.read_csv(tmp_path / "rates.csv")
+    trace = pd.read_csv(run_dir / "rates.csv")
     assert (trace[trace.case == "fairness cc=dcqcn"].event == "cnp").any()
     assert (trace[trace.case == "oscillation cc=dctcp"].event == "echo").any()
-    ports = pd.read_csv(tmp_path / "ports.csv").set_index(["case", "port"])
+    ports = pd.read_csv(run_dir / "ports.csv").set_index(["case", "port"])
     bottleneck = "l3:l3-eth3"
     assert tuple(ports.loc[("incast cc=off pfc=off", bottleneck), ["kmin_bytes", "kmax_bytes"]]
                  ) == (40_000, 160_000)
@@ -320,7 +325,7 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     # switches' records (three hops from the far leaves, one from its leaf-mates);
     # without an algorithm that needs them, none.
     for case in expected:
-        data = [f for _, f in iter_pcap(pcap_path(tmp_path, case, "h9"))
+        data = [f for _, f in iter_pcap(pcap_path(run_dir, case, "h9"))
                 if f[OFF_BTH] in DATA_OPCODES]
         assert data, case
         hops = {len(decode_block(f[OFF_INT_RETH if f[OFF_BTH] in RETH_OPCODES else OFF_INT:]))

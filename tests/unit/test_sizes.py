@@ -1,4 +1,5 @@
-"""Outside the engine, no Python module is over 500 lines and no function over 80: a
+"""Outside the engine (tests included), no Python module is over 500 lines and no function
+over 80: a
 module that big holds several jobs, a function that long several steps. The engine's
 worker is sized by its own issue (engine/, left out here).
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("core", "topologies", "traffic", "model", "emu", "experiments", "bench", "labs",
-         "cli", "examples", "scripts")
+         "cli", "examples", "scripts", "tests")
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
