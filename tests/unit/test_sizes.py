@@ -1,7 +1,6 @@
-"""Outside the engine (tests included), no Python module is over 500 lines and no function
-over 80: a
-module that big holds several jobs, a function that long several steps. The engine's
-worker is sized by its own issue (engine/, left out here).
+"""Outside the engine (tests included), no Python module is over 500 lines and no
+function over 80: a module that big holds several jobs, a function that long several
+steps. The engine's worker is sized by its own issue (engine/, left out here).
 
 ``python tests/unit/test_sizes.py`` prints the largest of each."""
 
