@@ -70,7 +70,7 @@ from emu.fabric import Fabric
 from emu.pfc_controller import PfcConfig
 from experiments import incast
 from experiments.fairness import parse_gap, staggered, window_rate_bps
-from experiments.longflows import LongFlows, run_oscillation, run_steady
+from experiments.longflows import LongFlowOptions, LongFlows, run_oscillation, run_steady
 from experiments.measure import (
     Measurement,
     engine_config,
@@ -179,6 +179,27 @@ OPTIONS: dict[str, Option] = with_common({
 
 
 @dataclass(frozen=True)
+class Options(LongFlowOptions):
+    """The options of the cc experiment (OPTIONS), typed."""
+
+    algorithms: list[str]
+    topo: str
+    buffer: int
+    senders: int
+    size: int
+    flows: int
+    flow_size: int
+    gap: float
+    settle: float
+    thresholds: str
+    pmax: float
+    scenarios: str | list[str]
+    xoff: str | int
+    xon: str | int
+    pfc_budget: float
+
+
+@dataclass(frozen=True)
 class Roles:
     """Who sends what to whom (see the module doc)."""
 
@@ -207,18 +228,18 @@ def roles(graph: Any, hosts: list[str], n_senders: int) -> Roles:
     return Roles(receiver, tuple(pool[:n_senders]), (victim_leaf[-1], dst_leaf[0]))
 
 
-def check(opts: dict[str, Any]) -> None:
+def check(opts: Options) -> None:
     """Options that depend on each other, checked before anything is built."""
-    check_topology(opts["topo"], opts["scale"], min_hosts=4)
-    topo = build_topo(opts["topo"])
-    r = roles(topo_graph(topo), list(topo.host_nodes()), opts["senders"])
-    if opts["flows"] > len(r.senders):
-        raise ParameterError("flows", opts["flows"], f"at most senders = {len(r.senders)}")
-    check_thresholds([opts["thresholds"]], opts["pmax"])
-    if any(resolve_cc(cc).oscillation_model for cc in opts["algorithms"]):
-        Thresholds(opts["osc_k"], opts["osc_k"], 1.0)
-        if opts["osc_k"] >= opts["buffer"]:
-            raise ParameterError("osc_k", opts["osc_k"], f"must be below the buffer ({opts['buffer']} B)")
+    check_topology(opts.topo, opts.scale, min_hosts=4)
+    topo = build_topo(opts.topo)
+    r = roles(topo_graph(topo), list(topo.host_nodes()), opts.senders)
+    if opts.flows > len(r.senders):
+        raise ParameterError("flows", opts.flows, f"at most senders = {len(r.senders)}")
+    check_thresholds([opts.thresholds], opts.pmax)
+    if any(resolve_cc(cc).oscillation_model for cc in opts.algorithms):
+        Thresholds(opts.osc_k, opts.osc_k, 1.0)
+        if opts.osc_k >= opts.buffer:
+            raise ParameterError("osc_k", opts.osc_k, f"must be below the buffer ({opts.buffer} B)")
 
 
 def incast_workload(r: Roles, size_bytes: int) -> Workload:
@@ -245,10 +266,10 @@ def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: CcFactory, pfc: b
                           t, dcqcn or "paper")
 
 
-def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
+def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
                cc: CcFactory, pfc: bool, t: Thresholds) -> None:
     """Scenarios a and c: the incast and the victim flow, with or without PFC."""
-    size = opts["size"]
+    size = opts.size
     workload = incast_workload(r, size)
     port = incast.bottleneck_port(fab, list(r.senders), r.receiver)
     pred = predict_incast(fab, r, size, cc, pfc, t)
@@ -256,8 +277,8 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     shares = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                   msg.size_bytes) for msg in workload.messages])
     pauses0 = fab.pfc.summary()["pause_events"] if pfc else 0
-    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port],
-                capture=opts["capture"])
+    m = measure(fab, workload, engine_config(cc, opts.workers), watch=[port],
+                capture=opts.capture)
     pauses = fab.pfc.summary()["pause_events"] - pauses0 if pfc else None
     msgs = m.messages
     victim_id = len(r.senders) + 1
@@ -353,22 +374,22 @@ def convergence_s(m: Measurement, flows: list[int], bin_s: float) -> float:
     return math.nan if unfair[-1] == len(edges) - 2 else float(edges[unfair[-1] + 1] - join)
 
 
-def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
+def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
                  cc: CcFactory) -> None:
     """Scenario b: flows joining one bottleneck one by one."""
-    senders = list(r.senders[:opts["flows"]])
-    workload = staggered(collectives.build("incast", [r.receiver, *senders], opts["flow_size"]),
-                         opts["gap"])
+    senders = list(r.senders[:opts.flows])
+    workload = staggered(collectives.build("incast", [r.receiver, *senders], opts.flow_size),
+                         opts.gap)
     flows = [msg for msg in workload.messages if msg.src != msg.dst]
     graph = model_graph(fab)
     sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                  msg.size_bytes, msg.start_s) for msg in flows])
     port = incast.bottleneck_port(fab, senders, r.receiver)
-    m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[port],
-                capture=opts["capture"])
+    m = measure(fab, workload, engine_config(cc, opts.workers), watch=[port],
+                capture=opts.capture)
     full = max(sched.intervals, key=lambda iv: len(iv.rates_bps))
     active = list(full.rates_bps)
-    measured = [window_rate_bps(m, f, full.t0_s, full.t1_s, opts["settle"],
+    measured = [window_rate_bps(m, f, full.t0_s, full.t1_s, opts.settle,
                                 sched.finish_s[f] - sched.last_byte_s[f]) for f in active]
     # The max-min shares of an ideal control, scaled by the bottleneck share the
     # algorithm aims at where it declares one (HPCC: eta, by design below 1).
@@ -408,13 +429,13 @@ def scenarios_of(scenarios: str | Sequence[str], cc: CcFactory, pfc: bool) -> tu
     return tuple(k for k in SCENARIOS if k in scenarios and k != "incast-pfc")
 
 
-def pfc_config(opts: dict[str, Any]) -> PfcConfig:
+def pfc_config(opts: Options) -> PfcConfig:
     """PFC as the options set it: thresholds given or planned from the headroom."""
-    def given(name: str) -> int | None:
-        return None if opts[name] == "auto" else int(opts[name])
+    def given(value: str | int) -> int | None:
+        return None if value == "auto" else int(value)
 
-    return PfcConfig(xoff_bytes=given("xoff"), xon_bytes=given("xon"),
-                     reaction_budget_wall_s=opts["pfc_budget"])
+    return PfcConfig(xoff_bytes=given(opts.xoff), xon_bytes=given(opts.xon),
+                     reaction_budget_wall_s=opts.pfc_budget)
 
 
 def _finish_long(run: Run, fab: Fabric, case: str, cc: CcFactory, lf: LongFlows,
@@ -427,7 +448,7 @@ def _finish_long(run: Run, fab: Fabric, case: str, cc: CcFactory, lf: LongFlows,
            effect="lengthens the round trip the flows see by the missing delay")
 
 
-def _measure(run: Run, fab: Fabric, kind: str, case: str, r: Roles, opts: dict[str, Any],
+def _measure(run: Run, fab: Fabric, kind: str, case: str, r: Roles, opts: Options,
              cc: CcFactory, pfc: bool, t: Thresholds) -> None:
     """Case ``case`` of scenario ``kind`` on ``fab``."""
     if kind == "incast":
@@ -441,17 +462,17 @@ def _measure(run: Run, fab: Fabric, kind: str, case: str, r: Roles, opts: dict[s
         run_fairness(run, fab, case, r, opts, cc)
 
 
-def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+def execute(run: Run, opts: Options, prefix: str = "") -> None:
     """Every case, committed as it ends: without PFC first (incast, fairness), then
     PFC is enabled on the same fabric for the incast cases with it."""
-    topo = build_topo(opts["topo"])
+    topo = build_topo(opts.topo)
     for a, b in topo.links():
-        topo.linkInfo(a, b)["buffer_bytes"] = opts["buffer"]
-    t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
+        topo.linkInfo(a, b)["buffer_bytes"] = opts.buffer
+    t = Thresholds.from_text(opts.thresholds, opts.pmax)
     plan = [(kind, cc, pfc, f"{prefix}{kind} cc={cc.name}"
              + ("" if kind != "incast" else f" pfc={'on' if pfc else 'off'}"))
-            for pfc in (False, True) for cc in map(resolve_cc, opts["algorithms"])
-            for kind in scenarios_of(opts["scenarios"], cc, pfc)]
+            for pfc in (False, True) for cc in map(resolve_cc, opts.algorithms)
+            for kind in scenarios_of(opts.scenarios, cc, pfc)]
     todo = [p for p in plan if not run.finished(p[3])]
     run.note("metrics without a prediction are measured only: the model has no DCTCP, "
              "TIMELY, Swift or user algorithm, no PAUSE and no convergence dynamics")
@@ -461,13 +482,13 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                 advance(p[3])
         if not todo:
             return
-        with Fabric(topo, Scale(opts["scale"]), marking="auto", thresholds=t) as fab:
-            run.fabric(f"{prefix}cc {opts['topo']} buffer={opts['buffer']}", fab)
-            r = roles(topo_graph(topo), list(topo.host_nodes()), opts["senders"])
+        with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t) as fab:
+            run.fabric(f"{prefix}cc {opts.topo} buffer={opts.buffer}", fab)
+            r = roles(topo_graph(topo), list(topo.host_nodes()), opts.senders)
             for kind, cc, pfc, case in todo:
                 if pfc and fab.pfc is None:
                     fab.enable_pfc(pfc_config(opts))
                 run.attempt(partial(_measure, run, fab, kind, case, r, opts, cc, pfc, t),
-                            opts["attempts"])
+                            opts.attempts)
                 run.commit(case)
                 advance(case)

@@ -45,6 +45,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     CC_HELP,
+    CommonOptions,
     Option,
     check_topology,
     parse_cc,
@@ -97,10 +98,26 @@ OPTIONS: dict[str, Option] = with_common({
 })
 
 
-def check(opts: dict[str, Any]) -> None:
-    """Every fabric has ranks to run on and is shaped accurately at its S."""
-    for entry in opts["topos"]:
-        check_topology(*split_topo_at(entry, opts["scale"]), option="topos")
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the collective experiment (OPTIONS), typed."""
+
+    topos: list[str]
+    collectives: list[str]
+    sizes: list[int]
+    cc: str
+    hash_draws: int
+
+
+def check_fabrics(topos: Sequence[str], scale: float) -> None:
+    """Every fabric has ranks to run on and is shaped accurately at its S (the run's
+    ``scale`` unless the entry gives its own)."""
+    for entry in topos:
+        check_topology(*split_topo_at(entry, scale), option="topos")
+
+
+def check(opts: Options) -> None:
+    check_fabrics(opts.topos, opts.scale)
 
 
 @dataclass
@@ -254,16 +271,16 @@ def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc:
     record(run, fabric, name, size_bytes, r, fab, cc)
 
 
-def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME) -> None:
+def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> None:
     """Every collective on every fabric, each case committed as it ends (a resumed
     run skips the cases it has, and fabrics with none left)."""
 
-    total = len(opts["topos"]) * len(opts["collectives"]) * len(opts["sizes"])
+    total = len(opts.topos) * len(opts.collectives) * len(opts.sizes)
     with progress(total, f"{prefix}{label}") as advance:
-        for entry in opts["topos"]:
-            spec, scale = split_topo_at(entry, opts["scale"])
+        for entry in opts.topos:
+            spec, scale = split_topo_at(entry, opts.scale)
             cases = {(name, size): case_name(prefix + entry, name, size)
-                     for name in opts["collectives"] for size in opts["sizes"]}
+                     for name in opts.collectives for size in opts.sizes}
             for case in cases.values():
                 if run.finished(case):
                     advance(case)
@@ -275,8 +292,8 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                     if run.finished(case):
                         continue
                     run.attempt(partial(_measure, run, fab, prefix + entry, name, size,
-                                        opts["cc"], opts["hash_draws"], opts["workers"],
-                                        opts["capture"]),
-                                opts["attempts"])
+                                        opts.cc, opts.hash_draws, opts.workers,
+                                        opts.capture),
+                                opts.attempts)
                     run.commit(case)
                     advance(case)

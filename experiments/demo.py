@@ -6,10 +6,11 @@ two cores.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from experiments import collective, incast
 from experiments.options import (
+    CommonOptions,
     Option,
     check_senders,
     check_thresholds,
@@ -42,21 +43,31 @@ OPTIONS: dict[str, Option] = with_common({
 })
 
 
-def check(opts: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the demo (OPTIONS), typed."""
+
+    topo: str
+    senders: int
+    incast_size: int
+    thresholds: str
+    dcqcn: str
+    sizes: list[int]
+
+
+def check(opts: Options) -> None:
     """Options that depend on each other, checked before anything is built."""
-    check_senders(opts["topo"], opts["scale"], opts["senders"], "senders")
-    check_thresholds([opts["thresholds"]], incast.OPTIONS["pmax"].default)
+    check_senders(opts.topo, opts.scale, opts.senders, "senders")
+    check_thresholds([opts.thresholds], incast.OPTIONS["pmax"].default)
 
 
-def execute(run: Run, opts: dict[str, Any]) -> None:
-    incast.execute(run, {
-        "topo": opts["topo"], "senders": opts["senders"], "size": opts["incast_size"],
-        "cc": ["off", "dcqcn"], "dcqcn": opts["dcqcn"], "thresholds": [opts["thresholds"]],
-        "pmax": incast.OPTIONS["pmax"].default, "scale": opts["scale"],
-        "attempts": opts["attempts"], "workers": opts["workers"],
-        "capture": opts["capture"]}, prefix="incast ")
-    collective.execute(run, {
-        "topos": [opts["topo"]], "collectives": ["allreduce-ring"], "sizes": opts["sizes"],
-        "cc": "off", "hash_draws": collective.OPTIONS["hash_draws"].default,
-        "scale": opts["scale"], "attempts": opts["attempts"], "workers": opts["workers"],
-        "capture": opts["capture"]})
+def execute(run: Run, opts: Options) -> None:
+    common = {"scale": opts.scale, "attempts": opts.attempts, "workers": opts.workers,
+              "capture": opts.capture}
+    incast.execute(run, incast.Options(
+        topo=opts.topo, senders=opts.senders, size=opts.incast_size, cc=["off", "dcqcn"],
+        dcqcn=opts.dcqcn, thresholds=[opts.thresholds], pmax=incast.OPTIONS["pmax"].default,
+        **common), prefix="incast ")
+    collective.execute(run, collective.Options(
+        topos=[opts.topo], collectives=["allreduce-ring"], sizes=opts.sizes, cc="off",
+        hash_draws=collective.OPTIONS["hash_draws"].default, **common))

@@ -18,6 +18,7 @@ distribution of per-flow throughput is compared with that pooled distribution
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -38,6 +39,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     CC_HELP,
+    CommonOptions,
     Option,
     check_topology,
     parse_cc,
@@ -75,9 +77,20 @@ OPTIONS: dict[str, Option] = with_common({
 })
 
 
-def check(opts: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the ECMP experiment (OPTIONS), typed."""
+
+    topo: str
+    size: int
+    seeds: list[int]
+    samples: int
+    cc: str
+
+
+def check(opts: Options) -> None:
     """A permutation needs two hosts; every link shaped accurately at S."""
-    check_topology(opts["topo"], opts["scale"])
+    check_topology(opts.topo, opts.scale)
 
 
 def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd.DataFrame:
@@ -105,12 +118,12 @@ def model_throughputs(fab: Fabric, workload: Any, samples: int, seed: int) -> pd
 
 
 def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
-             opts: dict[str, Any]) -> None:
+             opts: Options) -> None:
     """One permutation drawn with ``seed``: flow throughputs against the model's."""
-    workload = collectives.build("permutation", list(fab.hosts), opts["size"], seed=seed)
-    model = model_throughputs(fab, workload, opts["samples"], seed)
-    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]),
-                capture=opts["capture"])
+    workload = collectives.build("permutation", list(fab.hosts), opts.size, seed=seed)
+    model = model_throughputs(fab, workload, opts.samples, seed)
+    m = measure(fab, workload, engine_config(opts.cc, opts.workers),
+                capture=opts.capture)
     measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
     predicted = model.throughput_bps
     makespan = model.groupby("sample").throughput_bps.min()
@@ -127,7 +140,7 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
                                      "throughput_bps": measured}),
               case=case, source="measured")
     run.frame("flows", model[["msg_id", "throughput_bps"]], case=case, source="model")
-    record_case(run, fab, case, m, workload, cc=opts["cc"],
+    record_case(run, fab, case, m, workload, cc=opts.cc,
                 effect=f"mean flow throughput: model {predicted.mean() * 1e-9:.1f} Gb/s, "
                 f"measured {measured.mean() * 1e-9:.1f} Gb/s", labels={"case": case},
                 frames={"messages": m.messages, "ports": m.ports.reset_index()})
@@ -138,21 +151,21 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
         m.messages, ideal, model.groupby("msg_id").fct_s.apply(list).to_dict()))
 
 
-def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    cases = {seed: f"{prefix}permutation seed={seed}" for seed in opts["seeds"]}
+def execute(run: Run, opts: Options, prefix: str = "") -> None:
+    cases = {seed: f"{prefix}permutation seed={seed}" for seed in opts.seeds}
     with progress(len(cases), f"{prefix}ecmp") as advance:
         for case in cases.values():
             if run.finished(case):
                 advance(case)
         if all(run.finished(case) for case in cases.values()):
             return
-        with Fabric(build_topo(opts["topo"]), Scale(opts["scale"]), marking="auto") as fab:
-            run.fabric(opts["topo"], fab)
+        with Fabric(build_topo(opts.topo), Scale(opts.scale), marking="auto") as fab:
+            run.fabric(opts.topo, fab)
             nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
             for seed, case in cases.items():
                 if run.finished(case):
                     continue
                 run.attempt(partial(_measure, run, fab, case, seed, nic_bps, opts),
-                            opts["attempts"])
+                            opts.attempts)
                 run.commit(case)
                 advance(case)

@@ -16,7 +16,7 @@ in rates.csv, the receiver port's real and virtual queue in queue.csv.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -39,6 +39,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     CC_HELP,
+    CommonOptions,
     Option,
     check_senders,
     check_thresholds,
@@ -81,10 +82,24 @@ OPTIONS: dict[str, Option] = with_common({
 })
 
 
-def check(opts: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the fairness experiment (OPTIONS), typed."""
+
+    topo: str
+    flows: int
+    size: int
+    gap: float
+    settle: float
+    cc: str
+    thresholds: str
+    pmax: float
+
+
+def check(opts: Options) -> None:
     """Options that depend on each other, checked before anything is built."""
-    check_senders(opts["topo"], opts["scale"], opts["flows"], "flows")
-    check_thresholds([opts["thresholds"]], opts["pmax"])
+    check_senders(opts.topo, opts.scale, opts.flows, "flows")
+    check_thresholds([opts.thresholds], opts.pmax)
 
 
 def staggered(workload: Workload, gap_s: float) -> Workload:
@@ -93,12 +108,12 @@ def staggered(workload: Workload, gap_s: float) -> Workload:
     return Workload("fairness", msgs, workload.ranks, workload.size_bytes, dict(workload.meta))
 
 
-def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
+def _measure(run: Run, fab: Fabric, prefix: str, opts: Options) -> None:
     """The staggered flows on ``fab``: each interval's shares against the model's."""
     receiver = fab.hosts[0]
-    senders = nearest_senders(fab, receiver, opts["flows"])
-    workload = staggered(collectives.build("incast", [receiver, *senders], opts["size"]),
-                         opts["gap"])
+    senders = nearest_senders(fab, receiver, opts.flows)
+    workload = staggered(collectives.build("incast", [receiver, *senders], opts.size),
+                         opts.gap)
     flows = [msg for msg in workload.messages if msg.src != msg.dst]
     # The prediction, from the configuration alone: routes, sizes, configured starts.
     graph = model_graph(fab)
@@ -107,12 +122,12 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
                                                  msg.size_bytes, msg.start_s)
                                         for msg in flows])
     port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
-    m = measure(fab, workload, engine_config(opts["cc"], opts["workers"]), watch=[port],
-                capture=opts["capture"])
+    m = measure(fab, workload, engine_config(opts.cc, opts.workers), watch=[port],
+                capture=opts.capture)
     rows, cases = [], []
     for i, iv in enumerate(sched.intervals):
         active = list(iv.rates_bps)
-        measured = [window_rate_bps(m, f, iv.t0_s, iv.t1_s, opts["settle"],
+        measured = [window_rate_bps(m, f, iv.t0_s, iv.t1_s, opts.settle,
                                     sched.finish_s[f] - sched.last_byte_s[f])
                     for f in active]
         model = [iv.payload_rates_bps[f] for f in active]
@@ -131,8 +146,8 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
                  for f, x, y in zip(active, measured, model, strict=True)]
         cases.append(case)
     # One measurement for every interval: its verdict is theirs.
-    measurement = f"{prefix}cc={opts['cc']}"
-    record_case(run, fab, measurement, m, workload, cc=opts["cc"],
+    measurement = f"{prefix}cc={opts.cc}"
+    record_case(run, fab, measurement, m, workload, cc=opts.cc,
                 effect="shifts the measured windows against the model's schedule by the "
                 "missing delay", graph=graph, verdicts=cases, deviation_case=f"{prefix}{NAME}",
                 labels={"case": measurement},
@@ -141,16 +156,16 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: dict[str, Any]) -> None:
     run.frame("messages", m.messages)
 
 
-def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+def execute(run: Run, opts: Options, prefix: str = "") -> None:
     key = f"{prefix}{NAME}"
     if run.finished(key):  # one measurement: a resumed run has it or runs it all
         return
-    t = Thresholds.from_text(opts["thresholds"], opts["pmax"])
+    t = Thresholds.from_text(opts.thresholds, opts.pmax)
     with progress(1, f"{prefix}fairness") as advance, \
-            Fabric(build_topo(opts["topo"]), Scale(opts["scale"]), marking="auto",
+            Fabric(build_topo(opts.topo), Scale(opts.scale), marking="auto",
                    thresholds=t) as fab:
-        run.fabric(opts["topo"], fab)
-        run.attempt(partial(_measure, run, fab, prefix, opts), opts["attempts"])
+        run.fabric(opts.topo, fab)
+        run.attempt(partial(_measure, run, fab, prefix, opts), opts.attempts)
         run.commit(key)
         advance("done")
 

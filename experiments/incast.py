@@ -22,6 +22,7 @@ queue the model does not have.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -44,6 +45,7 @@ from experiments.measure import (
 )
 from experiments.options import (
     CC_CHOICES,
+    CommonOptions,
     Option,
     check_senders,
     check_thresholds,
@@ -88,10 +90,23 @@ OPTIONS: dict[str, Option] = with_common({
 })
 
 
-def check(opts: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the incast experiment (OPTIONS), typed."""
+
+    topo: str
+    senders: int
+    size: int
+    cc: list[str]
+    dcqcn: str
+    thresholds: list[str]
+    pmax: float
+
+
+def check(opts: Options) -> None:
     """Options that depend on each other, checked before anything is built."""
-    check_senders(opts["topo"], opts["scale"], opts["senders"], "senders")
-    check_thresholds(opts["thresholds"], opts["pmax"])
+    check_senders(opts.topo, opts.scale, opts.senders, "senders")
+    check_thresholds(opts.thresholds, opts.pmax)
 
 
 def case_name(prefix: str, cc: str, t: Thresholds) -> str:
@@ -242,13 +257,13 @@ def slowdown_table(fab: Fabric, workload: Any, messages: pd.DataFrame) -> pd.Dat
     return fct_slowdown(messages[messages.msg_id.isin(ideal)], ideal, predicted)
 
 
-def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
+def execute(run: Run, opts: Options, prefix: str = "") -> None:
     """Every case of the incast experiment, recorded into ``run`` (each committed as
     it ends; cases a resumed run already has are skipped, fabrics with none left too)."""
 
-    topo = build_topo(opts["topo"])
-    sweep = [Thresholds.from_text(x, opts["pmax"]) for x in opts["thresholds"]]
-    plan = [(t, cc) for i, t in enumerate(sweep) for cc in opts["cc"]
+    topo = build_topo(opts.topo)
+    sweep = [Thresholds.from_text(x, opts.pmax) for x in opts.thresholds]
+    plan = [(t, cc) for i, t in enumerate(sweep) for cc in opts.cc
             if i == 0 or not resolve_cc(cc).is_off]
     with progress(len(plan), f"{prefix}incast") as advance:
         for t in sweep:
@@ -259,14 +274,14 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
             todo = [(cc, case) for cc, case in cases if not run.finished(case)]
             if not todo:
                 continue
-            with Fabric(topo, Scale(opts["scale"]), marking="auto", thresholds=t) as fab:
+            with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t) as fab:
                 run.fabric(f"{prefix}incast K={t.kmin_bytes}/{t.kmax_bytes}", fab)
                 receiver = fab.hosts[0]
-                senders = nearest_senders(fab, receiver, opts["senders"])
+                senders = nearest_senders(fab, receiver, opts.senders)
                 for cc, case in todo:
                     run.attempt(partial(run_case, run, fab, case, senders, receiver,
-                                        opts["size"], cc, t, opts["dcqcn"], opts["workers"],
-                                        opts["capture"]),
-                                opts["attempts"])
+                                        opts.size, cc, t, opts.dcqcn, opts.workers,
+                                        opts.capture),
+                                opts.attempts)
                     run.commit(case)
                     advance(case)

@@ -40,12 +40,25 @@ from emu.fabric import Fabric
 from experiments import incast
 from experiments.fairness import window_rate_bps
 from experiments.measure import Measurement, engine_config, gate, measure, model_graph
+from experiments.options import CommonOptions
 from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor
 from model.dctcp_oscillation import dctcp_oscillation
 from traffic import collectives
 from traffic.ccload import CcFactory
 from traffic.fixeddelay import round_trip_s
+
+
+@dataclass(frozen=True)
+class LongFlowOptions(CommonOptions):
+    """The options the long-flow cases read (the ``cc`` experiment's Options derive
+    from these): how many flows of how many bytes, DCTCP's step threshold K, and the
+    share of the run to let settle before the measured window."""
+
+    osc_flows: int
+    osc_size: int
+    osc_k: int
+    osc_settle: float
 
 
 def same_rtt_senders(hosts: list[str], receiver: str,
@@ -109,13 +122,13 @@ class LongFlowSet:
     rtt_s: float
 
 
-def long_flow_set(fab: Fabric, receiver: str, opts: dict[str, Any]) -> LongFlowSet:
+def long_flow_set(fab: Fabric, receiver: str, opts: LongFlowOptions) -> LongFlowSet:
     graph = model_graph(fab)
 
     def rtt_s(h: str) -> float:
         return round_trip_s(graph, fab.routes.paths, h, receiver)
 
-    senders = same_rtt_senders(list(fab.hosts), receiver, rtt_s)[:opts["osc_flows"]]
+    senders = same_rtt_senders(list(fab.hosts), receiver, rtt_s)[:opts.osc_flows]
     return LongFlowSet(receiver, senders, incast.bottleneck_port(fab, senders, receiver),
                        rtt_s(senders[0]))
 
@@ -151,7 +164,7 @@ class LongFlows:
 LongCase = tuple[LongFlows, dict[str, Any], str]
 
 
-def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: CcFactory,
+def long_flows(fab: Fabric, fs: LongFlowSet, opts: LongFlowOptions, cc: CcFactory,
                drain_queue_bytes: float,
                marking: tuple[Thresholds, Thresholds] | None = None) -> LongFlows:
     """Run the long flows of the oscillation and steady cases, with every switch port
@@ -159,12 +172,12 @@ def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: CcFactory
     marks). The window starts once every flow has delivered a frame and ``osc_settle``
     of the rest has passed; it ends two round trips with ``drain_queue_bytes`` queued
     before the first flow completes, where that queue starts to drain."""
-    workload = collectives.build("incast", [fs.receiver, *fs.senders], opts["osc_size"])
+    workload = collectives.build("incast", [fs.receiver, *fs.senders], opts.osc_size)
     if marking:
         fab.set_thresholds(marking[0])
     try:
-        m = measure(fab, workload, engine_config(cc, opts["workers"]), watch=[fs.port],
-                    capture=opts["capture"])
+        m = measure(fab, workload, engine_config(cc, opts.workers), watch=[fs.port],
+                    capture=opts.capture)
         report = gate(fab, m, workload, cc=True)
     finally:
         if marking:
@@ -174,14 +187,14 @@ def long_flows(fab: Fabric, fs: LongFlowSet, opts: dict[str, Any], cc: CcFactory
     t0 = float(lat.groupby("msg_id").t_s.min().max())
     drain_s = 2 * (fs.rtt_s + 8 * drain_queue_bytes / fs.port.rate_bps)
     t1 = float(m.messages[m.messages.msg_id.isin(ids)].end_s.min()) - drain_s
-    lo = t0 + opts["osc_settle"] * (t1 - t0)
+    lo = t0 + opts.osc_settle * (t1 - t0)
     return LongFlows(fs, workload, m, report, lo, t1, ids)
 
 
-def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
+def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: LongFlowOptions,
                     cc: CcFactory, t: Thresholds) -> LongCase:
     """DCTCP's steady queue oscillation at a step threshold (see the module doc)."""
-    k = opts["osc_k"]
+    k = opts.osc_k
     fs = long_flow_set(fab, receiver, opts)
     pred = dctcp_oscillation(len(fs.senders), fs.port.rate_bps, fs.rtt_s, k, WIRE_FRAME_BYTES,
                              FRAME_BYTES)
@@ -214,7 +227,7 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[
     return lf, row, f"step marking at K = {k} B"
 
 
-def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: dict[str, Any],
+def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: LongFlowOptions,
                cc: CcFactory) -> LongCase:
     """HPCC's long flows against its equilibrium: no standing queue, eta of the port."""
     fs = long_flow_set(fab, receiver, opts)

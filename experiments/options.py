@@ -1,8 +1,12 @@
 """Experiment options: parsed and bounded before any fabric is built or any directory made.
 
-Every experiment declares its options as `Option`s; `resolve_options` parses the
-defaults and the user's ``--set`` overrides and runs the cross-checks, so that a
-refused option leaves nothing behind.
+Every experiment declares its options as `Option`s (their names, defaults, help and
+parsers: what ``--set`` accepts and config.json records) and their typed form, a
+frozen dataclass deriving from `CommonOptions` (an `ExperimentOptions`) with one field
+per option.
+`resolve_typed` parses the defaults and the user's ``--set`` overrides, types them
+and runs the cross-checks, so that a refused option leaves nothing behind; the
+experiment's functions take the dataclass.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Self, TypeVar
 
 from core.ecn import Thresholds
 from core.errors import FabricEmuError, ParameterError
@@ -387,3 +391,50 @@ def with_common(options: Mapping[str, Option], **overrides: Option) -> dict[str,
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: not common options")
     return {**options, **COMMON_OPTIONS, **overrides}
+
+
+@dataclass(frozen=True)
+class ExperimentOptions:
+    """An experiment's options, typed: a frozen dataclass with one field per option."""
+
+    @classmethod
+    def of(cls, opts: Mapping[str, Any]) -> Self:
+        """The parsed options (`resolve_options`' dict), one field each."""
+        names = {f.name for f in fields(cls)}
+        if set(opts) != names:
+            raise ValueError(f"{cls.__name__} has no field for {sorted(set(opts) - names)} "
+                             f"and no option for {sorted(names - set(opts))}")
+        return cls(**opts)
+
+
+@dataclass(frozen=True)
+class CommonOptions(ExperimentOptions):
+    """The options every experiment takes (COMMON_OPTIONS), typed. Each experiment's
+    ``Options`` derives from it and adds one field per option of its own."""
+
+    scale: float
+    attempts: int
+    workers: int | str
+    capture: list[str]
+
+
+TypedOptions = TypeVar("TypedOptions", bound=ExperimentOptions)
+
+
+def typed_check(options_type: type[TypedOptions],
+                check: Callable[[TypedOptions], None] | None
+                ) -> Callable[[dict[str, Any]], None] | None:
+    """An experiment's ``check`` of its typed options, as `resolve_options` calls it."""
+    if check is None:
+        return None
+    return lambda opts: check(options_type.of(opts))
+
+
+def resolve_typed(options_type: type[TypedOptions], spec: Mapping[str, Option], quick: bool,
+                  overrides: Mapping[str, Any],
+                  check: Callable[[TypedOptions], None] | None = None
+                  ) -> tuple[dict[str, Any], TypedOptions]:
+    """`resolve_options` with the experiment's typed ``check``: the parsed options as
+    config.json records them, and typed."""
+    opts = resolve_options(spec, quick, overrides, typed_check(options_type, check))
+    return opts, options_type.of(opts)

@@ -11,8 +11,8 @@ uniform one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,12 +23,13 @@ from experiments.collective import (
     MAX_HASH_DRAWS,
     CollectiveRun,
     case_name,
+    check_fabrics,
     record,
     run_collective,
 )
-from experiments.collective import check as collective_check
 from experiments.options import (
     CC_HELP,
+    CommonOptions,
     Option,
     parse_cc,
     parse_collective,
@@ -42,8 +43,6 @@ from experiments.rundir import Run
 from topologies.spec import build_topo
 
 NAME = "ratios"
-#: A tier-ratio run is collective runs on several fabrics: the same option checks.
-check = collective_check
 
 OPTIONS: dict[str, Option] = with_common({
     "topos": Option(
@@ -59,6 +58,22 @@ OPTIONS: dict[str, Option] = with_common({
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
 })
+
+
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the tier-ratio experiment (OPTIONS), typed."""
+
+    topos: list[str]
+    collective: str
+    sizes: list[int]
+    cc: str
+    hash_draws: int
+
+
+def check(opts: Options) -> None:
+    """A tier-ratio run is collective runs on several fabrics: the same checks."""
+    check_fabrics(opts.topos, opts.scale)
 
 
 def model_tier_utilisation(fab: Fabric, r: CollectiveRun) -> dict[str, float]:
@@ -82,11 +97,11 @@ def measured_tier_utilisation(r: CollectiveRun) -> dict[str, float]:
 
 
 def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
-             opts: dict[str, Any]) -> None:
+             opts: Options) -> None:
     """One collective on ``fab``: its record and the utilisation of each link tier."""
-    r = run_collective(fab, opts["collective"], size, opts["cc"], opts["hash_draws"],
-                       opts["capture"], workers=opts["workers"])
-    case = record(run, prefix + spec, opts["collective"], size, r, fab, opts["cc"])
+    r = run_collective(fab, opts.collective, size, opts.cc, opts.hash_draws,
+                       opts.capture, workers=opts.workers)
+    case = record(run, prefix + spec, opts.collective, size, r, fab, opts.cc)
     model = model_tier_utilisation(fab, r)
     measured = measured_tier_utilisation(r)
     rows = []
@@ -102,23 +117,23 @@ def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
     run.frame("tiers", frame)
 
 
-def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
-    total = len(opts["topos"]) * len(opts["sizes"])
+def execute(run: Run, opts: Options, prefix: str = "") -> None:
+    total = len(opts.topos) * len(opts.sizes)
     with progress(total, f"{prefix}ratios") as advance:
-        for spec in opts["topos"]:
-            cases = {size: case_name(prefix + spec, opts["collective"], size)
-                     for size in opts["sizes"]}
+        for spec in opts.topos:
+            cases = {size: case_name(prefix + spec, opts.collective, size)
+                     for size in opts.sizes}
             for case in cases.values():
                 if run.finished(case):
                     advance(case)
             if all(run.finished(case) for case in cases.values()):
                 continue
-            with Fabric(build_topo(spec), Scale(opts["scale"]), marking="auto") as fab:
+            with Fabric(build_topo(spec), Scale(opts.scale), marking="auto") as fab:
                 run.fabric(spec, fab)
                 for size, case in cases.items():
                     if run.finished(case):
                         continue
                     run.attempt(partial(_measure, run, fab, prefix, spec, size, opts),
-                                opts["attempts"])
+                                opts.attempts)
                     run.commit(case)
                     advance(case)

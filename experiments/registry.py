@@ -22,8 +22,9 @@ from experiments.report import render_report
 from experiments.rundir import RunResult
 from experiments.runner import run_experiment
 
-#: Each module declares NAME, OPTIONS (name -> Option), check(opts) and
-#: execute(run, opts); `cli_run` runs it through `experiments.runner.run_experiment`.
+#: Each module declares NAME, OPTIONS (name -> Option), Options (their typed form, a
+#: frozen dataclass), check(opts: Options) and execute(run, opts: Options); `cli_run`
+#: runs it through `experiments.runner.run_experiment`.
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
@@ -60,7 +61,7 @@ def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
             raise ParameterError("--scale", scale, "S is also given as --set scale=; give it once")
         opts["scale"] = scale
     module = EXPERIMENTS[name]
-    return run_experiment(module.NAME, module.OPTIONS, module.execute,
+    return run_experiment(module.NAME, module.OPTIONS, module.Options, module.execute,
                           None if out is None else str(out), quick, opts, check=module.check,
                           force=force, resume=resume, show=show)
 

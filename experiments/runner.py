@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import FabricEmuError, ParameterError
-from experiments.options import Option, resolve_options
+from experiments.options import Option, TypedOptions, resolve_options, resolve_typed, typed_check
 from experiments.report import console
 from experiments.rundir import Run, RunResult
 from experiments.storage import CASES_DIR
@@ -76,23 +76,27 @@ def prepare_out_dir(name: str, out: str | Path | None, *, force: bool,
 
 
 def run_experiment(name: str, options: Mapping[str, Option],
-                   execute: Callable[[Run, dict[str, Any]], None], out_dir: str | Path | None,
+                   options_type: type[TypedOptions],
+                   execute: Callable[[Run, TypedOptions], None], out_dir: str | Path | None,
                    quick: bool, overrides: Mapping[str, Any], *,
-                   check: Callable[[dict[str, Any]], None] | None = None,
+                   check: Callable[[TypedOptions], None] | None = None,
                    force: bool = False, resume: bool = False, show: bool = True) -> RunResult:
-    """What every experiment's ``run()`` does: parse and check every option, prepare
-    the run directory (nothing is created if an option is refused), execute, finish
-    (and print the tables unless ``show`` is False)."""
-    opts = resolve_options(options, quick, overrides, check)
+    """What every experiment's ``run()`` does: parse, type and check every option,
+    prepare the run directory (nothing is created if an option is refused), execute,
+    finish (and print the tables unless ``show`` is False). config.json records the
+    parsed options; ``execute`` gets them typed (``options_type``)."""
+    opts, typed = resolve_typed(options_type, options, quick, overrides, check)
     if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
-        opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
+        opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides,
+                                       typed_check(options_type, check))
+        typed = options_type.of(opts)
     path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
     rec = Run(name, path, opts, quick=quick, spec=options)
     try:
         if resume:
             rec.resume()
         rec.start()
-        execute(rec, opts)
+        execute(rec, typed)
     except BaseException as e:
         # A long sweep keeps what its finished cases measured: the run directory is
         # written, marked invalid with the reason, and the error still propagates.

@@ -16,11 +16,12 @@ its largest ring, --quick (8 B, 64 KiB, 1 MiB) well under a minute.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from experiments import collective
 from experiments.options import (
     CC_HELP,
+    CommonOptions,
     Option,
     check_topology,
     parse_cc,
@@ -51,11 +52,24 @@ OPTIONS: dict[str, Option] = with_common({
 })
 
 
-def check(opts: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the size sweep (OPTIONS), typed."""
+
+    topo: str
+    collectives: list[str]
+    sizes: list[int]
+    cc: str
+    hash_draws: int
+
+
+def check(opts: Options) -> None:
     """The fabric has ranks to run on and is shaped accurately at S."""
-    check_topology(opts["topo"], opts["scale"], option="topo")
+    check_topology(opts.topo, opts.scale, option="topo")
 
 
-def execute(run: Run, opts: dict[str, Any]) -> None:
-    collective.execute(run, {**{k: v for k, v in opts.items() if k != "topo"},
-                             "topos": [opts["topo"]]}, prefix="", label=NAME)
+def execute(run: Run, opts: Options) -> None:
+    collective.execute(run, collective.Options(
+        topos=[opts.topo], collectives=opts.collectives, sizes=opts.sizes, cc=opts.cc,
+        hash_draws=opts.hash_draws, scale=opts.scale, attempts=opts.attempts,
+        workers=opts.workers, capture=opts.capture), prefix="", label=NAME)

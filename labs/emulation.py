@@ -180,11 +180,11 @@ def run_scenarios(lab: Lab, workdir: Path, out: Path, *, attempts: int = ATTEMPT
 def check_runnable(lab: Lab, workdir: Path) -> None:
     """The scenarios' settings parse with the student's code (a broken class is a
     StudentError-worthy ParameterError here, before any fabric is built)."""
-    from experiments.options import resolve_options
+    from experiments.options import resolve_typed
     from experiments.registry import EXPERIMENTS
 
     for scenario in lab.scenarios:
         module = EXPERIMENTS[scenario.experiment]
         for point in scenario.points():
-            resolve_options(module.OPTIONS, scenario.quick,
-                            _settings(lab, scenario, workdir, point), module.check)
+            resolve_typed(module.Options, module.OPTIONS, scenario.quick,
+                          _settings(lab, scenario, workdir, point), module.check)

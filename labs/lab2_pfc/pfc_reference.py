@@ -53,13 +53,13 @@ def ceilings(ports: dict[str, Feeders], buffer_bytes: int, reaction_s: float) ->
 def scenario_fabric(scenario_name: str) -> dict[str, Any]:
     """The fabric of this lab's scenario as the experiment resolves its options:
     topology, buffer, S and PFC's wall-clock reaction budget."""
-    from experiments.options import resolve_options
+    from experiments.options import resolve_typed
     from experiments.registry import EXPERIMENTS
     from labs.catalog import load_lab
 
     scenario = load_lab(Path(__file__).resolve().parent).scenario(scenario_name)
     module = EXPERIMENTS[scenario.experiment]
     given = {k: v for k, v in scenario.settings.items() if k not in ("xoff", "xon")}
-    opts = resolve_options(module.OPTIONS, scenario.quick, given)
-    return {"topo": opts["topo"], "buffer_bytes": int(opts["buffer"]),
-            "scale": float(opts["scale"]), "budget_wall_s": float(opts["pfc_budget"])}
+    _, opts = resolve_typed(module.Options, module.OPTIONS, scenario.quick, given)
+    return {"topo": opts.topo, "buffer_bytes": int(opts.buffer),
+            "scale": float(opts.scale), "budget_wall_s": float(opts.pfc_budget)}

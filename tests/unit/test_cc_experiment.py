@@ -14,7 +14,7 @@ from core.scaling import Scale
 from engine.stats import EngineStats
 from experiments import cc_compare, longflows
 from experiments.measure import Measurement
-from experiments.options import resolve_options
+from experiments.options import resolve_typed
 from experiments.report import cc_tables, peak_vs_dcqcn
 from topologies.routing import topo_graph
 from topologies.spec import build_topo
@@ -48,11 +48,12 @@ def test_topologies_without_room_for_the_scenario_are_refused(spec, senders, opt
 
 def test_options_check_flows_against_senders():
     with pytest.raises(ParameterError) as err:
-        resolve_options(cc_compare.OPTIONS, True, {"senders": "2", "flows": "3"}, cc_compare.check)
+        resolve_typed(cc_compare.Options, cc_compare.OPTIONS, True,
+                      {"senders": "2", "flows": "3"}, cc_compare.check)
     assert err.value.name == "flows"
-    opts = resolve_options(cc_compare.OPTIONS, True, {}, cc_compare.check)
-    assert opts["algorithms"] == ["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"]
-    assert opts["size"] == 256 << 10
+    _, opts = resolve_typed(cc_compare.Options, cc_compare.OPTIONS, True, {}, cc_compare.check)
+    assert opts.algorithms == ["off", "dcqcn", "dctcp", "timely", "swift", "hpcc"]
+    assert opts.size == 256 << 10
 
 
 def _measurement(arrivals: dict[int, list[float]], end_s: float) -> Measurement:
@@ -155,8 +156,8 @@ def test_the_oscillation_case_runs_for_dctcp_only_and_its_k_is_checked():
     assert "oscillation" not in kinds("dcqcn") + kinds("hpcc")
     assert resolve_cc("dctcp").oscillation_model == "model.dctcp_oscillation.dctcp_oscillation"
     with pytest.raises(ParameterError, match="osc_k"):
-        resolve_options(cc_compare.OPTIONS, False, {"algorithms": "dctcp", "osc_k": "1M",
-                                            "buffer": "512K"}, cc_compare.check)
+        resolve_typed(cc_compare.Options, cc_compare.OPTIONS, False,
+                      {"algorithms": "dctcp", "osc_k": "1M", "buffer": "512K"}, cc_compare.check)
 
 
 def test_the_steady_case_runs_for_hpcc_only():

@@ -15,7 +15,7 @@ from experiments import demo as demo_module
 from experiments import rundir
 from experiments.environment import REPO_ROOT as REPO
 from experiments.fidelity import FidelityReport, combine
-from experiments.options import parse_int, parse_list, resolve_options
+from experiments.options import parse_int, parse_list, resolve_options, resolve_typed
 from experiments.registry import EXPERIMENTS, cli_run, parse_sets
 from experiments.rundir import Run
 
@@ -153,8 +153,8 @@ def test_one_cc_parser_for_every_experiment(tmp_path, monkeypatch):
 def test_every_default_and_quick_configuration_parses_and_checks():
     for name, module in EXPERIMENTS.items():
         for quick in (False, True):
-            opts = resolve_options(module.OPTIONS, quick, {}, getattr(module, "check", None))
-            assert opts["scale"] >= 1, name
+            _, opts = resolve_typed(module.Options, module.OPTIONS, quick, {}, module.check)
+            assert opts.scale >= 1, name
 
 
 def test_scale_given_twice_is_refused(nothing_runs):
@@ -195,14 +195,14 @@ def test_a_run_that_measured_nothing_is_not_valid():
 
 # -- the rerun line -----------------------------------------------------------------
 
-def _record_options(monkeypatch) -> list[dict]:
+def _record_options(monkeypatch) -> list[demo_module.Options]:
     """demo.execute replaced by one that records its options and one trivial case."""
-    seen: list[dict] = []
+    seen: list[demo_module.Options] = []
 
-    def execute(run: Run, opts: dict) -> None:
-        seen.append(dict(opts))
+    def execute(run: Run, opts: demo_module.Options) -> None:
+        seen.append(opts)
         run.metric("case", "m", "u", 1.0, 1.0)
-        run.fidelity("case", FidelityReport(True, [], opts["scale"]))
+        run.fidelity("case", FidelityReport(True, [], opts.scale))
         run.commit("case")
 
     monkeypatch.setattr(demo_module, "execute", execute)
@@ -234,9 +234,9 @@ def test_rerun_line_reproduces_the_options(command, tmp_path, monkeypatch):
     assert rerun["options"] == config["options"] and rerun["quick"] == config["quick"]
     if "--scale" in command or "-S" in command:
         given = command[command.index("--scale" if "--scale" in command else "-S") + 1]
-        assert seen[0]["scale"] == float(given)
+        assert seen[0].scale == float(given)
     if "senders=2" in command:
-        assert seen[0]["senders"] == 2 and seen[0]["sizes"] == [1 << 20, 256 << 10]
+        assert seen[0].senders == 2 and seen[0].sizes == [1 << 20, 256 << 10]
 
 
 def test_demo_refuses_unknown_options(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ claimed from them.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ from core.errors import ParameterError
 from core.units import format_size
 from experiments.fidelity import FidelityReport
 from experiments.options import (
+    ExperimentOptions,
     Option,
     parse_scale,
     parse_sizes,
@@ -26,6 +28,11 @@ from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
 from experiments.rundir import Run, error_rel, jain_index
 from experiments.runner import run_experiment
+
+
+@dataclass(frozen=True)
+class ScaleOptions(ExperimentOptions):
+    scale: float
 
 
 def test_error_rel():
@@ -59,7 +66,7 @@ def test_every_experiment_declares_what_the_registry_runs():
     for name, mod in EXPERIMENTS.items():
         assert name == mod.NAME and "scale" in mod.OPTIONS, name
         assert callable(mod.check) and callable(mod.execute), name
-        mod.check(resolve_options(mod.OPTIONS, True, {}))
+        mod.check(mod.Options.of(resolve_options(mod.OPTIONS, True, {})))
 
 
 def test_parse_sets():
@@ -142,7 +149,8 @@ def test_a_failing_case_keeps_the_finished_ones(tmp_path):
 
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="second case broke"):
-        run_experiment("synthetic", {"scale": Option(1e5, "S", parse=parse_scale)}, execute,
+        run_experiment("synthetic", {"scale": Option(1e5, "S", parse=parse_scale)}, ScaleOptions,
+                       execute,
                        str(out), False, {})
     summary = json.loads((out / "summary.json").read_text())
     assert summary["valid"] is False
@@ -158,7 +166,8 @@ def test_a_run_that_fails_before_any_case_leaves_nothing(tmp_path):
 
     out = tmp_path / "run"
     with pytest.raises(RuntimeError):
-        run_experiment("synthetic", {"scale": Option(1e5, "S", parse=parse_scale)}, execute,
+        run_experiment("synthetic", {"scale": Option(1e5, "S", parse=parse_scale)}, ScaleOptions,
+                       execute,
                        str(out), False, {})
     assert not out.exists()
 

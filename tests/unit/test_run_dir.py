@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +19,7 @@ import pytest
 from core.errors import FabricEmuError, ParameterError
 from experiments import rundir, runner
 from experiments.fidelity import Check, FidelityReport
-from experiments.options import Option, parse_list, parse_scale, parse_text
+from experiments.options import ExperimentOptions, Option, parse_list, parse_scale, parse_text
 from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import prepare_out_dir, run_experiment
@@ -29,6 +30,12 @@ SPEC = {"cases": Option(["a", "b", "c"], "case names", parse=parse_list(parse_te
         "scale": Option(1e5, "S", parse=parse_scale)}
 
 
+@dataclass(frozen=True)
+class SpecOptions(ExperimentOptions):
+    cases: list[str]
+    scale: float
+
+
 @pytest.fixture(autouse=True)
 def no_probe(monkeypatch):
     monkeypatch.setattr(rundir, "capabilities", lambda: {})
@@ -36,8 +43,8 @@ def no_probe(monkeypatch):
 
 def sweep(executed: list[str], fail_at: str | None = None):
     """An execute() that measures one trivial case per name, committing each."""
-    def execute(run: Run, opts: dict) -> None:
-        for case in opts["cases"]:
+    def execute(run: Run, opts: SpecOptions) -> None:
+        for case in opts.cases:
             if run.finished(case):
                 continue
             if case == fail_at:
@@ -45,7 +52,7 @@ def sweep(executed: list[str], fail_at: str | None = None):
                 raise KeyboardInterrupt
             executed.append(case)
             run.metric(case, "m", "u", float(len(executed)), 1.0)
-            run.fidelity(case, FidelityReport(True, [], opts["scale"]))
+            run.fidelity(case, FidelityReport(True, [], opts.scale))
             run.commit(case)
     return execute
 
@@ -70,20 +77,20 @@ def test_default_names_are_unique_within_a_second(tmp_path, monkeypatch):
 def test_a_second_run_into_the_same_out_is_refused_and_keeps_the_first(tmp_path):
     out = tmp_path / "run"
     executed: list[str] = []
-    assert run_experiment("s", SPEC, sweep(executed), out, False, {}).valid
+    assert run_experiment("s", SPEC, SpecOptions, sweep(executed), out, False, {}).valid
     before = (out / "summary.json").read_text()
     with pytest.raises(ParameterError) as err:
-        run_experiment("s", SPEC, sweep(executed), out, False, {"cases": "x"})
+        run_experiment("s", SPEC, SpecOptions, sweep(executed), out, False, {"cases": "x"})
     assert err.value.name == "--out"
     assert (out / "summary.json").read_text() == before and executed == ["a", "b", "c"]
 
 
 def test_force_starts_over(tmp_path):
     out = tmp_path / "run"
-    run_experiment("s", SPEC, sweep([]), out, False, {})
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {})
     (out / "stale.csv").write_text("x\n1\n")
     (out / "mine.txt").write_text("not a run output")
-    run_experiment("s", SPEC, sweep([]), out, False, {"cases": "x"}, force=True)
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {"cases": "x"}, force=True)
     assert set(measured(out)) == {"x"}
     assert not (out / "stale.csv").exists()          # a stale CSV would be plotted
     assert (out / "mine.txt").exists()               # only run outputs are removed
@@ -92,19 +99,19 @@ def test_force_starts_over(tmp_path):
 def test_force_refuses_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "notes.txt").write_text("keep me")
     with pytest.raises(ParameterError):
-        run_experiment("s", SPEC, sweep([]), tmp_path, False, {}, force=True)
+        run_experiment("s", SPEC, SpecOptions, sweep([]), tmp_path, False, {}, force=True)
     assert (tmp_path / "notes.txt").read_text() == "keep me"
 
 
 def test_out_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "f").write_text("")
     with pytest.raises(ParameterError):
-        run_experiment("s", SPEC, sweep([]), tmp_path / "f", False, {})
+        run_experiment("s", SPEC, SpecOptions, sweep([]), tmp_path / "f", False, {})
 
 
 def test_force_and_resume_together_are_refused(tmp_path):
     with pytest.raises(ParameterError):
-        run_experiment("s", SPEC, sweep([]), tmp_path / "r", False, {}, force=True, resume=True)
+        run_experiment("s", SPEC, SpecOptions, sweep([]), tmp_path / "r", False, {}, force=True, resume=True)
     assert not (tmp_path / "r").exists()
 
 
@@ -112,12 +119,12 @@ def test_interrupted_run_keeps_finished_cases_and_resume_runs_the_rest(tmp_path)
     out = tmp_path / "run"
     executed: list[str] = []
     with pytest.raises(KeyboardInterrupt):
-        run_experiment("s", SPEC, sweep(executed, fail_at="b"), out, False, {})
+        run_experiment("s", SPEC, SpecOptions, sweep(executed, fail_at="b"), out, False, {})
     first = summary(out)
     assert first["status"] == "stopped" and not first["valid"]
     assert measured(out) == {"a": 1.0}
     render_report(out, show=False)                    # a stopped run is reportable
-    result = run_experiment("s", SPEC, sweep(executed), out, False, {}, resume=True)
+    result = run_experiment("s", SPEC, SpecOptions, sweep(executed), out, False, {}, resume=True)
     assert executed == ["a", "b", "c"]                # 'a' was not run again
     assert measured(out) == {"a": 1.0, "b": 2.0, "c": 3.0}
     assert result.valid and summary(out)["status"] == "finished"
@@ -125,22 +132,22 @@ def test_interrupted_run_keeps_finished_cases_and_resume_runs_the_rest(tmp_path)
 
 def test_resume_refuses_other_options_and_other_experiments(tmp_path):
     out = tmp_path / "run"
-    run_experiment("s", SPEC, sweep([]), out, False, {"cases": "a;b"})
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {"cases": "a;b"})
     with pytest.raises(ParameterError):
-        run_experiment("s", SPEC, sweep([]), out, False, {"cases": "a;c"}, resume=True)
+        run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {"cases": "a;c"}, resume=True)
     with pytest.raises(ParameterError):
-        run_experiment("other", SPEC, sweep([]), out, False, {}, resume=True)
+        run_experiment("other", SPEC, SpecOptions, sweep([]), out, False, {}, resume=True)
     # Options left out are taken from the run being resumed.
-    run_experiment("s", SPEC, sweep([]), out, False, {}, resume=True)
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {}, resume=True)
     assert set(measured(out)) == {"a", "b"}
 
 
 def test_resume_refuses_a_damaged_case_record(tmp_path):
     out = tmp_path / "run"
-    run_experiment("s", SPEC, sweep([]), out, False, {})
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {})
     (out / "cases" / "001" / "unit.json").write_text('{"key": ')
     with pytest.raises(FabricEmuError):
-        run_experiment("s", SPEC, sweep([]), out, False, {}, resume=True)
+        run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {}, resume=True)
 
 
 def test_a_failed_start_leaves_no_directory(tmp_path):
@@ -148,18 +155,18 @@ def test_a_failed_start_leaves_no_directory(tmp_path):
         raise FabricEmuError("no marking back end")
 
     with pytest.raises(FabricEmuError):
-        run_experiment("s", SPEC, execute, tmp_path / "run", False, {})
+        run_experiment("s", SPEC, SpecOptions, execute, tmp_path / "run", False, {})
     assert not (tmp_path / "run").exists()
     empty = tmp_path / "given"
     empty.mkdir()
     with pytest.raises(FabricEmuError):
-        run_experiment("s", SPEC, execute, empty, False, {})
+        run_experiment("s", SPEC, SpecOptions, execute, empty, False, {})
     assert empty.is_dir() and list(empty.iterdir()) == []   # it was the user's
 
 
 def test_no_temporary_files_are_left(tmp_path):
     out = tmp_path / "run"
-    run_experiment("s", SPEC, sweep([]), out, False, {})
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {})
     leftovers = [p for p in out.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
 
@@ -171,8 +178,13 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
         import os, signal
         from experiments.fidelity import Check, FidelityReport
         from experiments import rundir
-        from experiments.options import Option, parse_list, parse_scale, parse_text
+        from dataclasses import dataclass
+        from experiments.options import ExperimentOptions, Option, parse_scale
         from experiments.runner import run_experiment
+
+        @dataclass(frozen=True)
+        class ScaleOptions(ExperimentOptions):
+            scale: float
 
         rundir.capabilities = lambda: {{}}
 
@@ -184,7 +196,7 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
                     os.kill(os.getpid(), signal.SIGKILL)
                 run.commit(case)
 
-        run_experiment("s", {{"scale": Option(1e5, "S", parse=parse_scale)}}, execute,
+        run_experiment("s", {{"scale": Option(1e5, "S", parse=parse_scale)}}, ScaleOptions, execute,
                        {str(out)!r}, False, {{}})
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
@@ -222,7 +234,7 @@ def test_a_second_ctrl_c_while_finishing_keeps_what_was_measured(tmp_path, monke
     monkeypatch.setattr(report, "render_report", interrupted)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        run_experiment("s", SPEC, sweep([], fail_at="b"), out, False, {})
+        run_experiment("s", SPEC, SpecOptions, sweep([], fail_at="b"), out, False, {})
     assert measured(out) == {"a": 1.0} and summary(out)["status"] == "stopped"
 
 
