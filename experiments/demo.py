@@ -62,12 +62,10 @@ def check(opts: Options) -> None:
 
 
 def execute(run: Run, opts: Options) -> None:
-    common = {"scale": opts.scale, "attempts": opts.attempts, "workers": opts.workers,
-              "capture": opts.capture}
     incast.execute(run, incast.Options(
         topo=opts.topo, senders=opts.senders, size=opts.incast_size, cc=["off", "dcqcn"],
         dcqcn=opts.dcqcn, thresholds=[opts.thresholds], pmax=incast.OPTIONS["pmax"].default,
-        **common), prefix="incast ")
+        **opts.common()), prefix="incast ")
     collective.execute(run, collective.Options(
         topos=[opts.topo], collectives=["allreduce-ring"], sizes=opts.sizes, cc="off",
-        hash_draws=collective.OPTIONS["hash_draws"].default, **common))
+        hash_draws=collective.OPTIONS["hash_draws"].default, **opts.common()))

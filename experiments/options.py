@@ -417,6 +417,11 @@ class CommonOptions(ExperimentOptions):
     workers: int | str
     capture: list[str]
 
+    def common(self) -> dict[str, Any]:
+        """The common options as keyword arguments: for an experiment that runs another
+        experiment's cases with its own S and measurement settings."""
+        return {f.name: getattr(self, f.name) for f in fields(CommonOptions)}
+
 
 TypedOptions = TypeVar("TypedOptions", bound=ExperimentOptions)
 

@@ -71,5 +71,4 @@ def check(opts: Options) -> None:
 def execute(run: Run, opts: Options) -> None:
     collective.execute(run, collective.Options(
         topos=[opts.topo], collectives=opts.collectives, sizes=opts.sizes, cc=opts.cc,
-        hash_draws=opts.hash_draws, scale=opts.scale, attempts=opts.attempts,
-        workers=opts.workers, capture=opts.capture), prefix="", label=NAME)
+        hash_draws=opts.hash_draws, **opts.common()), prefix="", label=NAME)

@@ -312,3 +312,31 @@ def test_the_common_options_are_declared_once_and_added_to_every_experiment():
         with_common({"scale": own})
     with pytest.raises(ValueError, match="topo"):
         with_common({}, topo=own)
+
+
+def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
+    """The demo runs incast and collective cases, the sweep collective ones: each with
+    the other experiment's Options, carrying the run's S and measurement settings."""
+    from experiments import collective, incast, sweep
+    from experiments.options import resolve_typed
+
+    seen: dict[str, list] = {"incast": [], "collective": []}
+    monkeypatch.setattr(incast, "execute", lambda run, opts, prefix="": seen["incast"].append(opts))
+    monkeypatch.setattr(collective, "execute",
+                        lambda run, opts, prefix="", label="": seen["collective"].append(opts))
+    _, opts = resolve_typed(demo_module.Options, demo_module.OPTIONS, True,
+                            {"scale": "150000", "senders": "2", "workers": "1", "capture": "h1"},
+                            demo_module.check)
+    demo_module.execute(None, opts)
+    common = {"scale": 150000.0, "attempts": 2, "workers": 1, "capture": ["h1"]}
+    assert seen["incast"] == [incast.Options(
+        topo="fattree,4", senders=2, size=1 << 20, cc=["off", "dcqcn"], dcqcn="paper",
+        thresholds=["100K/400K"], pmax=0.2, **common)]
+    assert seen["collective"] == [collective.Options(
+        topos=["fattree,4"], collectives=["allreduce-ring"], sizes=[1 << 20], cc="off",
+        hash_draws=16, **common)]
+    _, opts = resolve_typed(sweep.Options, sweep.OPTIONS, True, {"scale": "150000"}, sweep.check)
+    sweep.execute(None, opts)
+    assert seen["collective"][1] == collective.Options(
+        topos=["fattree,4"], collectives=opts.collectives, sizes=opts.sizes, cc="off",
+        hash_draws=16, scale=150000.0, attempts=2, workers="auto", capture=[])
