@@ -67,14 +67,14 @@ def htb_burst_bytes(rate_emu_bps: float, mtu_bytes: int = MTU_BYTES) -> int:
 
     HTB sends while its tokens are >= 0, so any depth works one frame at a time; the
     depth is how late a dequeue timer may fire and still be made up for. It is also a
-    free burst: an idle port sends its full bucket at once (measured, emu.wirerate: an
-    idle port delivers the bucket plus about one frame beyond R x t), which a real link
-    cannot, and which shows as a rate above capacity in short runs. So the depth is a
-    time: HTB_CATCH_UP_S (timer slack at high rates), and up to HTB_CATCH_UP_MAX_S at
-    low rates while that stays under one MTU. On a loaded 2-core machine 0.5 ms lost
-    rate (backlog above the marker's fluid queue in 4 of 6 runs at 16 Mb/s), 1-2 ms
-    rarely, 4.5 ms never in 8. The old floor of one MTU at any rate was 18 ms of tokens
-    at 4 Mb/s (400G at S = 1e5): 9100 B free per busy period, 0.9% of a 1 MiB message.
+    free burst: an idle port sends its full bucket at once (`emu.wirerate` measures
+    it: the bucket plus about one frame beyond R x t), which a real link cannot, and
+    which shows as a rate above capacity in short runs. So the depth is a time:
+    HTB_CATCH_UP_S (timer slack at high rates), and up to HTB_CATCH_UP_MAX_S at low
+    rates while that stays under one MTU. A loaded 2-core machine fires dequeue timers
+    late by up to a few ms at low rates, so a shorter catch-up loses rate there; a
+    floor of one MTU at any rate would instead give a slow port tens of ms of free
+    tokens per busy period (figures: docs/validation.md).
     """
     rate_Bps = rate_emu_bps / 8
     return int(max(rate_Bps * HTB_CATCH_UP_S, min(mtu_bytes + 100, rate_Bps * HTB_CATCH_UP_MAX_S)))

@@ -223,7 +223,7 @@ def capacity_bound_bps(rate_bps: float, wire_bytes: float, scale: Scale,
     """The highest rate (bit/s, real) a shaped port can show for ``wire_bytes`` carried
     in ``busy_periods`` busy periods: R x X / (X - k (bucket + frame)).
 
-    The shaper holds R exactly while backlogged (measured: -0.03% +/- 0.03%); what it
+    The shaper holds R exactly while backlogged (`measure_shaped_rate`; docs/validation.md); what it
     adds is an idle port's bucket plus one frame at the start of each busy period
     (`measure_burst_credit`). A measured rate above this bound is not the shaper's
     doing: the measurement is wrong, and the gate should mark the run invalid. ``rate_bps``

@@ -79,8 +79,9 @@ MAX_HASH_DRAWS = 1000
 
 OPTIONS: dict[str, Option] = with_common({
     # The rail-optimised fabric's GPUs also send on 3.6 Tb/s NVLink: it runs at the S
-    # that keeps that frame time a 400G NIC's at the default S (15 of 15 cases VALID
-    # at 90000 and at 100000; 0 of 15 at 10000, where the gate suggested 50000-500000).
+    # that keeps that frame time a 400G NIC's at the default S, since the engine paces
+    # and the gate judges lags in frame times (at the default S the gate refuses its
+    # cases; figures: docs/validation.md).
     "topos": Option(["fattree,4", "dragonfly,p=2,a=2,h=1",
                      f"railopt,2,gpus=4@{scale_keeping_frame_time(NVLINK_RATE_BPS):g}"],
                     "fabrics (';'-separated NAME,ARG,KEY=VALUE, each optionally @S: its "
