@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.errors import FabricEmuError, ParameterError
-from core.frame import MTU_PAYLOAD_BYTES, ROCE_UDP_PORT, WIRE_OVERHEAD_BYTES
+from core.frame import (
+    FIRST_QPN,
+    MAX_QPS,
+    MTU_PAYLOAD_BYTES,
+    ROCE_UDP_PORT,
+    WIRE_OVERHEAD_BYTES,
+)
 from core.messages import Message, Workload
 from core.units import format_size
 from traffic import collectives
@@ -44,7 +50,6 @@ _PCAPNG_MAGIC = 0x0A0D0D0A
 _GLOBAL = struct.Struct("IHHiIII")  # magic, version 2.4, tz, sigfigs, snaplen, linktype
 _RECORD = struct.Struct("IIII")     # seconds, fraction, captured length, original length
 _SNAPLEN = 65535
-QPN_BASE = 0x100
 DEFAULT_MAX_PCAP_BYTES = 1 << 30
 DEFAULT_MAX_MESSAGES = 20_000
 # The DAG builder keeps a rank x unit table of pointers (8 bytes each, against
@@ -247,7 +252,7 @@ def host_addresses(hosts: list[str]) -> dict[str, tuple[str, str]]:
 
 
 _DUMMY_FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
-                   49152, QPN_BASE, "ect0")
+                   49152, FIRST_QPN, "ect0")
 
 
 @lru_cache(maxsize=256)
@@ -329,7 +334,7 @@ def iter_workload_frames(workload: Workload, *, rate_bps: float, mtu_payload_byt
 
     def message_frames(start_s: float, seq: int, m: Message
                        ) -> Iterator[tuple[float, int, int, bytes]]:
-        qpn = QPN_BASE + m.msg_id % ((1 << 24) - QPN_BASE)
+        qpn = FIRST_QPN + m.msg_id % MAX_QPS
         (src_mac, src_ip), (dst_mac, dst_ip) = addr[m.src], addr[m.dst]
         flow = Flow(src_mac, dst_mac, src_ip, dst_ip, 49152 + m.msg_id * 7919 % 16384, qpn, ecn)
         tpl = QpTemplate(flow, m.size_bytes, mtu_payload_bytes=mtu_payload_bytes)
