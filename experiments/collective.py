@@ -274,6 +274,7 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                 for (name, size), case in cases.items():
                     if run.finished(case):
                         continue
+                    advance.start(case)
                     run.attempt(partial(_measure, run, fab, prefix + entry, name, size,
                                         opts["cc"], opts["hash_draws"], opts["workers"],
                                         opts["capture"]),
