@@ -900,7 +900,8 @@ def _reap(procs: list[Any]) -> None:
 _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
                     "acked_s", "first_tx_s", "last_tx_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
                     "cnps_sent", "cnps_received", "ecn_echoes", "ce_marked", "bytes_received",
-                    "completed", "path_delay_s", "ack_path_delay_s", "step", "tag"]
+                    "out_of_sequence", "duplicate_request", "completed", "path_delay_s",
+                    "ack_path_delay_s", "step", "tag"]
 
 
 def _result(fab: LiveFabric, workload: Workload, config: EngineConfig,
@@ -943,6 +944,8 @@ def _message_row(scale: Scale, m: Message, mp: plan.MsgPlan, sd: SendRecord,
         "cnps_received": sd.cnps_received, "ecn_echoes": sd.ecn_echoes,
         "ce_marked": rd.ce_marked,
         "bytes_received": rd.bytes_received,
+        # The responder's mlx5 counters of the same name (docs/counters.md).
+        "out_of_sequence": rd.out_of_order, "duplicate_request": rd.duplicates,
         "completed": sd.acked_ns >= 0 and end >= 0,
         "path_delay_s": _real_s(scale, mp.fwd_delay_emu_ns),
         "ack_path_delay_s": _real_s(scale, mp.back_delay_emu_ns),
