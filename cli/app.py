@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import traceback
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -26,7 +27,7 @@ from core.errors import FabricEmuError
 from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="fabricemu: time-dilated packet-level emulator of AI-cluster networks.")
 topo_app = typer.Typer(no_args_is_help=True, help="Inspect topologies without building them.")
 app.add_typer(topo_app, name="topo")
@@ -316,10 +317,11 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
 
 def _experiment_help(only: str = "") -> str:
     """Each experiment's options (``only``'s, if known) as ``--set`` text (what you would
-    type), with --quick's value where it differs, and the option's help."""
+    type), with --quick's value where it differs, and the option's help, in 80 columns."""
     from experiments.registry import EXPERIMENTS
 
-    lines = ["Experiments and their options (--set KEY=VALUE; lists use ';'):"]
+    lines = ["Experiment options, with their defaults: --set KEY=VALUE, or KEY = VALUE in a",
+             "--config TOML file (lists: 'a;b' or a TOML array)."]
     for name, module in EXPERIMENTS.items():
         if only in EXPERIMENTS and name != only:
             continue
@@ -327,8 +329,10 @@ def _experiment_help(only: str = "") -> str:
         for key, option in module.OPTIONS.items():
             value = option.format(option.default)
             quick = "" if option.quick is None else f" (--quick: {option.format(option.quick)})"
-            lines.append(f"  {key}={value}{quick}")
-            lines.append(f"      {option.help}")
+            lines += textwrap.wrap(f"{key}={value}{quick}", 80, initial_indent="  ",
+                                   subsequent_indent="    ", break_on_hyphens=False)
+            lines += textwrap.wrap(option.help, 80, initial_indent="      ",
+                                   subsequent_indent="      ")
     return "\n".join(lines)
 
 
@@ -340,12 +344,20 @@ def _finish(result) -> None:  # noqa: ANN001 - experiments.rundir.RunResult
         raise typer.Exit(3)
 
 
-OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: a new "
-                                             "runs/NAME-<time>)")]
+OutOpt = Annotated[Path | None, typer.Option("--out", metavar="DIR", help="run directory "
+                                             "(default: a new runs/NAME-<time>)")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="small, fast configuration")]
-RunScaleOpt = Annotated[str | None, typer.Option("--scale", "-S", help="override S")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE option "
-                                                  "(see emu run --list)")]
+RunScaleOpt = Annotated[str | None, typer.Option("--scale", "-S", metavar="S",
+                                                 help="override S, the time-dilation factor")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="an "
+                                                  "option of the experiment (emu run NAME "
+                                                  "--help lists them); repeat for more")]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", metavar="FILE", help="options from a TOML file, one KEY = VALUE per line with "
+    "the keys of --set (a --set given too wins)")]
+RerunOpt = Annotated[Path | None, typer.Option(
+    "--rerun", metavar="DIR", help="run again what the run in DIR ran (experiment, --quick, "
+    "options: its config.json) into a new --out; --set, --scale and --config change it")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="start over in a non-empty --out "
                                         "(removes the run files there)")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cases of the "
@@ -357,21 +369,43 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cas
 EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo")
 
 
-@app.command()
-def run(name: Annotated[str, typer.Argument(help=" | ".join(EXPERIMENT_NAMES))] = "",
+# Its own --help: with NAME it also lists that experiment's options.
+@app.command(add_help_option=False)
+def run(ctx: typer.Context,
+        name: Annotated[str, typer.Argument(metavar="NAME",
+                                            help=" | ".join(EXPERIMENT_NAMES))] = "",
         out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
-        sets: SetOpt = None, force: ForceOpt = False, resume: ResumeOpt = False,
-        list_options: Annotated[bool, typer.Option("--list", help="list experiments and "
-                                                   "options")] = False) -> None:
+        sets: SetOpt = None, config: ConfigOpt = None, rerun: RerunOpt = None,
+        force: ForceOpt = False, resume: ResumeOpt = False,
+        list_options: Annotated[bool, typer.Option("--list", help="list the experiments' "
+                                                   "options (NAME's only, with NAME)")] = False,
+        show_help: Annotated[bool, typer.Option("--help", help="show this message (with NAME, "
+                                                "its options too) and exit")] = False) -> None:
     """Run an experiment; writes config.json, CSVs, summary.json and plots to --out."""
-    from experiments.registry import cli_run, parse_sets
+    if show_help:
+        typer.echo(ctx.get_help())
+        if name:
+            typer.echo("\n" + _experiment_help(name))
+        return
+    from experiments.registry import cli_run, load_config, parse_sets, rerun_of
 
-    if list_options or not name:
-        console.print(_experiment_help(name))
+    if list_options or not (name or rerun):
+        typer.echo(_experiment_help(name))
         if not name and not list_options:
             raise typer.Exit(2)
         return
-    _finish(cli_run(name, out, quick, scale, parse_sets(sets), force=force, resume=resume))
+    base: dict[str, object] = {}
+    if rerun is not None:
+        ran, ran_quick, base = rerun_of(rerun)
+        if name and name != ran:
+            raise FabricEmuError(f"--rerun {rerun} holds a {ran} run, not {name}")
+        name, quick = ran, quick or ran_quick
+    if config is not None:
+        base.update(load_config(config, name))
+    if scale is not None:
+        base.pop("scale", None)  # --scale wins over the files' S
+    overrides = {**base, **parse_sets(sets)}
+    _finish(cli_run(name, out, quick, scale, overrides, force=force, resume=resume))
 
 
 @app.command()
