@@ -398,7 +398,7 @@ def run(ctx: typer.Context,
     if rerun is not None:
         ran, ran_quick, base = rerun_of(rerun)
         if name and name != ran:
-            raise FabricEmuError(f"--rerun {rerun} holds a {ran} run, not {name}")
+            raise FabricEmuError(f"--rerun {rerun}: the run there is {ran}, not {name}")
         name, quick = ran, quick or ran_quick
     if config is not None:
         base.update(load_config(config, name))

@@ -109,7 +109,7 @@ def test_rerun_refuses_another_experiment_name_and_a_damaged_run(tmp_path):
     d = _run_dir(tmp_path, {"senders": 2})
     result = CliRunner().invoke(cli.app, ["run", "cc", "--rerun", str(d)])
     assert isinstance(result.exception, FabricEmuError)
-    assert "holds a incast run, not cc" in str(result.exception)
+    assert "the run there is incast, not cc" in str(result.exception)
     (d / "config.json").write_text("{")
     with pytest.raises(FabricEmuError, match="unreadable config.json"):
         registry.rerun_of(d)
