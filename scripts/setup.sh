@@ -19,6 +19,7 @@ fi
 mkdir -p "$VENV"
 LOG="$VENV/setup.log"
 : >"$LOG"
+# A step's command runs as a condition, where set -e is off: chain its parts with &&.
 step() {  # step "what" command...
     local what="$1"; shift
     echo "setup: $what"
@@ -39,8 +40,8 @@ done
 apt_install() {
     export DEBIAN_FRONTEND=noninteractive
     echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    $SUDO apt-get update -qq \
+        && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 if [ ${#missing[@]} -gt 0 ]; then
     step "installing apt packages: ${missing[*]}" apt_install
@@ -53,9 +54,12 @@ if [ ! -x "$VENV/bin/python" ]; then
     rm -f "$stamp"
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    step "upgrading pip in $VENV" "$VENV/bin/python" -m pip install --upgrade pip
-    step "installing fabricemu and its Python dependencies into $VENV (a few minutes)" \
-        "$VENV/bin/python" -m pip install -e ".[test]"
+    pip_install() {
+        "$VENV/bin/python" -m pip install --upgrade pip \
+            && "$VENV/bin/python" -m pip install -e ".[test]"
+    }
+    step "installing fabricemu and its Python dependencies into $VENV (about a minute)" \
+        pip_install
     touch "$stamp"
     # Write the new venv's few hundred MB out now: left to the kernel's flusher, the
     # write-back comes ~30 s later, in the middle of a first demo, and stalled one
