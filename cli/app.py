@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import traceback
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -26,7 +27,7 @@ from core.errors import FabricEmuError
 from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="fabricemu: time-dilated packet-level emulator of AI-cluster networks.")
 topo_app = typer.Typer(no_args_is_help=True, help="Inspect topologies without building them.")
 app.add_typer(topo_app, name="topo")
@@ -60,104 +61,10 @@ def _declare_session(ctx: typer.Context) -> None:
 @app.command()
 def doctor(marking: MarkingOpt = "auto") -> None:
     """Probe this kernel and machine; exit non-zero if an essential is missing."""
-    from emu.capabilities import probe
+    from cli.doctor import report_capabilities
 
-    caps = probe(marking)
-    table = Table(title="fabricemu capabilities")
-    for col in ("check", "status", "detail"):
-        table.add_column(col)
-    for c in caps.checks:
-        status = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.essential else "[yellow]absent[/]")
-        table.add_row(c.name + (" *" if c.essential else ""), status, c.detail)
-    console.print(table)
-    console.print("* essential.  Switch ports: HTB at R/S with a byte FIFO of the real buffer.")
-    console.print(f"ECN marking: {caps.marking_detail or 'not probed'}")
-    netem = next((c for c in caps.checks if c.name == "qdisc netem"), None)
-    console.print("Link delay: " + ("netem, dilated by S" if caps.has("qdisc netem") else
-                                    f"not emulated ({netem.detail if netem else 'not probed'})"))
-    from engine.burst import Burst
-    from engine.rx import RxLib
-
-    console.print(f"Engine send path: {Burst().detail}")
-    console.print(f"Engine receive path: {RxLib().detail}")
-    from engine.run import cpu_ticks
-
-    before = cpu_ticks()
-    console.print(_wakeup_note())
-    console.print(_steal_note(before, cpu_ticks()))
-    console.print(_default_scale_note())
-    console.print(_workers_note(len(os.sched_getaffinity(0))))
-    _print_registry()
-    if not caps.essentials_ok or caps.marking_backend is None:
+    if not report_capabilities(console, marking):
         raise typer.Exit(1)
-
-
-def _wakeup_note() -> str:
-    """What one engine wake-up costs here, measured now."""
-    from engine.rawsock import WAKE_SLEEP_S, wakeup_cpu_us
-
-    return (f"Engine wake-up: {wakeup_cpu_us():.1f} µs of CPU per timer sleep of "
-            f"{WAKE_SLEEP_S * 1e6:.0f} µs (the engine wakes 0.25-0.8 times per frame it sends; "
-            "a VM that traps timer programming pays tens of µs, bare metal a few: "
-            "emu bench capacity prints each run's share)")
-
-
-def _steal_note(before: tuple[int, int, int], after: tuple[int, int, int]) -> str:
-    """The CPU time the hypervisor took (``engine.run.cpu_ticks`` readings): since boot,
-    and between the two readings."""
-    since_boot = after[2] / after[0] if after[0] else 0.0
-    total = after[0] - before[0]
-    during = (after[2] - before[2]) / total if total > 0 else 0.0
-    return (f"Hypervisor steal: {since_boot:.1%} of this machine's CPU time since boot, "
-            f"{during:.1%} during the wake-up probe (a host running other guests stalls "
-            "the workers for ms at a time; the gate refuses such runs for pacing or "
-            "receive lag and suggests a larger S)")
-
-
-def _default_scale_note() -> str:
-    """The experiments' default S, where it is defined, and what it buys."""
-    from experiments.measure import packet_time_s
-    from topologies.base import NIC_RATE_BPS
-
-    frame_emu_ms = packet_time_s(NIC_RATE_BPS) * DEFAULT_SCALE * 1e3
-    return (f"Default S (experiments, demo): {DEFAULT_SCALE:g}, so a "
-            f"{format_rate(NIC_RATE_BPS)}b/s NIC runs at "
-            f"{format_rate(NIC_RATE_BPS / DEFAULT_SCALE)}b/s and sends a full frame every "
-            f"{frame_emu_ms:.1f} ms: per-frame host overhead (scheduling, pacing lag) stays "
-            "small beside it. The fidelity gate marks a run invalid and suggests a larger S "
-            "where this machine is too slow for it.")
-
-
-def _workers_note(n_cpus: int) -> str:
-    """How many engine workers a run gets here."""
-    from engine.run import WORKER_MEAN_LINK_FRAMES_PER_S, WORKER_PEAK_FRAMES_PER_S
-
-    return (f"Engine workers: as few as a run's frame rates need (dilated by S), one per "
-            f"{WORKER_PEAK_FRAMES_PER_S:,} frames/s of its sending NICs all at line rate and "
-            f"one per {WORKER_MEAN_LINK_FRAMES_PER_S:,} frames/s on average, each counted "
-            "once per link it crosses (ACKs beyond one per 16 frames, HPCC's, count as "
-            "frames), "
-            f"at most {n_cpus} here (one per usable CPU); fewer workers wake up less often "
-            "per frame. --set workers=N (experiments) or EngineConfig(workers=N) sets the "
-            "number.")
-
-
-def _print_registry() -> None:
-    """Live runs, and stale ones left by a killed process, from the run registry."""
-    from emu.runs import list_runs
-
-    runs = list_runs()
-    for r in (r for r in runs if r.alive):
-        console.print(f"Live run {r.run_id}: pid {r.pid}, {r.description}")
-    stale = [r for r in runs if not r.alive]
-    if not stale:
-        console.print("Stale runs: none")
-        return
-    console.print(f"[yellow]Stale runs (their process is gone): {len(stale)}[/]")
-    for r in stale:
-        console.print(f"  {r.run_id}: {r.description}, {len(r.namespaces)} namespaces"
-                      + (f", was pid {r.pid}" if r.pid else ""))
-    console.print("  remove them (and nothing else) with: emu clean")
 
 
 @topo_app.command("show")
@@ -316,10 +223,11 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
 
 def _experiment_help(only: str = "") -> str:
     """Each experiment's options (``only``'s, if known) as ``--set`` text (what you would
-    type), with --quick's value where it differs, and the option's help."""
+    type), with --quick's value where it differs, and the option's help, in 80 columns."""
     from experiments.registry import EXPERIMENTS
 
-    lines = ["Experiments and their options (--set KEY=VALUE; lists use ';'):"]
+    lines = ["Experiment options, with their defaults: --set KEY=VALUE, or KEY = VALUE in a",
+             "--config TOML file (lists: 'a;b' or a TOML array)."]
     for name, module in EXPERIMENTS.items():
         if only in EXPERIMENTS and name != only:
             continue
@@ -327,8 +235,10 @@ def _experiment_help(only: str = "") -> str:
         for key, option in module.OPTIONS.items():
             value = option.format(option.default)
             quick = "" if option.quick is None else f" (--quick: {option.format(option.quick)})"
-            lines.append(f"  {key}={value}{quick}")
-            lines.append(f"      {option.help}")
+            lines += textwrap.wrap(f"{key}={value}{quick}", 80, initial_indent="  ",
+                                   subsequent_indent="    ", break_on_hyphens=False)
+            lines += textwrap.wrap(option.help, 80, initial_indent="      ",
+                                   subsequent_indent="      ")
     return "\n".join(lines)
 
 
@@ -340,12 +250,20 @@ def _finish(result) -> None:  # noqa: ANN001 - experiments.rundir.RunResult
         raise typer.Exit(3)
 
 
-OutOpt = Annotated[Path | None, typer.Option("--out", help="run directory (default: a new "
-                                             "runs/NAME-<time>)")]
+OutOpt = Annotated[Path | None, typer.Option("--out", metavar="DIR", help="run directory "
+                                             "(default: a new runs/NAME-<time>)")]
 QuickOpt = Annotated[bool, typer.Option("--quick", help="small, fast configuration")]
-RunScaleOpt = Annotated[str | None, typer.Option("--scale", "-S", help="override S")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE option "
-                                                  "(see emu run --list)")]
+RunScaleOpt = Annotated[str | None, typer.Option("--scale", "-S", metavar="S",
+                                                 help="override S, the time-dilation factor")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="an "
+                                                  "option of the experiment (emu run NAME "
+                                                  "--help lists them); repeat for more")]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", metavar="FILE", help="options from a TOML file, one KEY = VALUE per line with "
+    "the keys of --set (a --set given too wins)")]
+RerunOpt = Annotated[Path | None, typer.Option(
+    "--rerun", metavar="DIR", help="run again what the run in DIR ran (experiment, --quick, "
+    "options: its config.json) into a new --out; --set, --scale and --config change it")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="start over in a non-empty --out "
                                         "(removes the run files there)")]
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cases of the "
@@ -357,21 +275,43 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cas
 EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo")
 
 
-@app.command()
-def run(name: Annotated[str, typer.Argument(help=" | ".join(EXPERIMENT_NAMES))] = "",
+# Its own --help: with NAME it also lists that experiment's options.
+@app.command(add_help_option=False)
+def run(ctx: typer.Context,
+        name: Annotated[str, typer.Argument(metavar="NAME",
+                                            help=" | ".join(EXPERIMENT_NAMES))] = "",
         out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
-        sets: SetOpt = None, force: ForceOpt = False, resume: ResumeOpt = False,
-        list_options: Annotated[bool, typer.Option("--list", help="list experiments and "
-                                                   "options")] = False) -> None:
+        sets: SetOpt = None, config: ConfigOpt = None, rerun: RerunOpt = None,
+        force: ForceOpt = False, resume: ResumeOpt = False,
+        list_options: Annotated[bool, typer.Option("--list", help="list the experiments' "
+                                                   "options (NAME's only, with NAME)")] = False,
+        show_help: Annotated[bool, typer.Option("--help", help="show this message (with NAME, "
+                                                "its options too) and exit")] = False) -> None:
     """Run an experiment; writes config.json, CSVs, summary.json and plots to --out."""
-    from experiments.registry import cli_run, parse_sets
+    if show_help:
+        typer.echo(ctx.get_help())
+        if name:
+            typer.echo("\n" + _experiment_help(name))
+        return
+    from experiments.registry import cli_run, load_config, parse_sets, rerun_of
 
-    if list_options or not name:
-        console.print(_experiment_help(name))
+    if list_options or not (name or rerun):
+        typer.echo(_experiment_help(name))
         if not name and not list_options:
             raise typer.Exit(2)
         return
-    _finish(cli_run(name, out, quick, scale, parse_sets(sets), force=force, resume=resume))
+    base: dict[str, object] = {}
+    if rerun is not None:
+        ran, ran_quick, base = rerun_of(rerun)
+        if name and name != ran:
+            raise FabricEmuError(f"--rerun {rerun}: the run there is {ran}, not {name}")
+        name, quick = ran, quick or ran_quick
+    if config is not None:
+        base.update(load_config(config, name))
+    if scale is not None:
+        base.pop("scale", None)  # --scale wins over the files' S
+    overrides = {**base, **parse_sets(sets)}
+    _finish(cli_run(name, out, quick, scale, overrides, force=force, resume=resume))
 
 
 @app.command()

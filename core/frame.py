@@ -20,6 +20,12 @@ from __future__ import annotations
 
 #: IANA's UDP destination port of RoCEv2.
 ROCE_UDP_PORT = 4791
+#: The first QP number given to a QP. InfiniBand reserves QP0 (SMI) and QP1 (GSI) for
+#: management, and Wireshark decodes frames to them as MADs; NICs hand out QPNs well
+#: above, so QP ``i`` of a run is ``FIRST_QPN + i``.
+FIRST_QPN = 0x100
+#: QPNs are 24 bits: how many QPs fit from FIRST_QPN up.
+MAX_QPS = (1 << 24) - FIRST_QPN
 
 ETH_BYTES, IP_BYTES, UDP_BYTES, BTH_BYTES = 14, 20, 8, 12
 RETH_BYTES, AETH_BYTES, CNP_PAD_BYTES, ICRC_BYTES = 16, 4, 16, 4

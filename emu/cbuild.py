@@ -43,6 +43,7 @@ from core.errors import CapabilityError
 from core.frame import (
     ACK_FRAME_BYTES,
     CNP_FRAME_BYTES,
+    FIRST_QPN,
     INT_HEADER_BYTES,
     INT_MAX_HOPS,
     INT_RECORD_BYTES,
@@ -60,7 +61,7 @@ _GEOMETRY = [f"-DROCE_UDP_PORT={ROCE_UDP_PORT}", f"-DINT_HEADER_BYTES={INT_HEADE
              f"-DINT_RECORD_BYTES={INT_RECORD_BYTES}", f"-DINT_MAX_HOPS={INT_MAX_HOPS}",
              f"-DOFF_INT={OFF_INT}", f"-DOFF_INT_RETH={OFF_INT_RETH}",
              f"-DOFF_ACK_INT={OFF_ACK_INT}", f"-DACK_FRAME_BYTES={ACK_FRAME_BYTES}",
-             f"-DCNP_FRAME_BYTES={CNP_FRAME_BYTES}"]
+             f"-DCNP_FRAME_BYTES={CNP_FRAME_BYTES}", f"-DFIRST_QPN={FIRST_QPN}"]
 _FLAGS: dict[str, list[str]] = {
     "bpf": ["-O2", "-g", "-target", "bpf", "-c", *_GEOMETRY],
     "shared": ["-O2", "-shared", "-fPIC", "-Wall", "-Werror", *_GEOMETRY],

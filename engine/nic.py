@@ -471,7 +471,7 @@ class _WorkerLoop:
         self.by_index = {qp.plan.index: qp for qp in self.senders}
         for qp in self.senders:
             qp.nic = self.nics[(qp.plan.src, qp.plan.ifname)]
-            self.hosts[qp.plan.src].tx_qps[qp.plan.index + 1] = qp
+            self.hosts[qp.plan.src].tx_qps[qp.plan.reply_flow.dqpn] = qp
         for nic in self.nics.values():
             nic.fwd_ns = min((qp.plan.fwd_delay_emu_ns for qp in self.senders
                               if qp.nic is nic), default=0)
@@ -481,10 +481,10 @@ class _WorkerLoop:
             n_packets = -(-m.size_bytes // plan.payload_bytes)
             rq = _RecvQp(m, n_packets, plan.ack_coalesce or n_packets, plan.ce_ack,
                          self.nics[(m.dst, m.reply_ifname)])
-            self.hosts[m.dst].rx_qps[m.index + 1] = rq
+            self.hosts[m.dst].rx_qps[m.flow.dqpn] = rq
         self.rx: RxState | None = None
         if rx_lib.available:
-            self.rx = RxState(rx_lib, plan.n_messages + 1, _RX_BUDGET, len(self.nics),
+            self.rx = RxState(rx_lib, plan.n_messages, _RX_BUDGET, len(self.nics),
                               self.scale_ns, plan.cnp_interval_s)
             for host_id, h in enumerate(self.hosts.values()):
                 h.ring = RxRing(h.mm, h.offsets, host_id)
@@ -1311,7 +1311,7 @@ class _WorkerLoop:
     def _delayed_ack(self, rq: _RecvQp) -> None:
         """ACK what ``rq`` delivered and has not acknowledged yet, if anything."""
         if self.rx is not None:
-            pending = self.rx.ack_pending(rq.plan.index + 1)
+            pending = self.rx.ack_pending(rq.plan.flow.dqpn)
         else:
             action = rq.gbn.ack_pending()
             pending = None if action is None else (action.psn, action.echo)
@@ -1384,7 +1384,7 @@ class _WorkerLoop:
         if self.rx is not None:  # the compiled loop kept the responders' counters
             for h in self.hosts.values():
                 for qpn, rq in h.rx_qps.items():
-                    c = self.rx.qps[qpn]
+                    c = self.rx.qp(qpn)
                     rq.bytes, rq.ce, rq.seen = c.bytes, c.ce, c.seen
                     rq.first_rx_ns = c.first_rx_ns
                     rq.gbn.duplicates, rq.gbn.out_of_order = c.duplicates, c.out_of_order

@@ -32,7 +32,7 @@ STUCK_S = 5.0
 class MsgPlan:
     """One message as a worker needs it (picklable, built by the engine)."""
 
-    index: int              # position in the workload = QPN - 1 = shared-array slot
+    index: int              # position in the workload = shared-array slot = QPN - FIRST_QPN
     msg_id: int
     src: str
     dst: str

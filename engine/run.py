@@ -86,7 +86,9 @@ import pandas as pd
 from core.errors import ParameterError
 from core.frame import (
     ACK_FRAME_BYTES,
+    FIRST_QPN,
     HEADER_BYTES,
+    MAX_QPS,
     MTU_PAYLOAD_BYTES,
     RETH_BYTES,
     WIRE_OVERHEAD_BYTES,
@@ -352,8 +354,8 @@ def _check_workload(fab: LiveFabric, workload: Workload) -> dict[int, int]:
             raise ParameterError("size_bytes", m.size_bytes, f"message {m.msg_id} is empty")
         if m.start_s < 0:
             raise ParameterError("start_s", m.start_s, "must be >= 0")
-    if len(index) >= 1 << 24:
-        raise ParameterError("messages", len(index), "at most 2**24 - 1 (one QPN each)")
+    if len(index) > MAX_QPS:
+        raise ParameterError("messages", len(index), f"at most {MAX_QPS} (one QPN each)")
     for m in workload.messages:
         for d in m.deps:
             if d not in index:
@@ -563,8 +565,9 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
         eg = fab.egress(m.src, m.dst)
         back = fab.egress(m.dst, m.src)
         sport = 0xC000 | (i & 0x3FFF)  # per-QP ECMP entropy
-        flow = Flow(eg.src_mac, eg.dst_mac, eg.src_ip, eg.dst_ip, sport, i + 1, ecn=config.ecn)
-        reply = Flow(back.src_mac, back.dst_mac, back.src_ip, back.dst_ip, sport, i + 1,
+        flow = Flow(eg.src_mac, eg.dst_mac, eg.src_ip, eg.dst_ip, sport, FIRST_QPN + i,
+                    ecn=config.ecn)
+        reply = Flow(back.src_mac, back.dst_mac, back.src_ip, back.dst_ip, sport, FIRST_QPN + i,
                      ecn="not-ect")
         msgs.append(plan.MsgPlan(
             index=i, msg_id=m.msg_id, src=m.src, dst=m.dst, size_bytes=int(m.size_bytes),
@@ -897,7 +900,8 @@ def _reap(procs: list[Any]) -> None:
 _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
                     "acked_s", "first_tx_s", "last_tx_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
                     "cnps_sent", "cnps_received", "ecn_echoes", "ce_marked", "bytes_received",
-                    "completed", "path_delay_s", "ack_path_delay_s", "step", "tag"]
+                    "out_of_sequence", "duplicate_request", "completed", "path_delay_s",
+                    "ack_path_delay_s", "step", "tag"]
 
 
 def _result(fab: LiveFabric, workload: Workload, config: EngineConfig,
@@ -940,6 +944,8 @@ def _message_row(scale: Scale, m: Message, mp: plan.MsgPlan, sd: SendRecord,
         "cnps_received": sd.cnps_received, "ecn_echoes": sd.ecn_echoes,
         "ce_marked": rd.ce_marked,
         "bytes_received": rd.bytes_received,
+        # The responder's mlx5 counters of the same name (docs/counters.md).
+        "out_of_sequence": rd.out_of_order, "duplicate_request": rd.duplicates,
         "completed": sd.acked_ns >= 0 and end >= 0,
         "path_delay_s": _real_s(scale, mp.fwd_delay_emu_ns),
         "ack_path_delay_s": _real_s(scale, mp.back_delay_emu_ns),

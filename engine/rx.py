@@ -2,7 +2,7 @@
 
 ``RxLib`` loads the compiled receive loop; ``RxState`` holds, per worker, the
 responder state of every QP it receives (the C mirror of ``gbn.GbnReceiver``,
-one slot per QPN) and the buffers one call fills. ``RxState.read`` reads up to a
+one slot per QPN from ``core.frame.FIRST_QPN`` up) and the buffers one call fills. ``RxState.read`` reads up to a
 budget of frames from one host's ring and returns how many; the events it
 leaves in ``events[:n_events]`` are what Python must act on (ACKs, NAKs and CNPs
 the C loop could not send, completed messages, the senders' ACK frames with their
@@ -27,6 +27,7 @@ from core.errors import CapabilityError
 from core.frame import (
     ACK_FRAME_BYTES,
     CNP_FRAME_BYTES,
+    FIRST_QPN,
     INT_BLOCK_BYTES,
     INT_HEADER_BYTES,
     INT_RECORD_BYTES,
@@ -182,18 +183,25 @@ class RxState:
         for spec in qps:
             assert len(spec.ack) == ACK_FRAME_BYTES and len(spec.cnp) == CNP_FRAME_BYTES
             assert 0 <= spec.nic < len(self.blocked)
-            q = self.qps[spec.qpn]
+            q = self.qp(spec.qpn)
+            at = spec.qpn - FIRST_QPN
             q.host, q.total, q.coalesce = host_id + 1, spec.total_packets, spec.ack_coalesce
             q.ce_ack, q.ack_timer = int(ce_ack), int(ack_timer)
             q.first_rx_ns = q.done_ns = -1
             q.ack_fd, q.nic = spec.fd, spec.nic
-            self.ack_tmpl[spec.qpn * ACK_FRAME_BYTES:(spec.qpn + 1) * ACK_FRAME_BYTES] = spec.ack
-            self.cnp_tmpl[spec.qpn * CNP_FRAME_BYTES:(spec.qpn + 1) * CNP_FRAME_BYTES] = spec.cnp
+            self.ack_tmpl[at * ACK_FRAME_BYTES:(at + 1) * ACK_FRAME_BYTES] = spec.ack
+            self.cnp_tmpl[at * CNP_FRAME_BYTES:(at + 1) * CNP_FRAME_BYTES] = spec.cnp
+
+    def qp(self, qpn: int) -> _RxQp:
+        """The responder state of QPN ``qpn`` (slot ``qpn - FIRST_QPN``)."""
+        if not 0 <= qpn - FIRST_QPN < self.n_qpns:
+            raise IndexError(f"QPN {qpn:#x} has no slot")
+        return self.qps[qpn - FIRST_QPN]
 
     def ack_pending(self, qpn: int) -> tuple[int, bool] | None:
         """The delayed ACK of ``qpn`` (``gbn.GbnReceiver.ack_pending`` on the C state):
         (PSN, ECN echo) of an ACK of everything delivered, or None if nothing waits."""
-        q = self.qps[qpn]
+        q = self.qp(qpn)
         if not q.unreported:
             return None
         echo = bool(q.echo)

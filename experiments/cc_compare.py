@@ -486,6 +486,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             run.fabric(f"{prefix}cc {opts.topo} buffer={opts.buffer}", fab)
             r = roles(topo_graph(topo), list(topo.host_nodes()), opts.senders)
             for kind, cc, pfc, case in todo:
+                advance.start(case)
                 if pfc and fab.pfc is None:
                     fab.enable_pfc(pfc_config(opts))
                 run.attempt(partial(_measure, run, fab, kind, case, r, opts, cc, pfc, t),

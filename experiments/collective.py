@@ -292,6 +292,7 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                 for (name, size), case in cases.items():
                     if run.finished(case):
                         continue
+                    advance.start(case)
                     run.attempt(partial(_measure, run, fab, prefix + entry, name, size,
                                         opts.cc, opts.hash_draws, opts.workers,
                                         opts.capture),

@@ -165,6 +165,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             for seed, case in cases.items():
                 if run.finished(case):
                     continue
+                advance.start(case)
                 run.attempt(partial(_measure, run, fab, case, seed, nic_bps, opts),
                             opts.attempts)
                 run.commit(case)

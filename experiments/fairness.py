@@ -165,9 +165,10 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             Fabric(build_topo(opts.topo), Scale(opts.scale), marking="auto",
                    thresholds=t) as fab:
         run.fabric(opts.topo, fab)
+        advance.start(key)
         run.attempt(partial(_measure, run, fab, prefix, opts), opts.attempts)
         run.commit(key)
-        advance("done")
+        advance(key)
 
 
 def window_rate_bps(m: Measurement, flow: Any, t0_s: float, t1_s: float, settle: float,

@@ -279,6 +279,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
                 receiver = fab.hosts[0]
                 senders = nearest_senders(fab, receiver, opts.senders)
                 for cc, case in todo:
+                    advance.start(case)
                     run.attempt(partial(run_case, run, fab, case, senders, receiver,
                                         opts.size, cc, t, opts.dcqcn, opts.workers,
                                         opts.capture),

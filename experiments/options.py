@@ -24,7 +24,7 @@ from typing import Any, Self, TypeVar
 from core.ecn import Thresholds
 from core.errors import FabricEmuError, ParameterError
 from core.scaling import DEFAULT_SCALE, Scale
-from core.units import parse_size_bytes
+from core.units import format_size, parse_size_bytes
 from topologies.spec import build_topo, topo_size
 from traffic.ccload import validate_cc
 from traffic.collectives import NAMES
@@ -138,6 +138,7 @@ def parse_list(item: Parser) -> Parser:
         if repeated:
             raise ParameterError("value", value, f"listed twice: {', '.join(repeated)}")
         return items
+    parse.item = item  # type: ignore[attr-defined]  # Option.format formats items as it reads them
     return parse
 
 
@@ -249,8 +250,19 @@ class Option:
         return self.quick if quick and self.quick is not None else self.default
 
     def format(self, value: Any) -> str:
-        """``--set`` text that parse() reads back to ``value``."""
+        """``--set`` text that parse() reads back to ``value``: message sizes in KiB or
+        MiB where that is exact."""
+        if getattr(self.parse, "item", self.parse) is parse_size:
+            sizes = value if isinstance(value, (list, tuple)) else [value]
+            return ";".join(_exact_size(v) for v in sizes)
         return format_value(value)
+
+
+def _exact_size(size_bytes: Any) -> str:
+    text = format_size(size_bytes) if isinstance(size_bytes, int) else ""
+    if text and parse_size_bytes(text, "size") == size_bytes:
+        return text
+    return format_value(size_bytes)
 
 
 def resolve_options(spec: Mapping[str, Option], quick: bool, overrides: Mapping[str, Any],

@@ -133,6 +133,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
                 for size, case in cases.items():
                     if run.finished(case):
                         continue
+                    advance.start(case)
                     run.attempt(partial(_measure, run, fab, prefix, spec, size, opts),
                                 opts.attempts)
                     run.commit(case)

@@ -3,6 +3,8 @@
 ```python
 EXPERIMENTS["incast"].OPTIONS            # name -> Option(default, help, quick, parse)
 cli_run("incast", out="runs/x", quick=True, scale=50000, overrides={"senders": "4"})
+load_config("incast.toml", "incast")     # `--config FILE`: the --set keys, from TOML
+rerun_of("runs/x")                       # `--rerun DIR`: (experiment, quick, options)
 demo("runs/demo", scale=200000)          # `emu demo` = `emu run demo`
 report("runs/x")                         # `emu report DIR`
 ```
@@ -10,12 +12,15 @@ report("runs/x")                         # `emu report DIR`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from core.errors import ParameterError
+import tomllib
+
+from core.errors import FabricEmuError, ParameterError
 from experiments import cc_compare, collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.report import render_report
@@ -45,14 +50,58 @@ def parse_sets(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def _known(name: str) -> ModuleType:
+    if name not in EXPERIMENTS:
+        raise ParameterError("experiment", name, f"known: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name]
+
+
+def load_config(path: str | Path, name: str) -> dict[str, Any]:
+    """``--config FILE``: experiment ``name``'s options from a TOML file, one
+    ``key = value`` per option, the keys of ``--set`` (lists as TOML arrays or as
+    ';'-separated strings). Values are parsed later, as ``--set``'s are."""
+    options = _known(name).OPTIONS
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except OSError as e:
+        raise ParameterError("--config", str(path), e.strerror or str(e)) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ParameterError("--config", str(path), f"not TOML: {e}") from None
+    unknown = sorted(set(table) - set(options))
+    if unknown:
+        raise ParameterError("--config", str(path), f"{', '.join(unknown)}: not an option of "
+                             f"{name} (known: {', '.join(options)})")
+    nested = sorted(k for k, v in table.items() if isinstance(v, dict))
+    if nested:
+        raise ParameterError("--config", str(path), f"{', '.join(nested)}: a table, not a value")
+    return table
+
+
+def rerun_of(run_dir: str | Path) -> tuple[str, bool, dict[str, Any]]:
+    """``--rerun DIR``: the experiment, ``--quick`` and every option of the run in
+    ``DIR``, from its config.json."""
+    path = Path(run_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+        name, quick, options = config["experiment"], config["quick"], config["options"]
+    except OSError as e:
+        raise ParameterError("--rerun", str(run_dir), f"no run there ({e.strerror})") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise FabricEmuError(f"cannot rerun {run_dir}: unreadable config.json ({e})") from None
+    if not isinstance(options, dict):
+        raise FabricEmuError(f"cannot rerun {run_dir}: config.json has no options table")
+    _known(name)
+    return name, bool(quick), options
+
+
 def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
             scale: float | str | None = None, overrides: Mapping[str, Any] | None = None, *,
             force: bool = False, resume: bool = False, show: bool = True) -> RunResult:
     """``emu run NAME [--quick] [--scale S] [--out DIR] [--set key=value ...]
     [--force | --resume]``; every option is parsed and checked before anything is
     built or created. No ``out``: a new ``runs/NAME-<time>`` directory."""
-    if name not in EXPERIMENTS:
-        raise ParameterError("experiment", name, f"known: {', '.join(EXPERIMENTS)}")
+    module = _known(name)
     if resume and out is None:
         raise ParameterError("--resume", True, "give the run directory to resume with --out")
     opts: dict[str, Any] = dict(overrides or {})
@@ -60,7 +109,6 @@ def cli_run(name: str, out: str | Path | None = None, quick: bool = False,
         if "scale" in opts:
             raise ParameterError("--scale", scale, "S is also given as --set scale=; give it once")
         opts["scale"] = scale
-    module = EXPERIMENTS[name]
     return run_experiment(module.NAME, module.OPTIONS, module.Options, module.execute,
                           None if out is None else str(out), quick, opts, check=module.check,
                           force=force, resume=resume, show=show)

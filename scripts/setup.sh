@@ -14,6 +14,22 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
+# One line per step on the terminal; apt's and pip's output goes to a log, whose end
+# is shown if a step fails.
+mkdir -p "$VENV"
+LOG="$VENV/setup.log"
+: >"$LOG"
+# A step's command runs as a condition, where set -e is off: chain its parts with &&.
+step() {  # step "what" command...
+    local what="$1"; shift
+    echo "setup: $what"
+    if ! "$@" >>"$LOG" 2>&1; then
+        echo "setup: failed: $what; the end of $LOG:" >&2
+        tail -n 25 "$LOG" >&2
+        exit 1
+    fi
+}
+
 APT_PACKAGES=(mininet iproute2 iputils-ping iperf3 ethtool bridge-utils clang llvm libbpf-dev libc6-dev git
               python3 python3-venv python3-pip python3-dev gcc make tshark)
 missing=()
@@ -21,30 +37,29 @@ for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # Debian/Ubuntu ship bpftool in different packages; it is optional (debugging only).
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing apt packages: ${missing[*]}"
+apt_install() {
     export DEBIAN_FRONTEND=noninteractive
     echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    $SUDO apt-get update -qq \
+        && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+if [ ${#missing[@]} -gt 0 ]; then
+    step "installing apt packages: ${missing[*]}" apt_install
 fi
 
 stamp="$VENV/.fabricemu-installed"
 if [ ! -x "$VENV/bin/python" ]; then
-    echo "setup: creating virtual environment $VENV (system Python, system site packages)"
-    /usr/bin/python3 -m venv --system-site-packages "$VENV"
+    step "creating virtual environment $VENV (system Python, system site packages)" \
+        /usr/bin/python3 -m venv --system-site-packages "$VENV"
     rm -f "$stamp"
 fi
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing fabricemu and its Python dependencies into $VENV"
-    # pip's and the build backend's notices go to a log, shown only if the install fails.
-    log="$VENV/pip-install.log"
-    if ! { "$VENV/bin/python" -m pip install -q --upgrade pip \
-           && "$VENV/bin/python" -m pip install -q -e ".[test]"; } >"$log" 2>&1; then
-        cat "$log" >&2
-        echo "setup: installing into $VENV failed (log above, also in $log)" >&2
-        exit 1
-    fi
+    pip_install() {
+        "$VENV/bin/python" -m pip install --upgrade pip \
+            && "$VENV/bin/python" -m pip install -e ".[test]"
+    }
+    step "installing fabricemu and its Python dependencies into $VENV (about a minute)" \
+        pip_install
     touch "$stamp"
     # Write the new venv's few hundred MB out now: left to the kernel's flusher, the
     # write-back comes ~30 s later, in the middle of a first demo, and stalled one

@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from core.errors import ParameterError
-from core.frame import MTU_PAYLOAD_BYTES, WIRE_OVERHEAD_BYTES
+from core.frame import FIRST_QPN, MAX_QPS, MTU_PAYLOAD_BYTES, WIRE_OVERHEAD_BYTES
 from core.messages import Message, Workload
 from core.units import format_size
 from traffic import collectives
@@ -33,7 +33,6 @@ from traffic.pcap import (
 )
 from traffic.roce import AETH_ACK, Flow, QpTemplate, ResponderTemplate
 
-QPN_BASE = 0x100
 DEFAULT_MAX_MESSAGES = 20_000
 # The DAG builder keeps a rank x unit table of pointers (8 bytes each, against
 # ~230 bytes per message), so this many table entries per allowed message.
@@ -51,7 +50,7 @@ def host_addresses(hosts: list[str]) -> dict[str, tuple[str, str]]:
 
 
 _DUMMY_FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2",
-                   49152, QPN_BASE, "ect0")
+                   49152, FIRST_QPN, "ect0")
 
 
 @lru_cache(maxsize=256)
@@ -133,7 +132,7 @@ def iter_workload_frames(workload: Workload, *, rate_bps: float, mtu_payload_byt
 
     def message_frames(start_s: float, seq: int, m: Message
                        ) -> Iterator[tuple[float, int, int, bytes]]:
-        qpn = QPN_BASE + m.msg_id % ((1 << 24) - QPN_BASE)
+        qpn = FIRST_QPN + m.msg_id % MAX_QPS
         (src_mac, src_ip), (dst_mac, dst_ip) = addr[m.src], addr[m.dst]
         flow = Flow(src_mac, dst_mac, src_ip, dst_ip, 49152 + m.msg_id * 7919 % 16384, qpn, ecn)
         tpl = QpTemplate(flow, m.size_bytes, mtu_payload_bytes=mtu_payload_bytes)

@@ -183,8 +183,8 @@ static size_t ack_write(uint8_t *out, const uint8_t *tmpl, uint32_t psn, uint32_
 /* What a batch's control frames need: where they may be sent from C, what it sent. */
 struct replies {
 	const uint8_t *blocked;     /* per NIC: Python holds frames it must send first */
-	const uint8_t *ack_tmpl;    /* ACK_FRAME_BYTES per QPN */
-	const uint8_t *cnp_tmpl;    /* CNP_FRAME_BYTES per QPN */
+	const uint8_t *ack_tmpl;    /* ACK_FRAME_BYTES per QP slot */
+	const uint8_t *cnp_tmpl;    /* CNP_FRAME_BYTES per QP slot */
 	uint64_t *sent;             /* control frames sent from C */
 	double scale_ns;            /* emulated ns per real second */
 	double cnp_interval_s;      /* real */
@@ -204,14 +204,14 @@ static int ctrl_send(struct replies *r, const struct rx_qp *q, const uint8_t *ou
 	return 1;
 }
 
-/* Send reply `kind` (EV_ACK or EV_NAK, `arg` its event argument) for QP `qpn` with
- * the INT `block` now; 0 if it must go to Python as an event instead. */
-static int ack_send(struct replies *r, const struct rx_qp *q, uint32_t qpn, uint32_t kind,
+/* Send reply `kind` (EV_ACK or EV_NAK, `arg` its event argument) for the QP in slot
+ * `qi` with the INT `block` now; 0 if it must go to Python as an event instead. */
+static int ack_send(struct replies *r, const struct rx_qp *q, uint32_t qi, uint32_t kind,
 		    uint32_t psn, uint32_t arg, const uint8_t *block)
 {
 	uint8_t out[ACK_FRAME_BYTES + INT_BLOCK_BYTES];
 
-	return ctrl_send(r, q, out, ack_write(out, r->ack_tmpl + (size_t)qpn * ACK_FRAME_BYTES,
+	return ctrl_send(r, q, out, ack_write(out, r->ack_tmpl + (size_t)qi * ACK_FRAME_BYTES,
 					    psn, kind == EV_ACK ? AETH_ACK : AETH_NAK_PSN_SEQ,
 					    arg & ARG_COMPLETE, !!(arg & ARG_ECHO), block));
 }
@@ -299,7 +299,9 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			*oldest_ns = rx_ns;
 
 		if (is_data(op)) {
-			struct rx_qp *q = qpn < n_qps ? &qps[qpn] : 0;
+			/* QPN FIRST_QPN + i is slot i (one below FIRST_QPN wraps to no slot) */
+			uint32_t qi = qpn - FIRST_QPN;
+			struct rx_qp *q = qi < n_qps ? &qps[qi] : 0;
 
 			if (!q || q->host != host + 1) {
 				ev[ne++] = (struct rx_event){rx_ns, EV_UNKNOWN, qpn, psn, op};
@@ -325,7 +327,7 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 
 					q->since_ack = 0;
 					/* no INT: those frames' blocks were not kept */
-					if (!ack_send(r, q, qpn, EV_ACK, (psn - 1) & PSN_MASK, arg, 0)) {
+					if (!ack_send(r, q, qi, EV_ACK, (psn - 1) & PSN_MASK, arg, 0)) {
 						if (intbuf)
 							intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
 						ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
@@ -363,12 +365,12 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			if (ce) {
 				q->ce++;
 				if (cnp_due(r, q, rx_ns, t0_ns) &&
-				    !ctrl_send(r, q, r->cnp_tmpl + (size_t)qpn * CNP_FRAME_BYTES,
+				    !ctrl_send(r, q, r->cnp_tmpl + (size_t)qi * CNP_FRAME_BYTES,
 					       CNP_FRAME_BYTES))
 					ev[ne++] = (struct rx_event){rx_ns, EV_CNP, qpn, psn, 0};
 			}
 			if (++*rx_count % sample_every == 0) {
-				lat[nl++] = qpn - 1;
+				lat[nl++] = qi;
 				lat[nl++] = rx_ns - t0_ns;
 				lat[nl++] = rx_ns - (int64_t)ts;
 				lat[nl++] = ce;
@@ -379,7 +381,7 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 				uint32_t arg = reply_arg | (uint32_t)complete;
 
 				int_copy(intbuf, ne, f, at, h.snaplen, (int64_t)payload - TS_BYTES);
-				if (!ack_send(r, q, qpn, reply, reply_psn, arg,
+				if (!ack_send(r, q, qi, reply, reply_psn, arg,
 					      intbuf ? intbuf + (size_t)ne * INT_BLOCK_BYTES : 0))
 					ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn, arg};
 			}

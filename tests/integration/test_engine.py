@@ -103,6 +103,7 @@ def test_1mb_write_completes_with_exact_byte_accounting(send_path):
     row = result.messages.iloc[0]
     assert row["msg_id"] == 7 and row["packets"] == 256
     assert row["packets_sent"] == 256 and row["retransmitted"] == 0 and row["naks"] == 0
+    assert row["out_of_sequence"] == 0 and row["duplicate_request"] == 0
     # No faster than the 100G NIC allows (frames carry 58-74 bytes of headers).
     assert row["fct_s"] >= MB * 8 / 100e9
     assert row["fct_s"] < 3 * MB * 8 / 100e9
@@ -204,6 +205,8 @@ def test_incast_without_cc_fills_the_buffer_drops_and_recovers():
     assert sampler.frame()["backlog_bytes"].max() > 0.9 * port.buffer_bytes
     assert m["retransmitted"].sum() > 0
     assert (m["naks"] + m["timeouts"]).sum() > 0
+    # Every NAK answers a frame that arrived ahead of its PSN (mlx5's out_of_sequence).
+    assert m["out_of_sequence"].sum() >= m["naks"].sum()
     # Line rate throughout: CC off never slows a sender.
     assert (result.rates["rate_bps"] == port.rate_bps).all()
 

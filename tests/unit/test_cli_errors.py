@@ -57,6 +57,9 @@ BAD_COMMANDS = [
     ["run", "demo", "--scale", "abc"], ["run", "demo", "--set", "bogus=1"],
     ["demo", "--set", "senders=abc"], ["demo", "--scale", "0"], ["demo", "--set", "sizes="],
     ["report", "/nonexistent"], ["report", "/etc/hostname"], ["bench", "nosuch"],
+    ["run", "incast", "--config", "/nonexistent.toml"], ["run", "incast", "--config", "/etc"],
+    ["run", "incast", "--config", "/etc/hostname"], ["run", "--rerun", "/nonexistent"],
+    ["run", "--rerun", "/etc"],
 ]
 
 

@@ -7,16 +7,18 @@ import io
 import pytest
 from rich.console import Console
 
-from cli import app as cli
+from cli import doctor as cli
 from emu import capabilities
 from emu.runs import RunInfo
 
 
 @pytest.fixture
-def out(monkeypatch) -> io.StringIO:
-    buf = io.StringIO()
-    monkeypatch.setattr(cli, "console", Console(file=buf, width=300, color_system=None))
-    return buf
+def out() -> io.StringIO:
+    return io.StringIO()
+
+
+def _console(buf: io.StringIO) -> Console:
+    return Console(file=buf, width=300, color_system=None)
 
 
 def test_ecmp_hash_seed_check_says_what_is_lost_without_it(monkeypatch):
@@ -58,7 +60,7 @@ def test_stale_runs_are_listed_with_the_command_to_clean_them(monkeypatch, out):
             RunInfo("5e551011", 4243, False, "emu run incast", [], kind="session"),
             RunInfo("a1a1a1a1", 77, True, "emu net --topo torus,4,4", [], kind="session")]
     monkeypatch.setattr("emu.runs.list_runs", lambda: runs)
-    cli._print_registry()
+    cli._print_registry(_console(out))
     text = out.getvalue()
     assert "Live run a1a1a1a1: pid 77" in text
     assert "Stale runs (their process is gone): 2" in text
@@ -69,7 +71,7 @@ def test_stale_runs_are_listed_with_the_command_to_clean_them(monkeypatch, out):
 
 def test_no_stale_runs_is_said_too(monkeypatch, out):
     monkeypatch.setattr("emu.runs.list_runs", lambda: [])
-    cli._print_registry()
+    cli._print_registry(_console(out))
     assert "Stale runs: none" in out.getvalue()
 
 

@@ -11,7 +11,7 @@ from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
 from core.errors import CapabilityError
-from core.frame import INT_MAX_HOPS, OFF_ACK_INT, OFF_INT, OFF_INT_RETH, TS_BYTES
+from core.frame import FIRST_QPN, INT_MAX_HOPS, OFF_ACK_INT, OFF_INT, OFF_INT_RETH, TS_BYTES
 from engine.rawsock import SNAP_INT_BYTES, RingSpec, slot_offsets
 from engine.rx import EV_ACK, EV_ACK_IN, RxLib, RxQpSpec, RxRing, RxState
 from traffic.int_telemetry import IntRecord, ack_with_int, block_at, decode_block, encode_block
@@ -25,7 +25,8 @@ from traffic.roce import (
     parse_frame,
 )
 
-FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5)
+FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001,
+            FIRST_QPN + 5)
 HOPS = [IntRecord(0.0, 4170, 1.0e-3, 400e9), IntRecord(18434.0, 18984, 1.0e-3 + 92e-12, 100e9)]
 _MAC_OFF = 66
 
@@ -89,8 +90,8 @@ def test_both_receive_paths_echo_a_data_frames_block_and_hand_an_acks_on():
     frames = [_with_int(tmpl.write(0, 0, 10), OFF_INT_RETH, block),   # FIRST: after RETH
               _with_int(tmpl.write(1, 1, 11), OFF_INT, block),        # MIDDLE
               tmpl.write(2, 2, 12),                                   # LAST, no INT
-              ack_with_int(ResponderTemplate(FLOW._replace(dqpn=6)).write_ack(4, 0), block),
-              bytes(ResponderTemplate(FLOW._replace(dqpn=6)).write_ack(5, 0))]
+              ack_with_int(ResponderTemplate(FLOW._replace(dqpn=FIRST_QPN + 6)).write_ack(4, 0), block),
+              bytes(ResponderTemplate(FLOW._replace(dqpn=FIRST_QPN + 6)).write_ack(5, 0))]
     ring = RingSpec.for_headers(1 << 20, SNAP_INT_BYTES)
     offsets = slot_offsets(ring)
     buf = bytearray(ring.size_bytes)
@@ -113,7 +114,7 @@ def test_both_receive_paths_echo_a_data_frames_block_and_hand_an_acks_on():
 
     state = RxState(lib, 16, budget=16, n_nics=1, scale_ns=1e9, cnp_interval_s=0.0)
     resp = ResponderTemplate(FLOW)
-    state.add_qps(0, [RxQpSpec(5, 3, 1, -1, 0, bytes(resp.ack.buf), resp.cnp)])  # ACK each
+    state.add_qps(0, [RxQpSpec(FLOW.dqpn, 3, 1, -1, 0, bytes(resp.ack.buf), resp.cnp)])  # ACK each
     state.blocked[0] = 1                                   # the replies come back as events
     assert state.read(RxRing(buf, offsets, 0), 0, 0, 1) == len(frames)
     events = state.events[:state.n_events.value]

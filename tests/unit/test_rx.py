@@ -12,6 +12,7 @@ from typing import NamedTuple
 import pytest
 
 from core.errors import CapabilityError
+from core.frame import FIRST_QPN
 from engine.rawsock import SNAP_BYTES, RingSpec, slot_offsets
 from engine.rx import (
     ARG_BECN,
@@ -34,9 +35,10 @@ from traffic import gbn
 from traffic.dcqcn import NotificationPoint
 from traffic.roce import AETH_ACK, AETH_NAK_PSN_SEQ, Flow, QpTemplate, ResponderTemplate
 
+QPN = FIRST_QPN + 4             # the QP received here: slot 4
 SCALE_NS = 1e9                  # S = 1: real seconds are emulated ones
 CNP_INTERVAL_S = 2.5e-6         # frames arrive 1 us apart: CNPs are held back
-FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 5,
+FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, QPN,
             ecn="ect0")
 RESP = ResponderTemplate(FLOW._replace(dqpn=77))   # where the replies go
 PROTO_ACK = bytes(RESP.ack.buf)
@@ -62,7 +64,7 @@ def _fill(buf: bytearray, offsets: list[int], start: int, frames: list[bytes],
 
 class _Scenario(NamedTuple):
     """Random arrivals of one QP's frames (gaps, duplicates, CE marks, solicited ACKs),
-    then an ACK and a CNP for a sender and a stranger's frame, in a ring whose batch
+    then an ACK and a CNP for a sender and two strangers' frames, in a ring whose batch
     wraps; ``want``: the events the Python reference (gbn.GbnReceiver) implies."""
 
     buf: bytearray
@@ -109,8 +111,9 @@ def _scenario(seed: int, ce_ack: bool) -> _Scenario:
         frames.append(bytes(f))
     frames.append(bytes(ResponderTemplate(FLOW).write_ack(3, 0, echo=True)))  # to a sender
     frames.append(bytes(ResponderTemplate(FLOW).cnp))      # a CNP: passed through
-    other = QpTemplate(FLOW._replace(dqpn=9), 4096, mtu_payload_bytes=4096)
-    frames.append(bytes(other.write(0, 0, 0)))              # data of a QP not received here
+    for stranger in (FIRST_QPN + 9, 1):                     # a QP not received here, GSI
+        other = QpTemplate(FLOW._replace(dqpn=stranger), 4096, mtu_payload_bytes=4096)
+        frames.append(bytes(other.write(0, 0, 0)))
     ring = RingSpec(192, 1 << 16, 4)
     offsets = slot_offsets(ring)
     buf = bytearray(ring.size_bytes)
@@ -129,10 +132,10 @@ def _scenario(seed: int, ce_ack: bool) -> _Scenario:
         act = ref.on_packet(idx, marked, solicit or idx == n - 1)  # LAST carries AckReq
         if act.flush:
             want.append((EV_ACK, idx - 1, 0 if marked else ARG_ECHO))
-        if np.on_packet(5, marked, (rx_ns - 100) / SCALE_NS):
+        if np.on_packet(QPN, marked, (rx_ns - 100) / SCALE_NS):
             want.append((EV_CNP, idx, 0))
         if (k + 1) % every == 0:
-            lat.extend([4, rx_ns - 100, rx_ns - (1_000 + idx), int(marked)])
+            lat.extend([QPN - FIRST_QPN, rx_ns - 100, rx_ns - (1_000 + idx), int(marked)])
         if act.reply != gbn.NONE:
             want.append((EV_ACK if act.reply == gbn.ACK else EV_NAK, act.psn,
                          ARG_ECHO * act.echo + ref.complete))
@@ -140,7 +143,7 @@ def _scenario(seed: int, ce_ack: bool) -> _Scenario:
             want.append((EV_PENDING, idx, 0))
         if ref.complete and not done:
             done = True
-            np.forget(5)
+            np.forget(QPN)
             want.append((EV_DONE, idx, 0))
     return _Scenario(buf, offsets, start, len(frames), n, size, coalesce, every, stamps, order,
                      ce, want, lat, ref)
@@ -162,7 +165,7 @@ def _read(sc: _Scenario, state: RxState) -> list[tuple[int, int, int]]:
 def _state(sc: _Scenario, ce_ack: bool, fd: int, blocked: bool) -> RxState:
     state = RxState(_lib(), 16, budget=sc.n_frames + 8, n_nics=2, scale_ns=SCALE_NS,
                     cnp_interval_s=CNP_INTERVAL_S)
-    state.add_qps(0, [RxQpSpec(5, sc.n_packets, sc.coalesce, fd, 1, PROTO_ACK, RESP.cnp)],
+    state.add_qps(0, [RxQpSpec(QPN, sc.n_packets, sc.coalesce, fd, 1, PROTO_ACK, RESP.cnp)],
                   ce_ack=ce_ack, ack_timer=ce_ack)
     state.blocked[1] = int(blocked)
     return state
@@ -178,11 +181,11 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
     want, ref = sc.want, sc.ref
     assert events[:len(want)] == want
     assert any(k == EV_PENDING for k, _, _ in want) == (ce_ack and sc.coalesce > 1)
-    # The ACK to a sender (its BECN is the echo), the CNP, then the stranger.
+    # The ACK to a sender (its BECN is the echo), the CNP, then the strangers.
     assert [(e, a) for e, _, a in events[len(want):]][:2] == [(EV_ACK_IN, ARG_BECN), (EV_CNP_IN, 0)]
-    assert events[-1][0] == EV_UNKNOWN
+    assert [e for e, _, _ in events[-2:]] == [EV_UNKNOWN, EV_UNKNOWN]
     assert list(state.latency[:state.n_latency.value]) == sc.lat
-    q = state.qps[5]
+    q = state.qp(QPN)
     assert (q.delivered, q.duplicates, q.out_of_order) == \
         (ref.delivered, ref.duplicates, ref.out_of_order)
     assert q.seen == len(sc.order) and q.ce == sum(sc.ce)
@@ -192,8 +195,8 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
     assert state.ctrl_sent.value == 0
     # The delayed ACK on the C state is the reference's.
     want_ack = ref.ack_pending()
-    assert state.ack_pending(5) == (None if want_ack is None else (want_ack.psn, want_ack.echo))
-    assert state.ack_pending(5) is None
+    assert state.ack_pending(QPN) == (None if want_ack is None else (want_ack.psn, want_ack.echo))
+    assert state.ack_pending(QPN) is None
 
 
 @pytest.mark.parametrize("refused", [False, True])
@@ -224,4 +227,4 @@ def test_c_sends_the_control_frames_python_would_in_its_order(seed, ce_ack, refu
     rest = [e for k, e in enumerate(sc.want) if k not in in_c]
     assert events[:len(rest)] == rest
     assert state.ctrl_sent.value == len(in_c) and (refused or ctrl == [] or sent)
-    assert state.qps[5].cnps == sum(1 for e in sc.want if e[0] == EV_CNP)
+    assert state.qp(QPN).cnps == sum(1 for e in sc.want if e[0] == EV_CNP)
