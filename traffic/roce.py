@@ -90,7 +90,7 @@ RETH_OPCODES = (WRITE_FIRST, WRITE_ONLY)
 OFF_SPORT = OFF_UDP
 OFF_DQPN = OFF_BTH + 5
 #: Prototypes kept per process: a fattree,8 all-to-all has 16,256 host pairs.
-_PROTOTYPES = 4096
+_PROTOTYPES = 1 << 12
 
 #: BTH byte 4 (FECN 0x80, BECN 0x40): on an ACK, BECN is the ECN echo.
 OFF_BECN = OFF_BTH + 4
