@@ -155,11 +155,13 @@ class _FluidRun:
 
     def solve(self, component: list[int]) -> None:
         """Max-min rates of one component's jobs, cached by its multiset of classes."""
-        if len(component) > _LARGE_COMPONENT:
+        if len(component) == 1:  # the commonest: a job alone on its links
+            classes, counts = [self.job_class_list[component[0]]], [1]
+        elif len(component) > _LARGE_COMPONENT:
             comp = np.array(component, dtype=np.int64)
             np_classes, np_counts = np.unique(self.job_class[comp], return_counts=True)
             classes, counts = np_classes.tolist(), np_counts.tolist()
-        else:  # most components are a job or a few: numpy's per-call cost would dominate
+        else:  # a few jobs: numpy's per-call cost would dominate
             job_class = self.job_class_list
             per_class: dict[int, int] = {}
             for j in component:
@@ -184,7 +186,9 @@ class _FluidRun:
                 cls_rate = rates.tolist()
             self.cache[key] = cls_rate
             self.res.recomputations += 1
-        if len(component) > _LARGE_COMPONENT:
+        if len(component) == 1:
+            self.rate[component[0]] = cls_rate[0]
+        elif len(component) > _LARGE_COMPONENT:
             self.rate[comp] = np.array(cls_rate)[np.searchsorted(np_classes, self.job_class[comp])]
         else:
             rate, job_class = self.rate, self.job_class_list
@@ -199,6 +203,14 @@ class _FluidRun:
             if seed in seen_links:
                 continue
             seen_links.add(seed)
+            jobs = link_jobs[seed]
+            if len(jobs) == 1:  # a job alone on all of its links is a component
+                (j,) = jobs
+                ks = cls_links[job_class[j]]
+                if all(len(link_jobs[k]) == 1 for k in ks):
+                    seen_links.update(ks)
+                    self.solve([j])
+                    continue
             stack, component, seen_jobs = [seed], [], set()
             while stack:
                 for j in link_jobs[stack.pop()]:
