@@ -23,6 +23,13 @@ Printed side by side:
   share;
 * the smallest S at which the run is VALID and within 5 % of that model, and the
   engine's frames/s there divided by the kernel capacity;
+* **whole case**: each ring case's wall time from building its fabric to tearing it
+  down, and its parts: the fabric build, the model pricing the case
+  (``experiments.collective.run_collective``: 16 hashed-ECMP draws on the real and
+  the emulable fabric), the engine's start (plans, sockets, the workers building
+  their QPs' frame templates), the run itself (the longest worker's loop) and the
+  rest (reading counters, the gate, the teardown), beside the CPU and wake-ups per
+  frame and the share of the kernel's capacity;
 * with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
   frame costs with each algorithm (its per-ACK and per-CNP Python work, and HPCC's
   ACK per frame and in-band telemetry);
@@ -132,9 +139,12 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
     """The ring all-reduce of 4 MiB over every host at ``scale`` under congestion
     control ``cc`` on ``workers`` workers (None: the engine's choice), gated and priced."""
 
+    began = time.perf_counter()
     with Fabric(build_topo(spec), Scale(scale), marking="auto", in_order=in_order) as fab:
+        built_s = time.perf_counter() - began
         r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16, workers=workers)
         report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
+    whole_s = time.perf_counter() - began
     st = r.measurement.stats
     frames = st.data_packets_sent
     cpu_s = st.cpu_s_total
@@ -155,6 +165,9 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
         "wakeups_per_frame": sum(w.wakeups for w in st.workers) / frames
         if frames else float("nan"),
         "machine_busy": st.machine_busy, "wall_s": st.run_wall_s,
+        # Where the case's wall time went (module doc, "whole case").
+        "whole_s": whole_s, "build_s": built_s, "model_s": r.model_wall_s,
+        "start_s": st.start_wall_s,
     }
 
 
@@ -201,11 +214,32 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
                       f"{r['machine_busy']:.0%}" if r["machine_busy"] is not None else "-",
                       f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
     console.print(table)
+    console.print(_time_parts(rows, spec, cap))
     for in_order in steering:
         for cc in ccs:
             for w in workers or [None]:
                 _smallest_valid(console, rows, spec, cc, in_order, w,
                                 cap[in_order]["delivered_fps"])
+
+
+def _time_parts(rows: list[dict[str, Any]], spec: str, cap: dict[bool, dict[str, float]]
+                ) -> Table:
+    """Each ring case's wall time, fabric build to teardown, and its parts, beside what
+    a frame costs."""
+    table = Table(title=f"where a ring case's time goes, {spec} (wall s)")
+    for col in ("steering", "cc", "workers", "S", "whole", "fabric build", "model",
+                "engine start (templates)", "run", "rest", "run ÷ whole", "CPU/frame",
+                "wake-ups/frame", "÷ kernel"):
+        table.add_column(col)
+    for r in rows:
+        parts = r["build_s"] + r["model_s"] + r["start_s"] + r["wall_s"]
+        table.add_row("on" if r["in_order"] else "off", r["cc"], str(r["workers"]),
+                      f"{r['scale']:g}", f"{r['whole_s']:.1f}", f"{r['build_s']:.1f}",
+                      f"{r['model_s']:.1f}", f"{r['start_s']:.1f}", f"{r['wall_s']:.1f}",
+                      f"{r['whole_s'] - parts:.1f}", f"{r['wall_s'] / r['whole_s']:.0%}",
+                      f"{r['cpu_per_frame_us']:.1f} µs", f"{r['wakeups_per_frame']:.2f}",
+                      f"{r['fps'] / cap[r['in_order']]['delivered_fps']:.3f}")
+    return table
 
 
 def _smallest_valid(console: Console, rows: list[dict[str, Any]], spec: str, cc: str,

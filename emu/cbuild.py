@@ -69,6 +69,7 @@ _FLAGS: dict[str, list[str]] = {
 _SUFFIX = {"bpf": ".o", "shared": ".so"}
 ROOT_CACHE_DIR = "/var/cache/fabricemu"
 _memo: dict[tuple, Path] = {}
+_versions: dict[tuple[str, int, int], str] = {}
 _fresh_dir: Path | None = None
 
 
@@ -220,9 +221,22 @@ def _build_lock(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _clang_version(clang: str) -> str:
+    """``clang --version``, asked once per process and compiler binary: the engine's
+    workers are forked after the parent compiled its libraries, so they inherit the
+    answer instead of each starting a subprocess."""
+    st = os.stat(clang)
+    key = (os.path.realpath(clang), st.st_mtime_ns, st.st_size)
+    version = _versions.get(key)
+    if version is None:
+        version = subprocess.run([clang, "--version"], capture_output=True, text=True).stdout
+        _versions[key] = version
+    return version
+
+
 def _inputs(src: Path, kind: Kind, clang: str) -> tuple[list[str], str]:
     flags = [*_FLAGS[kind], *_include_args(kind)]
-    version = subprocess.run([clang, "--version"], capture_output=True, text=True).stdout
+    version = _clang_version(clang)
     # The headers beside a source are part of it (engine/csrc/crc32.h).
     headers = b"".join(h.read_bytes() for h in sorted(src.parent.glob("*.h")))
     digest = hashlib.sha256(src.read_bytes() + headers + " ".join(flags).encode()

@@ -657,6 +657,7 @@ class _Terminated(KeyboardInterrupt):
 def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | None = None
                  ) -> EngineResult:
     """Send every message of ``workload`` through ``fab``; see the module docstring."""
+    called = time.perf_counter()
     config = config or EngineConfig()
     index = _check_workload(fab, workload)
     # The kernel may still be tearing down an earlier fabric's namespaces: its stalls
@@ -702,6 +703,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     conns: list[Any] = []
     reports: dict[int, WorkerStats] = {}
     error: str | None = None
+    started_s = 0.0
     wall0 = time.perf_counter()
     try:
         shared.wake_fds.extend(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -724,6 +726,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
                 s.close()
         error = _start_clock(shared, procs, conns, reports)
         if error is None:
+            started_s = time.perf_counter() - called
             cpu_marks.append(cpu_ticks())
             error = _collect(shared, procs, conns, reports, wall0 + config.timeout_s,
                              config.timeout_s)
@@ -753,6 +756,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     st.machine_busy = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
     st.steal_s = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
     st.quiet_wait_s = quiet_wait_s
+    st.start_wall_s = started_s
     st.send_path = burst.detail
     st.receive_path = rx_lib.detail
     # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,

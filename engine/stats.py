@@ -202,6 +202,9 @@ class EngineStats:
     machine_busy: float | None = None   # fraction of all CPU time busy during the run
     steal_s: float | None = None        # CPU time the hypervisor took meanwhile
     quiet_wait_s: float = 0.0           # waiting for the kernel to finish a teardown
+    #: From the engine's call to its clock's start: plans, sockets, and the workers
+    #: building their QPs (frame templates, compiled views); 0 if the clock never started.
+    start_wall_s: float = 0.0
     send_path: str = ""
     receive_path: str = ""
     #: Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,

@@ -24,6 +24,7 @@ elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -140,6 +141,7 @@ class CollectiveRun:
     busbw_model_spread_bps: float        # ECMP spread evenly: the ideal
     time_model_emulable_s: float         # the model without the delays not emulated
     time_model_emulable_range_s: tuple[float, float]  # its fastest and slowest hash draw
+    model_wall_s: float = 0.0            # wall time the model took to price the case
 
     def busbw_model_quantile_bps(self, q: float) -> float:
         times_s = np.array([p.completion_s for p in self.model])
@@ -164,6 +166,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
     hosts whose frames to keep; ``engine``: further ``EngineConfig`` settings)."""
 
     workload = build_workload(fab, name, size_bytes)
+    priced = time.perf_counter()
     graph = model_graph(fab)
     draws = predict_workload_hashed(workload, graph, fab.routes.paths, samples=hash_draws,
                                     seed=size_bytes)
@@ -173,6 +176,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                                        samples=hash_draws, seed=size_bytes, **bare)
     bottleneck_bps = workload_bottleneck_rate_bps(workload, graph, fab.routes.paths,
                                                   mode="spread")
+    model_wall_s = time.perf_counter() - priced
     m = measure(fab, workload, engine_config(cc, **engine), capture=capture)
     factor = workload.meta["busbw_factor"]
     time_s = m.completion_s
@@ -185,7 +189,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
                          8.0 * size_bytes / spread.completion_s * factor,
                          float(np.mean([p.completion_s for p in emulable])),
                          (min(p.completion_s for p in emulable),
-                          max(p.completion_s for p in emulable)))
+                          max(p.completion_s for p in emulable)), model_wall_s)
 
 
 def emulable_pricing(fab: Fabric, graph: Any) -> tuple[Any, dict[str, Any]]:

@@ -47,6 +47,7 @@ from model.busbw import busbw_factor
 from model.fluid import FluidJob, simulate
 from model.maxmin import (
     Choice,
+    Flow,
     Path,
     link_capacities,
     make_flow,
@@ -113,6 +114,20 @@ def resolve_paths(paths: PathsLike) -> Callable[[str, str], list[Path]]:
     return lambda s, d: [tuple(p) for p in fn(s, d)]
 
 
+def memo_paths(paths: PathsLike) -> Callable[[str, str], tuple[Path, ...]]:
+    """`resolve_paths`, each (src, dst) resolved once: a DAG has many messages per
+    host pair (routes are fixed for a prediction). Returns the same tuple per pair."""
+    route = resolve_paths(paths)
+    table: dict[tuple[str, str], tuple[Path, ...]] = {}
+
+    def memo(src: str, dst: str) -> tuple[Path, ...]:
+        found = table.get((src, dst))
+        if found is None:
+            found = table[(src, dst)] = tuple(route(src, dst))
+        return found
+    return memo
+
+
 def check_forwarding(forwarding: str) -> None:
     if forwarding not in FORWARDING:
         raise ValueError(f"forwarding must be one of {FORWARDING}, not {forwarding!r}")
@@ -177,11 +192,11 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     """
     check_forwarding(forwarding)
     wire = roce_wire_factor() if wire_factor is None else wire_factor
-    route = resolve_paths(paths)
+    route = memo_paths(paths)
     cap_bps = math.inf if nic_rate_bps is None else float(nic_rate_bps)
     jobs = []
     link_bits: dict[tuple[str, str], float] = {}
-    route_cache: dict[tuple[str, str, float], tuple[dict, float]] = {}
+    route_cache: dict[tuple, tuple[dict, float]] = {}
     for m in workload.messages:
         size_bits = 8.0 * wire * m.size_bytes
         last_bytes = min(packet_bytes, size_bits / 8.0)
@@ -190,6 +205,18 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
             if key not in route_cache:
                 route_cache[key] = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
                                                   choice, cap_bps, last_bytes, forwarding)
+            fractions, latency_s = route_cache[key]
+        elif mode == "hashed" and m.src != m.dst:
+            # The path is the message's own draw; what follows from a path is not.
+            all_paths = route(m.src, m.dst)
+            if not all_paths:
+                raise ValueError(f"flow {m.msg_id!r} has no routed path")
+            path = choose_path(m.msg_id, all_paths, choice)
+            key = (path, last_bytes)
+            if key not in route_cache:
+                flow = Flow(m.msg_id, (path,), cap_bps=cap_bps)
+                route_cache[key] = (dict(flow.fractions),
+                                    path_latency_s(graph, path, last_bytes, forwarding))
             fractions, latency_s = route_cache[key]
         else:
             fractions, latency_s = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
@@ -242,11 +269,11 @@ def predict_workload_hashed(workload: Workload, graph: nx.Graph, paths: PathsLik
     independent draws (`per_hop_hash_choice`): the kernel's hash cannot be reproduced
     from outside, so the model gives the distribution over hash outcomes. One
     prediction when no message has a choice of path."""
-    route = resolve_paths(paths)
+    route = memo_paths(paths)
     if all(len(route(m.src, m.dst)) <= 1 for m in workload.messages if m.src != m.dst):
-        return [predict_workload(workload, graph, paths, mode="hashed", **kw)]
+        return [predict_workload(workload, graph, route, mode="hashed", **kw)]
     rng = random.Random(seed)
-    return [predict_workload(workload, graph, paths, mode="hashed",
+    return [predict_workload(workload, graph, route, mode="hashed",
                              choice=per_hop_hash_choice(rng), **kw) for _ in range(samples)]
 
 
@@ -296,6 +323,12 @@ def workload_bottleneck_rate_bps(workload: Workload, graph: nx.Graph, paths: Pat
     steps: dict[int, set[tuple[str, str]]] = {}
     for m in workload.messages:
         steps.setdefault(m.step, set()).add((m.src, m.dst))
-    return min((bottleneck_rate_bps(graph, paths, sorted(pairs), mode=mode, choice=choice,
-                                    nic_rate_bps=nic_rate_bps) for pairs in steps.values()),
+    flow_sets = [tuple(sorted(pairs)) for pairs in steps.values()]
+    if not (mode == "hashed" and callable(choice)):
+        # Steps of one flow set (all of a ring's) have one rate: priced once. A drawn
+        # choice (a callable) may place a step's flows anew each time: priced per step.
+        flow_sets = list(dict.fromkeys(flow_sets))
+    route = memo_paths(paths)
+    return min((bottleneck_rate_bps(graph, route, pairs, mode=mode, choice=choice,
+                                    nic_rate_bps=nic_rate_bps) for pairs in flow_sets),
                default=math.inf)

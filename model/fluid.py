@@ -23,6 +23,7 @@ import itertools
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
@@ -32,11 +33,14 @@ from model.maxmin import Flow, Link, as_capacities, as_flow, fill_classes, fill_
 _DONE_REL = 1e-9
 #: Components with at most this many job classes are solved in plain Python.
 _SMALL_COMPONENT = 64
+#: Components of more jobs than this are grouped into classes with numpy.
+_LARGE_COMPONENT = 256
 
 
-@dataclass(frozen=True)
-class FluidJob:
-    """One unit of fluid work; ``fractions[link]`` is the share of its rate on a link."""
+class FluidJob(NamedTuple):
+    """One unit of fluid work; ``fractions[link]`` is the share of its rate on a link.
+
+    (A tuple: a DAG prices tens of thousands of them per prediction.)"""
 
     job_id: Hashable
     fractions: Mapping[Link, float]
@@ -84,8 +88,13 @@ class _FluidRun:
         self.job_class = job_class = np.empty(n, dtype=np.int64)
         cls_fracs: list[Mapping[Link, float]] = []
         cls_cap: list[float] = []
+        # Jobs often share one fractions mapping (one per path): sorted once per mapping.
+        sorted_fracs: dict[int, tuple] = {}
         for i, job in enumerate(job_list):
-            key = (tuple(sorted(job.fractions.items())), job.cap_bps)
+            fr = sorted_fracs.get(id(job.fractions))
+            if fr is None:
+                fr = sorted_fracs[id(job.fractions)] = tuple(sorted(job.fractions.items()))
+            key = (fr, job.cap_bps)
             if key not in class_key:
                 class_key[key] = len(cls_fracs)
                 cls_fracs.append(job.fractions)
@@ -101,6 +110,8 @@ class _FluidRun:
             for link, frac in fr.items():
                 coef_all[c, lidx[link]] = frac
         self.cap_all = np.array(cls_cap, dtype=float)
+        self.cap_list = self.cap_all.tolist()
+        self.job_class_list: list[int] = job_class.tolist()
         self.link_cap_all = np.array([capacities[link] for link in links], dtype=float)
         self.has_link = (coef_all > 0).any(axis=1)
 
@@ -129,7 +140,7 @@ class _FluidRun:
         self.link_cap_list = self.link_cap_all.tolist()
         self.link_jobs: list[set[int]] = [set() for _ in links]
         self.rate = np.zeros(n)
-        self.cache: dict[tuple, np.ndarray] = {}
+        self.cache: dict[tuple, list[float]] = {}
         self.active: set[int] = set()
         self.touched: set[int] = set()     # links whose component must be recomputed
 
@@ -143,34 +154,63 @@ class _FluidRun:
         self.push(ready + job.pre_s, 0, i)
 
     def solve(self, component: list[int]) -> None:
-        job_class = self.job_class
-        comp = np.array(component, dtype=np.int64)
-        classes, counts = np.unique(job_class[comp], return_counts=True)
-        key = (classes.tobytes(), counts.tobytes())
+        """Max-min rates of one component's jobs, cached by its multiset of classes."""
+        if len(component) == 1:  # the commonest: a job alone on its links
+            classes, counts = [self.job_class_list[component[0]]], [1]
+        elif len(component) > _LARGE_COMPONENT:
+            comp = np.array(component, dtype=np.int64)
+            np_classes, np_counts = np.unique(self.job_class[comp], return_counts=True)
+            classes, counts = np_classes.tolist(), np_counts.tolist()
+        else:  # a few jobs: numpy's per-call cost would dominate
+            job_class = self.job_class_list
+            per_class: dict[int, int] = {}
+            for j in component:
+                c = job_class[j]
+                per_class[c] = per_class.get(c, 0) + 1
+            classes = sorted(per_class)
+            counts = [per_class[c] for c in classes]
+        key = (tuple(classes), tuple(counts))
         cls_rate = self.cache.get(key)
         if cls_rate is None:
             if len(classes) <= _SMALL_COMPONENT:
-                cls_rows = self.cls_rows
-                cls_rate = np.array(fill_sparse([cls_rows[c] for c in classes.tolist()],
-                                                counts.tolist(), self.link_cap_list,
-                                                self.cap_all[classes].tolist()))
+                cls_rows, cap = self.cls_rows, self.cap_list
+                cls_rate = fill_sparse([cls_rows[c] for c in classes], counts,
+                                       self.link_cap_list, [cap[c] for c in classes])
             else:
-                coef = self.coef_all[classes]
+                index = np.array(classes, dtype=np.int64)
+                coef = self.coef_all[index]
                 cols = coef.any(axis=0)
-                cls_rate, _ = fill_classes(coef[:, cols], counts.astype(float),
-                                           self.link_cap_all[cols], self.cap_all[classes],
-                                           want_bottleneck=False)
+                rates, _ = fill_classes(coef[:, cols], np.array(counts, dtype=float),
+                                        self.link_cap_all[cols], self.cap_all[index],
+                                        want_bottleneck=False)
+                cls_rate = rates.tolist()
             self.cache[key] = cls_rate
             self.res.recomputations += 1
-        self.rate[comp] = cls_rate[np.searchsorted(classes, job_class[comp])]
+        if len(component) == 1:
+            self.rate[component[0]] = cls_rate[0]
+        elif len(component) > _LARGE_COMPONENT:
+            self.rate[comp] = np.array(cls_rate)[np.searchsorted(np_classes, self.job_class[comp])]
+        else:
+            rate, job_class = self.rate, self.job_class_list
+            of_class = dict(zip(classes, cls_rate, strict=True))
+            for j in component:
+                rate[j] = of_class[job_class[j]]
 
     def recompute(self, seeds: set[int]) -> None:
-        link_jobs, cls_links, job_class = self.link_jobs, self.cls_links, self.job_class
+        link_jobs, cls_links, job_class = self.link_jobs, self.cls_links, self.job_class_list
         seen_links: set[int] = set()
         for seed in seeds:
             if seed in seen_links:
                 continue
             seen_links.add(seed)
+            jobs = link_jobs[seed]
+            if len(jobs) == 1:  # a job alone on all of its links is a component
+                (j,) = jobs
+                ks = cls_links[job_class[j]]
+                if all(len(link_jobs[k]) == 1 for k in ks):
+                    seen_links.update(ks)
+                    self.solve([j])
+                    continue
             stack, component, seen_jobs = [seed], [], set()
             while stack:
                 for j in link_jobs[stack.pop()]:
@@ -186,17 +226,17 @@ class _FluidRun:
 
     def activate(self, i: int) -> None:
         self.active.add(i)
-        ks = self.cls_links[self.job_class[i]]
+        ks = self.cls_links[self.job_class_list[i]]
         link_jobs = self.link_jobs
         for k in ks:
             link_jobs[k].add(i)
         self.touched.update(ks)
         if not ks:                     # no link: only its cap limits it
-            self.rate[i] = self.cap_all[self.job_class[i]]
+            self.rate[i] = self.cap_list[self.job_class_list[i]]
 
     def deactivate(self, i: int) -> None:
         self.active.discard(i)
-        ks = self.cls_links[self.job_class[i]]
+        ks = self.cls_links[self.job_class_list[i]]
         link_jobs = self.link_jobs
         for k in ks:
             link_jobs[k].discard(i)
@@ -208,10 +248,13 @@ class _FluidRun:
         job_list, res, heap, active, touched = (self.job_list, self.res, self.heap,
                                                 self.active, self.touched)
         size, remaining, rate = self.size, self.remaining, self.rate
-        job_class, cap_all, has_link = self.job_class, self.cap_all, self.has_link
-        dependents, waiting = self.dependents, self.waiting
+        dependents, waiting = self.dependents, self.waiting.tolist()
         push, make_ready = self.push, self.make_ready
         activate, deactivate = self.activate, self.deactivate
+        has_link, cap = self.has_link.tolist(), self.cap_list
+        # Drained at once when started: no bits, or neither a link nor a cap to limit it.
+        instant = [s == 0 or (not has_link[c] and math.isinf(cap[c]))
+                   for s, c in zip(size.tolist(), self.job_class_list, strict=True)]
 
         for i in range(len(job_list)):
             if waiting[i] == 0:
@@ -258,8 +301,7 @@ class _FluidRun:
                 job = job_list[i]
                 if kind == 0:
                     res.start_s[job.job_id] = t
-                    if size[i] == 0 or (not has_link[job_class[i]]
-                                        and math.isinf(cap_all[job_class[i]])):
+                    if instant[i]:
                         res.drained_s[job.job_id] = t
                         push(t + job.post_s, 1, i)
                     else:

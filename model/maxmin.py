@@ -107,7 +107,7 @@ def choose_path(flow_id: Hashable, paths: Sequence[Path], choice: Choice | None)
     if isinstance(picked, (int, np.integer)):
         return tuple(paths[int(picked) % len(paths)])
     picked = tuple(picked)
-    if picked not in {tuple(p) for p in paths}:
+    if picked not in paths and picked not in {tuple(p) for p in paths}:  # paths may be lists
         raise ValueError(f"flow {flow_id!r}: chosen path {picked} is not a routed path")
     return picked
 

@@ -1,9 +1,13 @@
-"""RoCEv2 packets: Scapy templates built once per queue pair, byte patching per packet.
+"""RoCEv2 packets: Scapy prototypes built once per frame shape, byte patching per packet.
 
 Scapy (``scapy.contrib.roce``) defines the headers and builds one prototype frame
-per *shape* (opcode and payload length) of a QP.  The hot path only patches the
-varying bytes into that prototype with ``struct.pack_into`` and finishes the ICRC
-from precomputed CRC state, so no Scapy code runs per packet.
+per *shape*: addresses, ECN and DSCP, opcode, payload and message length. The QPs
+of a shape (a ring all-reduce posts hundreds of messages between the same two
+hosts) share it: each copies it with its own UDP source port (ECMP entropy) and
+destination QPN patched in, the only per-QP fields, so Scapy runs once per shape
+instead of once per message. The hot path only patches the varying bytes of a
+packet into its QP's frame with ``struct.pack_into`` and finishes the ICRC from
+precomputed CRC state, so no Scapy code runs per packet.
 
 Frame layout (`core.frame` declares it; IPv4, no options, UDP checksum 0)::
 
@@ -66,6 +70,7 @@ from core.frame import (
     OFF_BTH,
     OFF_IP,
     OFF_PSN_WORD,
+    OFF_UDP,
     RETH_BYTES,
     ROCE_UDP_PORT,
     TS_BYTES,
@@ -80,6 +85,12 @@ ACKNOWLEDGE = 0x11
 CNP = CNP_OPCODE  # 0x81
 DATA_OPCODES = (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_ONLY)
 RETH_OPCODES = (WRITE_FIRST, WRITE_ONLY)
+
+#: The per-QP fields of a frame: UDP source port (2 bytes) and BTH destination QPN (3).
+OFF_SPORT = OFF_UDP
+OFF_DQPN = OFF_BTH + 5
+#: Prototypes kept per process: a fattree,8 all-to-all has 16,256 host pairs.
+_PROTOTYPES = 1 << 12
 
 #: BTH byte 4 (FECN 0x80, BECN 0x40): on an ACK, BECN is the ECN echo.
 OFF_BECN = OFF_BTH + 4
@@ -279,8 +290,44 @@ def cnp_packet(flow: Flow) -> Packet:
     return flow.scapy(BTH(opcode=CNP, becn=1, dqpn=flow.dqpn) / CNPPadding())
 
 
+def _shape_key(flow: Flow) -> Flow:
+    """``flow`` without its per-QP fields: what its QPs' prototypes are built for."""
+    return flow._replace(sport=0, dqpn=0)
+
+
+def _with_qp(prototype: bytes, flow: Flow) -> bytearray:
+    """A copy of ``prototype`` carrying ``flow``'s UDP source port and destination QPN."""
+    frame = bytearray(prototype)
+    struct.pack_into(">H", frame, OFF_SPORT, flow.sport)
+    frame[OFF_DQPN:OFF_DQPN + 3] = flow.dqpn.to_bytes(3, "big")
+    return frame
+
+
+@lru_cache(maxsize=_PROTOTYPES)
+def _data_prototype(key: Flow, opcode: int, payload_bytes: int, ackreq: int, va: int,
+                    rkey: int, dma_len: int) -> bytes:
+    """Scapy's data frame of this shape for QP fields zero, ICRC zero (Shape seals it)."""
+    pkt = data_packet(key, opcode, payload_bytes, ackreq=ackreq, va=va, rkey=rkey,
+                      dma_len=dma_len)
+    pkt[BTH].icrc = 0  # Shape.write fills it in; Scapy's own ICRC is slow
+    return bytes(pkt)
+
+
+@lru_cache(maxsize=_PROTOTYPES)
+def _ack_prototype(key: Flow) -> bytes:
+    """Scapy's ACK for QP fields zero, ICRC zero (Shape.write_ack seals it)."""
+    ack = ack_packet(key)
+    ack[BTH].icrc = 0
+    return bytes(ack)
+
+
+@lru_cache(maxsize=_PROTOTYPES)
+def _cnp_prototype(key: Flow) -> bytes:
+    return bytes(cnp_packet(key))
+
+
 class QpTemplate:
-    """Frames of one RDMA WRITE of ``message_bytes`` on one QP, built once with Scapy.
+    """Frames of one RDMA WRITE of ``message_bytes`` on one QP, from its shape's prototypes.
 
     A message of P packets is ONLY (P = 1) or FIRST, MIDDLE*, LAST, cut at
     ``mtu_payload_bytes``.  Payloads shorter than the 8-byte timestamp (messages
@@ -308,14 +355,13 @@ class QpTemplate:
             if self.n_packets > 2:
                 wanted[WRITE_MIDDLE] = mtu_payload_bytes
         self.shapes: dict[int, Shape] = {}
+        key = _shape_key(flow)
         for opcode, payload_bytes in wanted.items():
-            pkt = data_packet(flow, opcode, payload_bytes,
-                              ackreq=int(opcode in (WRITE_LAST, WRITE_ONLY)),
-                              va=va, rkey=rkey, dma_len=message_bytes)
-            pkt[BTH].icrc = 0  # Shape.write fills it in; Scapy's own ICRC is slow
-            frame = bytes(pkt)
+            prototype = _data_prototype(key, opcode, payload_bytes,
+                                        int(opcode in (WRITE_LAST, WRITE_ONLY)), va, rkey,
+                                        message_bytes)
             ts_end = OFF_AFTER_BTH + (RETH_BYTES if opcode in RETH_OPCODES else 0) + TS_BYTES
-            self.shapes[opcode] = Shape(frame, ts_end)
+            self.shapes[opcode] = Shape(_with_qp(prototype, flow), ts_end)
 
     def opcode(self, index: int) -> int:
         """Opcode of packet ``index`` (0-based) of the message."""
@@ -334,10 +380,11 @@ class ResponderTemplate:
     """ACK/NAK and CNP frames from the responder back to requester QP ``flow.dqpn``."""
 
     def __init__(self, flow: Flow):
-        ack = ack_packet(flow)
-        ack[BTH].icrc = 0  # Shape.write_ack fills it in
-        self.ack = Shape(bytes(ack), OFF_AFTER_BTH + AETH_BYTES)
-        self.cnp = bytes(cnp_packet(flow))  # nothing in a CNP varies
+        key = _shape_key(flow)
+        self.ack = Shape(_with_qp(_ack_prototype(key), flow), OFF_AFTER_BTH + AETH_BYTES)
+        cnp = _with_qp(_cnp_prototype(key), flow)  # nothing in a CNP varies: sealed here
+        _pack_le32(cnp, len(cnp) - ICRC_BYTES, compute_icrc(cnp))
+        self.cnp = bytes(cnp)
 
     def write_ack(self, psn: int, msn: int, syndrome: int = AETH_ACK,
                   echo: bool = False) -> bytearray:

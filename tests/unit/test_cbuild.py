@@ -239,3 +239,26 @@ def test_libbpf_comes_from_a_trusted_absolute_path():
     for path in paths:
         assert path.is_absolute()
         check_trusted_file(path)
+
+
+def test_the_compiler_is_asked_its_version_once(tmp_path, monkeypatch):
+    """A forked engine worker inherits the parent's answer: no subprocess per worker
+    start. A different compiler binary (an upgrade) is asked again."""
+    clang = tmp_path / "clang"
+    clang.write_text("#!/bin/sh\necho 'clang version 1'\n")
+    clang.chmod(0o755)
+    calls = []
+    real_run = cbuild.subprocess.run
+
+    def counting_run(args, **kw):
+        calls.append(args)
+        return real_run(args, **kw)
+
+    monkeypatch.setattr(cbuild, "_versions", {})
+    monkeypatch.setattr(cbuild.subprocess, "run", counting_run)
+    assert cbuild._clang_version(str(clang)) == "clang version 1\n"
+    assert cbuild._clang_version(str(clang)) == "clang version 1\n"
+    assert len(calls) == 1
+    clang.write_text("#!/bin/sh\necho 'clang version 2.0'\n")
+    assert cbuild._clang_version(str(clang)) == "clang version 2.0\n"
+    assert len(calls) == 2

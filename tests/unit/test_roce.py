@@ -85,6 +85,38 @@ def test_hot_path_matches_scapy_byte_for_byte(flow, message_bytes, mtu, data):
         assert icrc_ok(marked) and parse_frame(marked).ecn == ECN_CE
 
 
+def test_qps_of_one_shape_share_its_prototype_and_match_scapy():
+    """A ring's QPs between two hosts differ only in UDP source port and QPN: Scapy
+    builds their shape once, and every QP's frames are still Scapy's, byte for byte."""
+    from traffic import roce
+
+    roce._data_prototype.cache_clear()
+    roce._ack_prototype.cache_clear()
+    roce._cnp_prototype.cache_clear()
+    base = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0, 1)
+    message_bytes = 32 << 10
+    for i in (0, 1, 2, 255, 4095, 16383):
+        flow = base._replace(sport=0xC000 | i, dqpn=0x100 + i)
+        tpl = QpTemplate(flow, message_bytes)
+        for index in (0, 1, tpl.n_packets - 1):
+            frame = bytes(tpl.write(index, 1000 + i, 123456789 * i))
+            assert frame == scapy_data_frame(
+                flow, tpl.opcode(index), 1000 + i, int(index == tpl.n_packets - 1),
+                123456789 * i, expected_payload(tpl, index), message_bytes, ECN_CODES[flow.ecn])
+        reply = flow.reversed(flow.dqpn)._replace(ecn="not-ect")
+        resp = ResponderTemplate(reply)
+        l2 = (Ether(src=reply.src_mac, dst=reply.dst_mac)
+              / IP(src=reply.src_ip, dst=reply.dst_ip, tos=reply.dscp << 2, ttl=64, id=0,
+                   flags="DF")
+              / UDP(sport=reply.sport, dport=4791, chksum=0))
+        assert bytes(resp.write_ack(7, 3, echo=True)) == bytes(
+            l2 / BTH(opcode=ACKNOWLEDGE, dqpn=reply.dqpn, psn=7, becn=1) / AETH(msn=3))
+        assert resp.cnp == bytes(l2 / cnp(reply.dqpn))
+    assert roce._data_prototype.cache_info().misses == 3  # FIRST, MIDDLE, LAST
+    assert roce._ack_prototype.cache_info().misses == 1
+    assert roce._cnp_prototype.cache_info().misses == 1
+
+
 def test_segmentation_opcodes():
     flow = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 1, 2)
     assert [QpTemplate(flow, 4096).opcode(0)] == [WRITE_ONLY]
