@@ -49,6 +49,7 @@ from model.maxmin import (
     Choice,
     Flow,
     Path,
+    choose_path,
     link_capacities,
     make_flow,
     max_min_rates,
