@@ -66,6 +66,7 @@ from model.alphabeta import (
     roce_wire_factor,
     workload_bottleneck_rate_bps,
 )
+from model.claims import ALPHABETA
 from topologies.base import NVLINK_RATE_BPS
 from topologies.spec import build_topo
 from traffic import collectives
@@ -201,8 +202,8 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            fab: Fabric, cc: str) -> str:
     """Summary metric, table row and fidelity of one collective run; returns the case."""
     case = case_name(fabric, name, size_bytes)
-    run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6)
-    run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9)
+    run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6, ALPHABETA)
+    run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9, ALPHABETA)
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")

@@ -39,6 +39,7 @@ from experiments.options import (
 )
 from experiments.progress import progress
 from experiments.rundir import Run
+from model.claims import TIER_UTILISATION
 from topologies.spec import build_topo
 
 NAME = "ratios"
@@ -92,7 +93,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
     rows = []
     for tier in sorted(model, key=lambda t: -model[t]):
         run.metric(case, f"busiest {tier} link utilisation", "fraction",
-                   measured.get(tier, 0.0), model[tier])
+                   measured.get(tier, 0.0), model[tier], TIER_UTILISATION)
         rows.append({"fabric": spec, "size_bytes": size, "tier": tier,
                      "utilisation_measured": measured.get(tier, 0.0),
                      "utilisation_model": model[tier]})

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from experiments.plots import CSV_COLUMNS, bad_run, read_csv, render_plots
+from model.claims import Kind
 
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -33,23 +34,41 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def _err(err: float | None) -> str:
+def _err(row: Mapping[str, Any]) -> str:
+    """A prediction's error, green within its tolerance and red beyond; blank for an
+    estimate, a bound or an ideal (they claim no accuracy)."""
+    err = row.get("error_rel")
+    if row.get("kind") not in (None, Kind.PREDICTION.value):
+        return ""
     if not isinstance(err, (int, float)) or isinstance(err, bool) or not math.isfinite(err):
-        return "n/a"
-    color = "green" if abs(err) <= 0.05 else "yellow" if abs(err) <= 0.15 else "red"
+        return "n/a" if row.get("predicted") is not None else ""
+    color = "red" if row.get("model_disagrees") else "green" if "kind" in row else "yellow"
     return f"[{color}]{err:+.1%}[/]"
+
+
+def model_label(row: Mapping[str, Any]) -> str:
+    """What the row's model value is: 'prediction ±5%', 'estimate', ...; '' without one,
+    'unlabelled' in a run recorded before models said what they claim."""
+    if row.get("predicted") is None:
+        return ""
+    kind, tol = row.get("kind"), row.get("tolerance_rel")
+    if kind is None:
+        return "unlabelled"
+    return f"{kind} ±{tol * 100:g}%" if isinstance(tol, (int, float)) else str(kind)
 
 
 def summary_table(summary: Mapping[str, Any], title: str) -> Table:
     table = Table(title=title)
     for col, just in (("case", "left"), ("metric", "left"), ("unit", "left"),
-                      ("measured", "right"), ("model", "right"), ("error", "right"),
-                      ("valid", "center")):
+                      ("measured", "right"), ("model", "right"), ("model is", "left"),
+                      ("error", "right"), ("model verdict", "left"), ("valid", "center")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in summary["metrics"]:
+        verdict = {True: "[red]model disagrees[/]", False: "agrees"}.get(
+            r.get("model_disagrees"), "")
         table.add_row(escape(str(r["case"])), escape(str(r["metric"])), escape(str(r["unit"])),
-                      _fmt(r["measured"]),
-                      _fmt(r["predicted"]), _err(r.get("error_rel")),
+                      _fmt(r["measured"]), "" if r["predicted"] is None else _fmt(r["predicted"]),
+                      escape(model_label(r)), _err(r), verdict,
                       "[green]yes[/]" if r.get("valid") else "[red]no[/]")
     return table
 
@@ -236,11 +255,21 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
         for k, reasons in enumerate(refused.get(case, ()), start=1):
             console.print(f"  [yellow]attempt {k} refused[/] (measured again): "
                           + escape("; ".join(map(str, reasons))))
+    disagree = [f"{r['case']}: {r['metric']}" for r in summary["metrics"]
+                if r.get("model_disagrees")]
+    if disagree:
+        console.print(f"[red]model disagrees[/] beyond its stated tolerance in {len(disagree)} "
+                      "row(s) (model.claims; apart from the gate's VALID): "
+                      + escape("; ".join(disagree)))
+    rerun = summary.get("suggested_rerun")
     suggested = summary.get("suggested_scale")
     verdict = "[green]VALID[/]" if summary["valid"] else "[red]INVALID[/]" + (
-        f" (suggested S = {suggested:g})" if isinstance(suggested, (int, float)) else "")
+        f" (suggested S = {suggested:g})" if isinstance(rerun, str) else "")
     console.print(f"run {verdict}; results in {escape(str(run_dir))}/ (summary.json, config.json, "
                   f"{len(list(run_dir.glob('*.csv')))} CSVs)")
+    if isinstance(rerun, str):
+        console.print(f"rerun at the suggested S:  {rerun}", markup=False, highlight=False,
+                      soft_wrap=True)
     for p in made:
         console.print(f"  plot: {escape(str(p))}")
     return made

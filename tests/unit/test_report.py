@@ -24,8 +24,9 @@ from experiments.options import (
 )
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
-from experiments.rundir import Run, error_rel, jain_index
+from experiments.rundir import METRIC_COLUMNS, Run, error_rel, jain_index
 from experiments.runner import run_experiment
+from model.claims import ALPHABETA
 
 
 def test_error_rel():
@@ -77,8 +78,8 @@ def _synthetic_run(tmp_path) -> Run:
     run = Run("synthetic", tmp_path, {"scale": 50000.0, "sizes": [1, 2]}, quick=True)
     t = np.linspace(0, 50e-6, 40)
     for case, peak in (("cc=off", 4e6), ("cc=dcqcn", 1e6)):
-        run.metric(case, "latency p99", "us", peak / 5e4, peak / 4.8e4)
-        run.metric(case, "drops", "packets", 0.0, 0.0)
+        run.metric(case, "latency p99", "us", peak / 5e4, peak / 4.8e4, ALPHABETA)
+        run.metric(case, "drops", "packets", 0.0, 0.0, ALPHABETA)
         run.frame("queue", pd.DataFrame({"t_s": t, "port": "e1:e1-eth1",
                                          "backlog_bytes": peak * np.sin(t / t[-1] * np.pi)}),
                   case=case)
@@ -110,8 +111,8 @@ def test_run_directory_and_report(tmp_path):
     assert config["versions"]["python"]
     assert summary["valid"] is False
     rows = {(r["case"], r["metric"]): r for r in summary["metrics"]}
-    assert set(rows[("cc=off", "latency p99")]) == {
-        "case", "metric", "unit", "measured", "predicted", "error_rel", "valid"}
+    assert set(rows[("cc=off", "latency p99")]) == set(METRIC_COLUMNS)
+    assert rows[("cc=off", "latency p99")]["kind"] == "prediction"
     assert rows[("cc=off", "latency p99")]["valid"] is True
     assert rows[("cc=dcqcn", "latency p99")]["valid"] is False
     assert rows[("cc=off", "drops")]["error_rel"] == 0.0
@@ -134,10 +135,10 @@ def test_report_refuses_unfinished_dir(tmp_path):
 
 def test_a_failing_case_keeps_the_finished_ones(tmp_path):
     def execute(run: Run, opts: dict) -> None:
-        run.metric("first", "busbw", "Gb/s", 390.0, 394.0)
+        run.metric("first", "busbw", "Gb/s", 390.0, 394.0, ALPHABETA)
         run.fidelity("first", FidelityReport(True, [], 1.0))
         run.commit("first")
-        run.metric("second", "busbw", "Gb/s", 1.0, 394.0)  # the running case: dropped
+        run.metric("second", "busbw", "Gb/s", 1.0, 394.0, ALPHABETA)  # the running case: dropped
         raise RuntimeError("second case broke")
 
     out = tmp_path / "run"
