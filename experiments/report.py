@@ -226,7 +226,7 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
                         {"experiment": str, "valid": bool, "cases": dict, "metrics": list})
     _check_summary(run_dir, summary)
     config = load_json(run_dir, "config.json", {})
-    made = render_plots(run_dir)
+    made = render_plots(run_dir, summary, config)
     if not show:
         return made
     console.print(summary_table(summary, f"{escape(summary['experiment'])}: measured vs model "

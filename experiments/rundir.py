@@ -288,14 +288,15 @@ class Run:
         write_csv_atomic(self.dir / "metrics.csv", metrics)
         names = dict.fromkeys(name for u in units for name in u.frames)
         for name in names:
-            parts = [with_valid(df, u.cases, cases) for u in units for df in u.frames.get(name, [])]
+            parts = [with_valid(df, u.cases, cases, verdict.valid) for u in units
+                     for df in u.frames.get(name, [])]
             write_csv_atomic(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
         fabrics = {k: v for u in units for k, v in u.fabrics.items()}
         deviations = [{k: _json_safe(v) for k, v in d.items()} for u in units
                       for d in u.deviations]
         if deviations:
             write_csv_atomic(self.dir / "deviations.csv",
-                             with_valid(pd.DataFrame(deviations), {}, cases))
+                             with_valid(pd.DataFrame(deviations), {}, cases, verdict.valid))
         config = {
             "experiment": self.experiment, "quick": self.quick, "status": status,
             "options": self.options, "scale": self.options.get("scale"), "seed": self.seed,
@@ -376,13 +377,14 @@ class Run:
 
 
 def with_valid(df: pd.DataFrame, unit_cases: Mapping[str, FidelityReport],
-               cases: Mapping[str, FidelityReport]) -> pd.DataFrame:
+               cases: Mapping[str, FidelityReport], run_valid: bool) -> pd.DataFrame:
     """``df`` with a ``valid`` column (kept if it has one): the verdict of the row's
     ``case`` where the gate judged that case, else of the committed unit the rows were
-    measured in (all its cases valid; a unit without a verdict is not)."""
+    measured in (all its cases valid), else the run's (rows no case measured, such as
+    the model's curves)."""
     if "valid" in df.columns:
         return df
-    unit_valid = bool(unit_cases) and all(r.valid for r in unit_cases.values())
+    unit_valid = all(r.valid for r in unit_cases.values()) if unit_cases else run_valid
     if "case" in df.columns:
         valid = [cases[c].valid if c in cases else unit_valid for c in df.case]
     else:
