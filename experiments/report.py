@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from experiments.plots import CSV_COLUMNS, bad_run, read_csv, render_plots
-from model.claims import Kind
+from model.claims import DCTCP_AMPLITUDE, DCTCP_MEAN, DCTCP_TIMING, Kind
 
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -59,14 +59,15 @@ def model_label(row: Mapping[str, Any]) -> str:
 
 def summary_table(summary: Mapping[str, Any], title: str) -> Table:
     table = Table(title=title)
-    for col, just in (("case", "left"), ("metric", "left"), ("unit", "left"),
-                      ("measured", "right"), ("model", "right"), ("model is", "left"),
-                      ("error", "right"), ("model verdict", "left"), ("valid", "center")):
+    for col, just in (("case", "left"), ("metric (unit)", "left"), ("measured", "right"),
+                      ("model", "right"), ("model is", "left"), ("error", "right"),
+                      ("model verdict", "left"), ("valid", "center")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in summary["metrics"]:
         verdict = {True: "[red]model disagrees[/]", False: "agrees"}.get(
             r.get("model_disagrees"), "")
-        table.add_row(escape(str(r["case"])), escape(str(r["metric"])), escape(str(r["unit"])),
+        unit = f" ({r['unit']})" if r.get("unit") else ""
+        table.add_row(escape(str(r["case"])), escape(f"{r['metric']}{unit}"),
                       _fmt(r["measured"]), "" if r["predicted"] is None else _fmt(r["predicted"]),
                       escape(model_label(r)), _err(r), verdict,
                       "[green]yes[/]" if r.get("valid") else "[red]no[/]")
@@ -117,12 +118,16 @@ CC_TABLE_COLUMNS = {
                  ("smallest_gbps", "smallest share (Gb/s)"),
                  ("convergence_us", "convergence (us)"), ("retransmitted", "retransmitted"),
                  ("ecn_echoes", "ECN echoes"), ("valid", "valid")),
+    # The model's columns say what each value is (model.claims, as in the summary).
     "oscillation": (("cc", "cc"), ("flows", "flows"), ("k_KB", "K (KB)"),
-                    ("amplitude_KB", "amplitude (KB)"), ("model_amplitude_KB", "model (KB)"),
-                    ("mean_queue_KB", "mean queue (KB)"), ("model_mean_queue_KB", "model (KB)"),
-                    ("period_us", "period (us)"), ("model_period_us", "model (us)"),
-                    ("alpha", "alpha"), ("model_alpha", "model alpha"), ("drops", "drops"),
-                    ("valid", "valid")),
+                    ("amplitude_KB", "amplitude (KB)"),
+                    ("model_amplitude_KB", f"model: {DCTCP_AMPLITUDE.label} (KB)"),
+                    ("mean_queue_KB", "mean queue (KB)"),
+                    ("model_mean_queue_KB", f"model: {DCTCP_MEAN.label} (KB)"),
+                    ("period_us", "period (us)"),
+                    ("model_period_us", f"model: {DCTCP_TIMING.label} (us)"),
+                    ("alpha", "alpha"), ("model_alpha", f"model: {DCTCP_TIMING.label}"),
+                    ("drops", "drops"), ("valid", "valid")),
     "steady": (("cc", "cc"), ("flows", "flows"), ("mean_queue_KB", "mean queue (KB)"),
                ("aggregate_gbps", "aggregate (Gb/s)"), ("retransmitted", "retransmitted"),
                ("drops", "drops"), ("valid", "valid")),

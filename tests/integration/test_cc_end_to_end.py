@@ -301,7 +301,7 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
     # HPCC reads the queue from the switches: its incast queues less than DCQCN's.
     assert rows.loc["incast cc=hpcc pfc=off"].latency_p99_us < \
         rows.loc["incast cc=dcqcn pfc=off"].latency_p99_us
-    assert (tmp_path / "latency_cdf.png").exists() and (tmp_path / "rate_over_time.png").exists()
+    assert (tmp_path / "latency_ccdf.png").exists() and (tmp_path / "rate_over_time.png").exists()
     # The plots' inputs: the CC trace marks CNPs and ECN-echo ACKs; ports.csv has each
     # port's marking thresholds and, with PFC, its pauses and Xoff/Xon.
     trace = pd.read_csv(tmp_path / "rates.csv")

@@ -161,7 +161,7 @@ def test_incast_quick(tmp_path, netns_guard):
     msgs = pd.read_csv(tmp_path / "messages.csv")
     assert (msgs.cnps_received <= msgs.cnps_sent).all()
     assert (msgs.cnps_sent <= msgs.ce_marked).all()
-    assert (tmp_path / "queue_over_time.png").exists() and (tmp_path / "latency_cdf.png").exists()
+    assert (tmp_path / "queue_over_time.png").exists() and (tmp_path / "latency_ccdf.png").exists()
 
 
 #: Below this the emulator's own per-step cost (the engine noticing a dependency and

@@ -119,13 +119,13 @@ def test_run_directory_and_report(tmp_path):
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     assert len(metrics) == 4
     assert set(pd.read_csv(tmp_path / "queue.csv").case) == {"cc=off", "cc=dcqcn"}
-    for png in ("queue_over_time", "latency_cdf", "rate_over_time", "busbw_vs_size",
+    for png in ("queue_over_time", "latency_ccdf", "rate_over_time", "busbw_vs_size",
                 "flow_throughput_cdf", "tier_utilisation"):
         assert (tmp_path / f"{png}.png").stat().st_size > 1000, png
     # `emu report DIR` re-renders the same plots from the CSVs
-    (tmp_path / "latency_cdf.png").unlink()
+    (tmp_path / "latency_ccdf.png").unlink()
     made = render_report(tmp_path, show=True)
-    assert (tmp_path / "latency_cdf.png").exists() and len(made) == 6
+    assert (tmp_path / "latency_ccdf.png").exists() and len(made) == 6
 
 
 def test_report_refuses_unfinished_dir(tmp_path):
@@ -169,7 +169,9 @@ def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events
     from experiments import plots
 
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path, ctx, title: figs.append(fig) or path)
+    ctx = plots.PlotContext(tmp_path, pd.DataFrame(columns=["case", "metric", "predicted"]),
+                            (1e4,))
     nan = float("nan")
     pd.DataFrame({"case": ["marks", "marks", "pauses"],
                   "port": ["s1:s1-eth1", "h1:h1-eth0", "s1:s1-eth1"],
@@ -179,13 +181,19 @@ def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events
     t = np.linspace(0, 1e-5, 5)
     queue = pd.concat([pd.DataFrame({"case": c, "port": "s1:s1-eth1", "t_s": t,
                                      "backlog_bytes": 1e5}) for c in ("marks", "pauses")])
-    plots.plot_queue(tmp_path, queue, pd.DataFrame(columns=["case", "metric", "predicted"]))
+    plots.plot_queue(ctx, queue)
     labels = [[line.get_label() for line in ax.get_lines()] for ax in figs[0].axes]
     assert labels == [["queue", "Kmin 40 KB", "Kmax 160 KB"],
                       ["queue", "K 80 KB", "Xoff 170 KB", "Xon 150 KB"]]
-    rates = pd.DataFrame({"case": "marks", "msg_id": [1, 1, 1, 2], "t_s": [0, 1e-6, 2e-6, 0],
-                          "rate_bps": [1e11, 5e10, 4e10, 1e11],
-                          "event": ["send", "cnp", "echo", "send"]})
-    plots.plot_rates(tmp_path, rates, pd.DataFrame())
-    assert [line.get_label() for line in figs[1].axes[0].get_lines()] == \
+    rates = pd.DataFrame({"case": ["marks"] * 4 + ["window"] * 2,
+                          "msg_id": [1, 1, 1, 2, 1, 1], "t_s": [0, 1e-6, 2e-6, 0, 0, 1e-6],
+                          "rate_bps": [1e11, 5e10, 4e10, 1e11, 1e11, 1e11],
+                          "event": ["send", "cnp", "echo", "send", "send", "echo"],
+                          "window_bytes": [nan] * 4 + [8e4, 4e4]})
+    plots.plot_rates(ctx, rates)
+    marks, window, window_axis = figs[1].axes
+    assert window_axis.get_ylabel() == "window (KB)"   # only the windowed case has one
+    assert [line.get_ydata()[-1] for line in window_axis.get_lines()] == [40.0]
+    assert "window (right axis)" in [line.get_label() for line in window.get_lines()]
+    assert [line.get_label() for line in marks.get_lines()] == \
         ["flow 1", "CNP", "ECN-echo ACK", "flow 2"]

@@ -34,7 +34,7 @@ def run_dir(tmp_path, monkeypatch) -> Path:
 
 def test_the_fixture_renders(run_dir):
     assert {p.name for p in render_report(run_dir, show=True)} == {"queue_over_time.png",
-                                                                   "latency_cdf.png"}
+                                                                   "latency_ccdf.png"}
 
 
 def _truncate(path: Path) -> None:
@@ -77,7 +77,7 @@ def test_damaged_run_directories_are_refused_in_one_line(run_dir, damage):
 
 def test_an_empty_csv_is_skipped(run_dir):
     (run_dir / "queue.csv").write_text("")
-    assert {p.name for p in render_report(run_dir, show=False)} == {"latency_cdf.png"}
+    assert {p.name for p in render_report(run_dir, show=False)} == {"latency_ccdf.png"}
 
 
 @pytest.mark.parametrize("make", ["missing", "file", "empty dir"])
