@@ -7,10 +7,16 @@ A run directory holds
 * tidy CSVs, one row per measurement, in real-fabric units with S in config.json:
   ``metrics.csv`` (= summary rows), and per experiment some of ``messages.csv``,
   ``latency.csv``, ``queue.csv``, ``queue_model.csv`` (the model's queue
-  trajectory), ``rates.csv``, ``ports.csv``, ``collective.csv``, ``flows.csv``,
-  ``intervals.csv``; times on the engine's clock (0 = the engine starts sending);
+  trajectory), ``rates.csv`` (rate and window per QP), ``ports.csv``,
+  ``collective.csv``, ``busbw_model.csv`` (the model's busbw curve), ``flows.csv``,
+  ``intervals.csv``, ``fct_slowdown.csv``; times on the engine's clock (0 = the
+  engine starts sending); every CSV has a ``valid`` column (`with_valid`);
 * ``summary.json``: every headline metric as ``{case, metric, unit, measured,
-  predicted, error_rel, valid}`` and the fidelity verdict of every case;
+  predicted, kind, tolerance_rel, error_rel, model_disagrees, valid}`` (what the
+  model value claims to be, `model.claims`: only a prediction has a tolerance, an
+  error and a verdict), the predictions beyond their tolerance (``model_disagrees``),
+  the fidelity verdict of every case, and for a refused run a larger S fixes the
+  command to rerun it (``suggested_rerun``);
 * PNG plots re-rendered from the CSVs by :func:`render_report` (``emu report DIR``);
 * ``cases/NNN/``: one record per finished case, written as the case ends (what
   ``--resume`` reloads). summary.json and config.json say ``status`` running,
