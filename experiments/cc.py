@@ -258,7 +258,7 @@ def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: CcFactory, pfc: b
 def incast_claims(cc: CcFactory, pfc: bool, pred: dict[str, Any]) -> dict[str, Claim]:
     """What each value of `predict_incast`'s prediction claims to be (`model.claims`)."""
     if pfc:
-        return {"completion_s": PFC_LOSSLESS, "drops": PFC_LOSSLESS}
+        return {"completion_s": PFC_LOSSLESS, "goodput_bps": PFC_LOSSLESS, "drops": PFC_LOSSLESS}
     if not pred:
         return {}
     return model_incast_claims("off" if cc.is_off else "dcqcn", bool(pred["drops"]))
@@ -326,7 +326,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: dict[str, Any],
     # algorithm aims at) keeps the bottleneck busy from the first byte to the last.
     if pred.get("completion_s"):
         run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
-                   incast_bits / pred["completion_s"] * 1e-9, claims["completion_s"])
+                   incast_bits / pred["completion_s"] * 1e-9, claims["goodput_bps"])
     else:
         run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
                    cc.target_utilisation * capacity_bps * 1e-9, AIMED_THROUGHPUT)

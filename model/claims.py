@@ -111,6 +111,12 @@ INCAST_GBN = estimate("go-back-N goodput estimate of a CC-off incast with drops"
 DCQCN_COMPLETION = prediction(0.05, "DCQCN fluid transient, mean of random-mark runs")
 DCQCN_QUEUE = prediction(0.10, "DCQCN fluid transient, mean of random-mark runs")
 DCQCN_COUNT = estimate("DCQCN fluid transient's mark, CNP or drop count")
+#: With drops the fluid does not resend (go-back-N is not modelled, model.incast_fluid):
+#: its completion is a lower bound, its goodput an upper one.
+DCQCN_LOSSY_COMPLETION = Claim(Kind.LOWER_BOUND, None,
+                               "DCQCN fluid with drops: lost bytes never resent")
+DCQCN_LOSSY_GOODPUT = Claim(Kind.UPPER_BOUND, None,
+                            "DCQCN fluid with drops: lost bytes never resent")
 #: Lossless with PFC (infinite buffer): the bottleneck busy from first to last byte;
 #: the cc experiment's test holds it to 10 % (PAUSE round trips add to the drain).
 PFC_LOSSLESS = prediction(0.10, "lossless incast under PFC: bottleneck busy throughout")
@@ -158,8 +164,12 @@ def incast_claims(cc: str, dropped: bool) -> dict[str, Claim]:
                 "marks": INCAST_GBN, "latency_p50_s": INCAST_GBN,
                 "latency_p99_s": INCAST_FULL_BUFFER, "latency_p999_s": INCAST_FULL_BUFFER,
                 "max_queue_bytes": INCAST_FULL_BUFFER}
+    if dropped:
+        return {"completion_s": DCQCN_LOSSY_COMPLETION, "goodput_bps": DCQCN_LOSSY_GOODPUT,
+                "latency_p50_s": DCQCN_QUEUE, "latency_p99_s": DCQCN_QUEUE,
+                "latency_p999_s": DCQCN_QUEUE, "max_queue_bytes": DCQCN_QUEUE,
+                "marks": DCQCN_COUNT, "cnps": DCQCN_COUNT, "drops": DCQCN_COUNT}
     return {"completion_s": DCQCN_COMPLETION, "goodput_bps": DCQCN_COMPLETION,
             "latency_p50_s": DCQCN_QUEUE, "latency_p99_s": DCQCN_QUEUE,
             "latency_p999_s": DCQCN_QUEUE, "max_queue_bytes": DCQCN_QUEUE,
-            "marks": DCQCN_COUNT, "cnps": DCQCN_COUNT,
-            "drops": DCQCN_COUNT if dropped else DCQCN_QUEUE}
+            "marks": DCQCN_COUNT, "cnps": DCQCN_COUNT, "drops": DCQCN_QUEUE}

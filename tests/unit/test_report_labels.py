@@ -77,6 +77,9 @@ def test_the_incast_claims_follow_the_models_regime():
     assert dropped["max_queue_bytes"].is_prediction             # the buffer is full
     dcqcn = incast_claims("dcqcn", dropped=False)
     assert dcqcn["marks"] is DCQCN_COUNT and dcqcn["latency_p99_s"].tolerance_rel == 0.10
+    lossy = incast_claims("dcqcn", dropped=True)    # the fluid never resends what it drops
+    assert lossy["completion_s"].kind is Kind.LOWER_BOUND
+    assert lossy["goodput_bps"].kind is Kind.UPPER_BOUND
 
 
 def _table_text(rows: list[dict]) -> str:
