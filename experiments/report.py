@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -58,19 +59,25 @@ def model_label(row: Mapping[str, Any]) -> str:
 
 
 def summary_table(summary: Mapping[str, Any], title: str) -> Table:
-    table = Table(title=title)
-    for col, just in (("case", "left"), ("metric (unit)", "left"), ("measured", "right"),
-                      ("model", "right"), ("model is", "left"), ("error", "right"),
-                      ("model verdict", "left"), ("valid", "center")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    """Every summary row under its case (a line of its own with the gate's verdict,
+    which keeps the table within 80 columns): measured, the model's value, what that
+    value is, and for a prediction its error and whether the model disagrees."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+    for col, just in (("metric (unit)", "left"), ("measured", "right"), ("model", "right"),
+                      ("model is", "left"), ("error", "right"), ("verdict", "left")):
+        table.add_column(col, justify=just, overflow="fold",  # type: ignore[arg-type]
+                         min_width=22 if col == "metric (unit)" else None)
+    case = None
     for r in summary["metrics"]:
-        verdict = {True: "[red]model disagrees[/]", False: "agrees"}.get(
-            r.get("model_disagrees"), "")
+        if r["case"] != case:
+            case = r["case"]
+            table.add_row(f"[bold]{escape(str(case))}[/]  " + (
+                "[green]valid[/]" if r.get("valid") else "[red]refused by the gate[/]"))
+        verdict = "[red]disagrees[/]" if r.get("model_disagrees") else ""
         unit = f" ({r['unit']})" if r.get("unit") else ""
-        table.add_row(escape(str(r["case"])), escape(f"{r['metric']}{unit}"),
+        table.add_row(escape(f"  {r['metric']}{unit}"),
                       _fmt(r["measured"]), "" if r["predicted"] is None else _fmt(r["predicted"]),
-                      escape(model_label(r)), _err(r), verdict,
-                      "[green]yes[/]" if r.get("valid") else "[red]no[/]")
+                      escape(model_label(r)), _err(r), verdict)
     return table
 
 

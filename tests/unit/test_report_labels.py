@@ -93,12 +93,23 @@ def test_the_table_flags_a_disagreeing_prediction_and_shows_no_error_for_an_esti
             dict(metric_row("b", "completion", "us", 189.1, 3193.3, INCAST_GBN), valid=True),
             dict(metric_row("c", "victim FCT", "us", 65.0, 25.0, FAIR_SHARE), valid=False)]
     lines = _table_text(rows).splitlines()
-    a, = (line for line in lines if "│ a " in line)
-    b, = (line for line in lines if "│ b " in line)
-    c, = (line for line in lines if "│ c " in line)
-    assert "prediction ±5%" in a and "+30.0%" in a and "model disagrees" in a
+    a, b, c = (lines[lines.index(next(x for x in lines if x.split()[:1] == [case])) + 1]
+               for case in "abc")
+    assert "prediction ±5%" in a and "+30.0%" in a and "disagrees" in a
     assert "estimate" in b and "%" not in b and "disagrees" not in b
     assert "ideal" in c and "%" not in c
+
+
+def test_the_summary_table_reads_whole_at_80_columns():
+    rows = [dict(metric_row("incast cc=off pfc=off", "incast throughput", "Gb/s", 44.4,
+                            2.627, ALPHABETA), valid=False),
+            dict(metric_row("incast cc=off pfc=off", "FCT slowdown p50 64KiB-1MiB", "x",
+                            2.662, 2.733, FAIR_SHARE), valid=False)]
+    console = Console(width=80, record=True)
+    console.print(summary_table({"metrics": rows}, "t"))
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "+1590.1%" in text and "disagrees" in text and "refused by the gate" in text
 
 
 def test_a_row_of_an_older_run_is_shown_as_unlabelled():
