@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +32,10 @@ from core.errors import ParameterError  # noqa: E402
 _US = 1e6
 _GBPS = 1e-9
 _GBYTES = 1e-9 / 8
-#: How a case the fidelity gate refused is drawn: hollow grey markers, a grey line;
-#: its time series keep their colours (flows stay apart), dashed and faded.
+#: How a case the fidelity gate refused is drawn: hollow grey markers; its curves keep
+#: their colours (cases and flows stay apart), faded, and its title or label says so.
 INVALID_STYLE = {"color": "0.6", "markerfacecolor": "none"}
-INVALID_SERIES = {"ls": "--", "alpha": 0.55}
+INVALID_SERIES = {"alpha": 0.4}
 INVALID_LABEL = "refused by the fidelity gate"
 #: Largest figure (inches) a grid of panels grows to; dpi 110 makes it ~1.9k x 1.4k px.
 MAX_FIG_IN = (17.5, 13.0)
@@ -87,16 +88,23 @@ def size_axis(ax: Any, axis: str = "x", label: str = "size") -> None:
 
 
 def _save(fig: Any, path: Path, ctx: PlotContext, title: str) -> Path:
-    fig.suptitle(f"{title}  [{ctx.scale_text}; real-fabric units]", fontsize=10)
+    chars = int(fig.get_size_inches()[0] * 11)
+    fig.suptitle(textwrap.fill(f"{title}  [{ctx.scale_text}; real-fabric units]", chars),
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _invalid_handle(ax: Any) -> None:
-    """The legend entry of the refused cases' style."""
-    ax.plot([], [], "o-", lw=1, ms=5, label=INVALID_LABEL, **INVALID_STYLE)
+def _invalid_handle(ax: Any, series: bool = False) -> None:
+    """The legend entry of the refused cases' style: hollow grey markers, or for
+    curves a faded line."""
+    if series:
+        ax.plot([], [], "-", lw=1.2, color="C0", label=INVALID_LABEL + " (faded)",
+                **INVALID_SERIES)
+    else:
+        ax.plot([], [], "o", ms=5, label=INVALID_LABEL, **INVALID_STYLE)
 
 
 def case_grid(ctx: PlotContext, cases: list[str], panel_in: tuple[float, float] = (3.0, 2.2)
@@ -125,6 +133,12 @@ def case_grid(ctx: PlotContext, cases: list[str], panel_in: tuple[float, float] 
         if (i, j) not in used:
             ax.set_visible(False)
     return fig, {c: axes[i, j] for c, (i, j) in where.items()}
+
+
+def _note_refused(fig: Any, ctx: PlotContext, cases: list[str]) -> None:
+    """The grid's legend for refused cases (faded curves, grey titles)."""
+    if any(not ctx.valid(c) for c in cases):
+        fig.text(0.005, 0.005, f"faded, grey title: {INVALID_LABEL}", fontsize=7, color="0.4")
 
 
 def _panel_title(ax: Any, ctx: PlotContext, case: str, extra: str = "") -> None:
@@ -191,6 +205,7 @@ def plot_queue(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     for ax in _bottom_row(panels):
         ax.set_xlabel("time (µs)", fontsize=8)
         ax.xaxis.set_tick_params(labelbottom=True)
+    _note_refused(fig, ctx, cases)
     return _save(fig, ctx.run_dir / "queue_over_time.png", ctx,
                  "bottleneck queue over time (0 = engine start; model: first bits at the port)")
 
@@ -240,10 +255,11 @@ def plot_latency(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     for i, (case, g) in enumerate(df.groupby("case", sort=False)):
         ok = ctx.valid(case)
         refused |= not ok
-        color = f"C{i % 10}" if ok else INVALID_STYLE["color"]
+        color = f"C{i % 10}"
         xs, ys = ccdf(g.one_way_s.to_numpy() * _US)
-        ax.step(xs, ys, where="post", color=color, lw=1.2, ls="-" if ok else "--",
-                label=f"{case}" + ("" if ok else " (refused)"))
+        ax.step(xs, ys, where="post", color=color, lw=1.2,
+                label=f"{case}" + ("" if ok else " (refused)"),
+                **({} if ok else INVALID_SERIES))
         for q, level in _TAIL:
             row = metrics[(metrics.case == case) & (metrics.metric == f"latency {q}")]
             if not row.empty and pd.notna(row.predicted.iloc[0]):
@@ -254,7 +270,7 @@ def plot_latency(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
                     ha="right", va="bottom", color="0.35")
     ax.plot([], [], "x", color="0.3", label="model p50 / p99 / p99.9")
     if refused:
-        _invalid_handle(ax)
+        _invalid_handle(ax, series=True)
     ax.set_yscale("log")
     ax.set_ylim(bottom=min(1e-4, 0.5 / max(len(df), 1)), top=1.05)
     ax.set_xlabel("one-way latency (µs)")
@@ -312,6 +328,7 @@ def plot_rates(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     for ax in _bottom_row(panels):
         ax.set_xlabel("time (µs)", fontsize=8)
         ax.xaxis.set_tick_params(labelbottom=True)
+    _note_refused(fig, ctx, cases)
     return _save(fig, ctx.run_dir / "rate_over_time.png", ctx,
                  "congestion control: rate per flow (window dashed where the algorithm has one)")
 
@@ -367,15 +384,15 @@ def plot_flows(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     refused = False
     for i, ((case, source), g) in enumerate(df.groupby(["case", "source"], sort=False)):
-        ok = ctx.valid(case)
+        ok = ctx.valid(case) or source != "measured"
         refused |= not ok
         xs = np.sort(g.throughput_bps.to_numpy() * _GBPS)
         ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post",
-                label=f"{case} {source}", lw=1.2,
-                color=f"C{i // 2 % 10}" if ok else INVALID_STYLE["color"],
-                ls="-" if source == "measured" else "--")
+                label=f"{case} {source}" + ("" if ok else " (refused)"), lw=1.2,
+                color=f"C{i // 2 % 10}", ls="-" if source == "measured" else "--",
+                **({} if ok else INVALID_SERIES))
     if refused:
-        _invalid_handle(ax)
+        _invalid_handle(ax, series=True)
     ax.set_xlabel("per-flow throughput (Gb/s)")
     ax.set_ylabel("CDF")
     ax.legend(fontsize=7)
@@ -462,12 +479,13 @@ def plot_slowdown(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         g = g.sort_values("size_bytes")
         ok = ctx.valid(case)
         refused |= not ok
-        color = f"C{i % 10}" if ok else INVALID_STYLE["color"]
+        color = f"C{i % 10}"
         for q, marker in (("p50", "o"), ("p95", "s"), ("p99", "^")):
             if q not in g.columns:
                 continue
-            ax.plot(g.size_bytes, g[q], marker + "-", color=color, lw=1, ms=4,
-                    mfc=color if ok else "none", label=f"{case} {q}")
+            ax.plot(g.size_bytes, g[q], marker + "-", color=color, lw=1, ms=5,
+                    mfc=color if ok else "none", label=f"{case} {q}" + ("" if ok else " (refused)"),
+                    **({} if ok else INVALID_SERIES))
             if f"model_{q}" in g.columns and g[f"model_{q}"].notna().any():
                 ax.plot(g.size_bytes, g[f"model_{q}"], marker + "--", color=color, lw=0.8,
                         ms=3, mfc="none", alpha=0.7)
