@@ -17,6 +17,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from experiments.plots import CSV_COLUMNS, bad_run, read_csv, render_plots
 from model.claims import DCTCP_AMPLITUDE, DCTCP_MEAN, DCTCP_TIMING, Kind
@@ -151,9 +152,41 @@ def peak_vs_dcqcn(incast: pd.DataFrame) -> pd.Series:
     return incast.peak_queue_KB / incast.pfc.map(dcqcn)
 
 
-def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
+def column_groups(title: str, columns: list[tuple[str, str]], rows: list[list[str]],
+                  width: int, keys: int = 2) -> list[Table]:
+    """``rows`` under ``columns`` (header, justify) as tables that each fit ``width``
+    characters: the columns split into groups, each repeating the first ``keys``
+    columns (what a row is) and the last (the gate's verdict), numbered in the title
+    when there are several."""
+    def need(i: int) -> int:  # a header wraps at its spaces; a value does not
+        words = max(len(w) for w in columns[i][0].split())
+        return max([words, *(len(Text.from_markup(r[i]).plain) for r in rows)]) + 4
+
+    last = len(columns) - 1
+    groups: list[list[int]] = []
+    base = sum(need(i) for i in (*range(keys), last)) + 2
+    for i in range(keys, last):
+        if groups and base + sum(need(j) for j in groups[-1]) + need(i) <= width:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    tables = []
+    for k, group in enumerate(groups or [[]], start=1):
+        part = f" ({k}/{len(groups)})" if len(groups) > 1 else ""
+        table = Table(title=title + part, box=box.SIMPLE_HEAD)
+        picked = [*range(keys), *group, last]
+        for i in picked:
+            table.add_column(columns[i][0], justify=columns[i][1],  # type: ignore[arg-type]
+                             overflow="fold")
+        for r in rows:
+            table.add_row(*(r[i] for i in picked))
+        tables.append(table)
+    return tables
+
+
+def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any], width: int = 80) -> list[Table]:
     """The congestion-control comparison (cc.csv): one table per scenario, one row per
-    case, with the case's fidelity verdict."""
+    case, with the case's fidelity verdict; split into column groups that fit ``width``."""
     tables = []
     for scenario, columns in CC_TABLE_COLUMNS.items():
         rows = df[df.scenario == scenario]
@@ -161,9 +194,7 @@ def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
             continue
         if scenario == "incast" and "peak_queue_KB" in rows:
             rows = rows.assign(peak_vs_dcqcn=peak_vs_dcqcn(rows))
-        table = Table(title=f"congestion control, {scenario} (real-fabric units, measured)")
-        for col, header in columns:
-            table.add_column(header, justify="left" if col == "cc" else "right")
+        cells = []
         for r in rows.to_dict("records"):
             rep = cases.get(r["case"])
             r["valid"] = "[green]yes[/]" if isinstance(rep, dict) and rep.get("valid") \
@@ -172,9 +203,14 @@ def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
             for col in CC_COUNTS:  # counts read back as floats where a scenario has none
                 if isinstance(r.get(col), float) and math.isfinite(r[col]):
                     r[col] = int(r[col])
-            table.add_row(*(r[col] if col in ("valid", "pfc") else escape(_fmt(r.get(col)))
-                            for col, _ in columns))
-        tables.append(table)
+            cells.append([r[col] if col in ("valid", "pfc") else escape(_fmt(r.get(col)))
+                          for col, _ in columns])
+        # What a row is: the algorithm, and PFC where the scenario has it.
+        keys = 2 if columns[1][0] == "pfc" else 1
+        tables += column_groups(
+            f"congestion control, {scenario} (real-fabric units, measured)",
+            [(header, "left" if col == "cc" else "right") for col, header in columns], cells,
+            width, keys)
     return tables
 
 
@@ -252,7 +288,7 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     cc_csv = run_dir / "cc.csv"
     if cc_csv.exists():
         for table in cc_tables(read_csv(cc_csv, ("case", "scenario", "cc"), ()),
-                               summary["cases"]):
+                               summary["cases"], console.width):
             console.print(table)
     deviations = summary.get("deviations")
     if isinstance(deviations, list) and deviations:

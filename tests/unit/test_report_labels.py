@@ -15,7 +15,7 @@ from experiments import plots
 from experiments.collective import build_workload, model_curve
 from experiments.fidelity import FidelityReport
 from experiments.options import Option, parse_int, parse_scale
-from experiments.report import summary_table
+from experiments.report import column_groups, summary_table
 from experiments.rundir import METRIC_COLUMNS, metric_row, suggested_rerun, with_valid
 from model.alphabeta import predict_workload_hashed
 from model.claims import (
@@ -110,6 +110,23 @@ def test_the_summary_table_reads_whole_at_80_columns():
     text = console.export_text()
     assert max(map(len, text.splitlines())) <= 80
     assert "+1590.1%" in text and "disagrees" in text and "refused by the gate" in text
+
+
+def test_a_wide_table_splits_into_column_groups_that_fit_and_repeat_the_keys():
+    columns = [("cc", "left"), ("PFC", "left")] + [(f"metric {i} (us)", "right")
+                                                   for i in range(12)] + [("valid", "right")]
+    rows = [["dcqcn", "off", *(f"{1000.5 * i:,.1f}" for i in range(12)), "yes"]] * 3
+    tables = column_groups("t", columns, rows, 80)
+    assert len(tables) > 1 and tables[0].title == f"t (1/{len(tables)})"
+    console = Console(width=80, record=True)
+    for table in tables:
+        headers = [c.header for c in table.columns]
+        assert headers[:2] == ["cc", "PFC"] and headers[-1] == "valid"
+        console.print(table)
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text
+    shown = {c.header for t in tables for c in t.columns}
+    assert shown == {h for h, _ in columns}
 
 
 def test_a_row_of_an_older_run_is_shown_as_unlabelled():
