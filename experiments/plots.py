@@ -32,9 +32,10 @@ from core.errors import ParameterError  # noqa: E402
 _US = 1e6
 _GBPS = 1e-9
 _GBYTES = 1e-9 / 8
-#: How a case the fidelity gate refused is drawn: hollow grey markers; its curves keep
-#: their colours (cases and flows stay apart), faded, and its title or label says so.
-INVALID_STYLE = {"color": "0.6", "markerfacecolor": "none"}
+#: How a case the fidelity gate refused is drawn: hollow markers (in the series'
+#: colour; grey in the legend); its curves keep their colours (cases and flows stay
+#: apart), faded, and its title or label says so.
+INVALID_STYLE = {"color": "0.45", "markerfacecolor": "none"}
 INVALID_SERIES = {"alpha": 0.4}
 INVALID_LABEL = "refused by the fidelity gate"
 #: Largest figure (inches) a grid of panels grows to; dpi 110 makes it ~1.9k x 1.4k px.
@@ -334,7 +335,7 @@ def plot_rates(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
 
 
 def plot_busbw(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
-    """busbw (GB/s) vs size per fabric: measured points (hollow grey where the gate
+    """busbw (GB/s) vs size per fabric: measured points (hollow where the gate
     refused the case), the model's own curve evaluated on a dense size grid
     (busbw_model.csv; at the measured sizes only where a run has none), and the
     bottleneck rate."""
@@ -356,7 +357,7 @@ def plot_busbw(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
                     label=f"{coll} measured")
             if (~ok).any():
                 ax.plot(s.size_bytes[~ok], s.busbw_bps[~ok] * _GBYTES, "o", ms=7,
-                        **INVALID_STYLE)
+                        **{**INVALID_STYLE, "color": color})
             c = None if curve is None else curve[(curve.fabric == fabric)
                                                  & (curve.collective == coll)]
             if c is not None and not c.empty:
@@ -436,9 +437,12 @@ def crossover_bytes(g: pd.DataFrame) -> float | None:
 
 
 def plot_nccl(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
-    """Time against size (log-log): measured points (hollow grey where refused), the
-    model's line, and the crossover size alpha/beta of each collective (latency regime
-    left of it). busbw is busbw_vs_size.png's."""
+    """Time against size (log-log): measured points (hollow where refused), the model's
+    curve (busbw_model.csv's dense grid), and the crossover size alpha/beta of each
+    collective (latency regime left of it). busbw is busbw_vs_size.png's."""
+    curve_csv = ctx.run_dir / "busbw_model.csv"
+    curve = read_csv(curve_csv, *CSV_COLUMNS["busbw_model.csv"]) if curve_csv.exists() \
+        else None
     fig, ax = plt.subplots(figsize=(8, 4.8))
     valid = df.valid.astype(str) == "True" if "valid" in df.columns \
         else pd.Series(True, index=df.index)
@@ -449,8 +453,17 @@ def plot_nccl(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         ok = valid[g.index]
         ax.plot(g.size_bytes[ok], g.time_us[ok], "o", color=color, label=f"{label} measured")
         if (~ok).any():
-            ax.plot(g.size_bytes[~ok], g.time_us[~ok], "o", ms=7, **INVALID_STYLE)
-        ax.plot(g.size_bytes, g.model_time_us, "--", color=color, lw=1, label=f"{label} model")
+            ax.plot(g.size_bytes[~ok], g.time_us[~ok], "o", ms=7,
+                    **{**INVALID_STYLE, "color": color})
+        c = None if curve is None else curve[(curve.fabric == fabric)
+                                             & (curve.collective == coll)]
+        if c is not None and not c.empty:
+            c = c.sort_values("size_bytes")
+            ax.plot(c.size_bytes, c.time_model_s * _US, "-", color=color, lw=1,
+                    label=f"{label} model")
+        else:
+            ax.plot(g.size_bytes, g.model_time_us, "--", color=color, lw=1,
+                    label=f"{label} model (at the measured sizes)")
         cross = crossover_bytes(g)
         if cross is not None:
             ax.axvline(cross, color=color, ls=":", lw=0.9)
@@ -461,6 +474,8 @@ def plot_nccl(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         _invalid_handle(ax)
     size_axis(ax)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("time (µs)")
     ax.legend(fontsize=6)
     return _save(fig, ctx.run_dir / "nccl_sweep.png", ctx,
@@ -516,8 +531,8 @@ CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "collective.csv": (("fabric", "collective", "size_bytes", "busbw_bps", "busbw_model_bps",
                         "bottleneck_bps"),
                        ("size_bytes", "busbw_bps", "busbw_model_bps", "bottleneck_bps")),
-    "busbw_model.csv": (("fabric", "collective", "size_bytes", "busbw_model_bps"),
-                        ("size_bytes", "busbw_model_bps")),
+    "busbw_model.csv": (("fabric", "collective", "size_bytes", "time_model_s",
+                         "busbw_model_bps"), ("size_bytes", "time_model_s", "busbw_model_bps")),
     "flows.csv": (("case", "source", "throughput_bps"), ("throughput_bps",)),
     "tiers.csv": (("fabric", "tier", "utilisation_measured", "utilisation_model"),
                   ("utilisation_measured", "utilisation_model")),

@@ -311,8 +311,12 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
                       + escape("; ".join(disagree)))
     rerun = summary.get("suggested_rerun")
     suggested = summary.get("suggested_scale")
+    # A run recorded before summaries held the rerun: its suggestion where it is larger.
+    larger = isinstance(rerun, str) or ("suggested_rerun" not in summary and isinstance(
+        suggested, (int, float)) and isinstance(config.get("scale"), (int, float))
+        and suggested > config["scale"])
     verdict = "[green]VALID[/]" if summary["valid"] else "[red]INVALID[/]" + (
-        f" (suggested S = {suggested:g})" if isinstance(rerun, str) else "")
+        f" (suggested S = {suggested:g})" if larger else "")
     console.print(f"run {verdict}; results in {escape(str(run_dir))}/ (summary.json, config.json, "
                   f"{len(list(run_dir.glob('*.csv')))} CSVs)")
     if isinstance(rerun, str):
