@@ -88,6 +88,15 @@ def size_axis(ax: Any, axis: str = "x", label: str = "size") -> None:
     (ax.set_xlabel if axis == "x" else ax.set_ylabel)(label)
 
 
+def plain_log_axis(axis: Any, lo: float, hi: float) -> None:
+    """A log axis that reads plain numbers (100, 200, 500) instead of 10^2, with the
+    2 and 5 of each decade labelled where the axis spans less than two decades."""
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(plain)
+    axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    axis.set_minor_formatter(plain if hi < 100 * lo else NullFormatter())
+
+
 def _save(fig: Any, path: Path, ctx: PlotContext, title: str) -> Path:
     chars = int(fig.get_size_inches()[0] * 11)
     fig.suptitle(textwrap.fill(f"{title}  [{ctx.scale_text}; real-fabric units]", chars),
@@ -474,8 +483,7 @@ def plot_nccl(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         _invalid_handle(ax)
     size_axis(ax)
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    plain_log_axis(ax.yaxis, *ax.get_ylim())
     ax.set_ylabel("time (µs)")
     ax.legend(fontsize=6)
     return _save(fig, ctx.run_dir / "nccl_sweep.png", ctx,
