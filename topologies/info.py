@@ -151,7 +151,7 @@ def topology_layout(topo: FabricTopo) -> tuple[Any, dict[str, tuple[float, float
 
 def draw_topology(topo: FabricTopo, path: Path) -> None:
     """The topology laid out by tier, grid or group (`topology_layout`); a torus's
-    wrap-around links curve outside the grid. FabricEmuError (one line) if the file
+    wrap-around links (and a 3-D torus's links between its z planes) curve. FabricEmuError (one line) if the file
     cannot be written."""
     import matplotlib
 
@@ -168,9 +168,13 @@ def draw_topology(topo: FabricTopo, path: Path) -> None:
     straight, curved = [], []
     for a, b in g.edges:
         ca, cb = topo.nodeInfo(a).get("coord"), topo.nodeInfo(b).get("coord")
-        wrap = ca is not None and cb is not None and topo.role(a) != "host" \
-            and topo.role(b) != "host" and max(abs(x - y) for x, y in zip(ca, cb, strict=True)) > 1
-        (curved if wrap else straight).append((a, b))
+        # A wrap-around link, or one between a 3-D torus's z planes (drawn side by
+        # side), would run straight through the switches between its ends.
+        arc = ca is not None and cb is not None and topo.role(a) != "host" \
+            and topo.role(b) != "host" and (
+                max(abs(x - y) for x, y in zip(ca, cb, strict=True)) > 1
+                or ca[2:] != cb[2:])
+        (curved if arc else straight).append((a, b))
     def widths(edges: list[tuple[str, str]]) -> list[float]:
         # Logarithmic: 400G 1.2, 800G 2.0, 3.6T NVLink 3.7 points.
         return [0.4 + 0.8 * math.log2(max(g.edges[e]["rate_bps"] / 200e9, 1.0)) for e in edges]
