@@ -24,7 +24,7 @@ elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -310,9 +310,16 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "", label: str = NAME)
                                 opts["attempts"])
                     run.commit(case)
                     advance(case)
-    # The model's own busbw curve of every fabric and collective (no fabric needed).
-    for entry in opts["topos"]:
-        for name in opts["collectives"]:
-            run.frame("busbw_model", model_curve(split_topo_at(entry, opts["scale"])[0], name,
-                                                 opts["sizes"], opts["hash_draws"]),
-                      fabric=prefix + entry, collective=name)
+    record_model_curves(run, {prefix + entry: split_topo_at(entry, opts["scale"])[0]
+                              for entry in opts["topos"]},
+                        opts["collectives"], opts["sizes"], opts["hash_draws"])
+
+
+def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],
+                        sizes: Sequence[int], hash_draws: int) -> None:
+    """busbw_model.csv: the model's own curve (`model_curve`) of every collective on
+    every fabric ({label in collective.csv: topology spec}); no fabric is built."""
+    for label, spec in fabrics.items():
+        for name in names:
+            run.frame("busbw_model", model_curve(spec, name, sizes, hash_draws),
+                      fabric=label, collective=name)

@@ -134,8 +134,9 @@ def case_grid(ctx: PlotContext, cases: list[str], panel_in: tuple[float, float] 
         cols = list(range(ncols))
         where = {c: divmod(i, ncols) for i, c in enumerate(cases)}
         share = "all"
-    width = min(MAX_FIG_IN[0], panel_in[0] * len(cols) + 0.8)
-    height = min(MAX_FIG_IN[1], panel_in[1] * len(rows) + 0.9)
+    # A panel or two get room to be read; many stay within MAX_FIG_IN.
+    width = min(MAX_FIG_IN[0], max(7.0, panel_in[0] * len(cols) + 0.8))
+    height = min(MAX_FIG_IN[1], max(3.6, panel_in[1] * len(rows) + 0.9))
     fig, axes = plt.subplots(len(rows), len(cols), figsize=(width, height), squeeze=False,
                              sharex=share, sharey=share)
     used = set(where.values())
@@ -374,7 +375,7 @@ def plot_busbw(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
                 ax.plot(c.size_bytes, c.busbw_model_bps * _GBYTES, "-", color=color, lw=1,
                         label=f"{coll} model")
             else:
-                ax.plot(s.size_bytes, s.busbw_model_bps * _GBYTES, "--", color=color, lw=1,
+                ax.plot(s.size_bytes, s.busbw_model_bps * _GBYTES, "x--", color=color, lw=1,
                         label=f"{coll} model (at the measured sizes)")
         ax.axhline(g.bottleneck_bps.min() * _GBYTES, color="grey", lw=0.8, ls=":",
                    label="bottleneck rate")
@@ -471,7 +472,7 @@ def plot_nccl(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
             ax.plot(c.size_bytes, c.time_model_s * _US, "-", color=color, lw=1,
                     label=f"{label} model")
         else:
-            ax.plot(g.size_bytes, g.model_time_us, "--", color=color, lw=1,
+            ax.plot(g.size_bytes, g.model_time_us, "x--", color=color, lw=1,
                     label=f"{label} model (at the measured sizes)")
         cross = crossover_bytes(g)
         if cross is not None:

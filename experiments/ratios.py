@@ -24,6 +24,7 @@ from experiments.collective import (
     CollectiveRun,
     case_name,
     record,
+    record_model_curves,
     run_collective,
 )
 from experiments.collective import check as collective_check
@@ -123,3 +124,5 @@ def execute(run: Run, opts: dict[str, Any], prefix: str = "") -> None:
                                 opts["attempts"])
                     run.commit(case)
                     advance(case)
+    record_model_curves(run, {prefix + spec: spec for spec in opts["topos"]},
+                        [opts["collective"]], opts["sizes"], opts["hash_draws"])
