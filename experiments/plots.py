@@ -117,6 +117,14 @@ def _invalid_handle(ax: Any, series: bool = False) -> None:
         ax.plot([], [], "o", ms=5, label=INVALID_LABEL, **INVALID_STYLE)
 
 
+#: The cc grid's rows, top down (other scenarios follow in the order they ran).
+SCENARIO_ORDER = ("incast, PFC off", "incast, PFC on", "fairness", "oscillation", "steady")
+
+
+def _scenario_rank(scenario: str) -> int:
+    return SCENARIO_ORDER.index(scenario) if scenario in SCENARIO_ORDER else len(SCENARIO_ORDER)
+
+
 def case_grid(ctx: PlotContext, cases: list[str], panel_in: tuple[float, float] = (3.0, 2.2)
               ) -> tuple[Any, dict[str, Any]]:
     """A figure with a panel per case: rows = scenarios and columns = algorithms where
@@ -124,7 +132,7 @@ def case_grid(ctx: PlotContext, cases: list[str], panel_in: tuple[float, float] 
     grid of at most four columns with shared axes. Unused panels are hidden."""
     laid = [c for c in cases if c in ctx.layout]
     if laid and len(laid) == len(cases):
-        rows = list(dict.fromkeys(ctx.layout[c][0] for c in cases))
+        rows = sorted(dict.fromkeys(ctx.layout[c][0] for c in cases), key=_scenario_rank)
         cols = list(dict.fromkeys(ctx.layout[c][1] for c in cases))
         where = {c: (rows.index(ctx.layout[c][0]), cols.index(ctx.layout[c][1])) for c in cases}
         share = "row"
