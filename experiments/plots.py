@@ -266,35 +266,54 @@ _TAIL = (("p50", 0.5), ("p99", 1e-2), ("p99.9", 1e-3))
 
 
 def plot_latency(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
-    """One-way latency CCDF per case on a log axis, with the measured p99 and p99.9
-    levels and the model's p50/p99/p99.9 (x) where it has them."""
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    metrics = ctx.metrics
-    refused = False
-    for i, (case, g) in enumerate(df.groupby("case", sort=False)):
-        ok = ctx.valid(case)
-        refused |= not ok
-        color = f"C{i % 10}"
-        xs, ys = ccdf(g.one_way_s.to_numpy() * _US)
-        ax.step(xs, ys, where="post", color=color, lw=1.2,
-                label=f"{case}" + ("" if ok else " (refused)"),
-                **({} if ok else INVALID_SERIES))
-        for q, level in _TAIL:
-            row = metrics[(metrics.case == case) & (metrics.metric == f"latency {q}")]
-            if not row.empty and pd.notna(row.predicted.iloc[0]):
-                ax.plot(row.predicted.iloc[0], level, "x", color=color, ms=8, mew=1.5)
-    for q, level in _TAIL[1:]:
-        ax.axhline(level, color="0.5", lw=0.7, ls=":")
-        ax.annotate(q, (1.0, level), xycoords=("axes fraction", "data"), fontsize=7,
-                    ha="right", va="bottom", color="0.35")
-    ax.plot([], [], "x", color="0.3", label="model p50 / p99 / p99.9")
-    if refused:
-        _invalid_handle(ax, series=True)
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=min(1e-4, 0.5 / max(len(df), 1)), top=1.05)
-    ax.set_xlabel("one-way latency (µs)")
-    ax.set_ylabel("P(latency ≥ x)")
-    ax.legend(fontsize=7)
+    """One-way latency CCDF per case on a log axis, with the p99 and p99.9 levels and
+    the model's p50/p99/p99.9 (x) where it has them; a cc run gets a panel per
+    scenario (shared axes) with a colour per algorithm, the same in every panel."""
+    df = df.assign(case=df.case.astype(str))
+    cases = list(dict.fromkeys(df.case))
+    laid = bool(ctx.layout) and all(c in ctx.layout for c in cases)
+    groups = (sorted(dict.fromkeys(ctx.layout[c][0] for c in cases), key=_scenario_rank)
+              if laid else [""])
+    algorithms = list(dict.fromkeys(ctx.layout[c][1] for c in cases)) if laid else cases
+    ncols = min(3, len(groups))
+    nrows = math.ceil(len(groups) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, squeeze=False, sharex=True, sharey=True,
+                             figsize=(min(MAX_FIG_IN[0], max(8.0, 5.2 * ncols)),
+                                      min(MAX_FIG_IN[1], 1.2 + 3.8 * nrows)))
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    metrics = ctx.metrics.assign(case=ctx.metrics.case.astype(str))
+    for ax, group in zip(axes.flat, groups, strict=False):
+        refused = False
+        for case in (c for c in cases if not laid or ctx.layout[c][0] == group):
+            ok = ctx.valid(case)
+            refused |= not ok
+            color = f"C{algorithms.index(ctx.layout[case][1] if laid else case) % 10}"
+            xs, ys = ccdf(df[df.case == case].one_way_s.to_numpy() * _US)
+            label = ctx.layout[case][1] if laid else case
+            ax.step(xs, ys, where="post", color=color, lw=1.2,
+                    label=label + ("" if ok else " (refused)"),
+                    **({} if ok else INVALID_SERIES))
+            for q, level in _TAIL:
+                row = metrics[(metrics.case == case) & (metrics.metric == f"latency {q}")]
+                if not row.empty and pd.notna(row.predicted.iloc[0]):
+                    ax.plot(row.predicted.iloc[0], level, "x", color=color, ms=8, mew=1.5)
+        for q, level in _TAIL[1:]:
+            ax.axhline(level, color="0.5", lw=0.7, ls=":")
+            ax.annotate(q, (1.0, level), xycoords=("axes fraction", "data"), fontsize=7,
+                        ha="right", va="bottom", color="0.35")
+        ax.plot([], [], "x", color="0.3", label="model p50 / p99 / p99.9")
+        if refused:
+            _invalid_handle(ax, series=True)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=min(1e-4, 0.5 / max(len(df), 1)), top=1.05)
+        if group:
+            ax.set_title(group, fontsize=9)
+        ax.legend(fontsize=6)
+        ax.xaxis.set_tick_params(labelbottom=True)
+        ax.set_xlabel("one-way latency (µs)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("P(latency ≥ x)")
     return _save(fig, ctx.run_dir / "latency_ccdf.png", ctx, "one-way latency CCDF")
 
 
