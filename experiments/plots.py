@@ -82,7 +82,7 @@ def size_axis(ax: Any, axis: str = "x", label: str = "size") -> None:
     """A log2 byte axis with binary-unit ticks (B, KiB, MiB) instead of 10^6."""
     target = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
-    target.set_major_locator(LogLocator(base=4, numticks=12))
+    target.set_major_locator(LogLocator(base=2, numticks=8))  # at most ~8 labels
     target.set_major_formatter(bytes_formatter)
     target.set_minor_formatter(NullFormatter())
     (ax.set_xlabel if axis == "x" else ax.set_ylabel)(label)
@@ -380,8 +380,8 @@ def plot_busbw(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     curve = read_csv(curve_csv, *CSV_COLUMNS["busbw_model.csv"]) if curve_csv.exists() \
         else None
     fabrics = list(dict.fromkeys(df.fabric))
-    fig, axes = plt.subplots(1, len(fabrics), figsize=(min(MAX_FIG_IN[0], 5.6 * len(fabrics)),
-                                                       4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(fabrics), squeeze=False,
+                             figsize=(min(MAX_FIG_IN[0], max(8.0, 5.6 * len(fabrics))), 4.4))
     valid = df.valid.astype(str) == "True" if "valid" in df.columns \
         else pd.Series(True, index=df.index)
     for ax, fabric in zip(axes[0], fabrics, strict=True):
