@@ -546,6 +546,7 @@ def plot_slowdown(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     ax.axhline(1.0, color="0.5", lw=0.7, ls=":")
     size_axis(ax, label="message size (bucket mean)")
     ax.set_ylabel("FCT slowdown (FCT / FCT alone)")
+    ax.ticklabel_format(axis="y", useOffset=False)
     ax.legend(fontsize=6, ncol=2)
     return _save(fig, ctx.run_dir / "fct_slowdown_vs_size.png", ctx,
                  "FCT slowdown vs message size (p50 o, p95 s, p99 ^)")
