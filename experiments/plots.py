@@ -14,7 +14,7 @@ import json
 import math
 import textwrap
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -647,6 +647,16 @@ def plot_context(run_dir: Path, summary: Mapping[str, Any] | None = None,
                        _scales(config), invalid, _layout(run_dir))
 
 
+def _with_csv_verdicts(ctx: PlotContext, df: pd.DataFrame) -> PlotContext:
+    """``ctx`` with the cases whose rows of ``df`` its ``valid`` column marks invalid
+    as refused too (a measurement whose verdict is given to other cases, such as the
+    fairness intervals, has no verdict of its own in summary.json)."""
+    if not {"case", "valid"} <= set(df.columns):
+        return ctx
+    bad = df.loc[df.valid.astype(str) != "True", "case"].astype(str)
+    return replace(ctx, invalid=ctx.invalid | frozenset(bad)) if len(bad) else ctx
+
+
 def render_plots(run_dir: Path, summary: Mapping[str, Any] | None = None,
                  config: Mapping[str, Any] | None = None) -> list[Path]:
     ctx = plot_context(run_dir, summary, config)
@@ -658,7 +668,7 @@ def render_plots(run_dir: Path, summary: Mapping[str, Any] | None = None,
         if df.empty:
             continue
         try:
-            path = plot(ctx, df)
+            path = plot(_with_csv_verdicts(ctx, df), df)
         except (TypeError, ValueError, KeyError, IndexError) as e:
             plt.close("all")
             raise bad_run(run_dir, f"cannot plot {csv}: {type(e).__name__}: "
