@@ -8,8 +8,9 @@ or more CPU hogs (processes spinning on a core, at normal priority) started besi
 it, and optionally with stalls like a busy hypervisor's (on every CPU a real-time
 process above the engine's workers spins BURST ms at random about every PERIOD ms),
 and puts every run's verdict beside its errors against the model of the real
-fabric. A run is **wrong** when a metric misses its bound (`BOUNDS`: the project's
-accuracy targets) and, where the model is a mean over randomised realisations (the
+fabric. A run is **wrong** when a prediction misses its tolerance (the summary row's
+``tolerance_rel``, from `model.claims`: the project's accuracy targets; estimates,
+bounds and ideals claim none) and, where the model is a mean over randomised realisations (the
 DCQCN incast: switches mark at random), also lies outside all of them by more than
 `SPREAD_MARGIN`; a wrong run must be INVALID. The last line counts VALID runs that
 were wrong: anything but 0 is a gate bug. Run it alone on the machine.
@@ -36,26 +37,17 @@ from rich.table import Table
 from core.scaling import DEFAULT_SCALE
 from experiments.options import arg_type, clear_errors, parse_csv, parse_int, parse_scales
 
-#: Relative error a metric of a case may show against the real-fabric model (the
-#: targets of docs/design.md "Measurement and fidelity"); the first matching prefix wins.
-BOUNDS = (("incast cc=dcqcn", 0.10), ("incast cc=off", 0.05), ("", 0.05))
-
-
-def bound_of(case: str) -> float:
-    return next(b for prefix, b in BOUNDS if case.startswith(prefix))
-
-
 #: A metric of a randomised model (switches mark at random) is wrong outside every one
 #: of the model's realisations by more than this: the tolerance of a deterministic one.
 SPREAD_MARGIN = 0.05
 
 
 def is_wrong(m: dict, spread: dict | None) -> bool:
-    """Whether metric row ``m`` misses its bound. Where the model is a mean over
+    """Whether prediction row ``m`` misses its tolerance. Where the model is a mean over
     randomised realisations (``spread``, summary.json ``model_spreads``), a single
     faithful run may fall anywhere among them: it is wrong only beyond their range
     widened by `SPREAD_MARGIN`."""
-    if abs(m["error_rel"]) <= bound_of(m["case"]):
+    if abs(m["error_rel"]) <= m["tolerance_rel"]:
         return False
     if spread is None:
         return True
@@ -103,7 +95,7 @@ def run_demo(scale: float, hogs: int, out: Path,
              stall: tuple[float, float] | None = None) -> dict:
     """One demo run at ``scale`` beside ``hogs`` spinning processes and, with
     ``stall`` (burst, period in s), a stall process on every CPU; its verdict and the
-    metric farthest outside (or nearest to) its bound."""
+    metric farthest outside (or nearest to) its tolerance."""
     ctx = multiprocessing.get_context("fork")
     spinners = [ctx.Process(target=_spin, daemon=True) for _ in range(hogs)]
     if stall is not None:
@@ -125,8 +117,9 @@ def run_demo(scale: float, hogs: int, out: Path,
         raise RuntimeError(f"the demo wrote no summary (exit {proc.returncode}): "
                            f"{proc.stderr.strip()[-300:]}")
     summary = json.loads(summary_path.read_text())
-    metrics = [m for m in summary["metrics"] if m.get("error_rel") is not None]
-    worst = max(metrics, key=lambda m: abs(m["error_rel"]) / bound_of(m["case"]))
+    metrics = [m for m in summary["metrics"]
+               if m.get("error_rel") is not None and m.get("tolerance_rel")]
+    worst = max(metrics, key=lambda m: abs(m["error_rel"]) / m["tolerance_rel"])
     spreads = summary.get("model_spreads") or {}
     wrong = [m for m in metrics if is_wrong(m, spreads.get(m["case"], {}).get(m["metric"]))]
     return {"valid": bool(summary["valid"]), "wall_s": wall_s, "worst": worst, "wrong": wrong,
@@ -155,8 +148,8 @@ def main() -> None:
     except argparse.ArgumentTypeError as e:
         ap.error(str(e))
     table = Table(title="the demo beside CPU hogs: verdict against errors")
-    for col in ("S", "hogs", "stalls (ms)", "run", "gate", "worst metric (error / bound)",
-                "outside bound", "wall", "why invalid"):
+    for col in ("S", "hogs", "stalls (ms)", "run", "gate", "worst metric (error / tolerance)",
+                "outside tolerance", "wall", "why invalid"):
         table.add_column(col)
     valid = valid_wrong = invalid = 0
     with (contextlib.nullcontext(args.keep) if args.keep
@@ -174,13 +167,13 @@ def main() -> None:
                         f"{scale:g}", str(hogs), stall_text, str(i + 1),
                         "VALID" if r["valid"] else "INVALID",
                         f"{w['case']} {w['metric']} {w['error_rel']:+.1%} / "
-                        f"{bound_of(w['case']):.0%}", str(len(r["wrong"])), f"{r['wall_s']:.0f} s",
+                        f"{w['tolerance_rel']:.0%}", str(len(r["wrong"])), f"{r['wall_s']:.0f} s",
                         "; ".join(x.split(":")[0] for x in r["reasons"]
                                   if not x.startswith("suggested")))
     console = Console(width=220)
     console.print(table)
     console.print(f"{valid} VALID, {invalid} INVALID; VALID runs with a metric outside its "
-                  f"bound: {valid_wrong}")
+                  f"tolerance: {valid_wrong}")
 
 
 if __name__ == "__main__":

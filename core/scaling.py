@@ -11,6 +11,7 @@ units with S beside them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,20 +60,26 @@ class Scale:
         if not rate_real_bps > 0:
             raise ParameterError("rate_bps", rate_real_bps, "a link rate must be positive")
         emu = rate_real_bps / self.factor
+        # Only an S the Scale itself accepts (1 <= S < 1e9) is suggested.
         if emu > self.max_emulated_rate_bps:
-            need = rate_real_bps / self.max_emulated_rate_bps
+            need = math.ceil(rate_real_bps / self.max_emulated_rate_bps)
             raise ParameterError(
                 "scale", self.factor,
                 f"a {format_rate(rate_real_bps)}b/s link would run at {format_rate(emu)}b/s "
                 f"emulated, above the {format_rate(self.max_emulated_rate_bps)}b/s a shaped "
-                f"veth port holds accurately; use a scale factor of at least {need:.0f}",
+                f"veth port holds accurately; " + (
+                    f"use a scale factor of at least {need:.0f}" if need < 1e9 else
+                    "no scale factor S emulates it accurately"),
             )
         if emu < self.min_emulated_rate_bps:
-            most = rate_real_bps / self.min_emulated_rate_bps
+            most = math.floor(rate_real_bps / self.min_emulated_rate_bps)
             raise ParameterError(
                 "scale", self.factor,
                 f"a {format_rate(rate_real_bps)}b/s link would run at only {format_rate(emu)}b/s "
-                f"emulated, too slow for accurate shaping; use a scale factor of at most {most:.0f}",
+                "emulated, too slow for accurate shaping; " + (
+                    f"use a scale factor of at most {most:.0f}" if most >= 1 else
+                    f"it is below {format_rate(self.min_emulated_rate_bps)}b/s even at S = 1: "
+                    "no scale factor S emulates it accurately"),
             )
         return emu
 

@@ -1100,9 +1100,12 @@ class _WorkerLoop:
 
     def _trace(self, qp: _SendQp, now: int, event: int = TRACE_SEND) -> None:
         """A row of the rate trace: periodic while sending, and at each CNP, CC timer
-        and ECN-echo ACK (``event``, an index into TRACE_EVENTS)."""
+        and ECN-echo ACK (``event``, an index into TRACE_EVENTS), with the window of
+        a window-based algorithm (NaN without one)."""
         rate, target, alpha = qp.cc.trace()
-        self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha, event))
+        window = qp.cc.window_bytes
+        self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha, event,
+                           math.nan if window is None else float(window)))
         qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale_ns)
         if qp.c is not None:
             qp.c.next_trace_ns = qp.next_trace_ns

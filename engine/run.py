@@ -985,7 +985,7 @@ def _rates(scale: Scale, msg_ids: np.ndarray, reported: list[WorkerStats]) -> pd
     """The congestion-control trace of every QP, in time order."""
     rows = [row for r in reported for row in r.rates]
     rates = pd.DataFrame(rows, columns=["index", "t_ns", "rate_bps", "target_rate_bps",
-                                        "alpha", "event"])
+                                        "alpha", "event", "window_bytes"])
     rates["event"] = np.asarray(nic.TRACE_EVENTS, dtype=object)[
         rates["event"].to_numpy(dtype=np.int64)] if len(rates) else pd.Series(dtype=object)
     rates.insert(0, "t_s", scale.real_s_of_emu_ns(rates.pop("t_ns")))

@@ -96,6 +96,16 @@ from experiments.options import (
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
 from model.alphabeta import roce_wire_factor
+from model.claims import (
+    AIMED_THROUGHPUT,
+    FAIR_AGGREGATE,
+    FAIR_JAIN,
+    FAIR_SHARE,
+    FAIR_SMALLEST,
+    PFC_LOSSLESS,
+    Claim,
+)
+from model.claims import incast_claims as model_incast_claims
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast_predict import predict_incast_on_graph
 from topologies.routing import topo_graph
@@ -266,6 +276,15 @@ def predict_incast(fab: Fabric, r: Roles, size_bytes: int, cc: CcFactory, pfc: b
                           t, dcqcn or "paper")
 
 
+def incast_claims(cc: CcFactory, pfc: bool, pred: dict[str, Any]) -> dict[str, Claim]:
+    """What each value of `predict_incast`'s prediction claims to be (`model.claims`)."""
+    if pfc:
+        return {"completion_s": PFC_LOSSLESS, "goodput_bps": PFC_LOSSLESS, "drops": PFC_LOSSLESS}
+    if not pred:
+        return {}
+    return model_incast_claims("off" if cc.is_off else "dcqcn", bool(pred["drops"]))
+
+
 def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
                cc: CcFactory, pfc: bool, t: Thresholds) -> None:
     """Scenarios a and c: the incast and the victim flow, with or without PFC."""
@@ -290,8 +309,13 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
     inc_lat_us = lat[lat.msg_id != victim_id].one_way_s * 1e6
     victim_lat_us = lat[lat.msg_id == victim_id].one_way_s * 1e6
 
-    def model(key: str, factor: float = 1.0) -> float | None:
-        return pred[key] * factor if pred.get(key) is not None else None
+    claims = incast_claims(cc, pfc, pred)
+
+    def model(key: str, factor: float = 1.0) -> tuple[float | None, Claim | None]:
+        """The model's value of ``key`` times ``factor``, and its claim."""
+        if pred.get(key) is None:
+            return None, None
+        return pred[key] * factor, claims[key]
 
     drops = int(m.ports.drops.sum())
     q = m.queue[m.queue.port == port.name]
@@ -317,23 +341,28 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
         "victim_gbps": 8e-9 * size / float(victim.fct_s),
         "victim_latency_p99_us": float(victim_lat_us.quantile(0.99)),
     }
-    run.metric(case, "incast completion", "us", row["completion_us"], model("completion_s", 1e6))
+    run.metric(case, "incast completion", "us", row["completion_us"],
+               *model("completion_s", 1e6))
     # Where the model has no completion: an ideal control (scaled by the share the
     # algorithm aims at) keeps the bottleneck busy from the first byte to the last.
-    run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
-               incast_bits / pred["completion_s"] * 1e-9 if pred.get("completion_s")
-               else cc.target_utilisation * capacity_bps * 1e-9)
-    run.metric(case, "drops", "packets", drops, model("drops"))
-    run.metric(case, "latency p99", "us", row["latency_p99_us"], model("latency_p99_s", 1e6))
-    run.metric(case, "peak queue", "KB", row["peak_queue_KB"], model("max_queue_bytes", 1e-3))
+    if pred.get("completion_s"):
+        run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
+                   incast_bits / pred["completion_s"] * 1e-9, claims["goodput_bps"])
+    else:
+        run.metric(case, "incast throughput", "Gb/s", row["incast_gbps"],
+                   cc.target_utilisation * capacity_bps * 1e-9, AIMED_THROUGHPUT)
+    run.metric(case, "drops", "packets", drops, *model("drops"))
+    run.metric(case, "latency p99", "us", row["latency_p99_us"], *model("latency_p99_s", 1e6))
+    run.metric(case, "peak queue", "KB", row["peak_queue_KB"],
+               *model("max_queue_bytes", 1e-3))
     run.metric(case, "mean queue", "KB", row["mean_queue_KB"], None)
     if pfc:
         run.metric(case, "PAUSE events", "count", pauses, None)
     run.metric(case, "retransmissions", "packets", row["retransmitted"], None)
     run.metric(case, "ECN-echo ACKs", "count", row["ecn_echoes"], None)
-    run.metric(case, "victim FCT", "us", row["victim_fct_us"], victim_model_s * 1e6)
+    run.metric(case, "victim FCT", "us", row["victim_fct_us"], victim_model_s * 1e6, FAIR_SHARE)
     run.metric(case, "victim throughput", "Gb/s", row["victim_gbps"],
-               8e-9 * size / victim_model_s)
+               8e-9 * size / victim_model_s, FAIR_SHARE)
     run.metric(case, "victim latency p99", "us", row["victim_latency_p99_us"], None)
     # CC off without a drop (PFC, or a buffer the model says holds the incast): the
     # bottleneck is busy from first to last byte; idling would be the machine's doing.
@@ -405,9 +434,11 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
            "drops": int(m.ports.drops.sum()),
            "ecn_echoes": int(m.messages.ecn_echoes.sum()),
            "cnps": int(m.messages.cnps_received.sum())}
-    run.metric(case, "Jain index", "", row["jain"], jain_index(model))
-    run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"], sum(model) * 1e-9)
-    run.metric(case, "smallest share", "Gb/s", row["smallest_gbps"], min(model) * 1e-9)
+    run.metric(case, "Jain index", "", row["jain"], jain_index(model), FAIR_JAIN)
+    run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"], sum(model) * 1e-9,
+               FAIR_AGGREGATE)
+    run.metric(case, "smallest share", "Gb/s", row["smallest_gbps"], min(model) * 1e-9,
+               FAIR_SMALLEST)
     run.metric(case, "convergence time", "us", row["convergence_us"], None)
     if math.isnan(conv_s):
         run.note(f"{case}: the flows' rates had not settled (Jain >= {CONVERGED_JAIN} in bins "

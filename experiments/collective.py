@@ -25,7 +25,7 @@ elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -68,7 +68,9 @@ from model.alphabeta import (
     roce_wire_factor,
     workload_bottleneck_rate_bps,
 )
+from model.claims import ALPHABETA
 from topologies.base import NVLINK_RATE_BPS
+from topologies.routing import Routes, compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
 
@@ -148,16 +150,44 @@ class CollectiveRun:
         return float(np.quantile(8.0 * self.workload.size_bytes / times_s, q)) * self.factor
 
 
-def servers_of(fab: Fabric) -> list[Any]:
+def servers_of(topo: Any, routes: Routes) -> list[Any]:
     """Server of every host: its 'server' node info, else the switch it hangs off."""
-    topo = fab.topo
-    return [topo.nodeInfo(h).get("server", next(iter(fab.routes.next_hops[h].values()))[0])
-            for h in fab.hosts]
+    return [topo.nodeInfo(h).get("server", next(iter(routes.next_hops[h].values()))[0])
+            for h in topo.host_nodes()]
 
 
-def build_workload(fab: Fabric, name: str, size_bytes: int) -> Any:
-    extra = {"server_of": servers_of(fab)} if name == "allreduce-hier" else {}
-    return collectives.build(name, list(fab.hosts), size_bytes, **extra)
+def build_workload(topo: Any, routes: Routes, name: str, size_bytes: int) -> Any:
+    """Collective ``name`` of ``size_bytes`` over every host of ``topo``, in host order."""
+    extra = {"server_of": servers_of(topo, routes)} if name == "allreduce-hier" else {}
+    return collectives.build(name, list(topo.host_nodes()), size_bytes, **extra)
+
+
+#: The model's busbw curve (busbw_model.csv) spans the measured sizes and this factor
+#: beyond them, at every power of two.
+CURVE_MARGIN = 4
+
+
+def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int) -> pd.DataFrame:
+    """The model's time and busbw of ``name`` on topology ``spec`` over a dense size
+    grid (every power of two from the smallest measured size / CURVE_MARGIN to the
+    largest x CURVE_MARGIN, and the measured sizes), each priced as a measured case is
+    (`run_collective`: the mean over ``hash_draws`` hash outcomes seeded by the size):
+    the model's own curve, not a line through its values at the measured sizes."""
+    topo = build_topo(spec)
+    graph, routes = topo_graph(topo), compute_routes(topo)
+    lo = max(1, min(sizes) // CURVE_MARGIN)
+    hi = max(sizes) * CURVE_MARGIN
+    grid = sorted({*sizes, *(1 << k for k in range(lo.bit_length() - 1, hi.bit_length())
+                             if lo <= 1 << k <= hi)})
+    rows = []
+    for size in grid:
+        workload = build_workload(topo, routes, name, size)
+        draws = predict_workload_hashed(workload, graph, routes.paths, samples=hash_draws,
+                                        seed=size)
+        time_s = float(np.mean([p.completion_s for p in draws]))
+        rows.append({"size_bytes": size, "time_model_s": time_s,
+                     "busbw_model_bps": 8.0 * size / time_s * workload.meta["busbw_factor"]})
+    return pd.DataFrame(rows)
 
 
 def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
@@ -165,7 +195,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
     """Run ``name`` of ``size_bytes`` over every host of ``fab`` and price it (``capture``:
     hosts whose frames to keep; ``engine``: further ``EngineConfig`` settings)."""
 
-    workload = build_workload(fab, name, size_bytes)
+    workload = build_workload(fab.topo, fab.routes, name, size_bytes)
     priced = time.perf_counter()
     graph = model_graph(fab)
     draws = predict_workload_hashed(workload, graph, fab.routes.paths, samples=hash_draws,
@@ -223,8 +253,8 @@ def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
            fab: Fabric, cc: str) -> str:
     """Summary metric, table row and fidelity of one collective run; returns the case."""
     case = case_name(fabric, name, size_bytes)
-    run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6)
-    run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9)
+    run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6, ALPHABETA)
+    run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9, ALPHABETA)
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
@@ -303,3 +333,16 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                                 opts.attempts)
                     run.commit(case)
                     advance(case)
+    record_model_curves(run, {prefix + entry: split_topo_at(entry, opts.scale)[0]
+                              for entry in opts.topos},
+                        opts.collectives, opts.sizes, opts.hash_draws)
+
+
+def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],
+                        sizes: Sequence[int], hash_draws: int) -> None:
+    """busbw_model.csv: the model's own curve (`model_curve`) of every collective on
+    every fabric ({label in collective.csv: topology spec}); no fabric is built."""
+    for label, spec in fabrics.items():
+        for name in names:
+            run.frame("busbw_model", model_curve(spec, name, sizes, hash_draws),
+                      fabric=label, collective=name)

@@ -52,6 +52,7 @@ from experiments.options import (
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s, roce_wire_factor
+from model.claims import ECMP_DRAW, ECMP_RATE, ECMP_SLOWDOWN
 from model.fluid import flow_completion_times
 from model.maxmin import make_flow
 from topologies.spec import build_topo
@@ -128,14 +129,14 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
     predicted = model.throughput_bps
     makespan = model.groupby("sample").throughput_bps.min()
     run.metric(case, "mean flow throughput", "Gb/s", measured.mean() * 1e-9,
-               predicted.mean() * 1e-9)
+               predicted.mean() * 1e-9, ECMP_RATE)
     run.metric(case, "p10 flow throughput", "Gb/s", measured.quantile(0.1) * 1e-9,
-               predicted.quantile(0.1) * 1e-9)
+               predicted.quantile(0.1) * 1e-9, ECMP_RATE)
     run.metric(case, "flows near line rate", "fraction",
                float((measured >= NEAR_LINE_RATE * nic_bps).mean()),
-               float((predicted >= NEAR_LINE_RATE * nic_bps).mean()))
+               float((predicted >= NEAR_LINE_RATE * nic_bps).mean()), ECMP_DRAW)
     run.metric(case, "slowest flow throughput", "Gb/s", measured.min() * 1e-9,
-               float(np.mean(makespan)) * 1e-9)
+               float(np.mean(makespan)) * 1e-9, ECMP_DRAW)
     run.frame("flows", pd.DataFrame({"msg_id": m.messages.msg_id,
                                      "throughput_bps": measured}),
               case=case, source="measured")
@@ -148,7 +149,7 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
     ideal = {msg.msg_id: ideal_fct_s(graph, fab.routes.paths, msg.src, msg.dst,
                                      msg.size_bytes) for msg in workload.messages}
     record_slowdown(run, case, fct_slowdown(
-        m.messages, ideal, model.groupby("msg_id").fct_s.apply(list).to_dict()))
+        m.messages, ideal, model.groupby("msg_id").fct_s.apply(list).to_dict()), ECMP_SLOWDOWN)
 
 
 def execute(run: Run, opts: Options, prefix: str = "") -> None:

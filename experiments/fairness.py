@@ -53,6 +53,7 @@ from experiments.options import (
 )
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
+from model.claims import FAIR_AGGREGATE, FAIR_JAIN, FAIR_SMALLEST
 from model.fairshare import FlowSpec, fair_share_schedule
 from topologies.spec import build_topo
 from traffic import collectives
@@ -133,14 +134,16 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: Options) -> None:
         model = [iv.payload_rates_bps[f] for f in active]
         case = f"{prefix}interval {i} ({len(active)} flows)"
         if sum(measured) > 0:
-            run.metric(case, "Jain index", "", jain_index(measured), jain_index(model))
+            run.metric(case, "Jain index", "", jain_index(measured), jain_index(model),
+                       FAIR_JAIN)
         else:  # Jain's index of nothing is undefined; the zero throughput says it
             run.note(f"{case}: no packet arrived in the window the model gives "
                      "(its timeline and the emulator's drift apart by the missing fixed "
                      "delays, see the deviations)")
         run.metric(case, "aggregate throughput", "Gb/s", sum(measured) * 1e-9,
-                   sum(model) * 1e-9)
-        run.metric(case, "smallest share", "Gb/s", min(measured) * 1e-9, min(model) * 1e-9)
+                   sum(model) * 1e-9, FAIR_AGGREGATE)
+        run.metric(case, "smallest share", "Gb/s", min(measured) * 1e-9, min(model) * 1e-9,
+                   FAIR_SMALLEST)
         rows += [{"interval": i, "t0_s": iv.t0_s, "t1_s": iv.t1_s, "msg_id": f,
                   "active": len(active), "throughput_bps": x, "model_bps": y}
                  for f, x, y in zip(active, measured, model, strict=True)]

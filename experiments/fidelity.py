@@ -275,8 +275,14 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
     suggested = scale
     if need > 1:
         suggested = min(nice_scale(scale * need * limits.margin), max_scale)
-        reasons.append(f"suggested scale factor S = {suggested:g} (now {scale:g})"
-                       + (" -- the slowest link caps S here" if suggested == max_scale else ""))
+        if suggested > scale:
+            reasons.append(f"suggested scale factor S = {suggested:g} (now {scale:g})"
+                           + (" -- the slowest link caps S here" if suggested == max_scale
+                              else ""))
+        else:  # never suggest an S that does not help
+            suggested = scale
+            reasons.append(f"no larger S helps here: the slowest link caps S at "
+                           f"{max_scale:g} (now {scale:g})")
     return FidelityReport(not any(not c.ok for c in checks), reasons, suggested, checks)
 
 

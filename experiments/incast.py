@@ -62,6 +62,7 @@ from experiments.options import (
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor
+from model.claims import FAIR_SHARE, INCAST_SLOWDOWN, Claim, incast_claims
 from model.fairshare import FlowSpec, fair_share_schedule
 from model.incast_predict import predict_incast_on_graph
 from model.queueing import QueueDist, incast_cc_off
@@ -179,8 +180,13 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
         predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_params or dcqcn)
     port = bottleneck_port(fab, senders, receiver)
 
-    def model(key: str, factor: float = 1.0) -> float | None:
-        return pred[key] * factor if pred.get(key) is not None else None
+    claims = incast_claims(model_cc, bool(pred["drops"])) if pred else {}
+
+    def model(key: str, factor: float = 1.0) -> tuple[float | None, Claim | None]:
+        """The model's value of ``key`` times ``factor``, and its claim."""
+        if pred.get(key) is None:
+            return None, None
+        return pred[key] * factor, claims[key]
 
     if model_cc is None:
         run.note(f"{case}: the model has no {factory.name}; its metrics are measured "
@@ -212,20 +218,22 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
     completion_s = m.completion_s if done else float("nan")
     at_port = m.port(port.name)
     lat_us = m.latency.one_way_s * 1e6
-    run.metric(case, "completion time", "us", completion_s * 1e6, model("completion_s", 1e6))
+    run.metric(case, "completion time", "us", completion_s * 1e6, *model("completion_s", 1e6))
     run.metric(case, "goodput", "Gb/s", 8e-9 * len(senders) * size_bytes / completion_s,
-               model("goodput_bps", 1e-9))
+               *model("goodput_bps", 1e-9))
     for q, key in ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9")):
         run.metric(case, f"latency {key}", "us", float(lat_us.quantile(q)),
-                   model(f"latency_{key.replace('.', '')}_s", 1e6))
+                   *model(f"latency_{key.replace('.', '')}_s", 1e6))
     peak_bytes = float(m.queue[m.queue.port == port.name].backlog_bytes.max())
-    run.metric(case, "peak queue", "KB", peak_bytes / 1e3, model("max_queue_bytes", 1e-3))
-    run.metric(case, "ECN marks", "packets", float(at_port.ecn_marked), model("marks"))
+    run.metric(case, "peak queue", "KB", peak_bytes / 1e3, *model("max_queue_bytes", 1e-3))
+    run.metric(case, "ECN marks", "packets", float(at_port.ecn_marked), *model("marks"))
     if model_cc is None or pred["cnps"] is not None:
-        run.metric(case, "CNPs", "packets", float(m.messages.cnps_sent.sum()), model("cnps"))
-    run.metric(case, "drops", "packets", float(at_port.drops), model("drops"))
+        run.metric(case, "CNPs", "packets", float(m.messages.cnps_sent.sum()),
+                   *model("cnps"))
+    run.metric(case, "drops", "packets", float(at_port.drops), *model("drops"))
     if pred and not pred["drops"]:
-        run.metric(case, "retransmissions", "packets", float(m.messages.retransmitted.sum()), 0.0)
+        run.metric(case, "retransmissions", "packets", float(m.messages.retransmitted.sum()),
+                   0.0, claims["drops"])
     labels = {"case": case, "cc": cc, "kmin_bytes": t.kmin_bytes, "kmax_bytes": t.kmax_bytes}
     if pred:
         run.frame("queue_model", pd.DataFrame(pred["queue_trace"], columns=["t_s", "queue_bytes"]),
@@ -241,7 +249,8 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
                 saturated={port.name: completion_s} if busy else {}, labels=labels,
                 frames={"messages": m.messages, "latency": m.latency, "rates": m.rates,
                         "queue": m.queue})
-    record_slowdown(run, case, slowdown_table(fab, workload, m.messages))
+    record_slowdown(run, case, slowdown_table(fab, workload, m.messages),
+                    FAIR_SHARE if model_cc is None else INCAST_SLOWDOWN)
 
 
 def slowdown_table(fab: Fabric, workload: Any, messages: pd.DataFrame) -> pd.DataFrame:

@@ -43,6 +43,14 @@ from experiments.measure import Measurement, engine_config, gate, measure, model
 from experiments.options import CommonOptions
 from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor
+from model.claims import (
+    BUSY_PORT,
+    DCTCP_AMPLITUDE,
+    DCTCP_MEAN,
+    DCTCP_TIMING,
+    HPCC_EQUILIBRIUM,
+    HPCC_UTILISATION,
+)
 from model.dctcp_oscillation import dctcp_oscillation
 from traffic import collectives
 from traffic.ccload import CcFactory
@@ -213,17 +221,21 @@ def run_oscillation(run: Run, fab: Fabric, case: str, receiver: str, opts: LongF
            "alpha": alpha, "model_alpha": pred.alpha,
            "aggregate_gbps": lf.payload_bps() * 1e-9,
            "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
-    run.metric(case, "queue amplitude", "KB", row["amplitude_KB"], row["model_amplitude_KB"])
-    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], row["model_mean_queue_KB"])
+    run.metric(case, "queue amplitude", "KB", row["amplitude_KB"], row["model_amplitude_KB"],
+               DCTCP_AMPLITUDE)
+    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], row["model_mean_queue_KB"],
+               DCTCP_MEAN)
     run.metric(case, "queue p95", "KB", saw.p95_bytes / 1e3,
-               (pred.q_max_bytes - 0.05 * pred.amplitude_bytes) / 1e3)
+               (pred.q_max_bytes - 0.05 * pred.amplitude_bytes) / 1e3, DCTCP_AMPLITUDE)
     run.metric(case, "queue p5", "KB", saw.p5_bytes / 1e3,
-               (pred.q_min_bytes + 0.05 * pred.amplitude_bytes) / 1e3)
-    run.metric(case, "oscillation period", "us", row["period_us"], row["model_period_us"])
-    run.metric(case, "alpha", "", alpha, pred.alpha)
+               (pred.q_min_bytes + 0.05 * pred.amplitude_bytes) / 1e3, DCTCP_AMPLITUDE)
+    run.metric(case, "oscillation period", "us", row["period_us"], row["model_period_us"],
+               DCTCP_TIMING)
+    run.metric(case, "alpha", "", alpha, pred.alpha, DCTCP_TIMING)
     # The analysis' queue never empties above K > C x RTT / 7, so the port stays busy.
     run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
-               fs.port.rate_bps / roce_wire_factor() * 1e-9 if pred.q_min_bytes > 0 else None)
+               fs.port.rate_bps / roce_wire_factor() * 1e-9 if pred.q_min_bytes > 0 else None,
+               BUSY_PORT)
     return lf, row, f"step marking at K = {k} B"
 
 
@@ -240,9 +252,10 @@ def run_steady(run: Run, fab: Fabric, case: str, receiver: str, opts: LongFlowOp
            "flows": len(fs.senders), "mean_queue_KB": float(q.backlog_bytes.mean()) / 1e3,
            "aggregate_gbps": payload_bps * 1e-9,
            "retransmitted": int(m.messages.retransmitted.sum()), "drops": int(m.ports.drops.sum())}
-    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], 0.0)
-    run.metric(case, "queue p95", "KB", float(q.backlog_bytes.quantile(0.95)) / 1e3, 0.0)
+    run.metric(case, "mean queue", "KB", row["mean_queue_KB"], 0.0, HPCC_EQUILIBRIUM)
+    run.metric(case, "queue p95", "KB", float(q.backlog_bytes.quantile(0.95)) / 1e3, 0.0,
+               HPCC_EQUILIBRIUM)
     run.metric(case, "aggregate throughput", "Gb/s", row["aggregate_gbps"],
-               eta * fs.port.rate_bps / roce_wire_factor() * 1e-9)
+               eta * fs.port.rate_bps / roce_wire_factor() * 1e-9, HPCC_UTILISATION)
     return lf, row, "INT on every switch port"
 

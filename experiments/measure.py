@@ -40,6 +40,7 @@ from experiments.fidelity import (
 )
 from experiments.rundir import Run, emulated_fixed_delays
 from model.alphabeta import DEFAULT_OVERHEAD_S, predict_workload
+from model.claims import Claim
 from topologies.routing import topo_graph
 from traffic.ccload import resolve_cc
 from traffic.fixeddelay import NIC_OVERHEAD, path_delay
@@ -404,37 +405,48 @@ def ideal_fct_s(graph: Any, paths: Callable[[str, str], Sequence[Sequence[str]]]
     return predict_workload(alone, graph, paths).completion_s
 
 
+#: The FCT slowdown percentiles of the table and the summary: (column, quantile).
+SLOWDOWN_QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
+
+
 def fct_slowdown(messages: pd.DataFrame, ideal_s: Mapping[Any, float],
                  predicted_s: Mapping[Any, Sequence[float]]) -> pd.DataFrame:
-    """FCT slowdown (FCT / ideal FCT of that size alone) by size bucket: p50 and p99
-    measured (messages.fct_s) and predicted (the model's FCTs of the same messages
-    under the workload's load; several per message when the model draws hashes)."""
+    """FCT slowdown (FCT / ideal FCT of that size alone) by size bucket: p50, p95 and
+    p99 measured (messages.fct_s) and predicted (the model's FCTs of the same messages
+    under the workload's load; several per message when the model draws hashes), and
+    the bucket's mean message size (the slowdown-vs-size plot's x)."""
     rows = []
     done = messages[messages.fct_s.notna()]
     measured = pd.DataFrame({"bucket": [size_bucket(s) for s in done.size_bytes],
+                             "size_bytes": done.size_bytes.to_numpy(dtype=float),
                              "slowdown": [f / ideal_s[i] for i, f in zip(done.msg_id, done.fct_s,
                                                                          strict=True)]})
     model = pd.DataFrame([{"bucket": size_bucket(s), "slowdown": f / ideal_s[i]}
                           for i, s in zip(messages.msg_id, messages.size_bytes, strict=True)
                           for f in predicted_s.get(i, ())], columns=["bucket", "slowdown"])
+    sizes = messages.groupby(messages.size_bytes.map(size_bucket)).size_bytes.mean()
     for label, _ in SIZE_BUCKETS:
         got = measured[measured.bucket == label].slowdown
         want = model[model.bucket == label].slowdown
         if got.empty and want.empty:
             continue
-        rows.append({"bucket": label, "messages": len(got),
-                     "p50": got.quantile(0.5) if len(got) else math.nan,
-                     "p99": got.quantile(0.99) if len(got) else math.nan,
-                     "model_p50": want.quantile(0.5) if len(want) else math.nan,
-                     "model_p99": want.quantile(0.99) if len(want) else math.nan})
-    return pd.DataFrame(rows, columns=["bucket", "messages", "p50", "p99", "model_p50",
-                                       "model_p99"])
+        row: dict[str, Any] = {"bucket": label, "size_bytes": float(sizes.get(label, math.nan)),
+                               "messages": len(got)}
+        for col, q in SLOWDOWN_QUANTILES.items():
+            row[col] = got.quantile(q) if len(got) else math.nan
+        for col, q in SLOWDOWN_QUANTILES.items():
+            row[f"model_{col}"] = want.quantile(q) if len(want) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["bucket", "size_bytes", "messages",
+                                       *SLOWDOWN_QUANTILES,
+                                       *(f"model_{c}" for c in SLOWDOWN_QUANTILES)])
 
 
-def record_slowdown(run: Run, case: str, table: pd.DataFrame) -> None:
-    """fct_slowdown.csv rows and one summary metric per bucket and percentile."""
+def record_slowdown(run: Run, case: str, table: pd.DataFrame, claim: Claim) -> None:
+    """fct_slowdown.csv rows and one summary metric per bucket and percentile, the
+    model's labelled with ``claim`` (what its FCTs are: a prediction, an ideal)."""
     for row in table.itertuples():
-        for q in ("p50", "p99"):
+        for q in SLOWDOWN_QUANTILES:
             run.metric(case, f"FCT slowdown {q} {row.bucket}", "x", getattr(row, q),
-                       getattr(row, f"model_{q}"))
+                       getattr(row, f"model_{q}"), claim)
     run.frame("fct_slowdown", table, case=case)

@@ -25,6 +25,7 @@ from experiments.collective import (
     case_name,
     check_fabrics,
     record,
+    record_model_curves,
     run_collective,
 )
 from experiments.options import (
@@ -40,6 +41,7 @@ from experiments.options import (
 )
 from experiments.progress import progress
 from experiments.rundir import Run
+from model.claims import TIER_UTILISATION
 from topologies.spec import build_topo
 
 NAME = "ratios"
@@ -107,7 +109,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
     rows = []
     for tier in sorted(model, key=lambda t: -model[t]):
         run.metric(case, f"busiest {tier} link utilisation", "fraction",
-                   measured.get(tier, 0.0), model[tier])
+                   measured.get(tier, 0.0), model[tier], TIER_UTILISATION)
         rows.append({"fabric": spec, "size_bytes": size, "tier": tier,
                      "utilisation_measured": measured.get(tier, 0.0),
                      "utilisation_model": model[tier]})
@@ -138,3 +140,5 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
                                 opts.attempts)
                     run.commit(case)
                     advance(case)
+    record_model_curves(run, {prefix + spec: spec for spec in opts.topos},
+                        [opts.collective], opts.sizes, opts.hash_draws)

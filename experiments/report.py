@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from experiments.plots import CSV_COLUMNS, bad_run, read_csv, render_plots
+from model.claims import DCTCP_AMPLITUDE, DCTCP_MEAN, DCTCP_TIMING, Kind
 
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -33,24 +36,49 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def _err(err: float | None) -> str:
+def _err(row: Mapping[str, Any]) -> str:
+    """A prediction's error, green within its tolerance and red beyond; blank for an
+    estimate, a bound or an ideal (they claim no accuracy)."""
+    err = row.get("error_rel")
+    if row.get("kind") not in (None, Kind.PREDICTION.value):
+        return ""
     if not isinstance(err, (int, float)) or isinstance(err, bool) or not math.isfinite(err):
-        return "n/a"
-    color = "green" if abs(err) <= 0.05 else "yellow" if abs(err) <= 0.15 else "red"
+        return "n/a" if row.get("predicted") is not None else ""
+    color = "red" if row.get("model_disagrees") else "green" if "kind" in row else "yellow"
     return f"[{color}]{err:+.1%}[/]"
 
 
+def model_label(row: Mapping[str, Any]) -> str:
+    """What the row's model value is: 'prediction ±5%', 'estimate', ...; '' without one,
+    'unlabelled' in a run recorded before models said what they claim."""
+    if row.get("predicted") is None:
+        return ""
+    kind, tol = row.get("kind"), row.get("tolerance_rel")
+    if kind is None:
+        return "unlabelled"
+    return f"{kind} ±{tol * 100:g}%" if isinstance(tol, (int, float)) else str(kind)
+
+
 def summary_table(summary: Mapping[str, Any], title: str) -> Table:
-    table = Table(title=title)
-    for col, just in (("case", "left"), ("metric", "left"), ("unit", "left"),
-                      ("measured", "right"), ("model", "right"), ("error", "right"),
-                      ("valid", "center")):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    """Every summary row under its case (a line of its own with the gate's verdict,
+    which keeps the table within 80 columns): measured, the model's value, what that
+    value is, and for a prediction its error and whether the model disagrees."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+    for col, just in (("metric (unit)", "left"), ("measured", "right"), ("model", "right"),
+                      ("model is", "left"), ("error", "right"), ("verdict", "left")):
+        table.add_column(col, justify=just, overflow="fold",  # type: ignore[arg-type]
+                         min_width=22 if col == "metric (unit)" else None)
+    case = None
     for r in summary["metrics"]:
-        table.add_row(escape(str(r["case"])), escape(str(r["metric"])), escape(str(r["unit"])),
-                      _fmt(r["measured"]),
-                      _fmt(r["predicted"]), _err(r.get("error_rel")),
-                      "[green]yes[/]" if r.get("valid") else "[red]no[/]")
+        if r["case"] != case:
+            case = r["case"]
+            table.add_row(f"[bold]{escape(str(case))}[/]  " + (
+                "[green]valid[/]" if r.get("valid") else "[red]refused by the gate[/]"))
+        verdict = "[red]disagrees[/]" if r.get("model_disagrees") else ""
+        unit = f" ({r['unit']})" if r.get("unit") else ""
+        table.add_row(escape(f"  {r['metric']}{unit}"),
+                      _fmt(r["measured"]), "" if r["predicted"] is None else _fmt(r["predicted"]),
+                      escape(model_label(r)), _err(r), verdict)
     return table
 
 
@@ -98,12 +126,16 @@ CC_TABLE_COLUMNS = {
                  ("smallest_gbps", "smallest share (Gb/s)"),
                  ("convergence_us", "convergence (us)"), ("retransmitted", "retransmitted"),
                  ("ecn_echoes", "ECN echoes"), ("valid", "valid")),
+    # The model's columns say what each value is (model.claims, as in the summary).
     "oscillation": (("cc", "cc"), ("flows", "flows"), ("k_KB", "K (KB)"),
-                    ("amplitude_KB", "amplitude (KB)"), ("model_amplitude_KB", "model (KB)"),
-                    ("mean_queue_KB", "mean queue (KB)"), ("model_mean_queue_KB", "model (KB)"),
-                    ("period_us", "period (us)"), ("model_period_us", "model (us)"),
-                    ("alpha", "alpha"), ("model_alpha", "model alpha"), ("drops", "drops"),
-                    ("valid", "valid")),
+                    ("amplitude_KB", "amplitude (KB)"),
+                    ("model_amplitude_KB", f"model: {DCTCP_AMPLITUDE.label} (KB)"),
+                    ("mean_queue_KB", "mean queue (KB)"),
+                    ("model_mean_queue_KB", f"model: {DCTCP_MEAN.label} (KB)"),
+                    ("period_us", "period (us)"),
+                    ("model_period_us", f"model: {DCTCP_TIMING.label} (us)"),
+                    ("alpha", "alpha"), ("model_alpha", f"model: {DCTCP_TIMING.label}"),
+                    ("drops", "drops"), ("valid", "valid")),
     "steady": (("cc", "cc"), ("flows", "flows"), ("mean_queue_KB", "mean queue (KB)"),
                ("aggregate_gbps", "aggregate (Gb/s)"), ("retransmitted", "retransmitted"),
                ("drops", "drops"), ("valid", "valid")),
@@ -120,9 +152,41 @@ def peak_vs_dcqcn(incast: pd.DataFrame) -> pd.Series:
     return incast.peak_queue_KB / incast.pfc.map(dcqcn)
 
 
-def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
+def column_groups(title: str, columns: list[tuple[str, str]], rows: list[list[str]],
+                  width: int, keys: int = 2) -> list[Table]:
+    """``rows`` under ``columns`` (header, justify) as tables that each fit ``width``
+    characters: the columns split into groups, each repeating the first ``keys``
+    columns (what a row is) and the last (the gate's verdict), numbered in the title
+    when there are several."""
+    def need(i: int) -> int:  # a header wraps at its spaces; a value does not
+        words = max(len(w) for w in columns[i][0].split())
+        return max([words, *(len(Text.from_markup(r[i]).plain) for r in rows)]) + 4
+
+    last = len(columns) - 1
+    groups: list[list[int]] = []
+    base = sum(need(i) for i in (*range(keys), last)) + 2
+    for i in range(keys, last):
+        if groups and base + sum(need(j) for j in groups[-1]) + need(i) <= width:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    tables = []
+    for k, group in enumerate(groups or [[]], start=1):
+        part = f" ({k}/{len(groups)})" if len(groups) > 1 else ""
+        table = Table(title=title + part, box=box.SIMPLE_HEAD)
+        picked = [*range(keys), *group, last]
+        for i in picked:
+            table.add_column(columns[i][0], justify=columns[i][1],  # type: ignore[arg-type]
+                             overflow="fold")
+        for r in rows:
+            table.add_row(*(r[i] for i in picked))
+        tables.append(table)
+    return tables
+
+
+def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any], width: int = 80) -> list[Table]:
     """The congestion-control comparison (cc.csv): one table per scenario, one row per
-    case, with the case's fidelity verdict."""
+    case, with the case's fidelity verdict; split into column groups that fit ``width``."""
     tables = []
     for scenario, columns in CC_TABLE_COLUMNS.items():
         rows = df[df.scenario == scenario]
@@ -130,9 +194,7 @@ def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
             continue
         if scenario == "incast" and "peak_queue_KB" in rows:
             rows = rows.assign(peak_vs_dcqcn=peak_vs_dcqcn(rows))
-        table = Table(title=f"congestion control, {scenario} (real-fabric units, measured)")
-        for col, header in columns:
-            table.add_column(header, justify="left" if col == "cc" else "right")
+        cells = []
         for r in rows.to_dict("records"):
             rep = cases.get(r["case"])
             r["valid"] = "[green]yes[/]" if isinstance(rep, dict) and rep.get("valid") \
@@ -141,9 +203,14 @@ def cc_tables(df: pd.DataFrame, cases: Mapping[str, Any]) -> list[Table]:
             for col in CC_COUNTS:  # counts read back as floats where a scenario has none
                 if isinstance(r.get(col), float) and math.isfinite(r[col]):
                     r[col] = int(r[col])
-            table.add_row(*(r[col] if col in ("valid", "pfc") else escape(_fmt(r.get(col)))
-                            for col, _ in columns))
-        tables.append(table)
+            cells.append([r[col] if col in ("valid", "pfc") else escape(_fmt(r.get(col)))
+                          for col, _ in columns])
+        # What a row is: the algorithm, and PFC where the scenario has it.
+        keys = 2 if columns[1][0] == "pfc" else 1
+        tables += column_groups(
+            f"congestion control, {scenario} (real-fabric units, measured)",
+            [(header, "left" if col == "cc" else "right") for col, header in columns], cells,
+            width, keys)
     return tables
 
 
@@ -207,7 +274,7 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
                         {"experiment": str, "valid": bool, "cases": dict, "metrics": list})
     _check_summary(run_dir, summary)
     config = load_json(run_dir, "config.json", {})
-    made = render_plots(run_dir)
+    made = render_plots(run_dir, summary, config)
     if not show:
         return made
     console.print(summary_table(summary, f"{escape(summary['experiment'])}: measured vs model "
@@ -221,7 +288,7 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     cc_csv = run_dir / "cc.csv"
     if cc_csv.exists():
         for table in cc_tables(read_csv(cc_csv, ("case", "scenario", "cc"), ()),
-                               summary["cases"]):
+                               summary["cases"], console.width):
             console.print(table)
     deviations = summary.get("deviations")
     if isinstance(deviations, list) and deviations:
@@ -236,11 +303,25 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
         for k, reasons in enumerate(refused.get(case, ()), start=1):
             console.print(f"  [yellow]attempt {k} refused[/] (measured again): "
                           + escape("; ".join(map(str, reasons))))
+    disagree = [f"{r['case']}: {r['metric']}" for r in summary["metrics"]
+                if r.get("model_disagrees")]
+    if disagree:
+        console.print(f"[red]model disagrees[/] beyond its stated tolerance in {len(disagree)} "
+                      "row(s) (model.claims; apart from the gate's VALID): "
+                      + escape("; ".join(disagree)))
+    rerun = summary.get("suggested_rerun")
     suggested = summary.get("suggested_scale")
+    # A run recorded before summaries held the rerun: its suggestion where it is larger.
+    larger = isinstance(rerun, str) or ("suggested_rerun" not in summary and isinstance(
+        suggested, (int, float)) and isinstance(config.get("scale"), (int, float))
+        and suggested > config["scale"])
     verdict = "[green]VALID[/]" if summary["valid"] else "[red]INVALID[/]" + (
-        f" (suggested S = {suggested:g})" if isinstance(suggested, (int, float)) else "")
+        f" (suggested S = {suggested:g})" if larger else "")
     console.print(f"run {verdict}; results in {escape(str(run_dir))}/ (summary.json, config.json, "
                   f"{len(list(run_dir.glob('*.csv')))} CSVs)")
+    if isinstance(rerun, str):
+        console.print(f"rerun at the suggested S:  {rerun}", markup=False, highlight=False,
+                      soft_wrap=True)
     for p in made:
         console.print(f"  plot: {escape(str(p))}")
     return made

@@ -7,10 +7,16 @@ A run directory holds
 * tidy CSVs, one row per measurement, in real-fabric units with S in config.json:
   ``metrics.csv`` (= summary rows), and per experiment some of ``messages.csv``,
   ``latency.csv``, ``queue.csv``, ``queue_model.csv`` (the model's queue
-  trajectory), ``rates.csv``, ``ports.csv``, ``collective.csv``, ``flows.csv``,
-  ``intervals.csv``; times on the engine's clock (0 = the engine starts sending);
+  trajectory), ``rates.csv`` (rate and window per QP), ``ports.csv``,
+  ``collective.csv``, ``busbw_model.csv`` (the model's busbw curve), ``flows.csv``,
+  ``intervals.csv``, ``fct_slowdown.csv``; times on the engine's clock (0 = the
+  engine starts sending); every CSV has a ``valid`` column (`with_valid`);
 * ``summary.json``: every headline metric as ``{case, metric, unit, measured,
-  predicted, error_rel, valid}`` and the fidelity verdict of every case;
+  predicted, kind, tolerance_rel, error_rel, model_disagrees, valid}`` (what the
+  model value claims to be, `model.claims`: only a prediction has a tolerance, an
+  error and a verdict), the predictions beyond their tolerance (``model_disagrees``),
+  the fidelity verdict of every case, and for a refused run a larger S fixes the
+  command to rerun it (``suggested_rerun``);
 * PNG plots re-rendered from the CSVs by :func:`render_report` (``emu report DIR``);
 * ``cases/NNN/``: one record per finished case, written as the case ends (what
   ``--resume`` reloads). summary.json and config.json say ``status`` running,
@@ -37,6 +43,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.errors import ParameterError
 from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.capture import Captured
@@ -52,6 +59,7 @@ from experiments.storage import (
     write_csv_atomic,
     write_text_atomic,
 )
+from model.claims import Claim
 from traffic.fixeddelay import FIXED_DELAYS, PROPAGATION, SERIALIZATION
 
 #: Subdirectory of a run directory with each captured case's pcaps (the ``capture`` option).
@@ -68,6 +76,27 @@ def error_rel(measured: float | None, predicted: float | None) -> float | None:
     if predicted == 0:
         return 0.0 if measured == 0 else None
     return (measured - predicted) / abs(predicted)
+
+
+#: metrics.csv's columns (summary.json's metric rows hold the same keys).
+METRIC_COLUMNS = ("case", "metric", "unit", "measured", "predicted", "kind", "tolerance_rel",
+                  "error_rel", "model_disagrees", "valid")
+
+
+def metric_row(case: str, metric: str, unit: str, measured: float | None,
+               predicted: float | None, claim: Claim | None) -> dict[str, Any]:
+    """A summary row: the model's value labelled with its claim (none without a value)."""
+    measured, predicted = _json_safe(measured), _json_safe(predicted)
+    if predicted is not None and claim is None:
+        raise TypeError(f"{case}: {metric}: a model value needs its claim (model.claims)")
+    pred = claim is not None and predicted is not None and claim.is_prediction
+    return {"case": case, "metric": metric, "unit": unit, "measured": measured,
+            "predicted": predicted,
+            "kind": claim.kind.value if claim is not None and predicted is not None else None,
+            "tolerance_rel": claim.tolerance_rel if pred and claim is not None else None,
+            "error_rel": error_rel(measured, predicted) if pred else None,
+            "model_disagrees": (claim.disagrees(measured, predicted)
+                                if pred and claim is not None else None)}
 
 
 def jain_index(values: Sequence[float]) -> float:
@@ -141,12 +170,12 @@ class Run:
 
     # -- collecting ------------------------------------------------------------------
     def metric(self, case: str, metric: str, unit: str, measured: float | None,
-               predicted: float | None) -> None:
-        """One headline metric beside its prediction (validity is the case's verdict)."""
-        self.pending.rows.append({"case": case, "metric": metric, "unit": unit,
-                                  "measured": _json_safe(measured),
-                                  "predicted": _json_safe(predicted),
-                                  "error_rel": error_rel(measured, predicted)})
+               predicted: float | None, claim: Claim | None = None) -> None:
+        """One headline metric beside the model's value and what that value claims to be
+        (`model.claims`; required with a model value). A prediction gets its error and
+        whether the model disagrees beyond its tolerance; an estimate, a bound or an
+        ideal gets neither. (Validity is the case's verdict.)"""
+        self.pending.rows.append(metric_row(case, metric, unit, measured, predicted, claim))
 
     def spread(self, case: str, metric: str, band: tuple[float, float],
                full_range: tuple[float, float]) -> None:
@@ -261,18 +290,19 @@ class Run:
         rows = [dict(r) for u in units for r in u.rows]
         for row in rows:
             row["valid"] = cases[row["case"]].valid if row["case"] in cases else verdict.valid
-        metrics = pd.DataFrame(rows, columns=["case", "metric", "unit", "measured",
-                                              "predicted", "error_rel", "valid"])
+        metrics = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
         write_csv_atomic(self.dir / "metrics.csv", metrics)
         names = dict.fromkeys(name for u in units for name in u.frames)
         for name in names:
-            parts = [df for u in units for df in u.frames.get(name, [])]
+            parts = [with_valid(df, u.cases, cases, verdict.valid) for u in units
+                     for df in u.frames.get(name, [])]
             write_csv_atomic(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
         fabrics = {k: v for u in units for k, v in u.fabrics.items()}
         deviations = [{k: _json_safe(v) for k, v in d.items()} for u in units
                       for d in u.deviations]
         if deviations:
-            write_csv_atomic(self.dir / "deviations.csv", pd.DataFrame(deviations))
+            write_csv_atomic(self.dir / "deviations.csv",
+                             with_valid(pd.DataFrame(deviations), {}, cases, verdict.valid))
         config = {
             "experiment": self.experiment, "quick": self.quick, "status": status,
             "options": self.options, "scale": self.options.get("scale"), "seed": self.seed,
@@ -292,8 +322,18 @@ class Run:
         summary = {
             "experiment": self.experiment, "valid": verdict.valid, "status": status,
             "suggested_scale": verdict.suggested_scale, "reasons": verdict.reasons,
+            # A refused run the gate says a larger S fixes, as a command (none where the
+            # slowest link caps S at or below the run's: no S passes on that fabric).
+            "suggested_rerun": (suggested_rerun(self.experiment, self.options,
+                                                verdict.suggested_scale, self.spec, self.quick)
+                                if status == "finished" and not verdict.valid
+                                and verdict.suggested_scale > self.scale.factor else None),
             "cases": {c: r.as_dict() for c, r in cases.items()},
             "metrics": [{k: _json_safe(v) for k, v in r.items()} for r in rows],
+            # Predictions further from the measurement than their tolerance (model.claims):
+            # the model's verdict, apart from the gate's "valid".
+            "model_disagrees": [{"case": r["case"], "metric": r["metric"]} for r in rows
+                                if r.get("model_disagrees")],
             "deviations": deviations,
             # Earlier attempts of a case the gate refused for interference, with their
             # reasons (Run.attempt): never dropped silently.
@@ -342,6 +382,22 @@ class Run:
                 self.dir.rmdir()
 
 
+def with_valid(df: pd.DataFrame, unit_cases: Mapping[str, FidelityReport],
+               cases: Mapping[str, FidelityReport], run_valid: bool) -> pd.DataFrame:
+    """``df`` with a ``valid`` column (kept if it has one): the verdict of the row's
+    ``case`` where the gate judged that case, else of the committed unit the rows were
+    measured in (all its cases valid), else the run's (rows no case measured, such as
+    the model's curves)."""
+    if "valid" in df.columns:
+        return df
+    unit_valid = all(r.valid for r in unit_cases.values()) if unit_cases else run_valid
+    if "case" in df.columns:
+        valid = [cases[c].valid if c in cases else unit_valid for c in df.case]
+    else:
+        valid = [unit_valid] * len(df)
+    return df.assign(valid=valid)
+
+
 def pcap_path(run_dir: Path, case: str, host: str) -> Path:
     """Where a run writes the capture of case ``case`` at ``host``."""
     return run_dir / PCAP_DIR / re.sub(r"[^\w=.,+-]+", "_", case) / f"{host}.pcap"
@@ -379,6 +435,29 @@ def rerun_command(experiment: str, options: Mapping[str, Any], out: Path,
         if name != "scale":
             words += ["--set", f"{name}={fmt(name, value)}"]
     return shlex.join([*words, "--out", str(out)])
+
+
+def suggested_rerun(experiment: str, options: Mapping[str, Any], scale: float,
+                    spec: Mapping[str, Option] | None = None, quick: bool = False) -> str:
+    """The `emu run` line that repeats a run at S = ``scale`` into a new directory:
+    the options that differ from their defaults (all of them without ``spec``)."""
+    def default(name: str) -> Any:
+        try:
+            return spec[name].parse(spec[name].value(quick)) if spec and name in spec \
+                else _NO_DEFAULT
+        except (ParameterError, TypeError, ValueError):
+            return _NO_DEFAULT
+
+    words = ["emu", "run", experiment] + (["--quick"] if quick else [])
+    words += ["--scale", f"{scale:g}"]
+    for name, value in options.items():
+        if name != "scale" and value != default(name):
+            text = spec[name].format(value) if spec and name in spec else format_value(value)
+            words += ["--set", f"{name}={text}"]
+    return shlex.join(words)
+
+
+_NO_DEFAULT = object()
 
 
 def emulated_fixed_delays(fab: Fabric, engine: Mapping[str, str] | None = None

@@ -6,8 +6,9 @@ as in `experiments.collective` (same cases, same deviations). Small messages are
 by the per-step latency alpha (NIC overhead, switch latency, propagation, store and
 forward), large ones by bandwidth beta; the report prints the NCCL-tests table
 (nccl.csv: size, count, type, redop, time in us, algbw and busbw in GB/s, model
-beside) and plots time and busbw against size on log-log axes with the crossover
-size alpha/beta of every collective marked (nccl_sweep.png).
+beside), plots time against size on log-log axes with the crossover size
+alpha/beta of every collective marked (nccl_sweep.png), and busbw in GB/s beside the
+model's curve over every power of two of the sizes (busbw_vs_size.png).
 
 Run time: a 64 MiB ring all-reduce over 16 ranks lasts ~2.7 ms real, S times that
 emulated (54 s at S = 2e4, 270 s at 1e5); the default sweep takes about four times

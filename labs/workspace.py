@@ -66,7 +66,8 @@ def _git_files(root: Path) -> list[Path] | None:
                               "--exclude-standard"], capture_output=True, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    return [root / p for p in out.stdout.decode().split("\0") if p]
+    # A file in a merge conflict is listed once per stage: each path once.
+    return [root / p for p in dict.fromkeys(out.stdout.decode().split("\0")) if p]
 
 
 def pack_files(root: Path = REPO_ROOT) -> list[Path]:

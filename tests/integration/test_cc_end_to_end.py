@@ -306,7 +306,7 @@ def test_cc_quick_is_valid_and_shows_pfc_trading_drops_for_blocking(tmp_path):
 
 def _check_plots_ports_and_pcaps(run_dir: Path, expected: set[str]) -> None:
     """The run's plots, their inputs, the ports' thresholds and the receiver's pcaps."""
-    assert (run_dir / "latency_cdf.png").exists() and (run_dir / "rate_over_time.png").exists()
+    assert (run_dir / "latency_ccdf.png").exists() and (run_dir / "rate_over_time.png").exists()
     # The plots' inputs: the CC trace marks CNPs and ECN-echo ACKs; ports.csv has each
     # port's marking thresholds and, with PFC, its pauses and Xoff/Xon.
     trace = pd.read_csv(run_dir / "rates.csv")

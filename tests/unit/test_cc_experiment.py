@@ -90,7 +90,7 @@ def test_comparison_tables_per_scenario_with_the_verdicts():
          "flows": 2.0, "mean_queue_KB": 0.03, "aggregate_gbps": 91.0, "drops": 0.0}])
     tables = cc_tables(df, {"incast cc=off pfc=on": {"valid": True},
                             "fairness cc=dctcp": {"valid": False},
-                            "steady cc=hpcc": {"valid": True}})
+                            "steady cc=hpcc": {"valid": True}}, width=1000)
     assert [t.title.split(", ")[1].split(" ")[0] for t in tables] == ["incast", "fairness",
                                                                      "steady"]
     incast_cells = {c.header: c._cells[0] for c in tables[0].columns}
@@ -111,7 +111,7 @@ def test_the_incast_table_sets_each_peak_queue_beside_dcqcns_with_the_same_pfc()
                               ("dcqcn", True, 500.0), ("hpcc", True, 100.0))])
     incast = df[df.scenario == "incast"]
     assert list(peak_vs_dcqcn(incast)) == pytest.approx([1.0, 0.085, 1.0, 0.2])
-    cells = {c.header: c._cells for c in cc_tables(df, {})[0].columns}
+    cells = {c.header: c._cells for c in cc_tables(df, {}, width=1000)[0].columns}
     assert cells["peak ÷ DCQCN's"] == ["1.000", "0.085", "1.000", "0.200"]
     # Without DCQCN in the run there is nothing to compare with.
     assert peak_vs_dcqcn(incast[incast.cc == "hpcc"]).isna().all()

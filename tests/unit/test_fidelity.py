@@ -199,6 +199,13 @@ def test_suggested_scale_capped_by_slowest_link():
     assert any("caps S" in r for r in rep.reasons)
 
 
+def test_no_scale_is_suggested_when_the_slowest_link_caps_it_at_the_current_one():
+    rep = evaluate(measures(cpu_s=19.9), max_scale=15000)   # the run is at 20000
+    assert not rep.valid and rep.suggested_scale == 20000
+    assert any("no larger S helps here" in r for r in rep.reasons)
+    assert not any(r.startswith("suggested scale factor") for r in rep.reasons)
+
+
 def test_combine_and_round_trip():
     ok = evaluate(measures())
     bad = evaluate(measures(cpu_s=19.9))

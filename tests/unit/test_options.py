@@ -18,6 +18,7 @@ from experiments.fidelity import FidelityReport, combine
 from experiments.options import parse_int, parse_list, resolve_options, resolve_typed
 from experiments.registry import EXPERIMENTS, cli_run, parse_sets
 from experiments.rundir import Run
+from model.claims import ALPHABETA
 
 
 @pytest.fixture
@@ -201,7 +202,7 @@ def _record_options(monkeypatch) -> list[demo_module.Options]:
 
     def execute(run: Run, opts: demo_module.Options) -> None:
         seen.append(opts)
-        run.metric("case", "m", "u", 1.0, 1.0)
+        run.metric("case", "m", "u", 1.0, 1.0, ALPHABETA)
         run.fidelity("case", FidelityReport(True, [], opts.scale))
         run.commit("case")
 

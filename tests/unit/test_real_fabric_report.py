@@ -26,6 +26,7 @@ from experiments.plots import crossover_bytes
 from experiments.registry import EXPERIMENTS
 from experiments.report import render_report
 from experiments.rundir import Run
+from model.claims import ALPHABETA
 from topologies.routing import compute_routes
 from topologies.spec import build_topo
 
@@ -173,7 +174,7 @@ def test_crossover_of_alpha_and_beta():
 
 def test_report_prints_nccl_table_deviations_and_plots_the_sweep(tmp_path, capsys):
     run = Run("sweep", tmp_path, {"scale": 1e5}, quick=True)
-    run.metric("a", "time", "us", 1.0, 2.0)
+    run.metric("a", "time", "us", 1.0, 2.0, ALPHABETA)
     run.fidelity("a", FidelityReport(True, [], 1e5))
     run.frame("nccl", pd.DataFrame({
         "fabric": "fattree,4", "collective": "allreduce-ring", "size_bytes": [8, 1 << 20],

@@ -26,8 +26,9 @@ from experiments.options import (
 )
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
-from experiments.rundir import Run, error_rel, jain_index
+from experiments.rundir import METRIC_COLUMNS, Run, error_rel, jain_index
 from experiments.runner import run_experiment
+from model.claims import ALPHABETA
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,8 @@ def _synthetic_run(tmp_path) -> Run:
     run = Run("synthetic", tmp_path, {"scale": 50000.0, "sizes": [1, 2]}, quick=True)
     t = np.linspace(0, 50e-6, 40)
     for case, peak in (("cc=off", 4e6), ("cc=dcqcn", 1e6)):
-        run.metric(case, "latency p99", "us", peak / 5e4, peak / 4.8e4)
-        run.metric(case, "drops", "packets", 0.0, 0.0)
+        run.metric(case, "latency p99", "us", peak / 5e4, peak / 4.8e4, ALPHABETA)
+        run.metric(case, "drops", "packets", 0.0, 0.0, ALPHABETA)
         run.frame("queue", pd.DataFrame({"t_s": t, "port": "e1:e1-eth1",
                                          "backlog_bytes": peak * np.sin(t / t[-1] * np.pi)}),
                   case=case)
@@ -117,21 +118,21 @@ def test_run_directory_and_report(tmp_path):
     assert config["versions"]["python"]
     assert summary["valid"] is False
     rows = {(r["case"], r["metric"]): r for r in summary["metrics"]}
-    assert set(rows[("cc=off", "latency p99")]) == {
-        "case", "metric", "unit", "measured", "predicted", "error_rel", "valid"}
+    assert set(rows[("cc=off", "latency p99")]) == set(METRIC_COLUMNS)
+    assert rows[("cc=off", "latency p99")]["kind"] == "prediction"
     assert rows[("cc=off", "latency p99")]["valid"] is True
     assert rows[("cc=dcqcn", "latency p99")]["valid"] is False
     assert rows[("cc=off", "drops")]["error_rel"] == 0.0
     metrics = pd.read_csv(tmp_path / "metrics.csv")
     assert len(metrics) == 4
     assert set(pd.read_csv(tmp_path / "queue.csv").case) == {"cc=off", "cc=dcqcn"}
-    for png in ("queue_over_time", "latency_cdf", "rate_over_time", "busbw_vs_size",
+    for png in ("queue_over_time", "latency_ccdf", "rate_over_time", "busbw_vs_size",
                 "flow_throughput_cdf", "tier_utilisation"):
         assert (tmp_path / f"{png}.png").stat().st_size > 1000, png
     # `emu report DIR` re-renders the same plots from the CSVs
-    (tmp_path / "latency_cdf.png").unlink()
+    (tmp_path / "latency_ccdf.png").unlink()
     made = render_report(tmp_path, show=True)
-    assert (tmp_path / "latency_cdf.png").exists() and len(made) == 6
+    assert (tmp_path / "latency_ccdf.png").exists() and len(made) == 6
 
 
 def test_report_refuses_unfinished_dir(tmp_path):
@@ -141,10 +142,10 @@ def test_report_refuses_unfinished_dir(tmp_path):
 
 def test_a_failing_case_keeps_the_finished_ones(tmp_path):
     def execute(run: Run, opts: dict) -> None:
-        run.metric("first", "busbw", "Gb/s", 390.0, 394.0)
+        run.metric("first", "busbw", "Gb/s", 390.0, 394.0, ALPHABETA)
         run.fidelity("first", FidelityReport(True, [], 1.0))
         run.commit("first")
-        run.metric("second", "busbw", "Gb/s", 1.0, 394.0)  # the running case: dropped
+        run.metric("second", "busbw", "Gb/s", 1.0, 394.0, ALPHABETA)  # the running case: dropped
         raise RuntimeError("second case broke")
 
     out = tmp_path / "run"
@@ -177,7 +178,9 @@ def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events
     from experiments import plots
 
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "_save", lambda fig, path, ctx, title: figs.append(fig) or path)
+    ctx = plots.PlotContext(tmp_path, pd.DataFrame(columns=["case", "metric", "predicted"]),
+                            (1e4,))
     nan = float("nan")
     pd.DataFrame({"case": ["marks", "marks", "pauses"],
                   "port": ["s1:s1-eth1", "h1:h1-eth0", "s1:s1-eth1"],
@@ -187,13 +190,19 @@ def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events
     t = np.linspace(0, 1e-5, 5)
     queue = pd.concat([pd.DataFrame({"case": c, "port": "s1:s1-eth1", "t_s": t,
                                      "backlog_bytes": 1e5}) for c in ("marks", "pauses")])
-    plots.plot_queue(tmp_path, queue, pd.DataFrame(columns=["case", "metric", "predicted"]))
+    plots.plot_queue(ctx, queue)
     labels = [[line.get_label() for line in ax.get_lines()] for ax in figs[0].axes]
     assert labels == [["queue", "Kmin 40 KB", "Kmax 160 KB"],
                       ["queue", "K 80 KB", "Xoff 170 KB", "Xon 150 KB"]]
-    rates = pd.DataFrame({"case": "marks", "msg_id": [1, 1, 1, 2], "t_s": [0, 1e-6, 2e-6, 0],
-                          "rate_bps": [1e11, 5e10, 4e10, 1e11],
-                          "event": ["send", "cnp", "echo", "send"]})
-    plots.plot_rates(tmp_path, rates, pd.DataFrame())
-    assert [line.get_label() for line in figs[1].axes[0].get_lines()] == \
+    rates = pd.DataFrame({"case": ["marks"] * 4 + ["window"] * 2,
+                          "msg_id": [1, 1, 1, 2, 1, 1], "t_s": [0, 1e-6, 2e-6, 0, 0, 1e-6],
+                          "rate_bps": [1e11, 5e10, 4e10, 1e11, 1e11, 1e11],
+                          "event": ["send", "cnp", "echo", "send", "send", "echo"],
+                          "window_bytes": [nan] * 4 + [8e4, 4e4]})
+    plots.plot_rates(ctx, rates)
+    marks, window, window_axis = figs[1].axes
+    assert window_axis.get_ylabel() == "window (KB)"   # only the windowed case has one
+    assert [line.get_ydata()[-1] for line in window_axis.get_lines()] == [40.0]
+    assert "window (right axis)" in [line.get_label() for line in window.get_lines()]
+    assert [line.get_label() for line in marks.get_lines()] == \
         ["flow 1", "CNP", "ECN-echo ACK", "flow 2"]

@@ -15,6 +15,7 @@ from experiments import rundir
 from experiments.fidelity import FidelityReport
 from experiments.report import render_report
 from experiments.rundir import Run
+from model.claims import ALPHABETA
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def run_dir(tmp_path, monkeypatch) -> Path:
     """A small finished run with a queue and a latency plot."""
     monkeypatch.setattr(rundir, "capabilities", lambda: {})
     run = Run("synthetic", tmp_path / "run", {"scale": 1e5}, quick=True)
-    run.metric("c", "latency p99", "us", 2.0, 2.1)
+    run.metric("c", "latency p99", "us", 2.0, 2.1, ALPHABETA)
     run.frame("queue", pd.DataFrame({"t_s": [0.0, 1e-6], "port": "p",
                                      "backlog_bytes": [0, 4154]}), case="c")
     run.frame("latency", pd.DataFrame({"one_way_s": [1e-6, 2e-6]}), case="c")
@@ -33,7 +34,7 @@ def run_dir(tmp_path, monkeypatch) -> Path:
 
 def test_the_fixture_renders(run_dir):
     assert {p.name for p in render_report(run_dir, show=True)} == {"queue_over_time.png",
-                                                                   "latency_cdf.png"}
+                                                                   "latency_ccdf.png"}
 
 
 def _truncate(path: Path) -> None:
@@ -76,7 +77,7 @@ def test_damaged_run_directories_are_refused_in_one_line(run_dir, damage):
 
 def test_an_empty_csv_is_skipped(run_dir):
     (run_dir / "queue.csv").write_text("")
-    assert {p.name for p in render_report(run_dir, show=False)} == {"latency_cdf.png"}
+    assert {p.name for p in render_report(run_dir, show=False)} == {"latency_ccdf.png"}
 
 
 @pytest.mark.parametrize("make", ["missing", "file", "empty dir"])

@@ -24,6 +24,7 @@ from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import prepare_out_dir, run_experiment
 from experiments.storage import deferred_interrupts
+from model.claims import ALPHABETA
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"cases": Option(["a", "b", "c"], "case names", parse=parse_list(parse_text)),
@@ -48,10 +49,10 @@ def sweep(executed: list[str], fail_at: str | None = None):
             if run.finished(case):
                 continue
             if case == fail_at:
-                run.metric(case, "m", "u", 1.0, 1.0)  # the running case: dropped
+                run.metric(case, "m", "u", 1.0, 1.0, ALPHABETA)  # the running case: dropped
                 raise KeyboardInterrupt
             executed.append(case)
-            run.metric(case, "m", "u", float(len(executed)), 1.0)
+            run.metric(case, "m", "u", float(len(executed)), 1.0, ALPHABETA)
             run.fidelity(case, FidelityReport(True, [], opts.scale))
             run.commit(case)
     return execute
@@ -181,6 +182,7 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
         from dataclasses import dataclass
         from experiments.options import ExperimentOptions, Option, parse_scale
         from experiments.runner import run_experiment
+        from model.claims import ALPHABETA
 
         @dataclass(frozen=True)
         class ScaleOptions(ExperimentOptions):
@@ -190,7 +192,7 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
 
         def execute(run, opts):
             for case in ("a", "b", "c"):
-                run.metric(case, "m", "u", 1.0, 1.0)
+                run.metric(case, "m", "u", 1.0, 1.0, ALPHABETA)
                 run.fidelity(case, FidelityReport(True, [], 1e5))
                 if case == "c":
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -242,7 +244,7 @@ def _gated(run: Run, case: str, failing: list[str], value: float) -> None:
     """Record ``case`` with one metric and a report failing the checks ``failing``."""
     checks = [Check(name, False, 1.0, 0.5, f"{name} failed") for name in failing]
     checks.append(Check("traffic completed", True, 1, 1, "1/1 messages"))
-    run.metric(case, "time", "us", value, 1.0)
+    run.metric(case, "time", "us", value, 1.0, ALPHABETA)
     run.note(f"{case} measured {value}")
     run.fidelity(case, FidelityReport(not failing, [f"{c.name}: {c.detail}" for c in checks
                                                     if not c.ok], 1.0, checks))

@@ -38,6 +38,12 @@ def test_rate_too_slow_suggests_smaller_scale():
         Scale(1e8).rate_emu_bps(400e9)
 
 
+def test_a_rate_no_scale_can_shape_suggests_no_impossible_scale():
+    with pytest.raises(ParameterError) as err:      # below the shaper's floor even at S = 1
+        Scale(10).rate_emu_bps(50e3)
+    assert "at most 0" not in str(err.value) and "no scale factor S" in str(err.value)
+
+
 @pytest.mark.parametrize("bad", [0, 0.5, -3, float("nan"), "x"])
 def test_invalid_scale_factor(bad):
     with pytest.raises(ParameterError, match="scale"):
