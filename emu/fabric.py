@@ -33,8 +33,9 @@ from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp import CHOICES as ECMP_HASH_CHOICES
 from emu.ecmp import HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.backend import choose_backend
-from emu.ecn.bpf import attach_bpf_marker, raise_fd_limit
+from emu.ecn.bpf import attach_bpf_marker
 from emu.ecn.red import red_qdisc_options
+from emu.fdbudget import FdNeed, ensure_fd_limit
 from emu.ipbatch import run_ip_batches
 from emu.pfc import PfcController
 from emu.ports import Port
@@ -155,10 +156,10 @@ class Fabric:
     def start(self) -> None:
         require_root()
         claim_session()  # one experiment run / emu net at a time, refused before any probe
-        raise_fd_limit()
         t0 = time.perf_counter()
         try:
             self._choose_marking()
+            ensure_fd_limit(FdNeed.of(self.topo, bpf_marking=self.marking == "bpf"))
             self._choose_delay()
             self._create_namespaces()
             self._create_links()
