@@ -1,16 +1,17 @@
 """How many file descriptors a fabric holds, and RLIMIT_NOFILE raised to fit, up front.
 
 A fabric keeps open, for as long as it runs: one pyroute2 IPRoute per namespace
-(its netlink socket and its own asyncio loop: epoll and a wake-up pipe; counted
-by opening one, so a pyroute2 version with another count is measured, not
-assumed), the map fds of every eBPF-marked port (``emu.ecn.bpf.MARKER_MAPS``),
+(a netlink socket on a shared event loop, ``emu.netns.open_iproute``; counted by
+opening one, so a pyroute2 version with another count is measured, not assumed),
+the map fds of every eBPF-marked port (``emu.ecn.bpf.MARKER_MAPS``),
 and per host the sockets of its checks and of the traffic (a raw ICMP socket for
-pingall, a RoCEv2 sink or capture socket). A k=12 fat-tree needs ~12,000, a
-2,048-host leaf-spine ~29,000: above a usual soft limit of 1,024 and over some
-hard limits too. ``ensure_fd_limit`` raises the soft limit, and as root the hard
-one, to the need; where even the kernel's ceiling (fs.nr_open, and what fs.file-max
-leaves free) is too low, it refuses before anything is built, saying the need, the
-ceiling and the largest number of hosts of this shape that fits.
+pingall, a RoCEv2 sink or capture socket). A k=12 fat-tree needs ~8,000, a
+2,048-host leaf-spine ~18,600: above a usual soft limit of 1,024, and near some
+hard limits. ``ensure_fd_limit`` raises the soft limit, and as root the hard
+one (with CAP_SYS_RESOURCE, up to the kernel's ceiling: fs.nr_open and what
+fs.file-max leaves free), to the need; where that cannot be done it refuses before
+anything is built, saying the need, the limit and the largest number of hosts of
+this shape that fits.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from core.errors import CapabilityError
 from emu.ecn.bpf import MARKER_MAPS
 from emu.ipbatch import MAX_CONCURRENT
+from emu.netns import open_iproute
 from topologies.base import FabricTopo
 
 log = logging.getLogger(__name__)
@@ -39,10 +41,9 @@ TRANSIENT_FDS = 2 * MAX_CONCURRENT + 64
 @functools.cache
 def iproute_fds() -> int:
     """File descriptors one pyroute2 IPRoute holds (measured once by opening one)."""
-    from pyroute2 import IPRoute
-
+    open_iproute().close()  # the shared loop's own descriptors are not per namespace
     before = _open_fds()
-    ipr = IPRoute()
+    ipr = open_iproute()
     try:
         return max(1, _open_fds() - before)
     finally:
@@ -118,7 +119,7 @@ def ensure_fd_limit(need: FdNeed) -> int:
     """Raise RLIMIT_NOFILE so that a fabric of ``need`` fits; returns the soft limit.
 
     CapabilityError, before anything is built, if the hard limit is too low and
-    cannot be raised (not root), or the kernel's ceiling is below the need."""
+    cannot be raised (no CAP_SYS_RESOURCE), or the kernel's ceiling is below the need."""
     already = _open_fds()
     total = need.total(already)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -130,15 +131,17 @@ def ensure_fd_limit(need: FdNeed) -> int:
         return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     ceiling = kernel_fd_ceiling()
     why = f"this fabric needs {total:,} open files ({need.describe()}, {already} open now)"
-    if total > ceiling:
-        fits = need.largest_hosts(ceiling - already - need.transient)
-        raise CapabilityError(f"{why}, over the kernel's ceiling of {ceiling:,} (fs.nr_open, "
-                              f"fs.file-max): the largest fabric of this shape that fits has "
-                              f"about {fits:,} hosts")
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (total, total))
-    except (ValueError, OSError):
-        raise CapabilityError(f"{why}, over the hard limit of {hard:,} (ulimit -Hn), which only "
-                              f"root can raise") from None
-    log.info("raised the open-file limit from %d/%d to %d: %s", soft, hard, total, why)
-    return total
+    if total <= ceiling:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (total, total))
+        except (ValueError, OSError):  # no CAP_SYS_RESOURCE
+            pass
+        else:
+            log.info("raised the open-file limit from %d/%d to %d: %s", soft, hard, total, why)
+            return total
+        limit, what = hard, "the hard limit (ulimit -Hn; raising it needs CAP_SYS_RESOURCE)"
+    else:
+        limit, what = ceiling, "the kernel's ceiling (fs.nr_open, fs.file-max)"
+    fits = need.largest_hosts(limit - already - need.transient)
+    raise CapabilityError(f"{why}, over {what} of {limit:,}: the largest fabric of this shape "
+                          f"that fits has about {fits:,} hosts")

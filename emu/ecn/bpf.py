@@ -41,8 +41,9 @@ SCALE = 8_000_000_000  # scaled bytes per byte in the virtual queue (see marker.
 FLAG_TRACE = 1
 TRACE_ENTRIES = 65536
 _U64_MAX = 2**64 - 1
-#: The maps whose fds a port keeps open while it runs (the program's is closed once attached).
-MARKER_MAPS = ("cfg", "vq", "stats", "trace")
+#: The maps whose fds a port keeps open while it runs (the program's is closed once
+#: attached); the trace map's too only with trace=True (tests).
+MARKER_MAPS = ("cfg", "vq", "stats")
 
 
 # --- map layouts (mirror marker.c) -------------------------------------------------
@@ -86,12 +87,12 @@ class _Loaded:
     cfg_fd: int
     vq_fd: int
     stats_fd: int
-    trace_fd: int
+    trace_fd: int = -1  # none without trace
 
 
 def _load(obj_path: Path, trace: bool) -> _Loaded:
     """Load one marker object (its own maps) for one port."""
-    fds = load_object(obj_path, PROGRAM_NAME, MARKER_MAPS,
+    fds = load_object(obj_path, PROGRAM_NAME, MARKER_MAPS + (("trace",) if trace else ()),
                       what="the ECN marker", small_maps=() if trace else ("trace",))
     return _Loaded(fds[0], program_id(fds[0]), *fds[1:])
 
@@ -266,6 +267,8 @@ class PortMarker:
         return out
 
     def clear_trace(self) -> None:
+        if not self.trace_enabled:
+            raise RuntimeError("attach the marker with trace=True to record per-packet queues")
         lb = libbpf()
         key, val = ctypes.c_uint32(0), ctypes.c_uint32(0)
         fd = self._fd("trace_fd")
@@ -288,8 +291,9 @@ class PortMarker:
             return
         for fd in (self._fds.prog_fd, self._fds.cfg_fd, self._fds.vq_fd,
                    self._fds.stats_fd, self._fds.trace_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._fds = None
 
     @property
