@@ -51,6 +51,8 @@ TMP_PREFIXES = ("fabemu-", "fabricemu-")
 #: take minutes even with --quick.
 DEFAULT_KINDS = ("incast", "ecmp", "collective", "fairness", "ratios", "demo")
 _PR_SET_CHILD_SUBREAPER = 36
+#: `emu run`'s exit status when the fidelity gate marks the run INVALID (cli.app).
+INVALID_EXIT = 3
 
 
 def _lines(argv: list[str]) -> list[str]:
@@ -170,7 +172,9 @@ def run_one(i: int, kind: str, out: Path, timeout_s: float, signum: int | None,
         ended += "timed out, killed; "
     last = (err or "").strip().splitlines()[-1:] or [""]
     ended += f"exit {proc.returncode} in {time.monotonic() - t0:.0f} s"
-    if proc.returncode:
+    if proc.returncode == INVALID_EXIT:
+        ended += ": INVALID (the gate refused the measurement)"
+    elif proc.returncode:
         ended += f": {last[0][:120]}"
     console.print(f"{i + 1:2d} {kind:<10} {ended}")
     return ended
