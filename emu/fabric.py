@@ -155,11 +155,12 @@ class Fabric:
 
     def start(self) -> None:
         require_root()
+        # Refused before any probe: counted as if every switch port gets an eBPF marker.
+        ensure_fd_limit(FdNeed.of(self.topo, bpf_marking=self.marking_requested != "off"))
         claim_session()  # one experiment run / emu net at a time, refused before any probe
         t0 = time.perf_counter()
         try:
             self._choose_marking()
-            ensure_fd_limit(FdNeed.of(self.topo, bpf_marking=self.marking == "bpf"))
             self._choose_delay()
             self._create_namespaces()
             self._create_links()
