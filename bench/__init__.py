@@ -13,6 +13,7 @@ machine.
     reorder           out-of-order frames per flow, receive steering off beside on
     rxring            receive lag, wake-ups, CPU per frame: the engine's TPACKET_V2 ring beside V3
     shaping_accuracy  achieved beside configured rate (R/S) per tier, and the tier ratios
+    stress            quick experiments in a row, one Ctrl-C'd, one killed: what is left behind
 
 ``udpflows`` is no benchmark: the sequence-numbered UDP flows ``reorder`` runs in hosts.
 A floor of its own (docs/architecture.md): it may import ``experiments`` and everything

@@ -32,8 +32,9 @@ from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp_hashing import CHOICES as ECMP_HASH_CHOICES
 from emu.ecmp_hashing import HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.backend import choose_backend
-from emu.ecn.bpf import attach_bpf_marker, raise_fd_limit
+from emu.ecn.bpf import attach_bpf_marker
 from emu.ecn.red import red_qdisc_options
+from emu.fdbudget import FdNeed, ensure_fd_limit
 from emu.ipbatch import run_ip_batches
 from emu.iproute_plan import node_config, route_specs
 from emu.pfc_controller import PfcController
@@ -154,8 +155,9 @@ class Fabric:
 
     def start(self) -> None:
         require_root()
+        # Refused before any probe: counted as if every switch port gets an eBPF marker.
+        ensure_fd_limit(FdNeed.of(self.topo, bpf_marking=self.marking_requested != "off"))
         claim_session()  # one experiment run / emu net at a time, refused before any probe
-        raise_fd_limit()
         t0 = time.perf_counter()
         try:
             self._choose_marking()

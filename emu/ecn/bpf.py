@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +41,9 @@ SCALE = 8_000_000_000  # scaled bytes per byte in the virtual queue (see marker.
 FLAG_TRACE = 1
 TRACE_ENTRIES = 65536
 _U64_MAX = 2**64 - 1
+#: The maps whose fds a port keeps open while it runs (the program's is closed once
+#: attached); the trace map's too only with trace=True (tests).
+MARKER_MAPS = ("cfg", "vq", "stats")
 
 
 # --- map layouts (mirror marker.c) -------------------------------------------------
@@ -78,15 +80,6 @@ def compile_marker(out_dir: Path | None = None) -> Path:
 
 # --- loading ------------------------------------------------------------------------
 
-def raise_fd_limit() -> int:
-    """Raise RLIMIT_NOFILE's soft limit to the hard limit (3 fds per marked port)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        return hard
-    return soft
-
-
 @dataclass
 class _Loaded:
     prog_fd: int
@@ -94,12 +87,12 @@ class _Loaded:
     cfg_fd: int
     vq_fd: int
     stats_fd: int
-    trace_fd: int
+    trace_fd: int = -1  # none without trace
 
 
 def _load(obj_path: Path, trace: bool) -> _Loaded:
     """Load one marker object (its own maps) for one port."""
-    fds = load_object(obj_path, PROGRAM_NAME, ("cfg", "vq", "stats", "trace"),
+    fds = load_object(obj_path, PROGRAM_NAME, MARKER_MAPS + (("trace",) if trace else ()),
                       what="the ECN marker", small_maps=() if trace else ("trace",))
     return _Loaded(fds[0], program_id(fds[0]), *fds[1:])
 
@@ -277,8 +270,9 @@ class PortMarker:
             return
         for fd in (self._fds.prog_fd, self._fds.cfg_fd, self._fds.vq_fd,
                    self._fds.stats_fd, self._fds.trace_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self._fds = None
 
     @property
