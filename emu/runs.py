@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
+from core import safefile
 from core.errors import FabricEmuError
 from emu.netns import create_netns, delete_netns, list_netns, netns_path
 
@@ -76,8 +77,7 @@ def _record_path(run_id: str) -> str:
 def registry_lock() -> Iterator[None]:
     """Exclusive lock over the records (registration against `emu clean`)."""
     os.makedirs(RUNS_DIR, exist_ok=True)
-    fd = os.open(os.path.join(RUNS_DIR, _LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
-                 0o600)
+    fd = safefile.open_lock(os.path.join(RUNS_DIR, _LOCK_NAME))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -86,14 +86,11 @@ def registry_lock() -> Iterator[None]:
 
 
 def _write_record(run_id: str, description: str, kind: str) -> None:
-    # Atomic (temporary file, then rename): a reader never sees half a record.
-    path = _record_path(run_id)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"run_id": run_id, "pid": os.getpid(), "started": time.time(),
-                   "start_ticks": _start_ticks(os.getpid()), "description": description,
-                   "kind": kind}, f)
-    os.replace(tmp, path)
+    # Atomic: a reader never sees half a record.
+    safefile.write_json(_record_path(run_id),
+                        {"run_id": run_id, "pid": os.getpid(), "started": time.time(),
+                         "start_ticks": _start_ticks(os.getpid()), "description": description,
+                         "kind": kind}, indent=None)
 
 
 def declare_session(description: str) -> None:

@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from core.errors import ParameterError  # noqa: E402
+from core.safefile import save_figure  # noqa: E402
 
 _US = 1e6
 _GBPS = 1e-9
@@ -25,8 +26,10 @@ _GBPS = 1e-9
 
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

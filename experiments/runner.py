@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from core import safefile
 from core.errors import FabricEmuError, ParameterError
 from experiments.options import Option, resolve_options
 from experiments.report import console
@@ -68,10 +69,7 @@ def prepare_out_dir(name: str, out: str | Path | None, *, force: bool,
             shutil.rmtree(path / CASES_DIR, ignore_errors=True)
         return path, False
     created = not path.exists()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise FabricEmuError(f"cannot create the run directory {path}: {e.strerror}") from None
+    safefile.make_dir(path)
     return path, created
 
 

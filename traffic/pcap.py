@@ -33,6 +33,7 @@ from typing import BinaryIO
 from core.errors import FabricEmuError, ParameterError
 from core.frame import MTU_PAYLOAD_BYTES, ROCE_UDP_PORT, WIRE_OVERHEAD_BYTES
 from core.messages import Message, Workload
+from core.safefile import WriteError, open_atomic
 from core.units import format_size
 from traffic import collectives
 from traffic.roce import AETH_ACK, Flow, QpTemplate, ResponderTemplate, parse_frame
@@ -71,20 +72,14 @@ def write_pcap(path: str | Path,
     """Write ``(t_s, frame)`` pairs as an Ethernet pcap with ns timestamps; returns the count.
     A frame captured cut short comes as ``(t_s, head, original length)``.
 
-    Frames are written as the iterable yields them into a temporary file next to
-    ``path``, renamed to ``path`` when complete: a failure, a Ctrl-C or more than
-    ``max_bytes`` leaves no partial file behind.
+    Frames are written as the iterable yields them (core.safefile): a failure, a
+    Ctrl-C or more than ``max_bytes`` leaves no partial file behind.
     """
     path = Path(path)
     _check_output(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     count = 0
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:
-        raise PcapError(f"cannot write pcap {path}: {e.strerror or e}") from e
-    try:
-        with open(fd, "wb", buffering=1 << 20) as f:
+        with open_atomic(path) as f:
             written = f.write(_GLOBAL.pack(_MAGIC_NS, 2, 4, 0, 0, _SNAPLEN, LINKTYPE_ETHERNET))
             for t_s, frame, *original in frames_with_times:
                 written += _RECORD.size + len(frame)
@@ -96,13 +91,8 @@ def write_pcap(path: str | Path,
                                      original[0] if original else len(frame)))
                 f.write(frame)
                 count += 1
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PcapError(f"cannot write pcap {path}: {e.strerror or e}") from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    except WriteError as e:
+        raise PcapError(str(e)) from None
     return count
 
 
