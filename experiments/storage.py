@@ -95,8 +95,11 @@ class CaseRecord:
         safefile.make_dir(root, parents=False)
         final = root / f"{index:03d}"
         tmp = root / f".{index:03d}.tmp"
-        if not tmp.is_symlink():
-            shutil.rmtree(tmp, ignore_errors=True)
+        # What a killed writer left: removed (a planted link itself, not what it points to).
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink(missing_ok=True)
         safefile.make_dir(tmp, parents=False, exist_ok=False)
         for name, parts in self.frames.items():
             safefile.write_csv(tmp / f"{name}.csv", pd.concat(parts, ignore_index=True))
