@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.lab import lab_app
-from core.errors import FabricEmuError
+from core.errors import FabricEmuError, shorten
 from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
 
@@ -418,7 +418,12 @@ def bench(ctx: typer.Context,
 def clean(force: Annotated[bool, typer.Option("--force", help="also remove runs whose "
                                               "owner process is still alive")] = False) -> None:
     """Remove residues of crashed runs (only fabricemu's own namespaces)."""
+    from core.errors import NotRootError
     from emu.runs import clean_runs, list_runs
+
+    if os.geteuid() != 0:
+        raise NotRootError("emu clean removes network namespaces and reads root's run "
+                           "records: run it as root (sudo emu clean)")
 
     live = [r for r in list_runs() if r.alive and not force]
     cleaned = clean_runs(include_alive=force)
@@ -438,13 +443,15 @@ def _terminate(signum: int, _frame: object) -> None:
 
 #: Set (to anything but 0) to see the traceback behind an error message.
 DEBUG_ENV = "FABRICEMU_DEBUG"
+#: A message never fills a screen (ParameterError quotes a long input by its head and tail).
+MAX_MESSAGE_CHARS = 500
 
 
 def _fail(message: str, code: int) -> NoReturn:
     """One line on stderr (whitespace folded, no markup, no wrapping), then exit."""
     if os.environ.get(DEBUG_ENV, "0") not in ("", "0"):
         traceback.print_exc()
-    sys.stderr.write(" ".join(message.split()) + "\n")
+    sys.stderr.write(shorten(message, MAX_MESSAGE_CHARS) + "\n")
     sys.stderr.flush()
     sys.exit(code)
 

@@ -33,6 +33,20 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+#: The most cases (or fabrics) one plot draws, as panels or lines: beyond, a plot is
+#: unreadable and slow to draw (1,500 panels took minutes); the CSVs keep them all.
+MAX_DRAWN = 12
+
+
+def _limit(df: pd.DataFrame, col: str) -> tuple[pd.DataFrame, str]:
+    """``df`` cut to its first MAX_DRAWN values of ``col``, and a note saying so."""
+    keys = list(dict.fromkeys(df[col]))
+    if len(keys) <= MAX_DRAWN:
+        return df, ""
+    return (df[df[col].isin(keys[:MAX_DRAWN])],
+            f"first {MAX_DRAWN} of {len(keys)} {col}s (all are in the CSV)")
+
+
 def _cdf(ax: Any, values: np.ndarray, **kw: Any) -> None:
     xs = np.sort(values)
     ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), **kw)
@@ -68,8 +82,11 @@ def plot_queue(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path |
     model_csv = run_dir / "queue_model.csv"
     model = read_csv(model_csv, *CSV_COLUMNS["queue_model.csv"]) if model_csv.exists() else None
     levels = _port_levels(run_dir)
+    df, note = _limit(df, "case")
     cases = list(dict.fromkeys(df.case))
     fig, axes = plt.subplots(len(cases), 1, figsize=(8, 2.4 * len(cases) + 0.6), squeeze=False)
+    if note:
+        fig.suptitle(note, fontsize=9)
     for ax, case in zip(axes[:, 0], cases, strict=True):
         g = df[df.case == case]
         port = g.groupby("port")["backlog_bytes"].max().idxmax()
@@ -96,6 +113,7 @@ def plot_queue(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path |
 def plot_latency(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """One-way latency CDF per case; the model's p50/p99/p99.9 as markers."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    df, note = _limit(df, "case")
     for i, (case, g) in enumerate(df.groupby("case", sort=False)):
         color = f"C{i % 10}"
         _cdf(ax, g.one_way_s.to_numpy() * _US, label=case, color=color, lw=1.2)
@@ -106,7 +124,7 @@ def plot_latency(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path
     ax.set_xscale("log")
     ax.set_xlabel("one-way latency (µs, real)")
     ax.set_ylabel("CDF")
-    ax.set_title("latency CDF (x = model p50/p99/p99.9)")
+    ax.set_title("latency CDF (x = model p50/p99/p99.9)" + (f"; {note}" if note else ""))
     ax.legend(fontsize=7)
     return _save(fig, run_dir / "latency_cdf.png")
 
@@ -118,8 +136,11 @@ _EVENTS = (("cnp", "CNP", "v"), ("echo", "ECN-echo ACK", "."), ("timer", "timer"
 def plot_rates(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """The congestion control's sending rate of every flow over time, a panel per case,
     marked where a CNP, an ECN-echo ACK or the algorithm's timer changed it."""
+    df, note = _limit(df, "case")
     cases = list(dict.fromkeys(df.case))
     fig, axes = plt.subplots(len(cases), 1, figsize=(8, 2.6 * len(cases)), squeeze=False)
+    if note:
+        fig.suptitle(note, fontsize=9)
     events = df.event if "event" in df.columns else pd.Series("send", index=df.index)
     for ax, case in zip(axes[:, 0], cases, strict=True):
         g = df[df.case == case]
@@ -144,6 +165,7 @@ def plot_rates(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path |
 
 def plot_busbw(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """busbw vs size per fabric: measured points, model lines, bottleneck rate."""
+    df, note = _limit(df, "fabric")
     fabrics = list(dict.fromkeys(df.fabric))
     fig, axes = plt.subplots(1, len(fabrics), figsize=(5.5 * len(fabrics), 4.2), squeeze=False)
     for ax, fabric in zip(axes[0], fabrics, strict=True):
@@ -159,27 +181,33 @@ def plot_busbw(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path |
         ax.set_ylabel("busbw (Gb/s)")
         ax.set_title(fabric, fontsize=9)
         ax.legend(fontsize=7)
-    fig.suptitle("busbw vs size (points: measured, dashed: model)", fontsize=10)
+    fig.suptitle("busbw vs size (points: measured, dashed: model)"
+                 + (f"; {note}" if note else ""), fontsize=10)
     return _save(fig, run_dir / "busbw_vs_size.png")
 
 
 def plot_flows(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """Per-flow throughput CDF: measured vs the model's hash-collision expectation."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    df, note = _limit(df, "case")
     for i, ((case, source), g) in enumerate(df.groupby(["case", "source"], sort=False)):
         _cdf(ax, g.throughput_bps.to_numpy() * _GBPS, label=f"{case} {source}",
              color=f"C{i // 2 % 10}", ls="-" if source == "measured" else "--", lw=1.2)
     ax.set_xlabel("per-flow throughput (Gb/s, real)")
     ax.set_ylabel("CDF")
-    ax.set_title("per-flow throughput (solid: measured, dashed: model over random hashes)")
+    ax.set_title("per-flow throughput (solid: measured, dashed: model over random hashes)"
+                 + (f"; {note}" if note else ""), fontsize=9)
     ax.legend(fontsize=7)
     return _save(fig, run_dir / "flow_throughput_cdf.png")
 
 
 def plot_tiers(run_dir: Path, df: pd.DataFrame, metrics: pd.DataFrame) -> Path | None:
     """Utilisation of the busiest link of every tier, measured vs model, per fabric."""
+    df, note = _limit(df, "fabric")
     fabrics = list(dict.fromkeys(df.fabric))
     fig, axes = plt.subplots(1, len(fabrics), figsize=(5.5 * len(fabrics), 4), squeeze=False)
+    if note:
+        fig.suptitle(note, fontsize=9)
     for ax, fabric in zip(axes[0], fabrics, strict=True):
         g = df[df.fabric == fabric]
         x = np.arange(len(g))

@@ -33,11 +33,38 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def _err(err: float | None) -> str:
-    if not isinstance(err, (int, float)) or isinstance(err, bool) or not math.isfinite(err):
+def _known_err(err: Any) -> bool:
+    return isinstance(err, (int, float)) and not isinstance(err, bool) and math.isfinite(err)
+
+
+def _err_text(err: Any) -> str:
+    return f"{err:+.1%}" if _known_err(err) else "n/a"
+
+
+def _err(err: Any) -> str:
+    if not _known_err(err):
         return "n/a"
     color = "green" if abs(err) <= 0.05 else "yellow" if abs(err) <= 0.15 else "red"
-    return f"[{color}]{err:+.1%}[/]"
+    return f"[{color}]{_err_text(err)}[/]"
+
+
+#: Above this many rows the measured-vs-model table and the fidelity lines are printed
+#: as plain lines: rich's table took most of a minute over a 1,500-case sweep.
+MAX_TABLE_ROWS = 200
+
+
+def summary_lines(summary: Mapping[str, Any], title: str) -> str:
+    """The rows of :func:`summary_table` as plain fixed-width lines (many cases)."""
+    rows = [("case", "metric", "unit", "measured", "model", "error", "valid")]
+    for r in summary["metrics"]:
+        rows.append((str(r["case"]), str(r["metric"]), str(r["unit"]), _fmt(r["measured"]),
+                     _fmt(r["predicted"]), _err_text(r.get("error_rel")),
+                     "yes" if r.get("valid") else "no"))
+    widths = [min(40, max(len(row[i]) for row in rows)) for i in range(len(rows[0]))]
+    return "\n".join([title, *("  ".join(cell[:w].ljust(w) if i < 3 else cell.rjust(w)
+                                           for i, (cell, w) in enumerate(zip(row, widths,
+                                                                             strict=True)))
+                                 for row in rows)])
 
 
 def summary_table(summary: Mapping[str, Any], title: str) -> Table:
@@ -210,8 +237,13 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     made = render_plots(run_dir)
     if not show:
         return made
-    console.print(summary_table(summary, f"{escape(summary['experiment'])}: measured vs model "
-                                         f"(real-fabric units, S = {config.get('scale')})"))
+    title = (f"{summary['experiment']}: measured vs model (real-fabric units, "
+             f"S = {config.get('scale')})")
+    if len(summary["metrics"]) > MAX_TABLE_ROWS:
+        console.print(summary_lines(summary, title), markup=False, highlight=False,
+                      soft_wrap=True)
+    else:
+        console.print(summary_table(summary, escape(title)))
     nccl_csv = run_dir / "nccl.csv"
     if nccl_csv.exists():
         nccl = read_csv(nccl_csv, *CSV_COLUMNS["nccl.csv"])
@@ -227,15 +259,18 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     if isinstance(deviations, list) and deviations:
         console.print(deviations_table(deviations))
     refused = summary.get("refused_attempts") or {}
+    lines = []
     for case, rep in summary["cases"].items():
         if rep.get("valid"):
-            console.print(f"[green]fidelity ok[/]  {escape(str(case))}")
+            lines.append(f"[green]fidelity ok[/]  {escape(str(case))}")
         else:
-            console.print(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
-                          + escape("; ".join(map(str, rep["reasons"]))))
-        for k, reasons in enumerate(refused.get(case, ()), start=1):
-            console.print(f"  [yellow]attempt {k} refused[/] (measured again): "
-                          + escape("; ".join(map(str, reasons))))
+            lines.append(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
+                         + escape("; ".join(map(str, rep["reasons"]))))
+        lines += [f"  [yellow]attempt {k} refused[/] (measured again): "
+                  + escape("; ".join(map(str, reasons)))
+                  for k, reasons in enumerate(refused.get(case, ()), start=1)]
+    if lines:  # one print: a line each costs rich seconds over thousands of cases
+        console.print("\n".join(lines), soft_wrap=len(lines) > MAX_TABLE_ROWS)
     suggested = summary.get("suggested_scale")
     verdict = "[green]VALID[/]" if summary["valid"] else "[red]INVALID[/]" + (
         f" (suggested S = {suggested:g})" if isinstance(suggested, (int, float)) else "")

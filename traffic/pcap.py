@@ -194,6 +194,9 @@ def _describe(frame: bytes) -> str:
     proto = frame[23]
     if proto == 17 and len(frame) >= 14 + (frame[14] & 0x0F) * 4 + 4:
         dport = struct.unpack_from(">H", frame, 14 + (frame[14] & 0x0F) * 4 + 2)[0]
+        if dport == ROCE_UDP_PORT:  # the RoCEv2 port, yet parse_frame refused it
+            return ("malformed RoCEv2 (UDP port 4791 but IP options, a length that "
+                    "disagrees with the frame, or shorter than a BTH and ICRC)")
         return f"UDP port {dport}"
     return {1: "ICMP", 6: "TCP"}.get(proto, f"IP protocol {proto}")
 
@@ -217,8 +220,9 @@ def iter_roce_pcap(path: str | Path, *, max_bytes: int = DEFAULT_MAX_PCAP_BYTES
         if not others:
             raise PcapError(f"{path} holds no frames")
         summary = ", ".join(f"{count} {what}" for what, count in others.most_common(5))
-        raise PcapError(f"{path} holds no RoCEv2 (UDP port {ROCE_UDP_PORT}) frames; found "
-                        f"{sum(others.values())} frames: {summary}")
+        total = sum(others.values())
+        raise PcapError(f"{path} holds no valid RoCEv2 (UDP port {ROCE_UDP_PORT}) frames; "
+                        f"its {total} frame{'s' if total != 1 else ''}: {summary}")
 
 
 def read_roce_pcap(path: str | Path, *, max_bytes: int = DEFAULT_MAX_PCAP_BYTES
