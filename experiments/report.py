@@ -221,6 +221,17 @@ def _check_summary(run_dir: Path, summary: dict) -> None:
     for rep in summary["cases"].values():
         if not (isinstance(rep, dict) and isinstance(rep.get("reasons"), list)):
             raise bad_run(run_dir, "summary.json has a malformed case verdict")
+    deviations = summary.get("deviations")
+    if deviations is not None and not (isinstance(deviations, list)
+                                       and all(isinstance(d, dict) for d in deviations)):
+        raise bad_run(run_dir, "summary.json has malformed deviations (a list of objects)")
+    refused = summary.get("refused_attempts")
+    if refused is not None and not (
+            isinstance(refused, dict)
+            and all(isinstance(attempts, list) and all(isinstance(r, list) for r in attempts)
+                    for attempts in refused.values())):
+        raise bad_run(run_dir, "summary.json has malformed refused_attempts (case -> a list "
+                               "of lists of reasons)")
 
 
 def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:

@@ -87,6 +87,9 @@ def write_pcap(path: str | Path,
                     raise PcapError(f"pcap {path} would exceed {format_size(max_bytes)} "
                                     f"after {count} frames; nothing was written")
                 t_ns = round(t_s * 1e9)
+                if not 0 <= t_ns < 2**32 * 10**9:
+                    raise PcapError(f"cannot write pcap {path}: frame {count + 1} is stamped "
+                                    f"{t_s:g} s; a pcap holds times from 0 to 2^32 s")
                 f.write(_RECORD.pack(t_ns // 10**9, t_ns % 10**9, len(frame),
                                      original[0] if original else len(frame)))
                 f.write(frame)

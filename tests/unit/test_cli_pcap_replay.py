@@ -32,7 +32,7 @@ def emu(*args: str, cwd) -> tuple[int, str]:
     (["alltoall", "--ranks", "64", "--size", "64MiB"], "above the 1GiB limit"),
     (["allreduce-hd", "--ranks", "100000", "--size", "1KiB"], "messages, above the limit"),
     (["incast", "--ranks", "2", "--size", "1e15"], "an RDMA WRITE can carry"),
-        (["incast", "--ranks", "2", "--size", "1e30"], "a size must be at most"),
+    (["incast", "--ranks", "2", "--size", "1e30"], "a size must be at most"),
     (["alltoall", "--max-messages", "5"], "above the limit of 5"),
     (["alltoall", "--max-size", "10KiB"], "above the 10KiB limit"),
     (["alltoall", "-o", "/dev/null"], "/dev/null: it exists and is not a regular file"),
