@@ -456,6 +456,14 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _fabric_removed() -> str:
+    """Why the run failed if its fabric was removed under it (`emu clean --force`)."""
+    runs = sys.modules.get("emu.runs")  # not imported: no fabric was built
+    ids = runs.removed_underneath() if runs is not None else []
+    return (f"this run's fabric (run {', '.join(ids)}) was removed while it ran, by 'emu clean "
+            "--force' from elsewhere; the cases finished before are kept" if ids else "")
+
+
 def main() -> None:
     """Exit codes: 0 ok, 1 a test failed (or an internal error), 2 bad input or a
     missing feature, 3 the fidelity gate marked the run invalid, 130 interrupted."""
@@ -463,18 +471,26 @@ def main() -> None:
     signal.signal(signal.SIGHUP, _terminate)
     try:
         app(prog_name="emu")  # usage errors and Ctrl-C (130) are handled by typer itself
-    except FabricEmuError as e:
-        _fail(f"error: {e}", 2)
     except KeyboardInterrupt:
+        if removed := _fabric_removed():  # `emu clean --force` stopped this run
+            _fail(f"error: {removed}", 2)
         _fail("interrupted; everything created was removed", 130)
-    except OSError as e:
-        if e.filename is None:  # not about a path: an internal error
-            _fail(f"internal error: {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for the "
-                  "traceback)", 1)
-        _fail(f"error: {e.filename}: {e.strerror or e}", 2)
     except Exception as e:
-        _fail(f"internal error: {type(e).__name__}: {e} (a bug; set {DEBUG_ENV}=1 for the "
-              "traceback)", 1)
+        _fail(*_message(e))
+
+
+def _message(e: Exception) -> tuple[str, int]:
+    """The one line and the exit code that an exception ends ``emu`` with."""
+    if removed := _fabric_removed():
+        return f"error: {removed} (then: {type(e).__name__}: {e})", 2
+    if isinstance(e, FabricEmuError):
+        return f"error: {e}", 2
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"error: {e.filename}: {e.strerror or e}", 2
+    if isinstance(e, OSError):  # not about a path: an internal error
+        return f"internal error: {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for the traceback)", 1
+    return (f"internal error: {type(e).__name__}: {e} (a bug; set {DEBUG_ENV}=1 for the "
+            "traceback)", 1)
 
 
 if __name__ == "__main__":

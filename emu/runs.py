@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import secrets
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,6 +60,9 @@ class _Session:
 
 
 _session = _Session()
+#: The records this process wrote and has not removed itself: one that is gone was
+#: removed under it (`emu clean --force`), and with it that run's namespaces.
+_mine: set[str] = set()
 
 
 def new_run_id() -> str:
@@ -128,6 +132,7 @@ def _claim_session() -> None:
         log.warning("%s (%s=1: running anyway)", what, ALLOW_CONCURRENT_ENV)
     run_id = new_run_id()
     _write_record(run_id, _session.description, "session")
+    _mine.add(run_id)
     _session.run_id = run_id
     atexit.register(_end_session)
 
@@ -150,11 +155,19 @@ def register_run(run_id: str, description: str) -> None:
     with registry_lock():
         _claim_session()
         _write_record(run_id, description, "fabric")
+        _mine.add(run_id)
 
 
 def unregister_run(run_id: str) -> None:
+    _mine.discard(run_id)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(_record_path(run_id))
+
+
+def removed_underneath() -> list[str]:
+    """The runs of this process whose record someone else removed, namespaces and all
+    (`emu clean --force` from another shell): why this run's fabric vanished."""
+    return sorted(r for r in _mine if not os.path.exists(_record_path(r)))
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -225,6 +238,11 @@ def clean_runs(include_alive: bool = False) -> list[RunInfo]:
                 delete_netns(ns)
             unregister_run(run.run_id)
             cleaned.append(run)
+            if run.alive and run.pid and run.pid != os.getpid():
+                # Stopped rather than left running on a fabric that is gone; it finds
+                # its record removed and says so (removed_underneath).
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(run.pid, signal.SIGTERM)
     return cleaned
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 from core import safefile
+from core.errors import FabricEmuError
 from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.capture import Captured
@@ -228,6 +229,9 @@ class Run:
         """Case ``key`` ended: write what it recorded now (see the class docstring)."""
         unit, self.pending = self.pending, CaseRecord("")
         unit.key = key
+        if not self.dir.is_dir():  # never made again: whoever removed it meant it
+            raise FabricEmuError(f"the run directory {self.dir} was removed while the run "
+                                 f"was going; case {key!r} and those before it are lost")
         with deferred_interrupts():
             unit.save(self.dir / CASES_DIR, len(self.units))
             self.units.append(unit)

@@ -94,7 +94,7 @@ def run_experiment(name: str, options: Mapping[str, Option],
     except BaseException as e:
         # A long sweep keeps what its finished cases measured: the run directory is
         # written, marked invalid with the reason, and the error still propagates.
-        if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
+        if rec.units and path.is_dir():  # on disk: said first, a second Ctrl-C may cut the rest
             console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
                           f"--out {path} to run the rest", style="yellow", markup=False)
             reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")

@@ -101,14 +101,19 @@ class CaseRecord:
         else:
             tmp.unlink(missing_ok=True)
         safefile.make_dir(tmp, parents=False, exist_ok=False)
-        for name, parts in self.frames.items():
-            safefile.write_csv(tmp / f"{name}.csv", pd.concat(parts, ignore_index=True))
-        record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
-                  "cases": {c: r.as_dict() for c, r in self.cases.items()},
-                  "fabrics": self.fabrics, "notes": self.notes, "deviations": self.deviations,
-                  "refused": self.refused, "spreads": self.spreads}
-        safefile.write_json(tmp / "unit.json", record)
-        os.replace(tmp, final)  # safefile: ok - a directory we made, renamed whole
+        try:
+            for name, parts in self.frames.items():
+                safefile.write_csv(tmp / f"{name}.csv", pd.concat(parts, ignore_index=True))
+            record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
+                      "cases": {c: r.as_dict() for c, r in self.cases.items()},
+                      "fabrics": self.fabrics, "notes": self.notes,
+                      "deviations": self.deviations, "refused": self.refused,
+                      "spreads": self.spreads}
+            safefile.write_json(tmp / "unit.json", record)
+            os.replace(tmp, final)  # safefile: ok - a directory we made, renamed whole
+        except BaseException:  # a full disk, a Ctrl-C: no half record left behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     @classmethod
     def load_all(cls, root: Path) -> list[CaseRecord]:
