@@ -63,6 +63,8 @@ _session = _Session()
 #: The records this process wrote and has not removed itself: one that is gone was
 #: removed under it (`emu clean --force`), and with it that run's namespaces.
 _mine: set[str] = set()
+#: Those of them found removed when this process went to remove them itself.
+_removed: set[str] = set()
 
 
 def new_run_id() -> str:
@@ -159,15 +161,18 @@ def register_run(run_id: str, description: str) -> None:
 
 
 def unregister_run(run_id: str) -> None:
-    _mine.discard(run_id)
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.unlink(_record_path(run_id))
+    except FileNotFoundError:
+        if run_id in _mine:
+            _removed.add(run_id)
+    _mine.discard(run_id)
 
 
 def removed_underneath() -> list[str]:
     """The runs of this process whose record someone else removed, namespaces and all
     (`emu clean --force` from another shell): why this run's fabric vanished."""
-    return sorted(r for r in _mine if not os.path.exists(_record_path(r)))
+    return sorted(_removed | {r for r in _mine if not os.path.exists(_record_path(r))})
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -99,10 +99,6 @@ def default_buffer_bytes(rate_bps: float) -> int:
     return int(BUFFER_BYTES_PER_400G * rate_bps / 400e9)
 
 
-#: Above any count a fabric within the caps can have; sizes derived from it stay exact.
-MAX_INT_PARAM = 1_000_000
-
-
 def require_int(name: str, value: object, minimum: int = 1) -> int:
     """Validate an integer topology parameter; the error names the parameter."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -112,9 +108,6 @@ def require_int(name: str, value: object, minimum: int = 1) -> int:
             raise ParameterError(name, value, "must be an integer")
     if value < minimum:
         raise ParameterError(name, value, f"must be >= {minimum}")
-    if value > MAX_INT_PARAM:
-        raise ParameterError(name, value, f"must be at most {MAX_INT_PARAM:,} (and a fabric "
-                             f"at most {MAX_HOSTS:,} hosts)")
     return value
 
 
