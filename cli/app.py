@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.lab import lab_app
-from core.errors import FabricEmuError
+from core.errors import FabricEmuError, shorten
 from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
 
@@ -358,7 +358,12 @@ def bench(ctx: typer.Context,
 def clean(force: Annotated[bool, typer.Option("--force", help="also remove runs whose "
                                               "owner process is still alive")] = False) -> None:
     """Remove residues of crashed runs (only fabricemu's own namespaces)."""
+    from core.errors import NotRootError
     from emu.runs import clean_runs, list_runs
+
+    if os.geteuid() != 0:
+        raise NotRootError("emu clean removes network namespaces and reads root's run "
+                           "records: run it as root (sudo emu clean)")
 
     live = [r for r in list_runs() if r.alive and not force]
     cleaned = clean_runs(include_alive=force)
@@ -378,15 +383,25 @@ def _terminate(signum: int, _frame: object) -> None:
 
 #: Set (to anything but 0) to see the traceback behind an error message.
 DEBUG_ENV = "FABRICEMU_DEBUG"
+#: A message never fills a screen (ParameterError quotes a long input by its head and tail).
+MAX_MESSAGE_CHARS = 500
 
 
 def _fail(message: str, code: int) -> NoReturn:
     """One line on stderr (whitespace folded, no markup, no wrapping), then exit."""
     if os.environ.get(DEBUG_ENV, "0") not in ("", "0"):
         traceback.print_exc()
-    sys.stderr.write(" ".join(message.split()) + "\n")
+    sys.stderr.write(shorten(message, MAX_MESSAGE_CHARS) + "\n")
     sys.stderr.flush()
     sys.exit(code)
+
+
+def _fabric_removed() -> str:
+    """Why the run failed if its fabric was removed under it (`emu clean --force`)."""
+    runs = sys.modules.get("emu.runs")  # not imported: no fabric was built
+    ids = runs.removed_underneath() if runs is not None else []
+    return (f"this run's fabric (run {', '.join(ids)}) was removed while it ran, by 'emu clean "
+            "--force' from elsewhere; the cases finished before are kept" if ids else "")
 
 
 def main() -> None:
@@ -396,18 +411,26 @@ def main() -> None:
     signal.signal(signal.SIGHUP, _terminate)
     try:
         app(prog_name="emu")  # usage errors and Ctrl-C (130) are handled by typer itself
-    except FabricEmuError as e:
-        _fail(f"error: {e}", 2)
     except KeyboardInterrupt:
+        if removed := _fabric_removed():  # `emu clean --force` stopped this run
+            _fail(f"error: {removed}", 2)
         _fail("interrupted; everything created was removed", 130)
-    except OSError as e:
-        if e.filename is None:  # not about a path: an internal error
-            _fail(f"internal error: {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for the "
-                  "traceback)", 1)
-        _fail(f"error: {e.filename}: {e.strerror or e}", 2)
     except Exception as e:
-        _fail(f"internal error: {type(e).__name__}: {e} (a bug; set {DEBUG_ENV}=1 for the "
-              "traceback)", 1)
+        _fail(*_message(e))
+
+
+def _message(e: Exception) -> tuple[str, int]:
+    """The one line and the exit code that an exception ends ``emu`` with."""
+    if removed := _fabric_removed():
+        return f"error: {removed} (then: {type(e).__name__}: {e})", 2
+    if isinstance(e, FabricEmuError):
+        return f"error: {e}", 2
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"error: {e.filename}: {e.strerror or e}", 2
+    if isinstance(e, OSError):  # not about a path: an internal error
+        return f"internal error: {type(e).__name__}: {e} (set {DEBUG_ENV}=1 for the traceback)", 1
+    return (f"internal error: {type(e).__name__}: {e} (a bug; set {DEBUG_ENV}=1 for the "
+            "traceback)", 1)
 
 
 if __name__ == "__main__":

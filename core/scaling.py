@@ -42,6 +42,10 @@ def scale_keeping_frame_time(nic_rate_bps: float, scale: float = DEFAULT_SCALE) 
     return scale * max(1.0, nic_rate_bps / DEFAULT_SCALE_NIC_RATE_BPS)
 
 
+#: S is below this: a second of real time would otherwise take over 30 years.
+MAX_SCALE = 1e9
+
+
 @dataclass(frozen=True)
 class Scale:
     """Scale factor S (> 1 slows the fabric down)."""
@@ -51,8 +55,9 @@ class Scale:
     min_emulated_rate_bps: float = MIN_EMULATED_RATE_BPS
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.factor, (int, float)) and self.factor >= 1 and self.factor < 1e9):
-            raise ParameterError("scale", self.factor, "the scale factor S must be >= 1 and < 1e9")
+        if not (isinstance(self.factor, (int, float)) and 1 <= self.factor < MAX_SCALE):
+            raise ParameterError("scale", self.factor,
+                                 f"the scale factor S must be >= 1 and < {MAX_SCALE:.0e}")
 
     # real -> emulated
     def rate_emu_bps(self, rate_real_bps: float) -> float:
@@ -67,9 +72,10 @@ class Scale:
                 "scale", self.factor,
                 f"a {format_rate(rate_real_bps)}b/s link would run at {format_rate(emu)}b/s "
                 f"emulated, above the {format_rate(self.max_emulated_rate_bps)}b/s a shaped "
-                f"veth port holds accurately; " + (
-                    f"use a scale factor of at least {need:.0f}" if need < 1e9 else
-                    "no scale factor S emulates it accurately"),
+                "veth port holds accurately; " + (
+                    f"use a scale factor of at least {math.ceil(need)}" if need < MAX_SCALE
+                    else f"no scale factor below {MAX_SCALE:.0e} slows it enough: use slower "
+                    "links"),
             )
         if emu < self.min_emulated_rate_bps:
             most = math.floor(rate_real_bps / self.min_emulated_rate_bps)
@@ -77,9 +83,9 @@ class Scale:
                 "scale", self.factor,
                 f"a {format_rate(rate_real_bps)}b/s link would run at only {format_rate(emu)}b/s "
                 "emulated, too slow for accurate shaping; " + (
-                    f"use a scale factor of at most {most:.0f}" if most >= 1 else
-                    f"it is below {format_rate(self.min_emulated_rate_bps)}b/s even at S = 1: "
-                    "no scale factor S emulates it accurately"),
+                    f"use a scale factor of at most {math.floor(most)}" if most >= 1
+                    else f"it is below the {format_rate(self.min_emulated_rate_bps)}b/s "
+                    "that can be shaped even at S = 1: use faster links"),
             )
         return emu
 

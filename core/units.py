@@ -20,6 +20,12 @@ _SIZE_UNITS = {
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
+#: The ranges a user may give: wide beyond any network, narrow enough that no derived
+#: quantity (bits, a serialisation time, a reciprocal) overflows or underflows a float.
+MIN_RATE_BPS, MAX_RATE_BPS = 1.0, 1e15
+MAX_SIZE_BYTES = 1 << 53          # 8 PiB: every size below is an exact float
+MIN_TIME_S, MAX_TIME_S = 1e-15, 1e9
+
 
 def _refuse_bool(value: object, name: str) -> None:
     # bool is an int subclass: True would silently read as 1 bit/s, 1 byte or 1 s.
@@ -39,6 +45,9 @@ def parse_rate_bps(text: str | float | int, name: str = "rate") -> float:
         value = float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
     if not (value > 0 and math.isfinite(value)):
         raise ParameterError(name, text, "a rate must be positive and finite")
+    if not MIN_RATE_BPS <= value <= MAX_RATE_BPS:
+        raise ParameterError(name, text, f"a rate must be between {MIN_RATE_BPS:g} bit/s "
+                             f"and {format_rate(MAX_RATE_BPS)}bit/s")
     return value
 
 
@@ -54,6 +63,8 @@ def parse_size_bytes(text: str | float | int, name: str = "size") -> int:
         value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
     if not (value >= 0 and math.isfinite(value)):
         raise ParameterError(name, text, "a size must be non-negative and finite")
+    if value > MAX_SIZE_BYTES:
+        raise ParameterError(name, text, f"a size must be at most {MAX_SIZE_BYTES:,} bytes (8 PiB)")
     return int(round(value))
 
 
@@ -69,6 +80,9 @@ def parse_time_s(text: str | float | int, name: str = "time") -> float:
         value = float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
     if not (value >= 0 and math.isfinite(value)):
         raise ParameterError(name, text, "a duration must be non-negative and finite")
+    if value > MAX_TIME_S or 0 < value < MIN_TIME_S:
+        raise ParameterError(name, text, f"a duration must be 0 or between {MIN_TIME_S:g} s "
+                             f"and {MAX_TIME_S:g} s")
     return value
 
 

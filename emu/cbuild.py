@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+from core import safefile
 from core.errors import CapabilityError
 from core.frame import (
     ACK_FRAME_BYTES,
@@ -202,18 +203,10 @@ def verify_artefact(artefact: Path, inputs_sha256: str) -> None:
         raise UnsafePathError(f"{artefact} is not the file that was built (sha256 differs)")
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 @contextlib.contextmanager
 def _build_lock(directory: Path) -> Iterator[None]:
     """One builder per cache directory at a time, so an artefact and its record match."""
-    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    fd = safefile.open_lock(directory / ".lock")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -275,8 +268,8 @@ def _build(clang: str, flags: list[str], src: Path, out: Path, inputs_sha256: st
     os.chmod(tmp, 0o644)
     record = {"source": str(src), "flags": flags, "inputs_sha256": inputs_sha256,
               "artefact_sha256": _sha256_file(tmp)}
-    os.replace(tmp, out)
-    _write_private(_record_path(out), json.dumps(record, indent=1).encode())
+    os.replace(tmp, out)  # safefile: ok - clang's output, in a private directory
+    safefile.write_json(_record_path(out), record)
 
 
 def compile_c(src: Path, kind: Kind, *, what: str, out_dir: Path | None = None) -> Path:

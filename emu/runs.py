@@ -29,12 +29,14 @@ import logging
 import os
 import re
 import secrets
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
 
+from core import safefile
 from core.errors import FabricEmuError
 from emu.netns import create_netns, delete_netns, list_netns, netns_path
 
@@ -58,6 +60,11 @@ class _Session:
 
 
 _session = _Session()
+#: The records this process wrote and has not removed itself: one that is gone was
+#: removed under it (`emu clean --force`), and with it that run's namespaces.
+_mine: set[str] = set()
+#: Those of them found removed when this process went to remove them itself.
+_removed: set[str] = set()
 
 
 def new_run_id() -> str:
@@ -76,8 +83,7 @@ def _record_path(run_id: str) -> str:
 def registry_lock() -> Iterator[None]:
     """Exclusive lock over the records (registration against `emu clean`)."""
     os.makedirs(RUNS_DIR, exist_ok=True)
-    fd = os.open(os.path.join(RUNS_DIR, _LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
-                 0o600)
+    fd = safefile.open_lock(os.path.join(RUNS_DIR, _LOCK_NAME))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -86,14 +92,11 @@ def registry_lock() -> Iterator[None]:
 
 
 def _write_record(run_id: str, description: str, kind: str) -> None:
-    # Atomic (temporary file, then rename): a reader never sees half a record.
-    path = _record_path(run_id)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump({"run_id": run_id, "pid": os.getpid(), "started": time.time(),
-                   "start_ticks": _start_ticks(os.getpid()), "description": description,
-                   "kind": kind}, f)
-    os.replace(tmp, path)
+    # Atomic: a reader never sees half a record.
+    safefile.write_json(_record_path(run_id),
+                        {"run_id": run_id, "pid": os.getpid(), "started": time.time(),
+                         "start_ticks": _start_ticks(os.getpid()), "description": description,
+                         "kind": kind}, indent=None)
 
 
 def declare_session(description: str) -> None:
@@ -131,6 +134,7 @@ def _claim_session() -> None:
         log.warning("%s (%s=1: running anyway)", what, ALLOW_CONCURRENT_ENV)
     run_id = new_run_id()
     _write_record(run_id, _session.description, "session")
+    _mine.add(run_id)
     _session.run_id = run_id
     atexit.register(_end_session)
 
@@ -153,11 +157,22 @@ def register_run(run_id: str, description: str) -> None:
     with registry_lock():
         _claim_session()
         _write_record(run_id, description, "fabric")
+        _mine.add(run_id)
 
 
 def unregister_run(run_id: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.unlink(_record_path(run_id))
+    except FileNotFoundError:
+        if run_id in _mine:
+            _removed.add(run_id)
+    _mine.discard(run_id)
+
+
+def removed_underneath() -> list[str]:
+    """The runs of this process whose record someone else removed, namespaces and all
+    (`emu clean --force` from another shell): why this run's fabric vanished."""
+    return sorted(_removed | {r for r in _mine if not os.path.exists(_record_path(r))})
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -228,6 +243,11 @@ def clean_runs(include_alive: bool = False) -> list[RunInfo]:
                 delete_netns(ns)
             unregister_run(run.run_id)
             cleaned.append(run)
+            if run.alive and run.pid and run.pid != os.getpid():
+                # Stopped rather than left running on a fabric that is gone; it finds
+                # its record removed and says so (removed_underneath).
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(run.pid, signal.SIGTERM)
     return cleaned
 
 

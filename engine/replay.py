@@ -29,9 +29,12 @@ from core.errors import ParameterError
 from core.units import format_time
 from emu.fabric import Fabric
 from emu.netns import in_netns
+from emu.shaping import MTU_BYTES
 from traffic.pcap import DEFAULT_MAX_PCAP_BYTES, PcapError, iter_roce_pcap
 
 _IP_SRC, _IP_DST = 26, 30  # offsets in an Ethernet + IPv4 frame
+#: The largest frame a fabric link carries: the veths' MTU plus the Ethernet header.
+MAX_FRAME_BYTES = MTU_BYTES + 14
 DEFAULT_MAX_WALL_S = 600.0
 # The send schedule holds every frame (rewritten) plus ~200 bytes of bookkeeping,
 # so a 1 GiB file of 62-byte ACKs alone would need ~3 GB: frames are capped too.
@@ -125,6 +128,14 @@ def plan_replay(path: str | Path, fab: Fabric, *,
         if n > max_frames:
             raise PcapError(f"{path} holds more than {max_frames:,} RoCEv2 frames, the most a "
                             "replay holds in memory (--max-frames)")
+        if len(frame) > MAX_FRAME_BYTES:
+            raise PcapError(f"RoCEv2 frame {n} of {path} is {len(frame):,} bytes, above the "
+                            f"{MAX_FRAME_BYTES:,}-byte frames the fabric's links carry "
+                            f"(MTU {MTU_BYTES:,})")
+        if gap_s < 0:
+            raise PcapError(f"RoCEv2 frame {n} of {path} is stamped {_human_s(-gap_s)} before "
+                            f"the frame ahead of it; a replay needs the frames in time order "
+                            f"(sort them with 'reordercap {path} sorted.pcap')")
         pair = _host(fab, frame, _IP_SRC, n), _host(fab, frame, _IP_DST, n)
         if pair not in pairs:
             _check_route(fab, *pair, n)

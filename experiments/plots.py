@@ -53,6 +53,7 @@ class PlotContext:
     scales: tuple[float, ...] = ()
     invalid: frozenset[str] = frozenset()
     layout: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    limit_note: str = ""  # says when a plot draws fewer cases than its CSV holds
 
     def valid(self, case: Any) -> bool:
         return str(case) not in self.invalid
@@ -99,7 +100,8 @@ def plain_log_axis(axis: Any, lo: float, hi: float) -> None:
 
 def _save(fig: Any, path: Path, ctx: PlotContext, title: str) -> Path:
     chars = int(fig.get_size_inches()[0] * 11)
-    fig.suptitle(textwrap.fill(f"{title}  [{ctx.scale_text}; real-fabric units]", chars),
+    note = f"; {ctx.limit_note}" if ctx.limit_note else ""
+    fig.suptitle(textwrap.fill(f"{title}  [{ctx.scale_text}; real-fabric units{note}]", chars),
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -647,6 +649,21 @@ def plot_context(run_dir: Path, summary: Mapping[str, Any] | None = None,
                        _scales(config), invalid, _layout(run_dir))
 
 
+#: The most cases (or fabrics) one plot draws, as panels or lines: beyond, a plot is
+#: unreadable and slow to draw (1,500 panels took minutes); the CSVs keep them all.
+MAX_DRAWN = 12
+
+
+def _limit(ctx: PlotContext, df: pd.DataFrame) -> tuple[PlotContext, pd.DataFrame]:
+    """``df`` cut to its first MAX_DRAWN cases (or fabrics), and ``ctx`` saying so."""
+    col = next((c for c in ("case", "fabric") if c in df.columns), None)
+    keys = list(dict.fromkeys(df[col])) if col else []
+    if len(keys) <= MAX_DRAWN:
+        return ctx, df
+    note = f"first {MAX_DRAWN} of {len(keys)} {col}s drawn, all are in the CSV"
+    return replace(ctx, limit_note=note), df[df[col].isin(keys[:MAX_DRAWN])]
+
+
 def _with_csv_verdicts(ctx: PlotContext, df: pd.DataFrame) -> PlotContext:
     """``ctx`` with the cases whose rows of ``df`` its ``valid`` column marks invalid
     as refused too (a measurement whose verdict is given to other cases, such as the
@@ -668,7 +685,8 @@ def render_plots(run_dir: Path, summary: Mapping[str, Any] | None = None,
         if df.empty:
             continue
         try:
-            path = plot(_with_csv_verdicts(ctx, df), df)
+            drawn_ctx, drawn = _limit(_with_csv_verdicts(ctx, df), df)
+            path = plot(drawn_ctx, drawn)
         except (TypeError, ValueError, KeyError, IndexError) as e:
             plt.close("all")
             raise bad_run(run_dir, f"cannot plot {csv}: {type(e).__name__}: "

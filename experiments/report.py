@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,6 +47,30 @@ def _err(row: Mapping[str, Any]) -> str:
         return "n/a" if row.get("predicted") is not None else ""
     color = "red" if row.get("model_disagrees") else "green" if "kind" in row else "yellow"
     return f"[{color}]{err:+.1%}[/]"
+
+
+def _err_text(row: Mapping[str, Any]) -> str:
+    """:func:`_err` without its colour, for plain lines."""
+    return re.sub(r"\[/?[a-z]*\]", "", _err(row))
+
+
+#: Above this many rows the measured-vs-model table and the fidelity lines are printed
+#: as plain lines: rich's table took most of a minute over a 1,500-case sweep.
+MAX_TABLE_ROWS = 200
+
+
+def summary_lines(summary: Mapping[str, Any], title: str) -> str:
+    """The rows of :func:`summary_table` as plain fixed-width lines (many cases)."""
+    rows = [("case", "metric", "unit", "measured", "model", "model is", "error", "valid")]
+    for r in summary["metrics"]:
+        rows.append((str(r["case"]), str(r["metric"]), str(r["unit"]), _fmt(r["measured"]),
+                     _fmt(r["predicted"]), model_label(r), _err_text(r),
+                     "yes" if r.get("valid") else "no"))
+    widths = [min(40, max(len(row[i]) for row in rows)) for i in range(len(rows[0]))]
+    return "\n".join([title, *("  ".join(cell[:w].ljust(w) if i < 3 else cell.rjust(w)
+                                           for i, (cell, w) in enumerate(zip(row, widths,
+                                                                             strict=True)))
+                                 for row in rows)])
 
 
 def model_label(row: Mapping[str, Any]) -> str:
@@ -261,6 +286,17 @@ def _check_summary(run_dir: Path, summary: dict) -> None:
     for rep in summary["cases"].values():
         if not (isinstance(rep, dict) and isinstance(rep.get("reasons"), list)):
             raise bad_run(run_dir, "summary.json has a malformed case verdict")
+    deviations = summary.get("deviations")
+    if deviations is not None and not (isinstance(deviations, list)
+                                       and all(isinstance(d, dict) for d in deviations)):
+        raise bad_run(run_dir, "summary.json has malformed deviations (a list of objects)")
+    refused = summary.get("refused_attempts")
+    if refused is not None and not (
+            isinstance(refused, dict)
+            and all(isinstance(attempts, list) and all(isinstance(r, list) for r in attempts)
+                    for attempts in refused.values())):
+        raise bad_run(run_dir, "summary.json has malformed refused_attempts (case -> a list "
+                               "of lists of reasons)")
 
 
 def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
@@ -277,8 +313,13 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     made = render_plots(run_dir, summary, config)
     if not show:
         return made
-    console.print(summary_table(summary, f"{escape(summary['experiment'])}: measured vs model "
-                                         f"(real-fabric units, S = {config.get('scale')})"))
+    title = (f"{summary['experiment']}: measured vs model (real-fabric units, "
+             f"S = {config.get('scale')})")
+    if len(summary["metrics"]) > MAX_TABLE_ROWS:
+        console.print(summary_lines(summary, title), markup=False, highlight=False,
+                      soft_wrap=True)
+    else:
+        console.print(summary_table(summary, escape(title)))
     nccl_csv = run_dir / "nccl.csv"
     if nccl_csv.exists():
         nccl = read_csv(nccl_csv, *CSV_COLUMNS["nccl.csv"])
@@ -294,15 +335,18 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     if isinstance(deviations, list) and deviations:
         console.print(deviations_table(deviations))
     refused = summary.get("refused_attempts") or {}
+    lines = []
     for case, rep in summary["cases"].items():
         if rep.get("valid"):
-            console.print(f"[green]fidelity ok[/]  {escape(str(case))}")
+            lines.append(f"[green]fidelity ok[/]  {escape(str(case))}")
         else:
-            console.print(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
-                          + escape("; ".join(map(str, rep["reasons"]))))
-        for k, reasons in enumerate(refused.get(case, ()), start=1):
-            console.print(f"  [yellow]attempt {k} refused[/] (measured again): "
-                          + escape("; ".join(map(str, reasons))))
+            lines.append(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
+                         + escape("; ".join(map(str, rep["reasons"]))))
+        lines += [f"  [yellow]attempt {k} refused[/] (measured again): "
+                  + escape("; ".join(map(str, reasons)))
+                  for k, reasons in enumerate(refused.get(case, ()), start=1)]
+    if lines:  # one print: a line each costs rich seconds over thousands of cases
+        console.print("\n".join(lines), soft_wrap=len(lines) > MAX_TABLE_ROWS)
     disagree = [f"{r['case']}: {r['metric']}" for r in summary["metrics"]
                 if r.get("model_disagrees")]
     if disagree:

@@ -29,7 +29,6 @@ A run directory holds
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
@@ -43,7 +42,8 @@ from typing import Any
 
 import pandas as pd
 
-from core.errors import ParameterError
+from core import safefile
+from core.errors import FabricEmuError, ParameterError
 from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.capture import Captured
@@ -56,8 +56,6 @@ from experiments.storage import (
     CASES_DIR,
     CaseRecord,
     deferred_interrupts,
-    write_csv_atomic,
-    write_text_atomic,
 )
 from model.claims import Claim
 from traffic.fixeddelay import FIXED_DELAYS, PROPAGATION, SERIALIZATION
@@ -150,8 +148,7 @@ class Run:
     def __init__(self, experiment: str, out_dir: str | Path, options: Mapping[str, Any], *,
                  quick: bool, seed: int = 0, spec: Mapping[str, Option] | None = None) -> None:
         self.experiment = experiment
-        self.dir = Path(out_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = safefile.make_dir(out_dir)
         self.options = dict(options)
         self.spec = spec
         self.quick = quick
@@ -214,7 +211,8 @@ class Run:
         retried case's overwrite a refused attempt's) and note where."""
         for host, cap in captures.items():
             path = pcap_path(self.dir, case, host)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            safefile.make_dir(path.parent.parent, parents=False)
+            safefile.make_dir(path.parent, parents=False)
             n = cap.write(path)
             self._pcaps.add(path)
             self.note(f"{path.relative_to(self.dir)}: {n:,} frames at {host}'s NICs"
@@ -259,6 +257,9 @@ class Run:
         """Case ``key`` ended: write what it recorded now (see the class docstring)."""
         unit, self.pending = self.pending, CaseRecord("")
         unit.key = key
+        if not self.dir.is_dir():  # never made again: whoever removed it meant it
+            raise FabricEmuError(f"the run directory {self.dir} was removed while the run "
+                                 f"was going; case {key!r} and those before it are lost")
         with deferred_interrupts():
             unit.save(self.dir / CASES_DIR, len(self.units))
             self.units.append(unit)
@@ -291,18 +292,18 @@ class Run:
         for row in rows:
             row["valid"] = cases[row["case"]].valid if row["case"] in cases else verdict.valid
         metrics = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
-        write_csv_atomic(self.dir / "metrics.csv", metrics)
+        safefile.write_csv(self.dir / "metrics.csv", metrics)
         names = dict.fromkeys(name for u in units for name in u.frames)
         for name in names:
             parts = [with_valid(df, u.cases, cases, verdict.valid) for u in units
                      for df in u.frames.get(name, [])]
-            write_csv_atomic(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
+            safefile.write_csv(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
         fabrics = {k: v for u in units for k, v in u.fabrics.items()}
         deviations = [{k: _json_safe(v) for k, v in d.items()} for u in units
                       for d in u.deviations]
         if deviations:
-            write_csv_atomic(self.dir / "deviations.csv",
-                             with_valid(pd.DataFrame(deviations), {}, cases, verdict.valid))
+            safefile.write_csv(self.dir / "deviations.csv",
+                               with_valid(pd.DataFrame(deviations), {}, cases, verdict.valid))
         config = {
             "experiment": self.experiment, "quick": self.quick, "status": status,
             "options": self.options, "scale": self.options.get("scale"), "seed": self.seed,
@@ -318,7 +319,7 @@ class Run:
             "invocation": {"executable": sys.executable, "argv": " ".join(sys.argv),
                            "cwd": os.getcwd()},
         }
-        write_text_atomic(self.dir / "config.json", json.dumps(config, indent=2, default=str))
+        safefile.write_json(self.dir / "config.json", config, indent=2)
         summary = {
             "experiment": self.experiment, "valid": verdict.valid, "status": status,
             "suggested_scale": verdict.suggested_scale, "reasons": verdict.reasons,
@@ -342,8 +343,7 @@ class Run:
             # metric): "band" their 5-95 % points, "range" their least and greatest.
             "model_spreads": {c: r for u in units for c, r in u.spreads.items()},
         }
-        write_text_atomic(self.dir / "summary.json",
-                          json.dumps(summary, indent=2, default=str))
+        safefile.write_json(self.dir / "summary.json", summary, indent=2)
         return RunResult(self.dir, metrics, verdict, cases)
 
     def start(self) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from core import safefile
 from core.errors import FabricEmuError, ParameterError
 from experiments.options import Option, TypedOptions, resolve_options, resolve_typed, typed_check
 from experiments.report import console
@@ -68,10 +69,7 @@ def prepare_out_dir(name: str, out: str | Path | None, *, force: bool,
             shutil.rmtree(path / CASES_DIR, ignore_errors=True)
         return path, False
     created = not path.exists()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise FabricEmuError(f"cannot create the run directory {path}: {e.strerror}") from None
+    safefile.make_dir(path)
     return path, created
 
 
@@ -100,7 +98,7 @@ def run_experiment(name: str, options: Mapping[str, Option],
     except BaseException as e:
         # A long sweep keeps what its finished cases measured: the run directory is
         # written, marked invalid with the reason, and the error still propagates.
-        if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
+        if rec.units and path.is_dir():  # on disk: said first, a second Ctrl-C may cut the rest
             console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
                           f"--out {path} to run the rest", style="yellow", markup=False)
             reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")

@@ -1,5 +1,5 @@
-"""A run directory's storage: every file replaced atomically (a temporary file and a
-rename), signals held while results are written, and one record per finished case
+"""A run directory's storage: every file replaced atomically and never through a
+planted link (core.safefile), signals held while results are written, and one record per finished case
 (``cases/NNN/``, what ``--resume`` reloads)."""
 
 from __future__ import annotations
@@ -17,24 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from core import safefile
 from core.errors import FabricEmuError
 from experiments.fidelity import FidelityReport
 
 #: Subdirectory of a run directory with one record per committed case.
 CASES_DIR = "cases"
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename: readers see the old or the new file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_csv_atomic(path: Path, df: pd.DataFrame) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
@@ -104,19 +92,28 @@ class CaseRecord:
 
     def save(self, root: Path, index: int) -> None:
         """``root/NNN/`` (unit.json and one CSV per frame), renamed into place whole."""
-        root.mkdir(exist_ok=True)
+        safefile.make_dir(root, parents=False)
         final = root / f"{index:03d}"
         tmp = root / f".{index:03d}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        for name, parts in self.frames.items():
-            pd.concat(parts, ignore_index=True).to_csv(tmp / f"{name}.csv", index=False)
-        record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
-                  "cases": {c: r.as_dict() for c, r in self.cases.items()},
-                  "fabrics": self.fabrics, "notes": self.notes, "deviations": self.deviations,
-                  "refused": self.refused, "spreads": self.spreads}
-        (tmp / "unit.json").write_text(json.dumps(record, indent=1, default=str))
-        os.replace(tmp, final)
+        # What a killed writer left: removed (a planted link itself, not what it points to).
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink(missing_ok=True)
+        safefile.make_dir(tmp, parents=False, exist_ok=False)
+        try:
+            for name, parts in self.frames.items():
+                safefile.write_csv(tmp / f"{name}.csv", pd.concat(parts, ignore_index=True))
+            record = {"key": self.key, "rows": self.rows, "frames": list(self.frames),
+                      "cases": {c: r.as_dict() for c, r in self.cases.items()},
+                      "fabrics": self.fabrics, "notes": self.notes,
+                      "deviations": self.deviations, "refused": self.refused,
+                      "spreads": self.spreads}
+            safefile.write_json(tmp / "unit.json", record)
+            os.replace(tmp, final)  # safefile: ok - a directory we made, renamed whole
+        except BaseException:  # a full disk, a Ctrl-C: no half record left behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     @classmethod
     def load_all(cls, root: Path) -> list[CaseRecord]:

@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
+from core import safefile
 from core.errors import ParameterError
 from labs.catalog import LABS_DIR, Lab
 
@@ -38,11 +39,8 @@ def _fresh_dir(dest: Path) -> None:
 
 def _copy_new(src: Path, dst: Path) -> None:
     """Copy one file to a path that must not exist yet (nor be a link)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    data = src.read_bytes()
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, src.stat().st_mode & 0o777)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    safefile.make_dir(dst.parent)
+    safefile.write_bytes(dst, src.read_bytes(), mode=src.stat().st_mode & 0o777, replace=False)
 
 
 def start_lab(lab: Lab, dest: Path) -> list[Path]:
@@ -94,18 +92,9 @@ def export_pack(dest: Path, root: Path = REPO_ROOT) -> list[Path]:
 
 
 def write_new_or_replace(path: Path, text: str) -> None:
-    """Write ``path`` atomically: a new temporary file beside it (``O_EXCL``, so never
-    through a planted link), then a rename, which replaces a link instead of following
-    it. On failure the previous version stays."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write ``path`` atomically, replacing a link instead of following it
+    (core.safefile). On failure the previous version stays."""
+    safefile.write_text(path, text)
 
 
 def hand_back(paths: Iterable[Path]) -> int:

@@ -170,3 +170,17 @@ def assert_solution_passes_on_fabric(lab: Any, tmp_path: Path, plot: str | None)
     assert g.score == g.max_score
     if plot is not None:
         assert (tmp_path / "runs" / plot).is_file()
+
+
+# Property tests (hypothesis): a modest number of examples each, and in CI the same
+# examples every run (derandomized), so a red CI is reproducible and never luck.
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile("dev", max_examples=60, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("ci", parent=settings.get_profile("dev"), derandomize=True,
+                              print_blob=True)
+    settings.load_profile("ci" if os.environ.get("CI", "").lower() in ("1", "true") else "dev")
+except ImportError:  # the property tests skip themselves (pytest.importorskip)
+    pass

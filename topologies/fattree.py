@@ -9,6 +9,7 @@ count from 0. Ports: hosts first on every switch, then uplinks, in index order.
 from __future__ import annotations
 
 from core.errors import ParameterError
+from core.units import MAX_RATE_BPS, MIN_RATE_BPS, format_rate
 from topologies.base import (
     CORE_LINK_DELAY_S,
     FABRIC_LINK_DELAY_S,
@@ -112,6 +113,10 @@ class LeafSpine(FabricTopo):
         if fabric_rate is None:
             oversub = 1.0 if oversub is None else require_positive("oversub", oversub)
             fabric_bps = down_bps / (spines * oversub)
+            if not MIN_RATE_BPS <= fabric_bps <= MAX_RATE_BPS:
+                raise ParameterError("oversub", oversub, "spine links would run " + (
+                    f"above {format_rate(MAX_RATE_BPS)}bit/s" if fabric_bps > MAX_RATE_BPS
+                    else f"below {MIN_RATE_BPS:g} bit/s"))
         elif oversub is not None:
             raise ParameterError("oversub", oversub,
                                  "give either oversub or fabric_rate, not both")

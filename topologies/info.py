@@ -9,7 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from core.errors import FabricEmuError, ParameterError
+from core.errors import ParameterError
+from core.safefile import save_figure
 from core.scaling import Scale
 from topologies.base import FabricTopo, TopoSize
 from topologies.routing import bisection_bandwidth_bps, diameter_hops, topo_graph
@@ -197,8 +198,6 @@ def draw_topology(topo: FabricTopo, path: Path) -> None:
     ax.axis("off")
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=150)
-    except OSError as e:
-        raise FabricEmuError(f"cannot write the drawing {path}: {e.strerror or e}") from None
+        save_figure(fig, path, dpi=150)
     finally:
         plt.close(fig)

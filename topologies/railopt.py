@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 
+from core.errors import ParameterError
 from core.units import parse_bool
 from topologies.base import (
     FABRIC_LINK_DELAY_S,
     HOST_LINK_DELAY_S,
     LEAF_SPINE_RATE_BPS,
+    MAX_HOSTS,
     NIC_RATE_BPS,
     NVLINK_DELAY_S,
     NVLINK_RATE_BPS,
@@ -42,8 +44,12 @@ class RailOptimized(FabricTopo):
     def _spines(servers: int, spines: object, host_rate: Rate, fabric_rate: Rate) -> int:
         if spines is not None:
             return require_int("spines", spines)
-        return math.ceil(servers * require_rate("host_rate", host_rate)
-                         / require_rate("fabric_rate", fabric_rate))
+        need = servers * require_rate("host_rate", host_rate) / require_rate("fabric_rate",
+                                                                               fabric_rate)
+        if not math.isfinite(need):  # servers beyond any cap: the size check says so
+            raise ParameterError("servers", servers, f"too many: a fabric has at most "
+                                 f"{MAX_HOSTS:,} hosts")
+        return math.ceil(need)
 
     @classmethod
     def size(cls, servers: int = 2, gpus: int = 8, spines: int | None = None,

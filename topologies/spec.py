@@ -52,6 +52,10 @@ def parse_spec(spec: str) -> tuple[type[FabricTopo], list, dict]:
     if not isinstance(spec, str) or not spec.strip():
         raise ParameterError("topology", spec, "empty; give NAME,ARG,KEY=VALUE, e.g. fattree,4")
     name, args, kwargs = splitArgs(spec.strip())
+    keys = [part.split("=", 1)[0].strip() for part in spec.split(",")[1:] if "=" in part]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ParameterError("topology", spec, f"{', '.join(twice)} given twice")
     known = registry()
     if name not in known:
         raise ParameterError("topology", name, f"unknown; known: {', '.join(sorted(known))}")

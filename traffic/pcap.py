@@ -25,6 +25,7 @@ from typing import BinaryIO
 
 from core.errors import FabricEmuError
 from core.frame import ROCE_UDP_PORT
+from core.safefile import WriteError, open_atomic
 from core.units import format_size
 from traffic.roce import parse_frame
 
@@ -56,20 +57,14 @@ def write_pcap(path: str | Path,
     """Write ``(t_s, frame)`` pairs as an Ethernet pcap with ns timestamps; returns the count.
     A frame captured cut short comes as ``(t_s, head, original length)``.
 
-    Frames are written as the iterable yields them into a temporary file next to
-    ``path``, renamed to ``path`` when complete: a failure, a Ctrl-C or more than
-    ``max_bytes`` leaves no partial file behind.
+    Frames are written as the iterable yields them (core.safefile): a failure, a
+    Ctrl-C or more than ``max_bytes`` leaves no partial file behind.
     """
     path = Path(path)
     check_output(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     count = 0
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:
-        raise PcapError(f"cannot write pcap {path}: {e.strerror or e}") from e
-    try:
-        with open(fd, "wb", buffering=1 << 20) as f:
+        with open_atomic(path) as f:
             written = f.write(GLOBAL_HEADER.pack(_MAGIC_NS, 2, 4, 0, 0, _SNAPLEN, LINKTYPE_ETHERNET))
             for t_s, frame, *original in frames_with_times:
                 written += RECORD_HEADER.size + len(frame)
@@ -77,17 +72,15 @@ def write_pcap(path: str | Path,
                     raise PcapError(f"pcap {path} would exceed {format_size(max_bytes)} "
                                     f"after {count} frames; nothing was written")
                 t_ns = round(t_s * 1e9)
+                if not 0 <= t_ns < 2**32 * 10**9:
+                    raise PcapError(f"cannot write pcap {path}: frame {count + 1} is stamped "
+                                    f"{t_s:g} s; a pcap holds times from 0 to 2^32 s")
                 f.write(RECORD_HEADER.pack(t_ns // 10**9, t_ns % 10**9, len(frame),
-                                     original[0] if original else len(frame)))
+                                           original[0] if original else len(frame)))
                 f.write(frame)
                 count += 1
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PcapError(f"cannot write pcap {path}: {e.strerror or e}") from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    except WriteError as e:
+        raise PcapError(str(e)) from None
     return count
 
 
@@ -189,6 +182,9 @@ def _describe(frame: bytes) -> str:
     proto = frame[23]
     if proto == 17 and len(frame) >= 14 + (frame[14] & 0x0F) * 4 + 4:
         dport = struct.unpack_from(">H", frame, 14 + (frame[14] & 0x0F) * 4 + 2)[0]
+        if dport == ROCE_UDP_PORT:  # the RoCEv2 port, yet parse_frame refused it
+            return ("malformed RoCEv2 (UDP port 4791 but IP options, a length that "
+                    "disagrees with the frame, or shorter than a BTH and ICRC)")
         return f"UDP port {dport}"
     return {1: "ICMP", 6: "TCP"}.get(proto, f"IP protocol {proto}")
 
@@ -212,8 +208,9 @@ def iter_roce_pcap(path: str | Path, *, max_bytes: int = DEFAULT_MAX_PCAP_BYTES
         if not others:
             raise PcapError(f"{path} holds no frames")
         summary = ", ".join(f"{count} {what}" for what, count in others.most_common(5))
-        raise PcapError(f"{path} holds no RoCEv2 (UDP port {ROCE_UDP_PORT}) frames; found "
-                        f"{sum(others.values())} frames: {summary}")
+        total = sum(others.values())
+        raise PcapError(f"{path} holds no valid RoCEv2 (UDP port {ROCE_UDP_PORT}) frames; "
+                        f"its {total} frame{'s' if total != 1 else ''}: {summary}")
 
 
 def read_roce_pcap(path: str | Path, *, max_bytes: int = DEFAULT_MAX_PCAP_BYTES

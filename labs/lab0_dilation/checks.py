@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.frame import ACK_FRAME_BYTES, FRAME_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES
+from core.safefile import save_figure
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.lab0_dilation.dilation_reference import (
@@ -456,6 +457,6 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path = out / "lab0_prediction_vs_measurement.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return [path]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from core.safefile import save_figure
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.harness import Harness
@@ -241,6 +242,6 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
     fig.suptitle("Lab 1: DCTCP at three K (real-fabric units)")
     fig.tight_layout()
     path = out / "lab1_k_sweep.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return [path]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.safefile import save_figure
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.lab2_pfc.pfc_reference import (
@@ -479,6 +480,6 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
     fig.suptitle("Lab 2: incast without and with PFC (real-fabric units)")
     fig.tight_layout()
     path = out / "lab2_pfc.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return [path]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from core.safefile import save_figure
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.lab3_dcqcn.dcqcn_recorder import (
@@ -472,6 +473,6 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
     fig.suptitle("Lab 3: DCQCN on the fabric (real-fabric units)")
     fig.tight_layout()
     path = out / "lab3_dcqcn.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return [path]

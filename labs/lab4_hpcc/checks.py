@@ -26,6 +26,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from core.safefile import save_figure
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.harness import Harness, HarnessError
@@ -492,6 +493,6 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = out / "lab4_queue.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return [path]

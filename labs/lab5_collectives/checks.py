@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.safefile import save_figure
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.lab5_collectives.ecmp_reference import leaf_pairs, model_means, permutation_bounds
@@ -465,6 +466,6 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
                  f"B = {LINK_BPS / 1e9:.0f} Gb/s (real-fabric units)")
     fig.tight_layout()
     path = out / "lab5_busbw_vs_size.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return [path]

@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from core.frame import MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES
+from core.safefile import save_figure, write_csv
 from labs.emulation import ScenarioRuns
 from labs.grader import CheckContext
 from labs.student import StudentCode, StudentError
@@ -341,7 +342,7 @@ def plots(runs: dict[str, ScenarioRuns], out: Path, code: StudentCode) -> list[P
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     path = out / "lab6_model_vs_measurement.png"
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-    df.to_csv(out / "lab6_comparison.csv", index=False)
+    write_csv(out / "lab6_comparison.csv", df)
     return [path]

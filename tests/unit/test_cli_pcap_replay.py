@@ -31,12 +31,15 @@ def emu(*args: str, cwd) -> tuple[int, str]:
     (["allreduce-ring", "--ranks", "64", "--size", "64MiB"], "above the 1GiB limit"),
     (["alltoall", "--ranks", "64", "--size", "64MiB"], "above the 1GiB limit"),
     (["allreduce-hd", "--ranks", "100000", "--size", "1KiB"], "messages, above the limit"),
-    (["incast", "--ranks", "2", "--size", "1e30"], "an RDMA WRITE can carry"),
+    (["incast", "--ranks", "2", "--size", "1e15"], "an RDMA WRITE can carry"),
+    (["incast", "--ranks", "2", "--size", "1e30"], "a size must be at most"),
     (["alltoall", "--max-messages", "5"], "above the limit of 5"),
     (["alltoall", "--max-size", "10KiB"], "above the 10KiB limit"),
     (["alltoall", "-o", "/dev/null"], "/dev/null: it exists and is not a regular file"),
     (["alltoall", "-o", "."], "it exists and is not a regular file"),
     (["alltoall", "--ranks", "1"], "at least 2 ranks"),
+    (["alltoall", "--rate", "1e308"], "a rate must be between"),     # issue 29: absurd rates
+    (["alltoall", "--rate", "1e-300"], "a rate must be between"),
 ])
 def test_pcap_refuses_with_exit_2(tmp_path, args, message):
     code, out = emu("pcap", *args, cwd=tmp_path)
@@ -92,7 +95,7 @@ def inputs(tmp_path_factory):
     ("header-only-half", "is truncated: record 1 header"),
     ("empty", "shorter than a pcap header"),
     ("sparse-2GiB", "is 2GiB, above the 1GiB limit"),
-    ("not-roce", "holds no RoCEv2 (UDP port 4791) frames; found 3 frames"),
+    ("not-roce", "holds no valid RoCEv2 (UDP port 4791) frames; its 3 frames"),
     ("hour-gap", "would take 417 days"),  # 3600 s x DEFAULT_SCALE
     ("far-host", "address 10.0.0.99 is not a host of this fabric"),
     ("to-itself", "goes from h1 to itself"),

@@ -128,7 +128,7 @@ def test_missing_and_foreign_pcaps(tmp_path):
         read_roce_pcap(tmp_path / "nope.pcap")
     foreign = tmp_path / "web.pcap"
     wrpcap(str(foreign), [Ether() / IP() / TCP()] * 3 + [Ether() / ARP()])
-    with pytest.raises(PcapError, match="no RoCEv2.*4 frames: 3 TCP, 1 ARP"):
+    with pytest.raises(PcapError, match="no valid RoCEv2.*its 4 frames: 3 TCP, 1 ARP"):
         read_roce_pcap(foreign)
     assert issubclass(PcapError, FabricEmuError)
     with pytest.raises(PcapError, match="cannot write"):
