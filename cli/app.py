@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.lab import lab_app
-from core.errors import FabricEmuError
+from core.errors import FabricEmuError, ParameterError
 from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
 
@@ -361,6 +361,9 @@ EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep
 def run(name: Annotated[str, typer.Argument(help=" | ".join(EXPERIMENT_NAMES))] = "",
         out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
         sets: SetOpt = None, force: ForceOpt = False, resume: ResumeOpt = False,
+        metrics_port: Annotated[int | None, typer.Option(
+            "--metrics-port", help="serve live Prometheus metrics on this port of 127.0.0.1 "
+            "(= --set metrics_port=N; docs/monitoring.md)")] = None,
         list_options: Annotated[bool, typer.Option("--list", help="list experiments and "
                                                    "options")] = False) -> None:
     """Run an experiment; writes config.json, CSVs, summary.json and plots to --out."""
@@ -371,7 +374,13 @@ def run(name: Annotated[str, typer.Argument(help=" | ".join(EXPERIMENT_NAMES))] 
         if not name and not list_options:
             raise typer.Exit(2)
         return
-    _finish(cli_run(name, out, quick, scale, parse_sets(sets), force=force, resume=resume))
+    overrides = parse_sets(sets)
+    if metrics_port is not None:
+        if "metrics_port" in overrides:
+            raise ParameterError("--metrics-port", metrics_port,
+                                 "also given as --set metrics_port=; give it once")
+        overrides["metrics_port"] = str(metrics_port)
+    _finish(cli_run(name, out, quick, scale, overrides, force=force, resume=resume))
 
 
 @app.command()

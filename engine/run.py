@@ -651,9 +651,11 @@ class _Terminated(KeyboardInterrupt):
     says "interrupted", exit 130, not an internal error)."""
 
 
-def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | None = None
-                 ) -> EngineResult:
-    """Send every message of ``workload`` through ``fab``; see the module docstring."""
+def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | None = None,
+                 live: Callable[[plan.Shared | None], None] | None = None) -> EngineResult:
+    """Send every message of ``workload`` through ``fab``; see the module docstring.
+    ``live`` is told the cross-process state once the workers may start writing it,
+    and None when it is gone (a live monitor reads it meanwhile)."""
     config = config or EngineConfig()
     index = _check_workload(fab, workload)
     # The kernel may still be tearing down an earlier fabric's namespaces: its stalls
@@ -682,6 +684,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         turns=ctx.RawArray("q", n_workers),
         stuck=ctx.RawArray("b", n_workers),
         wake_fds=[],
+        pace=ctx.RawArray("d", 2 * max(1, len(index))),
     )
     cpu_marks: list[tuple[int, int, int]] = []
     main_thread = threading.current_thread() is threading.main_thread()
@@ -719,6 +722,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         finally:
             for s in [*rx.values(), *tx.values()]:  # the workers hold their own copies
                 s.close()
+        if live is not None:
+            live(shared)
         error = _start_clock(shared, procs, conns, reports)
         if error is None:
             cpu_marks.append(cpu_ticks())
@@ -731,6 +736,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
         raise
     finally:
+        if live is not None:
+            live(None)
         _reap(procs)
         for c in conns:
             c.close()
@@ -896,7 +903,7 @@ def _reap(procs: list[Any]) -> None:
 
 _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
                     "acked_s", "first_tx_s", "last_tx_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
-                    "cnps_sent", "cnps_received", "ecn_echoes", "ce_marked", "bytes_received",
+                    "cnps_sent", "cnps_received", "ecn_echoes", "ce_marked", "out_of_order", "bytes_received",
                     "completed", "path_delay_s", "ack_path_delay_s", "step", "tag"]
 
 
@@ -938,7 +945,7 @@ def _message_row(scale: Scale, m: Message, mp: plan.MsgPlan, sd: SendRecord,
         "retransmitted": sd.retransmitted, "naks": sd.naks,
         "timeouts": sd.timeouts, "cnps_sent": rd.cnps_sent,
         "cnps_received": sd.cnps_received, "ecn_echoes": sd.ecn_echoes,
-        "ce_marked": rd.ce_marked,
+        "ce_marked": rd.ce_marked, "out_of_order": rd.out_of_order,
         "bytes_received": rd.bytes_received,
         "completed": sd.acked_ns >= 0 and end >= 0,
         "path_delay_s": _real_s(scale, mp.fwd_delay_emu_ns),

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import FabricEmuError, ParameterError
+from core.scaling import DEFAULT_SCALE, Scale
+from experiments.exporter import serving
 from experiments.options import Option, resolve_options
 from experiments.report import console
 from experiments.rundir import Run, RunResult
@@ -86,26 +88,28 @@ def run_experiment(name: str, options: Mapping[str, Option],
     opts = resolve_options(options, quick, overrides, check)
     if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
         opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
-    path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
-    rec = Run(name, path, opts, quick=quick, spec=options)
-    try:
-        if resume:
-            rec.resume()
-        rec.start()
-        execute(rec, opts)
-    except BaseException as e:
-        # A long sweep keeps what its finished cases measured: the run directory is
-        # written, marked invalid with the reason, and the error still propagates.
-        if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
-            console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
-                          f"--out {path} to run the rest", style="yellow", markup=False)
-            reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
-            with contextlib.suppress(Exception):
-                rec.finish(show=False, stopped=reason)
-        else:
-            rec.discard(created)
-        raise
-    return rec.finish(show=show)
+    # The exporter listens before the run directory is made: a port in use leaves nothing.
+    with serving(opts.get("metrics_port"), name, Scale(opts.get("scale", DEFAULT_SCALE))):
+        path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
+        rec = Run(name, path, opts, quick=quick, spec=options)
+        try:
+            if resume:
+                rec.resume()
+            rec.start()
+            execute(rec, opts)
+        except BaseException as e:
+            # A long sweep keeps what its finished cases measured: the run directory is
+            # written, marked invalid with the reason, and the error still propagates.
+            if rec.units:  # already on disk: said first, a second Ctrl-C may cut what follows
+                console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
+                              f"--out {path} to run the rest", style="yellow", markup=False)
+                reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
+                with contextlib.suppress(Exception):
+                    rec.finish(show=False, stopped=reason)
+            else:
+                rec.discard(created)
+            raise
+        return rec.finish(show=show)
 
 
 def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
