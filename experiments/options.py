@@ -379,6 +379,11 @@ METRICS_PORT = Option("none", "serve live Prometheus metrics on this TCP port of
                       parse=parse_metrics_port)
 
 
+#: Options that say how a run is watched, not what it measures: a resumed run takes
+#: them from its command line, not from the run it resumes.
+WATCH_OPTIONS = ("metrics_port",)
+
+
 #: The options every experiment takes, declared once (`with_common` adds them): S,
 #: how each case is measured (attempts, workers, capture) and watched (metrics_port).
 COMMON_OPTIONS: dict[str, Option] = {

@@ -17,7 +17,7 @@ from typing import Any
 from core.errors import FabricEmuError, ParameterError
 from core.scaling import DEFAULT_SCALE, Scale
 from experiments.exporter import serving
-from experiments.options import Option, resolve_options
+from experiments.options import WATCH_OPTIONS, Option, resolve_options
 from experiments.report import console
 from experiments.rundir import Run, RunResult
 from experiments.storage import CASES_DIR
@@ -87,7 +87,9 @@ def run_experiment(name: str, options: Mapping[str, Option],
     (and print the tables unless ``show`` is False)."""
     opts = resolve_options(options, quick, overrides, check)
     if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
+        given = opts
         opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides, check)
+        opts.update({k: given[k] for k in WATCH_OPTIONS if k in given})
     # The exporter listens before the run directory is made: a port in use leaves nothing.
     with serving(opts.get("metrics_port"), name, Scale(opts.get("scale", DEFAULT_SCALE))):
         path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
@@ -129,7 +131,7 @@ def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
         resumed = resolve_options(options, bool(quick), stored, check)
     except ParameterError as e:
         raise FabricEmuError(f"cannot resume {out}: its options no longer parse ({e})") from None
-    for key in overrides:
+    for key in set(overrides) - set(WATCH_OPTIONS):
         if opts[key] != resumed[key]:
             raise ParameterError(key, overrides[key], f"the run being resumed has {key}="
                                  f"{options[key].format(resumed[key])}; drop the option or "
