@@ -1,6 +1,6 @@
 """Benchmark: what the live Prometheus exporter costs the engine, with it beside without.
 
-    python -m bench.exporter [--topo leafspine,3,1,3,host_rate=100G] [--scale 10000]
+    python -m bench.exporter_cost [--topo leafspine,3,1,3,host_rate=100G] [--scale 10000]
                              [--rounds 5] [--interval 0.2]
 
 One fabric; the ring all-reduce of 4 MiB over every host, ``--rounds`` times each way,
