@@ -31,7 +31,7 @@ from core.scaling import Scale
 from experiments import registry
 from experiments.exporter import free_port, serving
 
-pytestmark = [pytest.mark.root,
+pytestmark = [pytest.mark.root, pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, tc, BPF)")]
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "fabricemu.json"
