@@ -736,9 +736,9 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
         raise
     finally:
-        if live is not None:
-            live(None)
         _reap(procs)
+        if live is not None:  # after the workers ended: the values are their last
+            live(None)
         for c in conns:
             c.close()
         for fd in shared.wake_fds:

@@ -23,6 +23,7 @@ so it is the emulated rate: multiply by ``fabricemu_time_dilation`` for the real
 from __future__ import annotations
 
 import contextlib
+import itertools
 import socket
 import threading
 from collections.abc import Iterable, Iterator
@@ -31,7 +32,12 @@ from typing import Any
 
 import pandas as pd
 from prometheus_client import start_http_server
-from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CollectorRegistry,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.metrics_core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -76,10 +82,14 @@ NIC_COUNTERS = (
 
 @dataclass
 class _Traffic:
-    """The engine run in progress: its cross-process state (engine.plan.Shared)."""
+    """The last engine run: each QP's pace (rate, window) and messages acknowledged per
+    worker, the arrays its workers write while it goes (engine.plan.Shared), copies
+    once it ended."""
 
-    shared: Any
     qps: list[tuple[str, str]]       # per message index: (sender NIC, msg_id)
+    pace: Any
+    acked: Any
+    live: bool
 
 
 @dataclass
@@ -164,9 +174,15 @@ class Exporter:
             st.messages = len(workload.messages)
 
     def engine(self, shared: Any, qps: list[tuple[str, str]]) -> None:
-        """The engine's cross-process state while its workers run (None: they ended)."""
+        """The engine's cross-process state while its workers run; None: they ended,
+        their last values are kept until the next run."""
         with self._lock:
-            self._state.traffic = None if shared is None else _Traffic(shared, qps)
+            last = self._state.traffic
+            if shared is not None:
+                self._state.traffic = _Traffic(qps, shared.pace, shared.acked, live=True)
+            elif last is not None and last.live:
+                self._state.traffic = _Traffic(qps, list(last.pace), list(last.acked),
+                                               live=False)
 
     def traffic_ended(self, ports: pd.DataFrame, messages: pd.DataFrame,
                       egress: dict[tuple[str, str], str]) -> None:
@@ -181,7 +197,7 @@ class Exporter:
                 add[key] = add.get(key, 0.0) + float(getattr(row, column))
         with self._lock:
             st = self._state
-            st.fabric, st.ports, st.traffic = None, ports, None
+            st.fabric, st.ports = None, ports
             for key, value in add.items():
                 st.nic[key] = st.nic.get(key, 0.0) + value
 
@@ -203,8 +219,8 @@ class Exporter:
         if st.fabric is not None and getattr(st.fabric, "started", True):
             with contextlib.suppress(OSError):  # the fabric went away mid-read
                 ports = st.fabric.port_stats()
-        pace = list(traffic.shared.pace) if traffic is not None else []
-        acked = list(traffic.shared.acked) if traffic is not None else []
+        pace = list(traffic.pace) if traffic is not None else []
+        acked = list(traffic.acked) if traffic is not None else []
         return st, ports, pace, acked
 
 
@@ -244,7 +260,7 @@ def _run_metrics(st: _State, acked: list[int]) -> Iterator[Metric]:
     yield from (s, info, planned, done, msgs)
     if st.traffic is not None:
         ack = _gauge("fabricemu_run_messages_acked", "Messages of the traffic run in progress "
-                     "acknowledged so far (live)")
+                     "acknowledged so far (live; the last run's when it ended)")
         ack.add_metric([], sum(acked))
         yield ack
     if st.gate_valid is not None:
@@ -291,7 +307,7 @@ def _port_metrics(st: _State, ports: pd.DataFrame) -> Iterator[Metric]:
         backlog.add_metric([r.ifname, kind], float(r.backlog_bytes))
         if not pd.isna(r.vq_bytes):
             vq.add_metric(key(r), float(r.vq_bytes))
-    yield from (speed, qdrops, backlog, vq)
+    yield from (speed, qdrops, backlog, vq, _queue_depth(rows, key, labels))
     kmin = _gauge("fabricemu_port_ecn_kmin_bytes", "ECN marking threshold Kmin", labels)
     kmax = _gauge("fabricemu_port_ecn_kmax_bytes", "ECN marking threshold Kmax", labels)
     for r in rows:
@@ -302,6 +318,22 @@ def _port_metrics(st: _State, ports: pd.DataFrame) -> Iterator[Metric]:
     yield from (kmin, kmax)
     if "pause_events" in ports:
         yield from _pfc_metrics(rows, key, labels)
+
+
+def _queue_depth(rows: list[Any], key: Any, labels: list[str]) -> Metric:
+    """The ECN marker's histogram of the queue each frame found (bpf marking only; its
+    last bucket holds everything beyond): ports.csv's max_queue_lo/hi_bytes come from it."""
+    h = HistogramMetricFamily("fabricemu_port_queue_depth_bytes", "Queue depth each frame "
+                              "found at the port (the ECN marker's virtual queue, per frame)",
+                              labels=labels)
+    for r in rows:
+        if not isinstance(r.hist, list):
+            continue
+        bucket = float(r.hist_bucket_bytes)
+        counts = list(itertools.accumulate(r.hist))
+        bounds = [str(float((i + 1) * bucket)) for i in range(len(counts) - 1)] + ["+Inf"]
+        h.add_metric(key(r), list(zip(bounds, map(float, counts), strict=True)), None)
+    return h
 
 
 def _pfc_metrics(rows: list[Any], key: Any, labels: list[str]) -> Iterator[Metric]:
@@ -337,9 +369,10 @@ def _nic_metrics(st: _State) -> Iterator[Metric]:
 
 def _qp_metrics(traffic: _Traffic, pace: list[float]) -> Iterator[Metric]:
     rate = _gauge("fabricemu_qp_rate_bits_per_second", "Each QP's sending rate at its last "
-                  "rate trace (real bit/s; live)", ["device", "qp"])
+                  "rate trace (real bit/s; live, the last run's when it ended)", ["device", "qp"])
     window = _gauge("fabricemu_qp_window_bytes", "Each QP's window at its last rate trace "
-                    "(payload bytes; window-based algorithms only; live)", ["device", "qp"])
+                    "(payload bytes; window-based algorithms only; live, the last run's when "
+                    "it ended)", ["device", "qp"])
     for i, (device, msg) in enumerate(traffic.qps):
         r, w = pace[2 * i], pace[2 * i + 1]
         if r > 0:  # traced at least once

@@ -4,8 +4,8 @@ API must give the counters the run's CSVs hold, and every query of the Grafana
 dashboard (docs/grafana/fabricemu.json) must return data.
 
 Counters are compared at their final values, scraped after both cases ended and
-before the exporter stops (the test keeps it serving), never as rates sampled at
-wall-clock moments. Each case is measured once (``attempts=1``): a refused attempt's
+before the exporter stops (the test keeps it serving), never as rates or queues
+sampled at wall-clock moments (a 200 ms scrape may miss a whole traffic run). Each case is measured once (``attempts=1``): a refused attempt's
 frames count on the ports but not in the CSVs. The gate's verdict is not judged here
 (the exporter reports what happened, valid or not).
 """
@@ -55,10 +55,13 @@ class Prometheus:
         assert body["status"] == "success", body
         return body["data"]["result"]
 
+    def series(self, expr: str) -> list[tuple[dict[str, str], float]]:
+        """Instant query: (labels, value) of every series."""
+        return [(s["metric"], float(s["value"][1])) for s in self._get("/api/v1/query", query=expr)]
+
     def query(self, expr: str) -> dict[str, float]:
         """Instant query: {device label (or ''): value}."""
-        return {s["metric"].get("device", ""): float(s["value"][1])
-                for s in self._get("/api/v1/query", query=expr)}
+        return {labels.get("device", ""): value for labels, value in self.series(expr)}
 
     def query_range(self, expr: str, start: float, end: float) -> list[dict]:
         return self._get("/api/v1/query_range", query=expr, start=start, end=end, step="1s")
@@ -156,11 +159,16 @@ def test_prometheus_scrapes_a_run_and_agrees_with_its_csvs(prometheus, tmp_path)
         # The run did what the comparison needs: traffic, marks, drops (PFC off), pauses.
         assert per_port.ecn_marked.sum() > 0 and per_port.drops.sum() > 0
         assert per_port.pause_events.sum() > 0
-        # The queue: the bottleneck's backlog, sampled live, held frames and never more
-        # than its buffer; its marks and drops (above) are what the queue did.
+        # The queue: the highest queue a frame found at the bottleneck (the marker's
+        # histogram: the first bucket that holds every frame) is ports.csv's; the backlog
+        # sampled at scrapes never passed the buffer.
+        buckets = sorted((float(labels["le"]), count) for labels, count in prometheus.series(
+            f'fabricemu_port_queue_depth_bytes_bucket{{device="{bottleneck}"}}'))
+        top = next(le for le, count in buckets if count == buckets[-1][1])
+        mine = ports[device == bottleneck]
+        assert 0 < top == pytest.approx(mine.max_queue_hi_bytes.max())
         peak = prometheus.query(f'max_over_time(node_qdisc_backlog{{device="{bottleneck}"}}[5m])')
-        buffer_bytes = float(ports[device == bottleneck].buffer_bytes.iloc[0])
-        assert 0 < peak[bottleneck] <= buffer_bytes
+        assert peak[bottleneck] <= float(mine.buffer_bytes.iloc[0])
         # The NICs' counters: sums over the run's messages.
         for metric, column in (("fabricemu_rdma_np_cnp_sent_total", "cnps_sent"),
                                ("fabricemu_rdma_rp_cnp_handled_total", "cnps_received"),

@@ -26,10 +26,11 @@ def _ports() -> pd.DataFrame:
     return pd.DataFrame([
         {**common, "node": "s1", "ifname": "s1-eth1", "peer": "h1", "tx_bytes": 1000,
          "tx_packets": 10, "drops": 5, "ecn_marked": 7, "vq_bytes": 100.0,
-         "pause_events": 0, "paused_s_real": 0.0},
+         "pause_events": 0, "paused_s_real": 0.0, "hist": [5, 3, 2],
+         "hist_bucket_bytes": 1000},
         {**common, "node": "h1", "ifname": "h1-eth0", "peer": "s1", "tx_bytes": 2000,
          "tx_packets": 20, "drops": 0, "ecn_marked": 0, "vq_bytes": float("nan"),
-         "pause_events": 2},
+         "pause_events": 2, "hist": None, "hist_bucket_bytes": float("nan")},
     ])
 
 
@@ -81,6 +82,10 @@ def test_a_scrape_exposes_ports_pfc_nics_and_the_run():
     assert m["node_qdisc_backlog"][(("device", "s1-eth1"), ("kind", "bfifo"))] == 4154
     assert m["node_qdisc_drops_total"][(("device", "h1-eth0"), ("kind", "bfifo"))] == 3
     assert m["fabricemu_port_virtual_queue_bytes"] == {s1: 100.0}
+    # The marker's queue-depth histogram, cumulative; its last bucket holds the rest.
+    assert {dict(k)["le"]: v for k, v in m["fabricemu_port_queue_depth_bytes_bucket"].items()
+            if dict(k)["device"] == "s1-eth1"} == {"1000.0": 5, "2000.0": 8, "+Inf": 10}
+    assert {dict(k)["device"] for k in m["fabricemu_port_queue_depth_bytes_bucket"]} == {"s1-eth1"}
     # h1's NIC received the PAUSEs; s1's port toward it sent them.
     prio = (("priority", "3"),)
     assert m["fabricemu_port_pfc_rx_pause_total"] == {(*h1[:3], ("port", ""), *prio): 2,
