@@ -142,7 +142,8 @@ def test_prometheus_scrapes_a_run_and_agrees_with_its_csvs(prometheus, tmp_path)
         # One scrape more, so that a rate() over the final values has two samples even
         # if a loaded machine timed out every scrape during the run.
         _wait_for(prometheus, "fabricemu_run_cases_done", 2.0)
-        _wait_for(prometheus, "count_over_time(fabricemu_run_cases_done[1m] >= 2)", 2.0)
+        scrapes = "count_over_time(fabricemu_time_dilation[5m])"
+        _wait_for(prometheus, scrapes, prometheus.query(scrapes)[""] + 1)
         ports = pd.read_csv(out / "ports.csv")
         messages = pd.read_csv(out / "messages.csv")
         device = ports.port.str.split(":").str[1]
