@@ -7,6 +7,7 @@ machine.
     capacity          kernel fabric capacity beside the engine's frames/s and CPU per frame, per S
     engine_send       engine packets/s per core beside Scapy's sendp; achieved vs configured pacing
     fuzz              coverage-guided fuzzing (atheris) of the pcap and run-directory readers
+    exporter_cost     engine CPU per frame with the live Prometheus exporter scraped beside without
     gate              the gate's verdicts beside the runs' errors: the demo next to CPU hogs, stalls
     lifecycle         fabric build + start + stop time, fabricemu beside stock Mininet
     marker            eBPF marker cost per packet, port throughput with and without it, sampler CPU

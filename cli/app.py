@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.lab import lab_app
-from core.errors import FabricEmuError, shorten
+from core.errors import FabricEmuError, ParameterError, shorten
 from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
 
@@ -283,6 +283,9 @@ def run(ctx: typer.Context,
         out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
         sets: SetOpt = None, config: ConfigOpt = None, rerun: RerunOpt = None,
         force: ForceOpt = False, resume: ResumeOpt = False,
+        metrics_port: Annotated[int | None, typer.Option(
+            "--metrics-port", help="serve live Prometheus metrics on this port of 127.0.0.1 "
+            "(= --set metrics_port=N; docs/monitoring.md)")] = None,
         list_options: Annotated[bool, typer.Option("--list", help="list the experiments' "
                                                    "options (NAME's only, with NAME)")] = False,
         show_help: Annotated[bool, typer.Option("--help", help="show this message (with NAME, "
@@ -311,6 +314,11 @@ def run(ctx: typer.Context,
     if scale is not None:
         base.pop("scale", None)  # --scale wins over the files' S
     overrides = {**base, **parse_sets(sets)}
+    if metrics_port is not None:
+        if "metrics_port" in overrides:
+            raise ParameterError("--metrics-port", metrics_port,
+                                 "also given as --set metrics_port=; give it once")
+        overrides["metrics_port"] = str(metrics_port)
     _finish(cli_run(name, out, quick, scale, overrides, force=force, resume=resume))
 
 

@@ -239,7 +239,7 @@ class Fabric:
 
     def port_stats(self):  # -> pandas.DataFrame
 
-        stats = port_stats(self._ports, self.iprs_by_path())
+        stats = port_stats(self._ports)
         return self.pfc.merge(stats) if self.pfc is not None else stats
 
     def enable_pfc(self, config: Any = None) -> Any:

@@ -1106,6 +1106,9 @@ class _WorkerLoop:
         window = qp.cc.window_bytes
         self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha, event,
                            math.nan if window is None else float(window)))
+        pace = self.shared.pace
+        pace[2 * qp.plan.index] = rate
+        pace[2 * qp.plan.index + 1] = -1.0 if window is None else window
         qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale_ns)
         if qp.c is not None:
             qp.c.next_trace_ns = qp.next_trace_ns

@@ -105,6 +105,9 @@ class Shared:
     turns: Any         # RawArray('q', workers): loop turns so far (-1: loop over), the watchdog's
     stuck: Any         # RawArray('b', workers): the parent stops a worker whose turns stopped
     wake_fds: list[int]  # one eventfd per worker: completions, stop, all acknowledged
+    #: RawArray('d', 2 n): each message's QP at its last rate trace: rate (real bit/s),
+    #: window (payload bytes; -1: none). Read live (experiments.exporter), never waited on.
+    pace: Any
 
 
 def completion_layout(msgs: Sequence[MsgPlan], host_worker: dict[str, int]

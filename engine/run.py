@@ -654,9 +654,11 @@ class _Terminated(KeyboardInterrupt):
     says "interrupted", exit 130, not an internal error)."""
 
 
-def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | None = None
-                 ) -> EngineResult:
-    """Send every message of ``workload`` through ``fab``; see the module docstring."""
+def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | None = None,
+                 live: Callable[[plan.Shared | None], None] | None = None) -> EngineResult:
+    """Send every message of ``workload`` through ``fab``; see the module docstring.
+    ``live`` is told the cross-process state once the workers may start writing it,
+    and None when it is gone (a live monitor reads it meanwhile)."""
     called = time.perf_counter()
     config = config or EngineConfig()
     index = _check_workload(fab, workload)
@@ -686,6 +688,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         turns=ctx.RawArray("q", n_workers),
         stuck=ctx.RawArray("b", n_workers),
         wake_fds=[],
+        pace=ctx.RawArray("d", 2 * max(1, len(index))),
     )
     cpu_marks: list[tuple[int, int, int]] = []
     main_thread = threading.current_thread() is threading.main_thread()
@@ -724,6 +727,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         finally:
             for s in [*rx.values(), *tx.values()]:  # the workers hold their own copies
                 s.close()
+        if live is not None:
+            live(shared)
         error = _start_clock(shared, procs, conns, reports)
         if error is None:
             started_s = time.perf_counter() - called
@@ -738,6 +743,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         raise
     finally:
         _reap(procs)
+        if live is not None:  # after the workers ended: the values are their last
+            live(None)
         for c in conns:
             c.close()
         for fd in shared.wake_fds:

@@ -28,6 +28,7 @@ from engine.capture import Captured, HostCapture
 from engine.rawsock import realtime_offset_ns
 from engine.run import EngineConfig, first_frame_bytes, run_workload
 from engine.stats import EngineStats
+from experiments.exporter import Exporter, current
 from experiments.fidelity import (
     Check,
     FidelityReport,
@@ -150,6 +151,8 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
+    exporter = current()
+    watcher = _watch(exporter, fab, workload) if exporter is not None else None
     sampler = QueueSampler(list(watch), fab.iprs_by_path(),
                            interval_s=fab.scale.time_emu_s(sample_interval_s or 1.0)) if watch else None
     with HostCapture(fab, capture, workload, engine_config.payload_bytes) as taps:
@@ -157,7 +160,7 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
         if sampler is not None:
             sampler.start()
         try:
-            result = run_workload(fab, workload, engine_config)
+            result = run_workload(fab, workload, engine_config, live=watcher)
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -165,6 +168,8 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
         t0_ns = result.stats.t0_monotonic_ns
         captures = taps.result(t0_ns + realtime_offset_ns(), fab.scale) if t0_ns else {}
     after = fab.port_stats()
+    if exporter is not None:
+        exporter.traffic_ended(after, result.messages, _nics(fab, result.messages))
     queue = sampler.frame() if sampler is not None else pd.DataFrame(
         columns=["t_s", "port", "backlog_bytes", "vq_bytes"])
     if sampler is not None and result.stats.t0_monotonic_ns:
@@ -180,6 +185,21 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
                       for n, m in zip(ports.index, marking, strict=True)]
     return Measurement(result.messages, result.latency, result.rates, queue, ports,
                        result.stats, wall_s, captures)
+
+
+def _watch(exporter: Exporter, fab: Fabric, workload: Any) -> Callable[[Any], None]:
+    """Tell ``exporter`` that a traffic run begins; what run_workload's ``live`` calls."""
+    exporter.traffic_started(fab, workload)
+    qps = [(fab.egress(m.src, m.dst).ifname if m.src != m.dst else m.src, str(m.msg_id))
+           for m in workload.messages]
+    return lambda shared: exporter.engine(shared, qps)
+
+
+def _nics(fab: Fabric, messages: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """(host, peer) -> the host's NIC toward the peer, for every pair of ``messages``."""
+    pairs = {(a, b) for s, d in zip(messages.src, messages.dst, strict=True)
+             for a, b in ((s, d), (d, s))}
+    return {(a, b): fab.egress(a, b).ifname if a != b else a for a, b in pairs}
 
 
 def engine_config(cc: str, workers: int | str | None = "auto", **kw: Any) -> Any:

@@ -382,13 +382,32 @@ CAPTURE = Option("none", "hosts whose NICs' RoCEv2 frames (both ways, whole, rea
                  parse=parse_capture)
 
 
+def parse_metrics_port(value: Any) -> int | None:
+    """'none' (or nothing) -> None; else a TCP port 1..65535."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    return parse_int(1, 65535)(value)
+
+
+#: Every experiment's ``metrics_port`` option (``experiments.exporter``).
+METRICS_PORT = Option("none", "serve live Prometheus metrics on this TCP port of 127.0.0.1 "
+                              "while the run goes (docs/monitoring.md); none: no exporter",
+                      parse=parse_metrics_port)
+
+
+#: Options that say how a run is watched, not what it measures: a resumed run takes
+#: them from its command line, not from the run it resumes.
+WATCH_OPTIONS = ("metrics_port",)
+
+
 #: The options every experiment takes, declared once (`with_common` adds them): S,
-#: and how each case is measured (attempts, workers, capture).
+#: how each case is measured (attempts, workers, capture) and watched (metrics_port).
 COMMON_OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
     "capture": CAPTURE,
+    "metrics_port": METRICS_PORT,
 }
 
 
@@ -428,6 +447,7 @@ class CommonOptions(ExperimentOptions):
     attempts: int
     workers: int | str
     capture: list[str]
+    metrics_port: int | None
 
     def common(self) -> dict[str, Any]:
         """The common options as keyword arguments: for an experiment that runs another

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from experiments.exporter import current
 from experiments.report import console
 
 
@@ -46,7 +47,8 @@ class Tracker:
     time runs from the previous advance, so a fabric built for it counts too."""
 
     def __init__(self, total: int, clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[], None] | None = None):
+                 on_change: Callable[[], None] | None = None,
+                 on_done: Callable[[str], None] | None = None):
         self.total = total
         self.done = 0
         self.current = ""
@@ -54,6 +56,7 @@ class Tracker:
         self._clock = clock
         self._since = clock()
         self._on_change = on_change or (lambda: None)
+        self._on_done = on_done or (lambda case: None)
 
     def start(self, case: str) -> None:
         self.current = case
@@ -67,6 +70,7 @@ class Tracker:
         self.done += 1
         self.current = ""
         self._on_change()
+        self._on_done(case)
 
     def eta_s(self) -> float | None:
         current = self._clock() - self._since if self.current else None
@@ -94,7 +98,11 @@ class _StatusColumn(ProgressColumn):
 @contextlib.contextmanager
 def progress(total: int, description: str) -> Iterator[Tracker]:
     """A rich progress bar over ``total`` cases (in a terminal); yields the Tracker."""
-    tracker = Tracker(total, on_change=lambda: bar.update(task, completed=tracker.done))
+    exporter = current()  # the live Prometheus exporter, when the run serves one
+    if exporter is not None:
+        exporter.plan(total)
+    tracker = Tracker(total, on_change=lambda: bar.update(task, completed=tracker.done),
+                      on_done=None if exporter is None else exporter.case_done)
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TimeElapsedColumn(),
                    _StatusColumn(tracker), console=console, transient=False,
                    disable=not console.is_terminal)

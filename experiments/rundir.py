@@ -49,6 +49,7 @@ from emu.fabric import Fabric
 from engine.capture import Captured
 from engine.run import EngineConfig
 from experiments.environment import capabilities, git_commit, versions
+from experiments.exporter import current
 from experiments.fidelity import FidelityReport, combine
 from experiments.options import Option, format_value
 from experiments.report import render_report
@@ -192,6 +193,9 @@ class Run:
 
     def fidelity(self, case: str, report: FidelityReport) -> None:
         self.pending.cases[case] = report
+        exporter = current()
+        if exporter is not None:
+            exporter.gated(case, report)
 
     def deviations(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Named emulation deviations (`measure_deviations`): listed in summary.json,

@@ -16,7 +16,16 @@ from typing import Any
 
 from core import safefile
 from core.errors import FabricEmuError, ParameterError
-from experiments.options import Option, TypedOptions, resolve_options, resolve_typed, typed_check
+from core.scaling import DEFAULT_SCALE, Scale
+from experiments.exporter import serving
+from experiments.options import (
+    WATCH_OPTIONS,
+    Option,
+    TypedOptions,
+    resolve_options,
+    resolve_typed,
+    typed_check,
+)
 from experiments.report import console
 from experiments.rundir import Run, RunResult
 from experiments.storage import CASES_DIR
@@ -85,29 +94,33 @@ def run_experiment(name: str, options: Mapping[str, Option],
     parsed options; ``execute`` gets them typed (``options_type``)."""
     opts, typed = resolve_typed(options_type, options, quick, overrides, check)
     if resume and out_dir is not None and (Path(out_dir) / "config.json").is_file():
+        given = opts
         opts, quick = _resumed_options(name, options, Path(out_dir), opts, overrides,
                                        typed_check(options_type, check))
+        opts.update({k: given[k] for k in WATCH_OPTIONS if k in given})
         typed = options_type.of(opts)
-    path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
-    rec = Run(name, path, opts, quick=quick, spec=options)
-    try:
-        if resume:
-            rec.resume()
-        rec.start()
-        execute(rec, typed)
-    except BaseException as e:
-        # A long sweep keeps what its finished cases measured: the run directory is
-        # written, marked invalid with the reason, and the error still propagates.
-        if rec.units and path.is_dir():  # on disk: said first, a second Ctrl-C may cut the rest
-            console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
-                          f"--out {path} to run the rest", style="yellow", markup=False)
-            reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
-            with contextlib.suppress(Exception):
-                rec.finish(show=False, stopped=reason)
-        else:
-            rec.discard(created)
-        raise
-    return rec.finish(show=show)
+    # The exporter listens before the run directory is made: a port in use leaves nothing.
+    with serving(opts.get("metrics_port"), name, Scale(opts.get("scale", DEFAULT_SCALE))):
+        path, created = prepare_out_dir(name, out_dir, force=force, resume=resume)
+        rec = Run(name, path, opts, quick=quick, spec=options)
+        try:
+            if resume:
+                rec.resume()
+            rec.start()
+            execute(rec, typed)
+        except BaseException as e:
+            # A long sweep keeps what its finished cases measured: the run directory is
+            # written, marked invalid with the reason, and the error still propagates.
+            if rec.units and path.is_dir():  # on disk: said first, a second Ctrl-C may cut the rest
+                console.print(f"{len(rec.units)} finished case(s) kept in {path}; add --resume "
+                              f"--out {path} to run the rest", style="yellow", markup=False)
+                reason = f"incomplete: stopped by {type(e).__name__}: {e}".rstrip(": ")
+                with contextlib.suppress(Exception):
+                    rec.finish(show=False, stopped=reason)
+            else:
+                rec.discard(created)
+            raise
+        return rec.finish(show=show)
 
 
 def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
@@ -127,7 +140,7 @@ def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
         resumed = resolve_options(options, bool(quick), stored, check)
     except ParameterError as e:
         raise FabricEmuError(f"cannot resume {out}: its options no longer parse ({e})") from None
-    for key in overrides:
+    for key in set(overrides) - set(WATCH_OPTIONS):
         if opts[key] != resumed[key]:
             raise ParameterError(key, overrides[key], f"the run being resumed has {key}="
                                  f"{options[key].format(resumed[key])}; drop the option or "

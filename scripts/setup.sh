@@ -31,7 +31,7 @@ step() {  # step "what" command...
 }
 
 APT_PACKAGES=(mininet iproute2 iputils-ping iperf3 ethtool bridge-utils clang llvm libbpf-dev libc6-dev git
-              python3 python3-venv python3-pip python3-dev gcc make tshark)
+              python3 python3-venv python3-pip python3-dev gcc make tshark prometheus)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

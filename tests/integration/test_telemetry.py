@@ -39,7 +39,7 @@ def test_port_stats_match_interface_and_qdisc_statistics(rig):
     rig.start_receiver()
     rig.send(frames)
     rx = rig.stop_receiver()
-    df = port_stats([rig.port()], {rig.switch_ns: rig.ipr_switch})
+    df = port_stats([rig.port()])
 
     expected = {"node", "ifname", "peer", "tier", "rate_bps", "tx_bytes", "tx_packets", "drops",
                 "backlog_bytes", "ecn_marked", "ect_packets", "marker_packets", "marker_bytes",
@@ -92,6 +92,6 @@ def test_port_stats_without_marker_reports_qdisc_only(rig):
 
     from emu.telemetry import port_stats
     p = replace(rig.port(), marker=None)
-    row = port_stats([p], {rig.switch_ns: rig.ipr_switch}).iloc[0]
+    row = port_stats([p]).iloc[0]
     assert row.backend == "off" and row["hist"] is None
     assert row.ecn_marked == 0 and row.tx_packets > 0
