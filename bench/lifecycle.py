@@ -72,7 +72,7 @@ def _peak_rss_bytes() -> int:
 
 
 def _reset_peak_rss() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
+    with open("/proc/self/clear_refs", "w") as f:  # safefile: ok - procfs control file
         f.write("5")  # resets VmHWM to the current RSS
 
 

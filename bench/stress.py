@@ -142,7 +142,7 @@ def held(lock_path: str | None) -> Iterator[None]:
     if lock_path is None:
         yield
         return
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # safefile: ok - a lock, never written
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -28,6 +28,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from core.errors import ParameterError  # noqa: E402
+from core.safefile import save_figure  # noqa: E402
 
 _US = 1e6
 _GBPS = 1e-9
@@ -104,8 +105,10 @@ def _save(fig: Any, path: Path, ctx: PlotContext, title: str) -> Path:
     fig.suptitle(textwrap.fill(f"{title}  [{ctx.scale_text}; real-fabric units{note}]", chars),
                  fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import urllib.request
+from dataclasses import dataclass
 
 import pandas as pd
 import pytest
@@ -121,8 +122,20 @@ def test_a_resumed_run_is_watched_as_its_command_line_says(tmp_path, monkeypatch
     """metrics_port says how a run is watched: a resumed run serves on the port given
     now (or on none), whatever the run it resumes had."""
     from experiments import rundir
-    from experiments.options import METRICS_PORT, Option, parse_list, parse_text
+    from experiments.options import (
+        METRICS_PORT,
+        ExperimentOptions,
+        Option,
+        parse_list,
+        parse_text,
+    )
     from experiments.runner import run_experiment
+    from model.claims import ALPHABETA
+
+    @dataclass(frozen=True)
+    class WatchedOptions(ExperimentOptions):
+        cases: list[str]
+        metrics_port: int | None
 
     monkeypatch.setattr(rundir, "capabilities", lambda: {})
     spec = {"cases": Option(["a", "b"], "cases", parse=parse_list(parse_text)),
@@ -132,15 +145,15 @@ def test_a_resumed_run_is_watched_as_its_command_line_says(tmp_path, monkeypatch
     def execute(run, opts):
         exp = ex.current()
         served.append(None if exp is None else exp.port)
-        for case in opts["cases"]:
+        for case in opts.cases:
             if not run.finished(case):
-                run.metric(case, "m", "x", 1.0, 1.0)
+                run.metric(case, "m", "x", 1.0, 1.0, ALPHABETA)
                 run.commit(case)
 
     out = tmp_path / "run"
     first, second = ex.free_port(), ex.free_port()
-    run_experiment("s", spec, execute, out, False, {"metrics_port": first}, show=False)
-    run_experiment("s", spec, execute, out, False, {"metrics_port": second}, resume=True,
+    run_experiment("s", spec, WatchedOptions, execute, out, False, {"metrics_port": first}, show=False)
+    run_experiment("s", spec, WatchedOptions, execute, out, False, {"metrics_port": second}, resume=True,
                    show=False)
-    run_experiment("s", spec, execute, out, False, {}, resume=True, show=False)
+    run_experiment("s", spec, WatchedOptions, execute, out, False, {}, resume=True, show=False)
     assert served == [first, second, None]

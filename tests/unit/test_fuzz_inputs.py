@@ -11,6 +11,7 @@ import io
 import json
 import shutil
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -24,12 +25,20 @@ from core.errors import FabricEmuError, ParameterError  # noqa: E402
 from core.units import parse_rate_bps, parse_size_bytes, parse_time_s  # noqa: E402
 from experiments import plots, rundir  # noqa: E402
 from experiments.fidelity import FidelityReport  # noqa: E402
-from experiments.options import Option, parse_scale, resolve_options  # noqa: E402
+from experiments.options import (  # noqa: E402
+    ExperimentOptions,
+    Option,
+    parse_scale,
+    resolve_options,
+    typed_check,
+)
 from experiments.registry import EXPERIMENTS, parse_sets  # noqa: E402
 from experiments.report import render_report  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402
+from model.claims import ALPHABETA  # noqa: E402
 from topologies.spec import registry, topo_size  # noqa: E402
-from traffic.pcap import collective_pcap, read_roce_pcap  # noqa: E402
+from traffic.pcap import read_roce_pcap  # noqa: E402
+from traffic.workload_pcap import collective_pcap  # noqa: E402
 
 #: One message line: an error never echoes a whole hostile input.
 MAX_MESSAGE_CHARS = 500
@@ -86,7 +95,7 @@ def test_every_experiment_option(option: tuple[str, str], text: str) -> None:
     name, key = option
     mod = EXPERIMENTS[name]
     ends_well(lambda: resolve_options(mod.OPTIONS, True, parse_sets([f"{key}={text}"]),
-                                      mod.check))
+                                      typed_check(mod.Options, mod.check)))
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +126,11 @@ def test_pcaps(pcap_bytes: bytes, tmp_path: Path, data: st.DataObject) -> None:
     ends_well(read_roce_pcap, path)
 
 
+@dataclass(frozen=True)
+class ScaleOptions(ExperimentOptions):
+    scale: float
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small finished run with a plot of each common kind."""
@@ -124,17 +138,17 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     saved = rundir.capabilities
     rundir.capabilities = lambda: {}
 
-    def execute(run: rundir.Run, opts: dict) -> None:
+    def execute(run: rundir.Run, opts: ScaleOptions) -> None:
         for case in ("a", "b"):
             run.frame("latency", pd.DataFrame({"msg_id": 0, "t_s": [0.0, 1e-6],
                                                "one_way_s": [1e-6, 2e-6], "ce": False}), case=case)
             run.frame("queue", pd.DataFrame({"t_s": [0.0, 1e-6], "port": "p",
                                              "backlog_bytes": [0, 100]}), case=case)
-            run.metric(case, "latency p99", "s", 1.0, 1.1)
+            run.metric(case, "latency p99", "s", 1.0, 1.1, ALPHABETA)
             run.fidelity(case, FidelityReport(case == "a", [] if case == "a" else ["x"], 1e5))
             run.commit(case)
     try:
-        run_experiment("s", {"scale": Option(1e5, "S", parse=parse_scale)}, execute, out,
+        run_experiment("s", {"scale": Option(1e5, "S", parse=parse_scale)}, ScaleOptions, execute, out,
                        False, {}, show=False)
     finally:
         rundir.capabilities = saved

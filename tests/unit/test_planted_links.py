@@ -6,6 +6,7 @@ attack of issue 29 (fs.protected_symlinks is 0 in many containers)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -15,16 +16,22 @@ from core.errors import FabricEmuError
 from emu import runs
 from experiments import rundir
 from experiments.fidelity import FidelityReport
-from experiments.options import Option, parse_scale
+from experiments.options import ExperimentOptions, Option, parse_scale
 from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import run_experiment
 from labs.workspace import write_new_or_replace
+from model.claims import ALPHABETA
 from topologies.info import draw_topology
 from topologies.spec import build_topo
 from traffic.pcap import write_pcap
 
 SPEC = {"scale": Option(1e5, "S", parse=parse_scale)}
+
+
+@dataclass(frozen=True)
+class ScaleOptions(ExperimentOptions):
+    scale: float
 
 
 @pytest.fixture
@@ -52,19 +59,19 @@ def no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rundir, "capabilities", lambda: {})
 
 
-def _collective(run: Run, opts: dict) -> None:
+def _collective(run: Run, opts: ScaleOptions) -> None:
     run.frame("collective", pd.DataFrame({
         "fabric": "fattree,4", "collective": "allreduce-ring", "size_bytes": [1 << 20, 4 << 20],
         "busbw_bps": [300e9, 380e9], "busbw_model_bps": [310e9, 389e9],
         "bottleneck_bps": 400e9}), case="a")
-    run.metric("a", "m", "u", 1.0, 1.0)
-    run.fidelity("a", FidelityReport(True, [], opts["scale"]))
+    run.metric("a", "m", "u", 1.0, 1.0, ALPHABETA)
+    run.fidelity("a", FidelityReport(True, [], opts.scale))
     run.commit("a")
 
 
 def test_a_resumed_run_and_its_report(tmp_path: Path, outside: Path) -> None:
     out = tmp_path / "run"
-    run_experiment("s", SPEC, _collective, out, False, {})
+    run_experiment("s", SPEC, ScaleOptions, _collective, out, False, {})
     made = render_report(out, show=False)
     assert made, "the synthetic run draws a plot"
     before = snapshot(outside)
@@ -74,7 +81,7 @@ def test_a_resumed_run_and_its_report(tmp_path: Path, outside: Path) -> None:
     for name in (".config.json.tmp", f".config.json.{os.getpid()}.tmp", ".summary.json.tmp",
                  ".metrics.csv.tmp", "cases/.001.tmp", "cases/.000.tmp"):
         plant(out / name, outside, to_dir=name.startswith("cases"))
-    run_experiment("s", SPEC, _collective, out, False, {}, resume=True)
+    run_experiment("s", SPEC, ScaleOptions, _collective, out, False, {}, resume=True)
     render_report(out, show=False)
     assert snapshot(outside) == before
     for name in ("summary.json", "metrics.csv", *(p.name for p in made)):
@@ -93,7 +100,7 @@ def test_a_run_subdirectory_that_is_a_link_is_refused(tmp_path: Path, outside: P
         if subdir == "pcap":
             run.pcaps("a", {"h0": Captured("h0", [(0.0, b"\0" * 60, 60)])})
         else:
-            run.metric("a", "m", "u", 1.0, 1.0)
+            run.metric("a", "m", "u", 1.0, 1.0, ALPHABETA)
             run.commit("a")
     assert snapshot(outside) == before
 

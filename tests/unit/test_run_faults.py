@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,19 @@ from core.errors import FabricEmuError
 from core.safefile import WriteError
 from experiments import rundir
 from experiments.fidelity import FidelityReport
-from experiments.options import Option, parse_list, parse_scale, parse_text
+from experiments.options import ExperimentOptions, Option, parse_list, parse_scale, parse_text
 from experiments.rundir import Run
 from experiments.runner import run_experiment
+from model.claims import ALPHABETA
 
 SPEC = {"cases": Option(["a", "b", "c"], "case names", parse=parse_list(parse_text)),
         "scale": Option(1e5, "S", parse=parse_scale)}
+
+
+@dataclass(frozen=True)
+class SpecOptions(ExperimentOptions):
+    cases: list[str]
+    scale: float
 
 
 @pytest.fixture(autouse=True)
@@ -30,12 +38,12 @@ def no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def sweep(fault_before: str, fault) -> object:  # noqa: ANN001
-    def execute(run: Run, opts: dict) -> None:
-        for case in opts["cases"]:
+    def execute(run: Run, opts: SpecOptions) -> None:
+        for case in opts.cases:
             if case == fault_before:
                 fault(run)
-            run.metric(case, "m", "u", 1.0, 1.0)
-            run.fidelity(case, FidelityReport(True, [], opts["scale"]))
+            run.metric(case, "m", "u", 1.0, 1.0, ALPHABETA)
+            run.fidelity(case, FidelityReport(True, [], opts.scale))
             run.commit(case)
     return execute
 
@@ -49,7 +57,7 @@ def test_a_full_disk_keeps_the_finished_cases(tmp_path: Path,
 
     out = tmp_path / "run"
     with pytest.raises(WriteError) as e:
-        run_experiment("s", SPEC, sweep("c", disk_full), out, False, {}, show=False)
+        run_experiment("s", SPEC, SpecOptions, sweep("c", disk_full), out, False, {}, show=False)
     message = str(e.value)
     assert "no space left on device" in message and "\n" not in message and len(message) < 300
     monkeypatch.undo()
@@ -63,6 +71,6 @@ def test_a_removed_run_directory_is_said_and_not_made_again(tmp_path: Path) -> N
     out = tmp_path / "run"
     with pytest.raises(FabricEmuError, match=r"run directory .* was removed while the run was "
                                              r"going; case 'b'"):
-        run_experiment("s", SPEC, sweep("b", lambda run: shutil.rmtree(run.dir)), out, False,
+        run_experiment("s", SPEC, SpecOptions, sweep("b", lambda run: shutil.rmtree(run.dir)), out, False,
                        {}, show=False)
     assert not out.exists()
