@@ -168,28 +168,12 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
     return pred
 
 
-def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
-             size_bytes: int, cc: str, t: Thresholds, dcqcn: str, workers: int | str,
-             capture: Sequence[str] = ()) -> None:
-    """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
-    other algorithms are measured only)."""
-    factory = resolve_cc(cc)
-    dcqcn_params = dcqcn_set(cc, dcqcn)
-    model_cc = "off" if factory.is_off else None if dcqcn_params is None else "dcqcn"
-    pred: dict[str, Any] = {} if model_cc is None else \
-        predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_params or dcqcn)
-    port = bottleneck_port(fab, senders, receiver)
-
-    claims = incast_claims(model_cc, bool(pred["drops"])) if pred else {}
-
-    def model(key: str, factor: float = 1.0) -> tuple[float | None, Claim | None]:
-        """The model's value of ``key`` times ``factor``, and its claim."""
-        if pred.get(key) is None:
-            return None, None
-        return pred[key] * factor, claims[key]
-
+def _note_model(run: Run, case: str, cc_name: str, model_cc: str | None,
+                pred: dict[str, Any]) -> None:
+    """The run's notes on what the model of ``case`` is (none, the DCQCN fluid's fixed
+    point, a mean of random-marking runs) and the spread of those runs."""
     if model_cc is None:
-        run.note(f"{case}: the model has no {factory.name}; its metrics are measured "
+        run.note(f"{case}: the model has no {cc_name}; its metrics are measured "
                  "only (FCT slowdown against the ideal congestion control's fair shares)")
     if "q_star_bytes" in pred:
         run.note(
@@ -211,6 +195,29 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
                                     ("peak queue", "max_queue_bytes", 1e-3)):
             run.spread(case, metric, tuple(x * factor for x in pred["bands"][key]),
                        tuple(x * factor for x in pred["ranges"][key]))
+
+
+def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
+             size_bytes: int, cc: str, t: Thresholds, dcqcn: str, workers: int | str,
+             capture: Sequence[str] = ()) -> None:
+    """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
+    other algorithms are measured only)."""
+    factory = resolve_cc(cc)
+    dcqcn_params = dcqcn_set(cc, dcqcn)
+    model_cc = "off" if factory.is_off else None if dcqcn_params is None else "dcqcn"
+    pred: dict[str, Any] = {} if model_cc is None else \
+        predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_params or dcqcn)
+    port = bottleneck_port(fab, senders, receiver)
+
+    claims = incast_claims(model_cc, bool(pred["drops"])) if pred else {}
+
+    def model(key: str, factor: float = 1.0) -> tuple[float | None, Claim | None]:
+        """The model's value of ``key`` times ``factor``, and its claim."""
+        if pred.get(key) is None:
+            return None, None
+        return pred[key] * factor, claims[key]
+
+    _note_model(run, case, factory.name, model_cc, pred)
     workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
     m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc, workers),
                 watch=[port], capture=capture)

@@ -1,6 +1,7 @@
-"""The plots of a finished run directory: PNGs from its tidy CSVs (``render_plots``),
-each CSV read and checked for the columns its plot needs (``read_csv``, ``CSV_COLUMNS``).
-`experiments.report` renders them with the summary tables.
+"""The plots of a finished run directory: PNGs from its tidy CSVs (``render_plots``;
+the collective sweeps' are `experiments.plots_collective`'s),
+each CSV read and checked for the columns its plot needs (``read_csv``, ``CSV_COLUMNS``,
+from `experiments.plotkit`). `experiments.report` renders them with the summary tables.
 
 Every figure states S and that its axes are real-fabric units; a case the fidelity
 gate refused is drawn hollow and grey and says so in its legend; sizes read in B, KiB
@@ -12,9 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,151 +25,29 @@ matplotlib.use("Agg")  # no display on a test runner or in a VM
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from core.errors import ParameterError  # noqa: E402
-from core.safefile import save_figure  # noqa: E402
-
-_US = 1e6
-_GBPS = 1e-9
-_GBYTES = 1e-9 / 8
-#: How a case the fidelity gate refused is drawn: hollow markers (in the series'
-#: colour; grey in the legend); its curves keep their colours (cases and flows stay
-#: apart), faded, and its title or label says so.
-INVALID_STYLE = {"color": "0.45", "markerfacecolor": "none"}
-INVALID_SERIES = {"alpha": 0.4}
-INVALID_LABEL = "refused by the fidelity gate"
-#: Largest figure (inches) a grid of panels grows to; dpi 110 makes it ~1.9k x 1.4k px.
-MAX_FIG_IN = (17.5, 13.0)
-
-
-@dataclass(frozen=True)
-class PlotContext:
-    """What every plot of a run needs besides its CSV: the run directory, the summary
-    metrics, S, which cases the gate refused, and the cc layout (case -> scenario and
-    algorithm, from cc.csv)."""
-
-    run_dir: Path
-    metrics: pd.DataFrame
-    scales: tuple[float, ...] = ()
-    invalid: frozenset[str] = frozenset()
-    layout: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    limit_note: str = ""  # says when a plot draws fewer cases than its CSV holds
-
-    def valid(self, case: Any) -> bool:
-        return str(case) not in self.invalid
-
-    @property
-    def scale_text(self) -> str:
-        if not self.scales:
-            return "S unknown"
-        return ("S = " + " and ".join(f"{s:g}" for s in self.scales)
-                + (" (per fabric)" if len(self.scales) > 1 else ""))
-
-
-def format_bytes(x: float, _pos: Any = None) -> str:
-    """A byte count in binary units for an axis: 8 B, 64 KiB, 1.5 MiB, 2 GiB."""
-    if not math.isfinite(x) or x <= 0:
-        return "0" if x == 0 else ""
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if x >= div:
-            return f"{x / div:.3g} {unit}"
-    return f"{x:.3g} B"
-
-
-bytes_formatter = FuncFormatter(format_bytes)
-
-
-def size_axis(ax: Any, axis: str = "x", label: str = "size") -> None:
-    """A log2 byte axis with binary-unit ticks (B, KiB, MiB) instead of 10^6."""
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
-    target.set_major_locator(LogLocator(base=2, numticks=8))  # at most ~8 labels
-    target.set_major_formatter(bytes_formatter)
-    target.set_minor_formatter(NullFormatter())
-    (ax.set_xlabel if axis == "x" else ax.set_ylabel)(label)
-
-
-def plain_log_axis(axis: Any, lo: float, hi: float) -> None:
-    """A log axis that reads plain numbers (100, 200, 500) instead of 10^2, with the
-    2 and 5 of each decade labelled where the axis spans less than two decades."""
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    axis.set_major_formatter(plain)
-    axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
-    axis.set_minor_formatter(plain if hi < 100 * lo else NullFormatter())
-
-
-def _save(fig: Any, path: Path, ctx: PlotContext, title: str) -> Path:
-    chars = int(fig.get_size_inches()[0] * 11)
-    note = f"; {ctx.limit_note}" if ctx.limit_note else ""
-    fig.suptitle(textwrap.fill(f"{title}  [{ctx.scale_text}; real-fabric units{note}]", chars),
-                 fontsize=10)
-    fig.tight_layout()
-    try:
-        save_figure(fig, path, dpi=110)
-    finally:
-        plt.close(fig)
-    return path
-
-
-def _invalid_handle(ax: Any, series: bool = False) -> None:
-    """The legend entry of the refused cases' style: hollow grey markers, or for
-    curves a faded line."""
-    if series:
-        ax.plot([], [], "-", lw=1.2, color="C0", label=INVALID_LABEL + " (faded)",
-                **INVALID_SERIES)
-    else:
-        ax.plot([], [], "o", ms=5, label=INVALID_LABEL, **INVALID_STYLE)
-
-
-#: The cc grid's rows, top down (other scenarios follow in the order they ran).
-SCENARIO_ORDER = ("incast, PFC off", "incast, PFC on", "fairness", "oscillation", "steady")
-
-
-def _scenario_rank(scenario: str) -> int:
-    return SCENARIO_ORDER.index(scenario) if scenario in SCENARIO_ORDER else len(SCENARIO_ORDER)
-
-
-def case_grid(ctx: PlotContext, cases: list[str], panel_in: tuple[float, float] = (3.0, 2.2)
-              ) -> tuple[Any, dict[str, Any]]:
-    """A figure with a panel per case: rows = scenarios and columns = algorithms where
-    the run's cc.csv lays the cases out (axes shared along a scenario's row), else a
-    grid of at most four columns with shared axes. Unused panels are hidden."""
-    laid = [c for c in cases if c in ctx.layout]
-    if laid and len(laid) == len(cases):
-        rows = sorted(dict.fromkeys(ctx.layout[c][0] for c in cases), key=_scenario_rank)
-        cols = list(dict.fromkeys(ctx.layout[c][1] for c in cases))
-        where = {c: (rows.index(ctx.layout[c][0]), cols.index(ctx.layout[c][1])) for c in cases}
-        share = "row"
-    else:
-        ncols = min(4, len(cases))
-        rows = list(range(math.ceil(len(cases) / ncols)))
-        cols = list(range(ncols))
-        where = {c: divmod(i, ncols) for i, c in enumerate(cases)}
-        share = "all"
-    # A panel or two get room to be read; many stay within MAX_FIG_IN.
-    width = min(MAX_FIG_IN[0], max(7.0, panel_in[0] * len(cols) + 0.8))
-    height = min(MAX_FIG_IN[1], max(3.6, panel_in[1] * len(rows) + 0.9))
-    fig, axes = plt.subplots(len(rows), len(cols), figsize=(width, height), squeeze=False,
-                             sharex=share, sharey=share)
-    used = set(where.values())
-    for (i, j), ax in np.ndenumerate(axes):
-        if (i, j) not in used:
-            ax.set_visible(False)
-    return fig, {c: axes[i, j] for c, (i, j) in where.items()}
-
-
-def _note_refused(fig: Any, ctx: PlotContext, cases: list[str]) -> None:
-    """The grid's legend for refused cases (faded curves, grey titles)."""
-    if any(not ctx.valid(c) for c in cases):
-        fig.text(0.005, 0.005, f"faded, grey title: {INVALID_LABEL}", fontsize=7, color="0.4")
-
-
-def _panel_title(ax: Any, ctx: PlotContext, case: str, extra: str = "") -> None:
-    refused = not ctx.valid(case)
-    ax.set_title(f"{case}{extra}" + (" (refused)" if refused else ""), fontsize=7,
-                 color="0.45" if refused else "black")
-
+from experiments.plotkit import (  # noqa: E402
+    CSV_COLUMNS,
+    GBPS,
+    INVALID_LABEL,
+    INVALID_SERIES,
+    MAX_FIG_IN,
+    US,
+    PlotContext,
+    bad_run,
+    bottom_row,
+    case_grid,
+    ccdf,
+    first_column,
+    invalid_handle,
+    note_refused,
+    panel_title,
+    read_csv,
+    save_plot,
+    scenario_rank,
+    size_axis,
+)
+from experiments.plots_collective import plot_busbw, plot_nccl  # noqa: E402
 
 #: Threshold lines of the queue plot: ports.csv column, label, line style.
 _LEVELS = (("kmin_bytes", "Kmin", (0, (4, 2))), ("kmax_bytes", "Kmax", (0, (1, 1))),
@@ -208,12 +86,12 @@ def plot_queue(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         g = df[df.case == case]
         port = g.groupby("port")["backlog_bytes"].max().idxmax()
         s = g[g.port == port]
-        ax.plot(s.t_s * _US, s.backlog_bytes / 1e3, lw=1, color="C0", label="queue",
+        ax.plot(s.t_s * US, s.backlog_bytes / 1e3, lw=1, color="C0", label="queue",
                 **({} if ctx.valid(case) else INVALID_SERIES))
         if model is not None:
             mq = model[model.case.astype(str) == case]
             if not mq.empty:
-                ax.plot(mq.t_s * _US, mq.queue_bytes / 1e3, ls="--", lw=1, color="C1",
+                ax.plot(mq.t_s * US, mq.queue_bytes / 1e3, ls="--", lw=1, color="C1",
                         label="model")
         at = levels.get((case, str(port)), {})
         for (col, name, style_), color in zip(_LEVELS, ("C2", "C3", "C4", "C5"), strict=True):
@@ -221,49 +99,17 @@ def plot_queue(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
                 label = "K" if name == "Kmin" and at.get("kmax_bytes") == at[col] else name
                 ax.axhline(at[col] / 1e3, ls=style_, lw=0.9, color=color,
                            label=f"{label} {at[col] / 1e3:.0f} KB")
-        _panel_title(ax, ctx, case, f" ({port})")
+        panel_title(ax, ctx, case, f" ({port})")
         ax.legend(fontsize=5, loc="upper right")
         ax.tick_params(labelsize=7)
-    for ax in _first_column(panels):
+    for ax in first_column(panels):
         ax.set_ylabel("queue (KB)", fontsize=8)
-    for ax in _bottom_row(panels):
+    for ax in bottom_row(panels):
         ax.set_xlabel("time (µs)", fontsize=8)
         ax.xaxis.set_tick_params(labelbottom=True)
-    _note_refused(fig, ctx, cases)
-    return _save(fig, ctx.run_dir / "queue_over_time.png", ctx,
+    note_refused(fig, ctx, cases)
+    return save_plot(fig, ctx.run_dir / "queue_over_time.png", ctx,
                  "bottleneck queue over time (0 = engine start; model: first bits at the port)")
-
-
-def _first_column(panels: Mapping[str, Any]) -> list[Any]:
-    """The leftmost panel of every row, its y tick labels shown (a shared axis hides
-    them beside an unused panel)."""
-    leftmost: dict[int, Any] = {}
-    for ax in panels.values():
-        spec = ax.get_subplotspec()
-        row, col = spec.rowspan.start, spec.colspan.start
-        if row not in leftmost or col < leftmost[row].get_subplotspec().colspan.start:
-            leftmost[row] = ax
-    for ax in leftmost.values():
-        ax.yaxis.set_tick_params(labelleft=True)
-    return list(leftmost.values())
-
-
-def _bottom_row(panels: Mapping[str, Any]) -> list[Any]:
-    """The lowest visible panel of every column."""
-    lowest: dict[int, Any] = {}
-    for ax in panels.values():
-        spec = ax.get_subplotspec()
-        col, row = spec.colspan.start, spec.rowspan.start
-        if col not in lowest or row > lowest[col].get_subplotspec().rowspan.start:
-            lowest[col] = ax
-    return list(lowest.values())
-
-
-def ccdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The empirical CCDF P(X >= x) at the sorted values (1 at the smallest, 1/n at the
-    largest), for a log y axis on which the tail percentiles stand apart."""
-    xs = np.sort(np.asarray(values, dtype=float))
-    return xs, 1.0 - np.arange(len(xs)) / len(xs)
 
 
 #: The tail markers of the latency plot: (metric suffix, its CCDF level).
@@ -277,7 +123,7 @@ def plot_latency(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     df = df.assign(case=df.case.astype(str))
     cases = list(dict.fromkeys(df.case))
     laid = bool(ctx.layout) and all(c in ctx.layout for c in cases)
-    groups = (sorted(dict.fromkeys(ctx.layout[c][0] for c in cases), key=_scenario_rank)
+    groups = (sorted(dict.fromkeys(ctx.layout[c][0] for c in cases), key=scenario_rank)
               if laid else [""])
     algorithms = list(dict.fromkeys(ctx.layout[c][1] for c in cases)) if laid else cases
     ncols = min(3, len(groups))
@@ -294,7 +140,7 @@ def plot_latency(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
             ok = ctx.valid(case)
             refused |= not ok
             color = f"C{algorithms.index(ctx.layout[case][1] if laid else case) % 10}"
-            xs, ys = ccdf(df[df.case == case].one_way_s.to_numpy() * _US)
+            xs, ys = ccdf(df[df.case == case].one_way_s.to_numpy() * US)
             label = ctx.layout[case][1] if laid else case
             ax.step(xs, ys, where="post", color=color, lw=1.2,
                     label=label + ("" if ok else " (refused)"),
@@ -309,7 +155,7 @@ def plot_latency(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
                         ha="right", va="bottom", color="0.35")
         ax.plot([], [], "x", color="0.3", label="model p50 / p99 / p99.9")
         if refused:
-            _invalid_handle(ax, series=True)
+            invalid_handle(ax, series=True)
         ax.set_yscale("log")
         ax.set_ylim(bottom=min(1e-4, 0.5 / max(len(df), 1)), top=1.05)
         if group:
@@ -319,7 +165,7 @@ def plot_latency(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         ax.set_xlabel("one-way latency (µs)")
     for ax in axes[:, 0]:
         ax.set_ylabel("P(latency ≥ x)")
-    return _save(fig, ctx.run_dir / "latency_ccdf.png", ctx, "one-way latency CCDF")
+    return save_plot(fig, ctx.run_dir / "latency_ccdf.png", ctx, "one-way latency CCDF")
 
 
 #: Markers of the rate plot: trace event (rates.csv ``event``), label, marker.
@@ -344,17 +190,17 @@ def plot_rates(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         wax = ax.twinx() if has_window else None
         for i, (msg_id, f) in enumerate(g.groupby("msg_id")):
             color = f"C{i % 10}"
-            ax.step(f.t_s * _US, f.rate_bps * _GBPS, where="post", lw=1, color=color,
+            ax.step(f.t_s * US, f.rate_bps * GBPS, where="post", lw=1, color=color,
                     label=f"flow {msg_id}" if few else None,
                     **({} if ctx.valid(case) else INVALID_SERIES))
             for event, name, marker in _EVENTS:
                 at = f[events[f.index] == event]
                 if not at.empty:
-                    ax.plot(at.t_s * _US, at.rate_bps * _GBPS, marker, ms=4, color=color,
+                    ax.plot(at.t_s * US, at.rate_bps * GBPS, marker, ms=4, color=color,
                             label=None if name in shown else name)
                     shown.add(name)
             if wax is not None:
-                wax.step(f.t_s * _US, windows[f.index] / 1e3, where="post", lw=0.8, ls="--",
+                wax.step(f.t_s * US, windows[f.index] / 1e3, where="post", lw=0.8, ls="--",
                          color=color, alpha=0.8)
         if wax is not None:
             ax.plot([], [], ls="--", lw=0.8, color="0.3", label="window (right axis)")
@@ -362,64 +208,18 @@ def plot_rates(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
             wax.tick_params(labelsize=6)
             wax.set_ylim(bottom=0)
             twins.append(wax)
-        _panel_title(ax, ctx, case)
+        panel_title(ax, ctx, case)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=5, loc="lower right")
         ax.tick_params(labelsize=7)
-    for ax in _first_column(panels):
+    for ax in first_column(panels):
         ax.set_ylabel("rate (Gb/s)", fontsize=8)
-    for ax in _bottom_row(panels):
+    for ax in bottom_row(panels):
         ax.set_xlabel("time (µs)", fontsize=8)
         ax.xaxis.set_tick_params(labelbottom=True)
-    _note_refused(fig, ctx, cases)
-    return _save(fig, ctx.run_dir / "rate_over_time.png", ctx,
+    note_refused(fig, ctx, cases)
+    return save_plot(fig, ctx.run_dir / "rate_over_time.png", ctx,
                  "congestion control: rate per flow (window dashed where the algorithm has one)")
-
-
-def plot_busbw(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
-    """busbw (GB/s) vs size per fabric: measured points (hollow where the gate
-    refused the case), the model's own curve evaluated on a dense size grid
-    (busbw_model.csv; at the measured sizes only where a run has none), and the
-    bottleneck rate."""
-    curve_csv = ctx.run_dir / "busbw_model.csv"
-    curve = read_csv(curve_csv, *CSV_COLUMNS["busbw_model.csv"]) if curve_csv.exists() \
-        else None
-    fabrics = list(dict.fromkeys(df.fabric))
-    fig, axes = plt.subplots(1, len(fabrics), squeeze=False,
-                             figsize=(min(MAX_FIG_IN[0], max(8.0, 5.6 * len(fabrics))), 4.4))
-    valid = df.valid.astype(str) == "True" if "valid" in df.columns \
-        else pd.Series(True, index=df.index)
-    for ax, fabric in zip(axes[0], fabrics, strict=True):
-        g = df[df.fabric == fabric]
-        for i, (coll, s) in enumerate(g.groupby("collective", sort=False)):
-            s = s.sort_values("size_bytes")
-            color = f"C{i % 10}"
-            ok = valid[s.index]
-            ax.plot(s.size_bytes[ok], s.busbw_bps[ok] * _GBYTES, "o", color=color,
-                    label=f"{coll} measured")
-            if (~ok).any():
-                ax.plot(s.size_bytes[~ok], s.busbw_bps[~ok] * _GBYTES, "o", ms=7,
-                        **{**INVALID_STYLE, "color": color})
-            c = None if curve is None else curve[(curve.fabric == fabric)
-                                                 & (curve.collective == coll)]
-            if c is not None and not c.empty:
-                c = c.sort_values("size_bytes")
-                ax.plot(c.size_bytes, c.busbw_model_bps * _GBYTES, "-", color=color, lw=1,
-                        label=f"{coll} model")
-            else:
-                ax.plot(s.size_bytes, s.busbw_model_bps * _GBYTES, "x--", color=color, lw=1,
-                        label=f"{coll} model (at the measured sizes)")
-        ax.axhline(g.bottleneck_bps.min() * _GBYTES, color="grey", lw=0.8, ls=":",
-                   label="bottleneck rate")
-        if (~valid[g.index]).any():
-            _invalid_handle(ax)
-        size_axis(ax)
-        ax.set_ylim(bottom=0)
-        ax.set_ylabel("busbw (GB/s)")
-        ax.set_title(fabric, fontsize=9)
-        ax.legend(fontsize=7)
-    return _save(fig, ctx.run_dir / "busbw_vs_size.png", ctx,
-                 "busbw vs size (points: measured; line: the model)")
 
 
 def plot_flows(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
@@ -429,17 +229,17 @@ def plot_flows(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     for i, ((case, source), g) in enumerate(df.groupby(["case", "source"], sort=False)):
         ok = ctx.valid(case) or source != "measured"
         refused |= not ok
-        xs = np.sort(g.throughput_bps.to_numpy() * _GBPS)
+        xs = np.sort(g.throughput_bps.to_numpy() * GBPS)
         ax.step(xs, np.arange(1, len(xs) + 1) / len(xs), where="post",
                 label=f"{case} {source}" + ("" if ok else " (refused)"), lw=1.2,
                 color=f"C{i // 2 % 10}", ls="-" if source == "measured" else "--",
                 **({} if ok else INVALID_SERIES))
     if refused:
-        _invalid_handle(ax, series=True)
+        invalid_handle(ax, series=True)
     ax.set_xlabel("per-flow throughput (Gb/s)")
     ax.set_ylabel("CDF")
     ax.legend(fontsize=7)
-    return _save(fig, ctx.run_dir / "flow_throughput_cdf.png", ctx,
+    return save_plot(fig, ctx.run_dir / "flow_throughput_cdf.png", ctx,
                  "per-flow throughput (solid: measured, dashed: model over random hashes)")
 
 
@@ -461,66 +261,8 @@ def plot_tiers(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         ax.set_title(fabric, fontsize=9)
         ax.legend(fontsize=7)
     axes[0, 0].set_ylabel("busiest link utilisation")
-    return _save(fig, ctx.run_dir / "tier_utilisation.png", ctx,
+    return save_plot(fig, ctx.run_dir / "tier_utilisation.png", ctx,
                  "busiest link of every tier")
-
-
-def crossover_bytes(g: pd.DataFrame) -> float | None:
-    """Size where the model's latency term alpha equals its bandwidth term, from the
-    line T = alpha + beta S through its smallest and largest size."""
-    if g.size_bytes.nunique() < 2:
-        return None
-    g = g.sort_values("size_bytes")
-    s0, s1 = float(g.size_bytes.iloc[0]), float(g.size_bytes.iloc[-1])
-    t0, t1 = float(g.model_time_us.iloc[0]), float(g.model_time_us.iloc[-1])
-    beta_us_per_byte = (t1 - t0) / (s1 - s0)
-    alpha_us = t0 - beta_us_per_byte * s0
-    return alpha_us / beta_us_per_byte if beta_us_per_byte > 0 and alpha_us > 0 else None
-
-
-def plot_nccl(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
-    """Time against size (log-log): measured points (hollow where refused), the model's
-    curve (busbw_model.csv's dense grid), and the crossover size alpha/beta of each
-    collective (latency regime left of it). busbw is busbw_vs_size.png's."""
-    curve_csv = ctx.run_dir / "busbw_model.csv"
-    curve = read_csv(curve_csv, *CSV_COLUMNS["busbw_model.csv"]) if curve_csv.exists() \
-        else None
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    valid = df.valid.astype(str) == "True" if "valid" in df.columns \
-        else pd.Series(True, index=df.index)
-    for i, ((fabric, coll), g) in enumerate(df.groupby(["fabric", "collective"], sort=False)):
-        g = g.sort_values("size_bytes")
-        color = f"C{i % 10}"
-        label = f"{coll} ({fabric})" if df.fabric.nunique() > 1 else coll
-        ok = valid[g.index]
-        ax.plot(g.size_bytes[ok], g.time_us[ok], "o", color=color, label=f"{label} measured")
-        if (~ok).any():
-            ax.plot(g.size_bytes[~ok], g.time_us[~ok], "o", ms=7,
-                    **{**INVALID_STYLE, "color": color})
-        c = None if curve is None else curve[(curve.fabric == fabric)
-                                             & (curve.collective == coll)]
-        if c is not None and not c.empty:
-            c = c.sort_values("size_bytes")
-            ax.plot(c.size_bytes, c.time_model_s * _US, "-", color=color, lw=1,
-                    label=f"{label} model")
-        else:
-            ax.plot(g.size_bytes, g.model_time_us, "x--", color=color, lw=1,
-                    label=f"{label} model (at the measured sizes)")
-        cross = crossover_bytes(g)
-        if cross is not None:
-            ax.axvline(cross, color=color, ls=":", lw=0.9)
-            ax.annotate(f"α/β ≈ {format_bytes(cross)}", (cross, 0.02), color=color,
-                        xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
-                        ha="right", va="bottom")
-    if (~valid).any():
-        _invalid_handle(ax)
-    size_axis(ax)
-    ax.set_yscale("log")
-    plain_log_axis(ax.yaxis, *ax.get_ylim())
-    ax.set_ylabel("time (µs)")
-    ax.legend(fontsize=6)
-    return _save(fig, ctx.run_dir / "nccl_sweep.png", ctx,
-                 "time vs size: α (latency) regime left of the dotted line, β (bandwidth) right")
 
 
 def plot_slowdown(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
@@ -547,13 +289,13 @@ def plot_slowdown(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
                         ms=3, mfc="none", alpha=0.7)
     ax.plot([], [], "--", color="0.3", label="model (same marker)")
     if refused:
-        _invalid_handle(ax)
+        invalid_handle(ax)
     ax.axhline(1.0, color="0.5", lw=0.7, ls=":")
     size_axis(ax, label="message size (bucket mean)")
     ax.set_ylabel("FCT slowdown (FCT / FCT alone)")
     ax.ticklabel_format(axis="y", useOffset=False)
     ax.legend(fontsize=6, ncol=2)
-    return _save(fig, ctx.run_dir / "fct_slowdown_vs_size.png", ctx,
+    return save_plot(fig, ctx.run_dir / "fct_slowdown_vs_size.png", ctx,
                  "FCT slowdown vs message size (p50 o, p95 s, p99 ^)")
 
 
@@ -562,53 +304,6 @@ PLOTS: dict[str, Callable[[PlotContext, pd.DataFrame], Path | None]] = {
     "collective.csv": plot_busbw, "flows.csv": plot_flows, "tiers.csv": plot_tiers,
     "nccl.csv": plot_nccl, "fct_slowdown.csv": plot_slowdown,
 }
-
-#: Columns each CSV must have to be plotted: (all, of which numeric).
-CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "metrics.csv": (("case", "metric", "predicted"), ("predicted",)),
-    "queue.csv": (("case", "port", "t_s", "backlog_bytes"), ("t_s", "backlog_bytes")),
-    "queue_model.csv": (("case", "t_s", "queue_bytes"), ("t_s", "queue_bytes")),
-    "latency.csv": (("case", "one_way_s"), ("one_way_s",)),
-    "rates.csv": (("case", "msg_id", "t_s", "rate_bps"), ("t_s", "rate_bps")),
-    "collective.csv": (("fabric", "collective", "size_bytes", "busbw_bps", "busbw_model_bps",
-                        "bottleneck_bps"),
-                       ("size_bytes", "busbw_bps", "busbw_model_bps", "bottleneck_bps")),
-    "busbw_model.csv": (("fabric", "collective", "size_bytes", "time_model_s",
-                         "busbw_model_bps"), ("size_bytes", "time_model_s", "busbw_model_bps")),
-    "flows.csv": (("case", "source", "throughput_bps"), ("throughput_bps",)),
-    "tiers.csv": (("fabric", "tier", "utilisation_measured", "utilisation_model"),
-                  ("utilisation_measured", "utilisation_model")),
-    "nccl.csv": (("fabric", "collective", "size_bytes", "count", "type", "redop", "time_us",
-                  "algbw_GBps", "busbw_GBps", "model_time_us", "model_busbw_GBps", "error"),
-                 ("size_bytes", "time_us", "busbw_GBps", "model_time_us", "model_busbw_GBps")),
-    "fct_slowdown.csv": (("case", "p50"), ("p50",)),
-}
-
-
-def bad_run(run_dir: Path, why: str) -> ParameterError:
-    return ParameterError("run_dir", str(run_dir), why)
-
-
-def read_csv(path: Path, columns: tuple[str, ...], numeric: tuple[str, ...]) -> pd.DataFrame:
-    """A CSV of a run directory with the columns a plot needs (numeric where it must);
-    ParameterError naming the file otherwise."""
-    try:
-        df = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame(columns=list(columns))
-    except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as e:
-        raise bad_run(path.parent, f"{path.name} is not a readable CSV "
-                                    f"({' '.join(str(e).split())})") from None
-    missing = [c for c in columns if c not in df.columns]
-    if missing:
-        raise bad_run(path.parent, f"{path.name} lacks the column(s) {', '.join(missing)}")
-    for col in numeric:
-        try:
-            df[col] = pd.to_numeric(df[col])
-        except (TypeError, ValueError):
-            raise bad_run(path.parent, f"{path.name} has non-numeric {col} values") from None
-    return df
-
 
 def _scales(config: Mapping[str, Any]) -> tuple[float, ...]:
     """Every S of the run: its own and each fabric's (a fabric may run at its own)."""

@@ -23,7 +23,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from core.errors import FabricEmuError, ParameterError  # noqa: E402
 from core.units import parse_rate_bps, parse_size_bytes, parse_time_s  # noqa: E402
-from experiments import plots, rundir  # noqa: E402
+from experiments import plotkit, rundir  # noqa: E402
 from experiments.fidelity import FidelityReport  # noqa: E402
 from experiments.options import (  # noqa: E402
     ExperimentOptions,
@@ -178,7 +178,7 @@ def test_run_directories(run_dir: Path, tmp_path_factory: pytest.TempPathFactory
                          monkeypatch: pytest.MonkeyPatch, data: st.DataObject) -> None:
     """``emu report`` on a run directory whose JSON holds any value at any place (right
     keys, wrong types) or whose CSVs lose columns or hold anything."""
-    monkeypatch.setattr(plots, "save_figure", lambda fig, path, **kw: None,  # drawing: slow
+    monkeypatch.setattr(plotkit, "save_figure", lambda fig, path, **kw: None,  # drawing: slow
                         raising=False)
     d = tmp_path_factory.mktemp("r") / "run"
     shutil.copytree(run_dir, d)

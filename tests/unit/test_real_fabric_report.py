@@ -22,7 +22,7 @@ from experiments.measure import (
     model_graph,
     size_bucket,
 )
-from experiments.plots import crossover_bytes
+from experiments.plots_collective import crossover_bytes
 from experiments.registry import EXPERIMENTS
 from experiments.report import render_report
 from experiments.rundir import Run

@@ -178,7 +178,7 @@ def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events
     from experiments import plots
 
     figs = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path, ctx, title: figs.append(fig) or path)
+    monkeypatch.setattr(plots, "save_plot", lambda fig, path, ctx, title: figs.append(fig) or path)
     ctx = plots.PlotContext(tmp_path, pd.DataFrame(columns=["case", "metric", "predicted"]),
                             (1e4,))
     nan = float("nan")

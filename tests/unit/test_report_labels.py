@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from experiments import plots
+from experiments import plotkit, plots
 from experiments.collective import build_workload, model_curve
 from experiments.fidelity import FidelityReport
 from experiments.options import Option, parse_int, parse_scale
@@ -158,9 +158,9 @@ def test_every_csv_row_gets_the_verdict_of_its_case_or_unit():
 
 
 def test_byte_axes_read_in_binary_units():
-    assert [plots.format_bytes(x) for x in (8, 1024, 65536, 1.5 * 2 ** 20, 2 ** 31)] == \
+    assert [plotkit.format_bytes(x) for x in (8, 1024, 65536, 1.5 * 2 ** 20, 2 ** 31)] == \
         ["8 B", "1 KiB", "64 KiB", "1.5 MiB", "2 GiB"]
-    assert plots.format_bytes(0) == "0" and plots.format_bytes(-1) == ""
+    assert plotkit.format_bytes(0) == "0" and plotkit.format_bytes(-1) == ""
 
 
 def test_the_ccdf_keeps_the_tail_apart_on_a_log_axis():
