@@ -102,8 +102,10 @@ def save_plot(fig: Any, path: Path, ctx: PlotContext, title: str) -> Path:
     fig.suptitle(textwrap.fill(f"{title}  [{ctx.scale_text}; real-fabric units{note}]", chars),
                  fontsize=10)
     fig.tight_layout()
-    save_figure(fig, path, dpi=110)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
