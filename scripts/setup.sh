@@ -40,8 +40,11 @@ done
 apt_install() {
     export DEBIAN_FRONTEND=noninteractive
     echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections || true
-    $SUDO apt-get update -qq \
-        && $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    # Wait up to 10 min for a held apt lock: a fresh Ubuntu VM's first-boot
+    # unattended-upgrades holds it for minutes while the provisioner runs.
+    local apt_wait=(-o DPkg::Lock::Timeout=600)
+    $SUDO apt-get "${apt_wait[@]}" update -qq \
+        && $SUDO apt-get "${apt_wait[@]}" install -y -qq --no-install-recommends "${missing[@]}"
 }
 if [ ${#missing[@]} -gt 0 ]; then
     step "installing apt packages: ${missing[*]}" apt_install
