@@ -193,6 +193,19 @@ def bottom_row(panels: Mapping[str, Any]) -> list[Any]:
     return list(lowest.values())
 
 
+def finish_grid(fig: Any, ctx: PlotContext, panels: Mapping[str, Any], ylabel: str,
+                name: str, title: str) -> Path:
+    """Label a `case_grid`'s outer axes (time in µs below, ``ylabel`` on the left), note
+    its refused cases and save it as ``name`` in the run directory."""
+    for ax in first_column(panels):
+        ax.set_ylabel(ylabel, fontsize=8)
+    for ax in bottom_row(panels):
+        ax.set_xlabel("time (µs)", fontsize=8)
+        ax.xaxis.set_tick_params(labelbottom=True)
+    note_refused(fig, ctx, list(panels))
+    return save_plot(fig, ctx.run_dir / name, ctx, title)
+
+
 def ccdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The empirical CCDF P(X >= x) at the sorted values (1 at the smallest, 1/n at the
     largest), for a log y axis on which the tail percentiles stand apart."""

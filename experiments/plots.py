@@ -35,12 +35,10 @@ from experiments.plotkit import (  # noqa: E402
     US,
     PlotContext,
     bad_run,
-    bottom_row,
     case_grid,
     ccdf,
-    first_column,
+    finish_grid,
     invalid_handle,
-    note_refused,
     panel_title,
     read_csv,
     save_plot,
@@ -102,14 +100,9 @@ def plot_queue(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         panel_title(ax, ctx, case, f" ({port})")
         ax.legend(fontsize=5, loc="upper right")
         ax.tick_params(labelsize=7)
-    for ax in first_column(panels):
-        ax.set_ylabel("queue (KB)", fontsize=8)
-    for ax in bottom_row(panels):
-        ax.set_xlabel("time (µs)", fontsize=8)
-        ax.xaxis.set_tick_params(labelbottom=True)
-    note_refused(fig, ctx, cases)
-    return save_plot(fig, ctx.run_dir / "queue_over_time.png", ctx,
-                 "bottleneck queue over time (0 = engine start; model: first bits at the port)")
+    return finish_grid(fig, ctx, panels, "queue (KB)", "queue_over_time.png",
+                       "bottleneck queue over time (0 = engine start; model: first bits at "
+                       "the port)")
 
 
 #: The tail markers of the latency plot: (metric suffix, its CCDF level).
@@ -212,14 +205,9 @@ def plot_rates(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=5, loc="lower right")
         ax.tick_params(labelsize=7)
-    for ax in first_column(panels):
-        ax.set_ylabel("rate (Gb/s)", fontsize=8)
-    for ax in bottom_row(panels):
-        ax.set_xlabel("time (µs)", fontsize=8)
-        ax.xaxis.set_tick_params(labelbottom=True)
-    note_refused(fig, ctx, cases)
-    return save_plot(fig, ctx.run_dir / "rate_over_time.png", ctx,
-                 "congestion control: rate per flow (window dashed where the algorithm has one)")
+    return finish_grid(fig, ctx, panels, "rate (Gb/s)", "rate_over_time.png",
+                       "congestion control: rate per flow (window dashed where the algorithm "
+                       "has one)")
 
 
 def plot_flows(ctx: PlotContext, df: pd.DataFrame) -> Path | None:

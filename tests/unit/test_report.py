@@ -175,10 +175,15 @@ def test_a_run_that_fails_before_any_case_leaves_nothing(tmp_path):
 
 def test_the_queue_plot_draws_each_ports_thresholds_and_the_rate_plot_its_events(
         tmp_path, monkeypatch):
-    from experiments import plots
+    from experiments import plotkit, plots
 
     figs = []
-    monkeypatch.setattr(plots, "save_plot", lambda fig, path, ctx, title: figs.append(fig) or path)
+    def keep(fig, path, ctx, title):  # noqa: ANN001, ANN202
+        figs.append(fig)
+        return path
+
+    monkeypatch.setattr(plots, "save_plot", keep)
+    monkeypatch.setattr(plotkit, "save_plot", keep)  # the grids save through finish_grid
     ctx = plots.PlotContext(tmp_path, pd.DataFrame(columns=["case", "metric", "predicted"]),
                             (1e4,))
     nan = float("nan")
