@@ -5,6 +5,7 @@ crossover (``plot_nccl``, nccl.csv). `experiments.plots` draws them with the oth
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -25,39 +26,58 @@ from experiments.plotkit import (
 )
 
 
+def _model_curve(ctx: PlotContext) -> pd.DataFrame | None:
+    """busbw_model.csv, the model's own curve on a dense size grid; None without one."""
+    path = ctx.run_dir / "busbw_model.csv"
+    return read_csv(path, *CSV_COLUMNS["busbw_model.csv"]) if path.exists() else None
+
+
+def _valid_rows(df: pd.DataFrame) -> pd.Series:
+    """Each row's gate verdict (all valid in a run recorded before CSVs had one)."""
+    return (df.valid.astype(str) == "True" if "valid" in df.columns
+            else pd.Series(True, index=df.index))
+
+
+def _measured_and_model(ax: Any, g: pd.DataFrame, ok: pd.Series, measured: pd.Series,
+                        curve: pd.DataFrame | None, model: pd.Series | None, at_measured: pd.Series,
+                        color: str, label: str) -> None:
+    """Measured points of one collective (hollow where the gate refused them) and the
+    model: ``model`` along ``curve``'s sizes, or ``at_measured`` joining the measured
+    sizes where the run has no curve."""
+    ax.plot(g.size_bytes[ok], measured[ok], "o", color=color, label=f"{label} measured")
+    if (~ok).any():
+        ax.plot(g.size_bytes[~ok], measured[~ok], "o", ms=7, **{**INVALID_STYLE, "color": color})
+    if curve is not None and not curve.empty:
+        ax.plot(curve.size_bytes, model, "-", color=color, lw=1, label=f"{label} model")
+    else:
+        ax.plot(g.size_bytes, at_measured, "x--", color=color, lw=1,
+                label=f"{label} model (at the measured sizes)")
+
+
+def _curve_of(curve: pd.DataFrame | None, fabric: str, coll: str) -> pd.DataFrame | None:
+    if curve is None:
+        return None
+    return curve[(curve.fabric == fabric) & (curve.collective == coll)].sort_values("size_bytes")
+
+
 def plot_busbw(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     """busbw (GB/s) vs size per fabric: measured points (hollow where the gate
     refused the case), the model's own curve evaluated on a dense size grid
     (busbw_model.csv; at the measured sizes only where a run has none), and the
     bottleneck rate."""
-    curve_csv = ctx.run_dir / "busbw_model.csv"
-    curve = read_csv(curve_csv, *CSV_COLUMNS["busbw_model.csv"]) if curve_csv.exists() \
-        else None
+    curve = _model_curve(ctx)
     fabrics = list(dict.fromkeys(df.fabric))
     fig, axes = plt.subplots(1, len(fabrics), squeeze=False,
                              figsize=(min(MAX_FIG_IN[0], max(8.0, 5.6 * len(fabrics))), 4.4))
-    valid = df.valid.astype(str) == "True" if "valid" in df.columns \
-        else pd.Series(True, index=df.index)
+    valid = _valid_rows(df)
     for ax, fabric in zip(axes[0], fabrics, strict=True):
         g = df[df.fabric == fabric]
         for i, (coll, s) in enumerate(g.groupby("collective", sort=False)):
             s = s.sort_values("size_bytes")
-            color = f"C{i % 10}"
-            ok = valid[s.index]
-            ax.plot(s.size_bytes[ok], s.busbw_bps[ok] * GBYTES, "o", color=color,
-                    label=f"{coll} measured")
-            if (~ok).any():
-                ax.plot(s.size_bytes[~ok], s.busbw_bps[~ok] * GBYTES, "o", ms=7,
-                        **{**INVALID_STYLE, "color": color})
-            c = None if curve is None else curve[(curve.fabric == fabric)
-                                                 & (curve.collective == coll)]
-            if c is not None and not c.empty:
-                c = c.sort_values("size_bytes")
-                ax.plot(c.size_bytes, c.busbw_model_bps * GBYTES, "-", color=color, lw=1,
-                        label=f"{coll} model")
-            else:
-                ax.plot(s.size_bytes, s.busbw_model_bps * GBYTES, "x--", color=color, lw=1,
-                        label=f"{coll} model (at the measured sizes)")
+            c = _curve_of(curve, fabric, coll)
+            _measured_and_model(ax, s, valid[s.index], s.busbw_bps * GBYTES, c,
+                                None if c is None else c.busbw_model_bps * GBYTES,
+                                s.busbw_model_bps * GBYTES, f"C{i % 10}", coll)
         ax.axhline(g.bottleneck_bps.min() * GBYTES, color="grey", lw=0.8, ls=":",
                    label="bottleneck rate")
         if (~valid[g.index]).any():
@@ -88,30 +108,17 @@ def plot_nccl(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     """Time against size (log-log): measured points (hollow where refused), the model's
     curve (busbw_model.csv's dense grid), and the crossover size alpha/beta of each
     collective (latency regime left of it). busbw is busbw_vs_size.png's."""
-    curve_csv = ctx.run_dir / "busbw_model.csv"
-    curve = read_csv(curve_csv, *CSV_COLUMNS["busbw_model.csv"]) if curve_csv.exists() \
-        else None
+    curve = _model_curve(ctx)
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    valid = df.valid.astype(str) == "True" if "valid" in df.columns \
-        else pd.Series(True, index=df.index)
+    valid = _valid_rows(df)
     for i, ((fabric, coll), g) in enumerate(df.groupby(["fabric", "collective"], sort=False)):
         g = g.sort_values("size_bytes")
         color = f"C{i % 10}"
         label = f"{coll} ({fabric})" if df.fabric.nunique() > 1 else coll
-        ok = valid[g.index]
-        ax.plot(g.size_bytes[ok], g.time_us[ok], "o", color=color, label=f"{label} measured")
-        if (~ok).any():
-            ax.plot(g.size_bytes[~ok], g.time_us[~ok], "o", ms=7,
-                    **{**INVALID_STYLE, "color": color})
-        c = None if curve is None else curve[(curve.fabric == fabric)
-                                             & (curve.collective == coll)]
-        if c is not None and not c.empty:
-            c = c.sort_values("size_bytes")
-            ax.plot(c.size_bytes, c.time_model_s * US, "-", color=color, lw=1,
-                    label=f"{label} model")
-        else:
-            ax.plot(g.size_bytes, g.model_time_us, "x--", color=color, lw=1,
-                    label=f"{label} model (at the measured sizes)")
+        c = _curve_of(curve, fabric, coll)
+        _measured_and_model(ax, g, valid[g.index], g.time_us, c,
+                            None if c is None else c.time_model_s * US, g.model_time_us,
+                            color, label)
         cross = crossover_bytes(g)
         if cross is not None:
             ax.axvline(cross, color=color, ls=":", lw=0.9)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,21 +36,25 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def _err(row: Mapping[str, Any]) -> str:
-    """A prediction's error, green within its tolerance and red beyond; blank for an
-    estimate, a bound or an ideal (they claim no accuracy)."""
+def _err_text(row: Mapping[str, Any]) -> str:
+    """A prediction's error as text; blank for an estimate, a bound or an ideal (they
+    claim no accuracy), 'n/a' for a prediction without a finite error."""
     err = row.get("error_rel")
     if row.get("kind") not in (None, Kind.PREDICTION.value):
         return ""
     if not isinstance(err, (int, float)) or isinstance(err, bool) or not math.isfinite(err):
         return "n/a" if row.get("predicted") is not None else ""
+    return f"{err:+.1%}"
+
+
+def _err(row: Mapping[str, Any]) -> str:
+    """:func:`_err_text`, green within the tolerance and red beyond it (yellow for a
+    run recorded before models said what they claim)."""
+    text = _err_text(row)
+    if text in ("", "n/a"):
+        return text
     color = "red" if row.get("model_disagrees") else "green" if "kind" in row else "yellow"
-    return f"[{color}]{err:+.1%}[/]"
-
-
-def _err_text(row: Mapping[str, Any]) -> str:
-    """:func:`_err` without its colour, for plain lines."""
-    return re.sub(r"\[/?[a-z]*\]", "", _err(row))
+    return f"[{color}]{text}[/]"
 
 
 #: Above this many rows the measured-vs-model table and the fidelity lines are printed
