@@ -17,6 +17,7 @@ import ctypes
 import errno
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 from pyroute2 import IPRoute
@@ -64,8 +65,11 @@ class _Libbpf:
             ("bpf_program__fd", i, [vp]),
             ("bpf_map__fd", i, [vp]),
             ("bpf_map__set_max_entries", i, [vp, u32]),
+            ("bpf_map__set_inner_map_fd", i, [vp, i]),
+            ("bpf_map_create", i, [i, cp, u32, u32, u32, vp]),
             ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
             ("bpf_map_lookup_elem", i, [i, vp, vp]),
+            ("bpf_map_delete_elem", i, [i, vp]),
             ("bpf_map_lookup_elem_flags", i, [i, vp, vp, ctypes.c_uint64]),
             ("bpf_obj_get_info_by_fd", i, [i, vp, ctypes.POINTER(u32)]),
             ("bpf_prog_get_fd_by_id", i, [u32]),
@@ -123,11 +127,14 @@ def program_alive(prog_id: int) -> bool:
 
 
 def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, what: str,
-                small_maps: tuple[str, ...] = ()) -> list[int]:
+                small_maps: tuple[str, ...] = (), inner_maps: Mapping[str, int] | None = None
+                ) -> list[int]:
     """Open and load a BPF object; return dup'ed fds of ``program`` and ``maps``.
 
     The object itself is closed again: whoever attaches the program holds it.
-    ``small_maps`` are shrunk to one entry before loading (optional features).
+    ``small_maps`` are shrunk to one entry before loading (optional features);
+    ``inner_maps`` gives each map-of-maps (by name) the fd of a map its entries
+    must be like (the kernel compares their type, sizes and locks).
     """
     lb = libbpf()
     with lb.lock:  # libbpf's log buffer is shared
@@ -140,6 +147,9 @@ def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, wha
             for name in small_maps:
                 lb.lib.bpf_map__set_max_entries(
                     lb.lib.bpf_object__find_map_by_name(obj, name.encode()), 1)
+            for name, fd in (inner_maps or {}).items():
+                lb.lib.bpf_map__set_inner_map_fd(
+                    lb.lib.bpf_object__find_map_by_name(obj, name.encode()), fd)
             ret = lb.lib.bpf_object__load(obj)
             if ret != 0:
                 tail = "\n".join(lb.log[-15:])
@@ -151,6 +161,14 @@ def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, wha
             return [os.dup(fd) for fd in fds]
         finally:
             lb.lib.bpf_object__close(obj)
+
+
+def create_array_map(value_bytes: int, name: str) -> int:
+    """A one-entry BPF array of ``value_bytes`` values (e.g. a map-of-maps' template)."""
+    fd = libbpf().lib.bpf_map_create(2, name.encode(), 4, value_bytes, 1, None)  # BPF_MAP_TYPE_ARRAY
+    if fd < 0:
+        raise CapabilityError(f"the kernel refused a BPF array map: {os.strerror(-fd)}")
+    return fd
 
 
 def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingress: bool) -> None:

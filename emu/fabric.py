@@ -6,6 +6,8 @@ switches are L3 routers with one /31 per link and static (multipath) routes to
 every host's /32; every egress direction is shaped to R/S with a byte FIFO of
 the real buffer, behind a netem delay line of the dilated link delay where the
 kernel has sch_netem (``emu.delay``); switch ports mark ECN (bpf or red back end).
+Routing: the kernel's ECMP, or (spray, flowlet, adaptive) an eBPF router at every
+switch port's ingress that forwards RoCEv2 frames itself (``emu.lbrouter``).
 Links, addresses and routes go in as one ``ip -batch`` per namespace (``emu.ipbatch``:
 one process per node, not per command); qdiscs, BPF filters and the reads of the
 telemetry go through one netlink socket per namespace (pyroute2).
@@ -37,6 +39,7 @@ from emu.ecn.red import red_qdisc_options
 from emu.fdbudget import FdNeed, ensure_fd_limit
 from emu.ipbatch import run_ip_batches
 from emu.iproute_plan import node_config, route_specs
+from emu.lbrouter import SwitchRouter, install_routers
 from emu.pfc_controller import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
@@ -44,6 +47,7 @@ from emu.runs import NamespaceSet, claim_session
 from emu.rxorder import cpu_masks, node_cpus, pin_receive_cpus
 from emu.shaping import MTU_BYTES, shape_port
 from emu.telemetry import port_stats
+from topologies import loadbalance
 from topologies.addressing import AddressPlan, plan_addresses
 from topologies.base import FabricTopo
 from topologies.routing import Routes, compute_routes, topo_graph
@@ -103,12 +107,17 @@ class Fabric:
     link reorders a flow; off by default, because on two cores it lengthens the
     pacing-lag tail more often than reordering costs a run (docs/design.md, "Links
     and order"). ``summary()['receive_steering']`` says what was built.
+
+    ``routing``: 'ecmp' (the kernel's hash) or a mode of ``topologies.loadbalance``
+    (eBPF in each switch; ``flowlet_gap_s`` real, dilated by S); CapabilityError
+    where the kernel cannot run it, never a silent ECMP.
     """
 
     def __init__(self, topo: FabricTopo, scale: Scale | None = None, *,
                  marking: str = "auto", thresholds: Any = None,
                  capabilities: dict | None = None, delay: bool | str = "auto",
-                 ecmp_hash: str = "auto", in_order: bool = False) -> None:
+                 ecmp_hash: str = "auto", in_order: bool = False, routing: str = "ecmp",
+                 flowlet_gap_s: float = loadbalance.DEFAULT_FLOWLET_GAP_S) -> None:
         self.topo = topo
         self.scale = scale or Scale()
         self.marking_requested = marking
@@ -139,6 +148,9 @@ class Fabric:
         self.ecmp_hash_requested = ecmp_hash
         self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp_hashing
         self.pfc: Any = None  # emu.pfc_controller.PfcController once enable_pfc() ran
+        self.routing = loadbalance.parse_routing(routing)  # fails before building
+        self.flowlet_gap_s = loadbalance.parse_flowlet_gap_s(flowlet_gap_s)
+        self.routers: dict[str, SwitchRouter] = {}  # per switch, beyond ECMP: its counters
         self.in_order = in_order
         self.receive_steering = "not built yet"
         #: node -> the CPU its receive work runs on (empty without receive steering)
@@ -156,7 +168,8 @@ class Fabric:
     def start(self) -> None:
         require_root()
         # Refused before any probe: counted as if every switch port gets an eBPF marker.
-        ensure_fd_limit(FdNeed.of(self.topo, bpf_marking=self.marking_requested != "off"))
+        ensure_fd_limit(FdNeed.of(self.topo, bpf_marking=self.marking_requested != "off",
+                                  bpf_routing=self.routing != "ecmp"))
         claim_session()  # one experiment run / emu net at a time, refused before any probe
         t0 = time.perf_counter()
         try:
@@ -166,6 +179,7 @@ class Fabric:
             self._create_links()
             self._steer_receive()
             self._shape_and_mark()
+            self._install_routers()
             self._install_roce_sinks()
         except BaseException:  # also Ctrl-C mid-build: leave nothing behind
             self.stop()
@@ -185,6 +199,9 @@ class Fabric:
             with contextlib.suppress(Exception):
                 self.pfc.stop(restore=False)
             self.pfc = None
+        for router in self.routers.values():
+            router.close()
+        self.routers.clear()
         for port in self._ports:
             if port.marker is not None:
                 with contextlib.suppress(Exception):
@@ -301,6 +318,8 @@ class Fabric:
             "roce_sink": self.roce_sinks.kind,
             "ethernet_overhead_bytes": WIRE_OVERHEAD_BYTES,   # charged by every shaper
             "receive_steering": self.receive_steering,
+            "routing": self.routing,
+            **({"flowlet_gap_s": self.flowlet_gap_s} if self.routing == "flowlet" else {}),
             **(self.ecmp_hash.summary() if self.ecmp_hash else {}),
         }
 
@@ -414,6 +433,13 @@ class Fabric:
             return None
         return ThresholdPolicy.of(self.thresholds)
 
+    def _install_routers(self) -> None:
+        if self.routing != "ecmp":
+            self.routers = install_routers(
+                self.routing, round(self.scale.time_emu_s(self.flowlet_gap_s) * 1e9),
+                {s: loadbalance.switch_tables(self.plan, self.routes, s) for s in self.switches},
+                self._ports, self.namespaces.iprs, self.marking)
+
     def _install_roce_sinks(self) -> None:
         self.roce_sinks = install_roce_sinks(
             HostPorts(self.netns_path(h), self.namespaces.iprs[h],
@@ -466,3 +492,5 @@ class Fabric:
                     if e.code != errno.ESRCH:  # ESRCH: the kernel flushed it with the link
                         raise
         run_ip_batches(batches)
+        for switch, router in self.routers.items():
+            router.set_dests(loadbalance.switch_tables(self.plan, self.routes, switch).dests)

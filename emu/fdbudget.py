@@ -3,7 +3,8 @@
 A fabric keeps open, for as long as it runs: one pyroute2 IPRoute per namespace
 (a netlink socket on a shared event loop, ``emu.netns.open_iproute``; counted by
 opening one, so a pyroute2 version with another count is measured, not assumed),
-the map fds of every eBPF-marked port (``emu.ecn.bpf.MARKER_MAPS``),
+the map fds of every eBPF-marked port (``emu.ecn.bpf.MARKER_MAPS``) and of every
+switch's router under a routing mode beyond ECMP (``emu.lbrouter.MAPS``),
 and per host the sockets of its checks and of the traffic (a raw ICMP socket for
 pingall, a RoCEv2 sink or capture socket). A k=12 fat-tree needs ~8,000, a
 2,048-host leaf-spine ~18,600: above a usual soft limit of 1,024, and near some
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from core.errors import CapabilityError
 from emu.ecn.bpf import MARKER_MAPS
 from emu.ipbatch import MAX_CONCURRENT
+from emu.lbrouter import MAPS as ROUTER_MAPS
 from emu.netns import open_iproute
 from topologies.base import FabricTopo
 
@@ -62,22 +64,28 @@ class FdNeed:
     switches: int
     marked_ports: int
     per_namespace: int
+    routed_switches: int = 0
     per_marked_port: int = len(MARKER_MAPS)
+    per_routed_switch: int = len(ROUTER_MAPS)
     per_host: int = HOST_SOCKETS
     transient: int = TRANSIENT_FDS
 
     @classmethod
-    def of(cls, topo: FabricTopo, bpf_marking: bool) -> FdNeed:
+    def of(cls, topo: FabricTopo, bpf_marking: bool, bpf_routing: bool = False) -> FdNeed:
+        """``bpf_routing``: every switch runs the router (a routing mode beyond ECMP)."""
         marked = 0
         if bpf_marking:
             marked = sum((topo.role(a) != "host") + (topo.role(b) != "host")
                          for a, b in topo.links())
-        return cls(len(topo.host_nodes()), len(topo.switch_nodes()), marked, iproute_fds())
+        switches = len(topo.switch_nodes())
+        return cls(len(topo.host_nodes()), switches, marked, iproute_fds(),
+                   switches if bpf_routing else 0)
 
     @property
     def fabric(self) -> int:
         return ((self.hosts + self.switches) * self.per_namespace
-                + self.marked_ports * self.per_marked_port + self.hosts * self.per_host)
+                + self.marked_ports * self.per_marked_port
+                + self.routed_switches * self.per_routed_switch + self.hosts * self.per_host)
 
     def total(self, already_open: int) -> int:
         return already_open + self.fabric + self.transient
@@ -85,6 +93,7 @@ class FdNeed:
     def describe(self) -> str:
         return (f"{self.hosts + self.switches} namespaces x {self.per_namespace} (netlink) + "
                 f"{self.marked_ports} marked ports x {self.per_marked_port} (eBPF maps) + "
+                f"{self.routed_switches} routers x {self.per_routed_switch} (eBPF maps) + "
                 f"{self.hosts} hosts x {self.per_host} (sockets) + {self.transient} while building")
 
     def largest_hosts(self, budget: int) -> int:

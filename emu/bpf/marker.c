@@ -41,6 +41,7 @@
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include "vq_state.h"
 
 #define HIST_BUCKETS 32
 #define SCALE 8000000000ULL /* scaled bytes per byte: bits per byte * ns per s */
@@ -71,15 +72,6 @@ struct cfg {
 	__u64 int_rate_mbps;    /* INT: the port's real line rate in Mb/s; 0: no INT */
 	__u64 int_scale;        /* INT: S, an integer (real ps = clock ns * 1000 / S) */
 	__u64 overhead_bytes;   /* Ethernet's preamble, FCS and gap: charged per packet */
-};
-
-struct vq_state {
-	struct bpf_spin_lock lock;
-	__u32 pad;
-	__u64 vq_scaled;
-	__u64 t_last_ns;
-	__u64 tokens_scaled;
-	__u64 accepted_bytes;   /* every byte the port queued (INT's transmitted bytes) */
 };
 
 struct stats {

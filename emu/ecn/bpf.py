@@ -211,6 +211,11 @@ class PortMarker:
             raise OSError(ctypes.get_errno(), "bpf_map_lookup_elem(vq)")
         return st
 
+    def vq_map_fd(self) -> int:
+        """The fd of the port's virtual-queue map (adaptive routing reads it in the
+        switch, emu/bpf/router.c); valid while the marker is open."""
+        return self._fd("vq_fd")
+
     def vq(self) -> tuple[int, int]:
         """Raw virtual queue: (bytes after the last packet, its CLOCK_MONOTONIC ns)."""
         st = self._vq_state()

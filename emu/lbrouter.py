@@ -1,0 +1,217 @@
+"""The routing modes beyond ECMP in the switches: emu/bpf/router.c, one object per switch.
+
+Each switch gets one load of the router (its maps are that switch's tables, isolated
+between switches and fabrics), attached to the clsact ingress hook of every port:
+
+* ``cfg``: the mode and the flowlet gap in emulated ns (the real gap times S);
+* ``ports``: each port slot's ifindex, MACs and (for adaptive) its emulated rate;
+* ``dests``: destination host IP -> the slots of its equal-cost next hops
+  (``topologies.loadbalance.switch_tables``, from the fabric's routes);
+* ``port_vq`` (adaptive): each slot's ECN marker ``vq`` map, so the switch reads its
+  own ports' queues;
+* ``stats``: frames routed, left to the FIB, new flowlets, frames per port slot.
+
+Nothing is pinned: after attaching we keep the fds of the maps we write or read; the
+filters hold the program, and the namespaces' removal drops them (as emu.ecn.bpf).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import CapabilityError
+from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object
+from emu.cbuild import compile_c
+from emu.ports import Port
+from topologies.loadbalance import (
+    BPF_MODES,
+    MAX_NEXT_HOPS,
+    MAX_PORTS,
+    SwitchTables,
+    max_idle_ns,
+)
+
+PROGRAM_NAME = "fabricemu_route"
+FILTER_NAME = "fabricemu_router"
+MAPS = ("cfg", "ports", "dests", "stats", "port_vq")
+#: sizeof(struct vq_state) (emu/bpf/vq_state.h)
+VQ_STATE_BYTES = 40
+#: router.c's mode numbers
+MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4}
+assert set(MODE_NUMBER) == set(BPF_MODES)
+
+
+class _Cfg(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_uint32), ("pad", ctypes.c_uint32),
+                ("flowlet_gap_ns", ctypes.c_uint64)]
+
+
+class _Port(ctypes.Structure):
+    _fields_ = [("ifindex", ctypes.c_uint32), ("pad", ctypes.c_uint32),
+                ("rate_emu_bps", ctypes.c_uint64), ("max_delta_ns", ctypes.c_uint64),
+                ("mac", ctypes.c_uint8 * 6), ("peer_mac", ctypes.c_uint8 * 6),
+                ("pad2", ctypes.c_uint32)]
+
+
+class _Dest(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_uint32), ("rr", ctypes.c_uint32),
+                ("slot", ctypes.c_uint32 * MAX_NEXT_HOPS)]
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [("routed", ctypes.c_uint64), ("passed", ctypes.c_uint64),
+                ("flowlets", ctypes.c_uint64), ("per_port", ctypes.c_uint64 * MAX_PORTS)]
+
+
+def router_source() -> Path:
+    return Path(__file__).resolve().parent / "bpf" / "router.c"
+
+
+def compile_router() -> Path:
+    return compile_c(router_source(), "bpf", what="the eBPF router (routing modes)")
+
+
+def _mac(text: str) -> Any:
+    return (ctypes.c_uint8 * 6)(*bytes.fromhex(text.replace(":", "")))
+
+
+def _update(fd: int, key: Any, value: Any, what: str) -> None:
+    if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0) != 0:
+        raise OSError(ctypes.get_errno(), f"bpf_map_update_elem({what})")
+
+
+@dataclass(frozen=True)
+class RouterCounters:
+    """What one switch's router did: frames it forwarded, frames it left to the FIB,
+    flowlets it started and frames per port (by ifname)."""
+
+    routed: int
+    passed: int
+    flowlets: int
+    per_port: dict[str, int]
+
+
+class SwitchRouter:
+    """The router of one switch: its map fds, its tables, its counters."""
+
+    def __init__(self, switch: str, tables: SwitchTables, fds: list[int]) -> None:
+        self.switch = switch
+        self.tables = tables
+        self._fds: dict[str, int] | None = dict(zip(MAPS, fds, strict=True))
+
+    def _fd(self, name: str) -> int:
+        if self._fds is None:
+            raise RuntimeError(f"router of {self.switch} is closed")
+        return self._fds[name]
+
+    def configure(self, mode: str, flowlet_gap_emu_ns: int, ifindex: Mapping[str, int],
+                  rate_emu_bps: Mapping[str, float], vq_fds: Mapping[str, int]) -> None:
+        """Write the mode, every port slot (by ifname: its ifindex, rate, marker map)
+        and the destinations."""
+        _update(self._fd("cfg"), ctypes.c_uint32(0),
+                _Cfg(MODE_NUMBER[mode], 0, flowlet_gap_emu_ns), "cfg")
+        for slot, port in enumerate(self.tables.ports):
+            rate = rate_emu_bps[port.ifname]
+            _update(self._fd("ports"), ctypes.c_uint32(slot),
+                    _Port(ifindex[port.ifname], 0, max(1, round(rate)), max_idle_ns(rate),
+                          _mac(port.mac), _mac(port.peer_mac), 0), "ports")
+            if port.ifname in vq_fds:
+                _update(self._fd("port_vq"), ctypes.c_uint32(slot),
+                        ctypes.c_uint32(vq_fds[port.ifname]), "port_vq")
+        self.set_dests(self.tables.dests)
+
+    def set_dests(self, dests: Mapping[str, tuple[int, ...]]) -> None:
+        """Make ``dests`` the destination table (after a link went down or up)."""
+        fd = self._fd("dests")
+        for ip, slots in dests.items():
+            dest = _Dest(len(slots), 0, (ctypes.c_uint32 * MAX_NEXT_HOPS)(*slots))
+            _update(fd, ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip)), dest, "dests")
+        for ip in set(self.tables.dests) - set(dests):
+            key = ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip))
+            libbpf().lib.bpf_map_delete_elem(fd, ctypes.byref(key))
+        self.tables = SwitchTables(self.tables.ports, dict(dests))
+
+    def counters(self) -> RouterCounters:
+        lb = libbpf()
+        vals = (_Stats * lb.ncpus)()
+        key = ctypes.c_uint32(0)
+        if lb.lib.bpf_map_lookup_elem(self._fd("stats"), ctypes.byref(key), vals) != 0:
+            raise OSError(ctypes.get_errno(), "bpf_map_lookup_elem(router stats)")
+        per_port = {p.ifname: sum(v.per_port[slot] for v in vals)
+                    for slot, p in enumerate(self.tables.ports)}
+        return RouterCounters(sum(v.routed for v in vals), sum(v.passed for v in vals),
+                              sum(v.flowlets for v in vals), per_port)
+
+    def close(self) -> None:
+        if self._fds is None:
+            return
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = None
+
+
+def install_router(switch: str, tables: SwitchTables, ipr: Any, ifindex: Mapping[str, int],
+                   mode: str, flowlet_gap_emu_ns: int, rate_emu_bps: Mapping[str, float],
+                   vq_fds: Mapping[str, int]) -> SwitchRouter:
+    """Load one router for ``switch``, configure it (`SwitchRouter.configure`) and
+    attach it to every port's clsact ingress. CapabilityError when clang, libbpf or
+    the kernel refuses."""
+    # port_vq's entries are markers' maps: one of them is the template; without
+    # markers, an array of their size (port_vq stays empty, adaptive is refused).
+    template = next(iter(vq_fds.values()), None)
+    own_template = create_array_map(VQ_STATE_BYTES, "fabemu_vq") if template is None else -1
+    try:
+        prog_fd, *fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router",
+                                    inner_maps={"port_vq": max(template or -1, own_template)})
+    finally:
+        if own_template >= 0:
+            os.close(own_template)
+    router = SwitchRouter(switch, tables, fds)
+    try:
+        router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq_fds)
+        for port in tables.ports:
+            attach_clsact(ipr, ifindex[port.ifname], prog_fd, FILTER_NAME, ingress=True)
+    except BaseException:
+        router.close()
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(prog_fd)
+    return router
+
+
+def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, SwitchTables],
+                    ports: list[Port], iprs: Mapping[str, Any], marking: str
+                    ) -> dict[str, SwitchRouter]:
+    """A router in every switch of ``tables`` (its ports among ``ports``, its netlink
+    socket in ``iprs``). Adaptive routing reads the ECN markers' queues, so it needs
+    ``marking`` 'bpf'. A one-line CapabilityError when a router cannot be installed
+    (the fabric then stops: never a silent ECMP)."""
+    if mode == "adaptive" and marking != "bpf":
+        raise CapabilityError(f"routing=adaptive reads each port's queue from the eBPF ECN "
+                              f"marker, and this fabric marks with {marking!r}: build it with "
+                              "marking='bpf' (or 'auto' where bpf works)")
+    routers: dict[str, SwitchRouter] = {}
+    try:
+        for switch, table in tables.items():
+            own = [p for p in ports if p.node == switch]
+            routers[switch] = install_router(
+                switch, table, iprs[switch], {p.ifname: p.ifindex for p in own}, mode,
+                flowlet_gap_emu_ns, {p.ifname: p.rate_emu_bps for p in own},
+                {p.ifname: p.marker.vq_map_fd() for p in own if p.marker is not None})
+    except BaseException as e:
+        for router in routers.values():
+            router.close()
+        if isinstance(e, CapabilityError):
+            raise CapabilityError(f"routing={mode} needs the eBPF router in every switch: "
+                                  f"{str(e).splitlines()[0]}") from None
+        raise
+    return routers
