@@ -42,6 +42,11 @@ MarkingOpt = Annotated[str, typer.Option("--marking", help="ECN marking back end
                                          "auto | bpf | red | off")]
 DelayOpt = Annotated[str, typer.Option("--delay", help="link propagation delay (netem, "
                                        "dilated by S): auto | on | off")]
+RoutingOpt = Annotated[str, typer.Option("--routing", help="how switches spread RoCEv2 frames: "
+                                         "ecmp | spray | spray-rr | flowlet | adaptive")]
+FlowletGapOpt = Annotated[str | None, typer.Option(
+    "--flowlet-gap", help="routing=flowlet: idle gap (real time, dilated by S) before a new "
+    "path, e.g. 10us (default: topologies/loadbalance.py's, and why)")]
 
 
 #: Commands that build fabrics to measure or use them: one at a time per machine.
@@ -108,16 +113,19 @@ def topo_show(spec: Annotated[str, typer.Argument(help="NAME,ARG,KEY=VALUE")],
 def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = DEFAULT_SCALE,
         test: Annotated[str, typer.Option("--test", help="pingall | iperf | none")] = "pingall",
         cli: Annotated[bool, typer.Option("--cli", help="drop into Mininet's CLI")] = False,
-        marking: MarkingOpt = "auto", delay: DelayOpt = "auto") -> None:
+        marking: MarkingOpt = "auto", delay: DelayOpt = "auto", routing: RoutingOpt = "ecmp",
+        flowlet_gap: FlowletGapOpt = None) -> None:
     """Build a fabric, run a test, tear it down; the exit code says pass/fail."""
     from core.scaling import Scale
     from emu.fabric import Fabric
     from emu.netcheck import iperf_check, pingall_check
+    from topologies.loadbalance import DEFAULT_FLOWLET_GAP_S, parse_flowlet_gap_s
     from topologies.spec import build_topo
 
     if test not in ("pingall", "iperf", "none"):
         raise FabricEmuError(f"invalid --test {test!r}: choose pingall, iperf or none")
-    fab = Fabric(build_topo(topo), Scale(scale), marking=marking, delay=delay)
+    fab = Fabric(build_topo(topo), Scale(scale), marking=marking, delay=delay, routing=routing,
+                 flowlet_gap_s=parse_flowlet_gap_s(flowlet_gap or DEFAULT_FLOWLET_GAP_S))
     ok = True
     with console.status(f"building {fab.topo.describe()} ..."):
         fab.start()
@@ -125,7 +133,8 @@ def net(topo: TopoOpt = "fattree,4", scale: ScaleOpt = DEFAULT_SCALE,
         s = fab.summary()
         console.print(f"built {s['topology']}: {s['hosts']} hosts, {s['switches']} switches, "
                       f"{s['links']} links, {s['ports']} shaped ports in {s['build_s']:.2f} s "
-                      f"(S = {scale:g}, marking = {s['marking']}, link delay: {s['delay_detail']})")
+                      f"(S = {scale:g}, marking = {s['marking']}, routing = {s['routing']}, "
+                      f"link delay: {s['delay_detail']})")
         for note in s["delay_notes"]:
             console.print(f"[yellow]link delay: {note}[/]")
         if test == "pingall":

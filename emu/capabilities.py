@@ -16,6 +16,7 @@ from core.errors import CapabilityError
 from emu.delay import probe_netem
 from emu.ecmp_hashing import FIELDS_SYSCTL, SEED_SYSCTL, available_mechanisms
 from emu.ecn.backend import choose_backend, probe_backends
+from emu.lbrouter import probe_router
 from emu.runs import NamespaceSet
 
 # qdisc kind -> arguments that make a valid root qdisc of that kind
@@ -181,6 +182,7 @@ def probe(marking: str = "auto") -> Capabilities:
     caps.checks.append(Check("clsact + cls_bpf marker", backends["bpf"]["ok"],
                              detail(backends["bpf"])))
     caps.checks.append(Check("RED marking", backends["red"]["ok"], detail(backends["red"])))
+    caps.checks.append(Check("eBPF router", *probe_router()))
 
     try:
         caps.marking_backend = choose_backend(marking, backends)

@@ -215,3 +215,21 @@ def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, Swi
                                   f"{str(e).splitlines()[0]}") from None
         raise
     return routers
+
+
+def probe_router() -> tuple[bool, str]:
+    """Whether this machine compiles the router and the kernel's verifier accepts it
+    (attaching is the marker's clsact + cls_bpf, probed with it)."""
+    try:
+        template = create_array_map(VQ_STATE_BYTES, "fabemu_probe")
+        try:
+            fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router",
+                              inner_maps={"port_vq": template})
+        finally:
+            os.close(template)
+    except CapabilityError as e:
+        return False, str(e).splitlines()[0]
+    for fd in fds:
+        os.close(fd)
+    return True, ("the kernel loads it: routing=spray | spray-rr | flowlet work, adaptive "
+                  "with the bpf marker")

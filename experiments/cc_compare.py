@@ -389,7 +389,8 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
                 advance(p[3])
         if not todo:
             return
-        with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t) as fab:
+        with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t,
+                    **opts.fabric_routing()) as fab:
             run.fabric(f"{prefix}cc {opts.topo} buffer={opts.buffer}", fab)
             r = roles(topo_graph(topo), list(topo.host_nodes()), opts.senders)
             for kind, cc, pfc, case in todo:

@@ -321,7 +321,8 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance(case)
             if all(run.finished(case) for case in cases.values()):
                 continue
-            with Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
+            with Fabric(build_topo(spec), Scale(scale), marking="auto",
+                        **opts.fabric_routing()) as fab:
                 run.fabric(entry, fab)
                 for (name, size), case in cases.items():
                     if run.finished(case):

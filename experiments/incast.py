@@ -290,7 +290,8 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             todo = [(cc, case) for cc, case in cases if not run.finished(case)]
             if not todo:
                 continue
-            with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t) as fab:
+            with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t,
+                        **opts.fabric_routing()) as fab:
                 run.fabric(f"{prefix}incast K={t.kmin_bytes}/{t.kmax_bytes}", fab)
                 receiver = fab.hosts[0]
                 senders = nearest_senders(fab, receiver, opts.senders)

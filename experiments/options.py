@@ -25,6 +25,7 @@ from core.ecn import Thresholds
 from core.errors import FabricEmuError, ParameterError
 from core.scaling import DEFAULT_SCALE, Scale
 from core.units import format_size, parse_size_bytes
+from topologies import loadbalance
 from topologies.spec import build_topo, topo_size
 from traffic.ccload import validate_cc
 from traffic.collectives import NAMES
@@ -395,19 +396,33 @@ METRICS_PORT = Option("none", "serve live Prometheus metrics on this TCP port of
                       parse=parse_metrics_port)
 
 
+#: Every experiment's ``routing`` and ``flowlet_gap`` (``topologies.loadbalance``).
+ROUTING = Option("ecmp", f"routing mode of every fabric: {' | '.join(loadbalance.ROUTING_MODES)} "
+                         "(ecmp: the kernel's per-flow hash; spray: a random path per frame, "
+                         "spray-rr: in turn; flowlet: a new random path after an idle "
+                         "flowlet_gap; adaptive: the shortest egress queue per frame)",
+                 parse=loadbalance.parse_routing)
+FLOWLET_GAP = Option(loadbalance.DEFAULT_FLOWLET_GAP_S, "routing=flowlet: the idle gap (real "
+                     "time) after which a flow may take a new path; above the paths' delay "
+                     "difference (topologies/loadbalance.py)", parse=loadbalance.parse_flowlet_gap_s)
+
+
 #: Options that say how a run is watched, not what it measures: a resumed run takes
 #: them from its command line, not from the run it resumes.
 WATCH_OPTIONS = ("metrics_port",)
 
 
 #: The options every experiment takes, declared once (`with_common` adds them): S,
-#: how each case is measured (attempts, workers, capture) and watched (metrics_port).
+#: how each case is measured (attempts, workers, capture) and watched (metrics_port),
+#: and how its fabrics route (routing, flowlet_gap).
 COMMON_OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
     "capture": CAPTURE,
     "metrics_port": METRICS_PORT,
+    "routing": ROUTING,
+    "flowlet_gap": FLOWLET_GAP,
 }
 
 
@@ -448,6 +463,12 @@ class CommonOptions(ExperimentOptions):
     workers: int | str
     capture: list[str]
     metrics_port: int | None
+    routing: str
+    flowlet_gap: float
+
+    def fabric_routing(self) -> dict[str, Any]:
+        """The routing options as ``emu.fabric.Fabric``'s keyword arguments."""
+        return {"routing": self.routing, "flowlet_gap_s": self.flowlet_gap}
 
     def common(self) -> dict[str, Any]:
         """The common options as keyword arguments: for an experiment that runs another

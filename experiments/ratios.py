@@ -130,7 +130,8 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
                     advance(case)
             if all(run.finished(case) for case in cases.values()):
                 continue
-            with Fabric(build_topo(spec), Scale(opts.scale), marking="auto") as fab:
+            with Fabric(build_topo(spec), Scale(opts.scale), marking="auto",
+                        **opts.fabric_routing()) as fab:
                 run.fabric(spec, fab)
                 for size, case in cases.items():
                     if run.finished(case):
