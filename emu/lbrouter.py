@@ -158,25 +158,39 @@ class SwitchRouter:
         self._fds = None
 
 
-def install_router(switch: str, tables: SwitchTables, ipr: Any, ifindex: Mapping[str, int],
-                   mode: str, flowlet_gap_emu_ns: int, rate_emu_bps: Mapping[str, float],
-                   vq_fds: Mapping[str, int]) -> SwitchRouter:
-    """Load one router for ``switch``, configure it (`SwitchRouter.configure`) and
-    attach it to every port's clsact ingress. CapabilityError when clang, libbpf or
-    the kernel refuses."""
+def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns: int,
+                ifindex: Mapping[str, int], rate_emu_bps: Mapping[str, float],
+                vq_fds: Mapping[str, int]) -> tuple[SwitchRouter, int]:
+    """Load and configure one router for ``switch`` (`SwitchRouter.configure`); returns
+    it and its program's fd, which the caller attaches (or runs) and closes.
+    CapabilityError when clang, libbpf or the kernel refuses."""
     # port_vq's entries are markers' maps: one of them is the template; without
     # markers, an array of their size (port_vq stays empty, adaptive is refused).
     template = next(iter(vq_fds.values()), None)
     own_template = create_array_map(VQ_STATE_BYTES, "fabemu_vq") if template is None else -1
     try:
         prog_fd, *fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router",
-                                    inner_maps={"port_vq": max(template or -1, own_template)})
+                                    inner_maps={"port_vq": own_template if template is None else template})
     finally:
         if own_template >= 0:
             os.close(own_template)
     router = SwitchRouter(switch, tables, fds)
     try:
         router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq_fds)
+    except BaseException:
+        router.close()
+        os.close(prog_fd)
+        raise
+    return router, prog_fd
+
+
+def install_router(switch: str, tables: SwitchTables, ipr: Any, ifindex: Mapping[str, int],
+                   mode: str, flowlet_gap_emu_ns: int, rate_emu_bps: Mapping[str, float],
+                   vq_fds: Mapping[str, int]) -> SwitchRouter:
+    """`load_router`, attached to every port's clsact ingress (the filters hold the program)."""
+    router, prog_fd = load_router(switch, tables, mode, flowlet_gap_emu_ns, ifindex,
+                                  rate_emu_bps, vq_fds)
+    try:
         for port in tables.ports:
             attach_clsact(ipr, ifindex[port.ifname], prog_fd, FILTER_NAME, ingress=True)
     except BaseException:
