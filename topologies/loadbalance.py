@@ -128,6 +128,8 @@ class FlowletTable:
     def choose(self, flow: Hashable, now_ns: int, members: int, rnd: int) -> int:
         """The member of ``flow``'s frame at ``now_ns``: its flowlet's while the gap
         since its last frame is at most ``gap_ns``, else a new flowlet's (``rnd``)."""
+        if members == 1:  # no choice to keep: the switch keeps no flowlet either
+            return 0
         last = self.entries.get(flow)
         if last is not None and now_ns - last[0] <= self.gap_ns and last[1] < members:
             member = last[1]

@@ -218,8 +218,8 @@ int fabricemu_route(struct __sk_buff *skb)
 		member = bpf_get_prandom_u32() % n;
 	else if (c->mode == MODE_SPRAY_RR)
 		member = d->rr++ % n;  /* unlocked: two CPUs may rarely take one turn twice */
-	else if (c->mode == MODE_FLOWLET)
-		member = flowlet_member(c, st, ip, udp, n, now);
+	else if (c->mode == MODE_FLOWLET)  /* a flowlet table only where there is a choice */
+		member = n > 1 ? flowlet_member(c, st, ip, udp, n, now) : 0;
 	else if (c->mode == MODE_ADAPTIVE)
 		member = least_queue(d, n, now);
 	else

@@ -90,9 +90,11 @@ def test_flowlet_keeps_its_path_within_the_gap_and_redraws_after():
     assert table.choose(flow, 3501, 2, rnd=0) == 0  # idle 1001 ns: a new flowlet
     assert table.flowlets == 2
     other = ("10.0.0.2", "10.0.0.3", 5000, 4791, 17)
-    assert table.choose(other, 3502, 2, rnd=1) == 1  # flows are independent
+    assert table.choose(other, 3502, 3, rnd=2) == 2  # flows are independent
     # A member that no longer exists (a link went down) is redrawn at once.
-    assert table.choose(other, 3503, 1, rnd=7) == 0 and table.flowlets == 4
+    assert table.choose(other, 3503, 2, rnd=7) == 1 and table.flowlets == 4
+    # One next hop: nothing to choose, no flowlet kept.
+    assert table.choose(("x",), 3504, 1, rnd=5) == 0 and table.flowlets == 4
 
 
 def test_queue_now_drains_at_the_emulated_rate():
