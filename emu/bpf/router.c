@@ -39,7 +39,7 @@
 
 #define MAX_PORTS 64   /* emu/lbrouter.py: MAX_PORTS */
 #define MAX_NH 16      /* emu/lbrouter.py: MAX_NEXT_HOPS */
-#define FLOWLETS 65536
+#define FLOWLETS 16384  /* per switch (preallocated); beyond, the least recent flow starts anew */
 
 enum mode { MODE_SPRAY = 1, MODE_SPRAY_RR = 2, MODE_FLOWLET = 3, MODE_ADAPTIVE = 4 };
 
@@ -102,7 +102,8 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 65536);  /* every host address of topologies.addressing */
+	__uint(map_flags, BPF_F_NO_PREALLOC);  /* memory for the fabric's hosts only */
 	__type(key, __u32);     /* destination IPv4 address, network order */
 	__type(value, struct dest);
 } dests SEC(".maps");
