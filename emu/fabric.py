@@ -319,7 +319,7 @@ class Fabric:
             "ethernet_overhead_bytes": WIRE_OVERHEAD_BYTES,   # charged by every shaper
             "receive_steering": self.receive_steering,
             "routing": self.routing,
-            **({"flowlet_gap_s": self.flowlet_gap_s} if self.routing == "flowlet" else {}),
+            **({"flowlet_gap_s": self.flowlet_gap_s} if "flowlet" in self.routing else {}),
             **(self.ecmp_hash.summary() if self.ecmp_hash else {}),
         }
 

@@ -44,7 +44,7 @@ MAPS = ("cfg", "ports", "dests", "stats", "port_vq")
 #: sizeof(struct vq_state) (emu/bpf/vq_state.h)
 VQ_STATE_BYTES = 40
 #: router.c's mode numbers
-MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4}
+MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4, "adaptive-flowlet": 5}
 assert set(MODE_NUMBER) == set(BPF_MODES)
 
 
@@ -209,8 +209,8 @@ def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, Swi
     socket in ``iprs``). Adaptive routing reads the ECN markers' queues, so it needs
     ``marking`` 'bpf'. A one-line CapabilityError when a router cannot be installed
     (the fabric then stops: never a silent ECMP)."""
-    if mode == "adaptive" and marking != "bpf":
-        raise CapabilityError(f"routing=adaptive reads each port's queue from the eBPF ECN "
+    if mode.startswith("adaptive") and marking != "bpf":
+        raise CapabilityError(f"routing={mode} reads each port's queue from the eBPF ECN "
                               f"marker, and this fabric marks with {marking!r}: build it with "
                               "marking='bpf' (or 'auto' where bpf works)")
     routers: dict[str, SwitchRouter] = {}
@@ -245,5 +245,5 @@ def probe_router() -> tuple[bool, str]:
         return False, str(e).splitlines()[0]
     for fd in fds:
         os.close(fd)
-    return True, ("the kernel loads it: routing=spray | spray-rr | flowlet work, adaptive "
-                  "with the bpf marker")
+    return True, ("the kernel loads it: routing=spray | spray-rr | flowlet work, the "
+                  "adaptive ones with the bpf marker")

@@ -400,7 +400,8 @@ METRICS_PORT = Option("none", "serve live Prometheus metrics on this TCP port of
 ROUTING = Option("ecmp", f"routing mode of every fabric: {' | '.join(loadbalance.ROUTING_MODES)} "
                          "(ecmp: the kernel's per-flow hash; spray: a random path per frame, "
                          "spray-rr: in turn; flowlet: a new random path after an idle "
-                         "flowlet_gap; adaptive: the shortest egress queue per frame)",
+                         "flowlet_gap; adaptive: the shortest egress queue per frame, adaptive-flowlet: "
+                         "per flowlet)",
                  parse=loadbalance.parse_routing)
 FLOWLET_GAP = Option(loadbalance.DEFAULT_FLOWLET_GAP_S, "routing=flowlet: the idle gap (real "
                      "time) after which a flow may take a new path; above the paths' delay "

@@ -15,7 +15,8 @@ decision written here in Python, from the same tables:
   (LetFlow's rule; the gap must exceed the paths' delay difference, or a new
   flowlet overtakes the end of the last one).
 * ``adaptive``: `least_queue_choice` over each member's egress queue now
-  (`queue_now_scaled`: the ECN marker's virtual queue drained to now), per frame.
+  (`queue_now_scaled`: the ECN marker's virtual queue drained to now), per frame;
+  ``adaptive-flowlet``: the same choice per flowlet (`FlowletTable`).
 
 `DEFAULT_FLOWLET_GAP_S`: 10 µs of real time (dilated by S in the switch). A flowlet
 may take a new path only when the previous one has drained from the old path, so
@@ -38,7 +39,7 @@ from core.units import parse_time_s
 from topologies.addressing import AddressPlan
 from topologies.routing import Routes
 
-ROUTING_MODES = ("ecmp", "spray", "spray-rr", "flowlet", "adaptive")
+ROUTING_MODES = ("ecmp", "spray", "spray-rr", "flowlet", "adaptive", "adaptive-flowlet")
 #: The modes a switch's eBPF program decides (every one but the kernel's ECMP).
 BPF_MODES = ROUTING_MODES[1:]
 DEFAULT_FLOWLET_GAP_S = 10e-6
@@ -125,16 +126,17 @@ class FlowletTable:
     entries: dict[Hashable, tuple[int, int]] = field(default_factory=dict)
     flowlets: int = 0
 
-    def choose(self, flow: Hashable, now_ns: int, members: int, rnd: int) -> int:
+    def choose(self, flow: Hashable, now_ns: int, members: int, fresh: int) -> int:
         """The member of ``flow``'s frame at ``now_ns``: its flowlet's while the gap
-        since its last frame is at most ``gap_ns``, else a new flowlet's (``rnd``)."""
+        since its last frame is at most ``gap_ns``, else ``fresh``, a new flowlet's
+        (`spray_choice` under ``flowlet``, `least_queue_choice` under ``adaptive-flowlet``)."""
         if members == 1:  # no choice to keep: the switch keeps no flowlet either
             return 0
         last = self.entries.get(flow)
         if last is not None and now_ns - last[0] <= self.gap_ns and last[1] < members:
             member = last[1]
         else:
-            member = spray_choice(members, rnd)
+            member = fresh
             self.flowlets += 1
         self.entries[flow] = (now_ns, member)
         return member

@@ -22,6 +22,7 @@
  *             marker's virtual queue of that port (`port_vq` holds each port's
  *             marker map), drained to now as the marker drains it; ties go to the
  *             first from a random starting member.
+ *   ADAPTIVE_FLOWLET  as FLOWLET, a new flowlet taking ADAPTIVE's member.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -41,7 +42,8 @@
 #define MAX_NH 16      /* emu/lbrouter.py: MAX_NEXT_HOPS */
 #define FLOWLETS 16384  /* per switch (preallocated); beyond, the least recent flow starts anew */
 
-enum mode { MODE_SPRAY = 1, MODE_SPRAY_RR = 2, MODE_FLOWLET = 3, MODE_ADAPTIVE = 4 };
+enum mode { MODE_SPRAY = 1, MODE_SPRAY_RR = 2, MODE_FLOWLET = 3, MODE_ADAPTIVE = 4,
+	    MODE_ADAPTIVE_FLOWLET = 5 };
 
 struct cfg {
 	__u32 mode;
@@ -174,7 +176,7 @@ static __always_inline __u32 least_queue(struct dest *d, __u32 n, __u64 now)
 }
 
 static __always_inline __u32 flowlet_member(struct cfg *c, struct stats *st, struct iphdr *ip,
-					    struct udphdr *udp, __u32 n, __u64 now)
+					    struct udphdr *udp, struct dest *d, __u32 n, __u64 now)
 {
 	struct flow_key k = {.saddr = ip->saddr, .daddr = ip->daddr, .sport = udp->source,
 			     .dport = udp->dest, .proto = ip->protocol};
@@ -183,7 +185,9 @@ static __always_inline __u32 flowlet_member(struct cfg *c, struct stats *st, str
 		f->last_ns = now;
 		return f->member;
 	}
-	struct flowlet fresh = {.last_ns = now, .member = bpf_get_prandom_u32() % n};
+	struct flowlet fresh = {.last_ns = now};
+	fresh.member = c->mode == MODE_ADAPTIVE_FLOWLET ? least_queue(d, n, now)
+						       : bpf_get_prandom_u32() % n;
 	bpf_map_update_elem(&flowlets, &k, &fresh, BPF_ANY);
 	st->flowlets++;
 	return fresh.member;
@@ -219,8 +223,9 @@ int fabricemu_route(struct __sk_buff *skb)
 		member = bpf_get_prandom_u32() % n;
 	else if (c->mode == MODE_SPRAY_RR)
 		member = d->rr++ % n;  /* unlocked: two CPUs may rarely take one turn twice */
-	else if (c->mode == MODE_FLOWLET)  /* a flowlet table only where there is a choice */
-		member = n > 1 ? flowlet_member(c, st, ip, udp, n, now) : 0;
+	else if (c->mode == MODE_FLOWLET || c->mode == MODE_ADAPTIVE_FLOWLET)
+		/* a flowlet table only where there is a choice */
+		member = n > 1 ? flowlet_member(c, st, ip, udp, d, n, now) : 0;
 	else if (c->mode == MODE_ADAPTIVE)
 		member = least_queue(d, n, now);
 	else

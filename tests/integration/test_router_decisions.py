@@ -76,6 +76,34 @@ def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = 
         os.close(prog_fd)
 
 
+@contextlib.contextmanager
+def _markers():
+    """The ``vq`` maps of four ECN markers, one per port of l1 (ifname -> fd)."""
+    from emu.bpfload import load_object
+    from emu.ecn.bpf import PROGRAM_NAME, compile_marker
+
+    loaded = [load_object(compile_marker(), PROGRAM_NAME, ("vq",), what="marker",
+                          small_maps=("trace",)) for _ in range(4)]
+    try:
+        yield {f"{SWITCH}-eth{i + 1}": fds[1] for i, fds in enumerate(loaded)}
+    finally:
+        for fds in loaded:
+            for fd in fds:
+                os.close(fd)
+
+
+def _set_queues(vq: dict[str, int], tables, queued_bytes: dict[int, int], now_ns: int) -> None:
+    """Each slot's marker queue as if its last frame left ``queued_bytes`` at ``now_ns``."""
+    from emu.bpfload import libbpf
+    from emu.ecn.bpf import SCALE, _VqState
+
+    for slot, queued in queued_bytes.items():
+        st = _VqState(vq_scaled=queued * SCALE, t_last_ns=now_ns)
+        key = ctypes.c_uint32(0)
+        assert libbpf().lib.bpf_map_update_elem(
+            vq[tables.ports[slot].ifname], ctypes.byref(key), ctypes.byref(st), 0) == 0
+
+
 def _slot_of(out: bytes, frame: bytes, tables) -> int:
     """The port slot a forwarded frame leaves by, checking it was forwarded correctly."""
     from scapy.layers.inet import IP
@@ -129,33 +157,33 @@ def test_flowlet_keeps_a_member_within_the_gap_and_redraws_after():
 
 
 def test_adaptive_takes_the_shortest_queue_as_the_python_decision_does():
-    from emu.bpfload import libbpf, load_object
-    from emu.ecn.bpf import PROGRAM_NAME, SCALE, _VqState, compile_marker
+    from emu.ecn.bpf import SCALE
     from topologies.loadbalance import least_queue_choice, queue_now_scaled
 
-    marker_fds = [load_object(compile_marker(), PROGRAM_NAME, ("vq",), what="marker",
-                              small_maps=("trace",)) for _ in range(4)]
-    try:
-        vq = {f"l1-eth{i + 1}": fds[1] for i, fds in enumerate(marker_fds)}
-        with _router("adaptive", vq_fds=vq) as (_, prog_fd, plan, tables):
-            members = tables.dests[plan.host_ip["h3"]]
-            for loaded in members:
-                now = time.monotonic_ns()
-                queued = {s: (10_000_000 if s == loaded else 4154) * SCALE for s in members}
-                for s, q in queued.items():
-                    st = _VqState(vq_scaled=q, t_last_ns=now)
-                    key = ctypes.c_uint32(0)
-                    assert libbpf().lib.bpf_map_update_elem(
-                        vq[tables.ports[s].ifname], ctypes.byref(key), ctypes.byref(st), 0) == 0
-                expected = {members[least_queue_choice(
-                    [queue_now_scaled(queued[s], 0, now, now + d, RATE_EMU_BPS) for s in members],
-                    start)] for start in range(len(members)) for d in (0, 10**6)}
-                assert expected == {m for m in members if m != loaded}
-                assert set(_slots(prog_fd, _frame(plan), tables, 30)) == expected
-    finally:
-        for fds in marker_fds:
-            for fd in fds:
-                os.close(fd)
+    with _markers() as vq, _router("adaptive", vq_fds=vq) as (_, prog_fd, plan, tables):
+        members = tables.dests[plan.host_ip["h3"]]
+        for loaded in members:
+            now = time.monotonic_ns()
+            queued = {s: 10_000_000 if s == loaded else 4154 for s in members}
+            _set_queues(vq, tables, queued, now)
+            expected = {members[least_queue_choice(
+                [queue_now_scaled(queued[s] * SCALE, 0, now, now + d, RATE_EMU_BPS)
+                 for s in members], start)] for start in range(len(members)) for d in (0, 10**6)}
+            assert expected == {m for m in members if m != loaded}
+            assert set(_slots(prog_fd, _frame(plan), tables, 30)) == expected
+
+
+def test_adaptive_flowlet_takes_the_shortest_queue_once_per_flowlet():
+    with _markers() as vq, _router("adaptive-flowlet", gap_emu_ns=10**12, vq_fds=vq) as (
+            router, prog_fd, plan, tables):
+        first, second = tables.dests[plan.host_ip["h3"]]
+        _set_queues(vq, tables, {first: 10_000_000, second: 0}, time.monotonic_ns())
+        assert _slots(prog_fd, _frame(plan, sport=6000), tables, 5) == [second] * 5
+        # The queues swap: the flowlet stays where it started, a new flow does not.
+        _set_queues(vq, tables, {first: 0, second: 10_000_000}, time.monotonic_ns())
+        assert _slots(prog_fd, _frame(plan, sport=6000), tables, 5) == [second] * 5
+        assert _slots(prog_fd, _frame(plan, sport=6001), tables, 5) == [first] * 5
+        assert router.counters().flowlets == 2
 
 
 def test_what_the_router_leaves_to_the_kernel():

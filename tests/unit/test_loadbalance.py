@@ -82,19 +82,19 @@ def test_round_robin_takes_members_in_turn():
 def test_flowlet_keeps_its_path_within_the_gap_and_redraws_after():
     table = FlowletTable(gap_ns=1000)
     flow = ("10.0.0.1", "10.0.0.3", 5000, 4791, 17)
-    assert table.choose(flow, 0, 2, rnd=1) == 1
+    assert table.choose(flow, 0, 2, fresh=1) == 1
     # Frames closer than the gap (the gap itself included) keep the flowlet's member,
     # whatever the draw says.
-    assert [table.choose(flow, t, 2, rnd=0) for t in (500, 1500, 2500)] == [1, 1, 1]
+    assert [table.choose(flow, t, 2, fresh=0) for t in (500, 1500, 2500)] == [1, 1, 1]
     assert table.flowlets == 1
-    assert table.choose(flow, 3501, 2, rnd=0) == 0  # idle 1001 ns: a new flowlet
+    assert table.choose(flow, 3501, 2, fresh=0) == 0  # idle 1001 ns: a new flowlet
     assert table.flowlets == 2
     other = ("10.0.0.2", "10.0.0.3", 5000, 4791, 17)
-    assert table.choose(other, 3502, 3, rnd=2) == 2  # flows are independent
+    assert table.choose(other, 3502, 3, fresh=2) == 2  # flows are independent
     # A member that no longer exists (a link went down) is redrawn at once.
-    assert table.choose(other, 3503, 2, rnd=7) == 1 and table.flowlets == 4
+    assert table.choose(other, 3503, 2, fresh=1) == 1 and table.flowlets == 4
     # One next hop: nothing to choose, no flowlet kept.
-    assert table.choose(("x",), 3504, 1, rnd=5) == 0 and table.flowlets == 4
+    assert table.choose(("x",), 3504, 1, fresh=0) == 0 and table.flowlets == 4
 
 
 def test_queue_now_drains_at_the_emulated_rate():
@@ -151,7 +151,8 @@ def test_router_c_compiles_with_the_python_constants():
     assert f"#define MAX_PORTS {MAX_PORTS}" in source
     assert f"#define MAX_NH {MAX_NEXT_HOPS}" in source
     assert "MODE_SPRAY = {spray}, MODE_SPRAY_RR = {spray-rr}, MODE_FLOWLET = {flowlet}, " \
-           "MODE_ADAPTIVE = {adaptive}".format_map(MODE_NUMBER) in source
+           "MODE_ADAPTIVE = {adaptive},\n\t    MODE_ADAPTIVE_FLOWLET = {adaptive-flowlet} }}" \
+           .format_map(MODE_NUMBER) in source
 
 
 def test_a_router_that_cannot_load_is_a_one_line_error_never_ecmp(monkeypatch):
