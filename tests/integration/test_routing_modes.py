@@ -67,6 +67,10 @@ def test_spray_sends_one_flow_over_both_uplinks():
         for ifname, frames in sent.items():
             assert delta[f"l1:{ifname}"] >= frames
         assert fab.routers["l2"].counters().per_port["l2-eth1"] == 200  # all reached h3's port
+        fab.set_link_up("l1", "s1", False)  # the routers' tables follow the routes
+        assert _send(fab, sock, "h3", 50) == {"l1-eth3": 0, "l1-eth4": 50}
+        fab.set_link_up("l1", "s1", True)
+        assert min(_send(fab, sock, "h3", 100).values()) > 0
 
 
 def test_round_robin_spray_alternates_exactly():
