@@ -31,7 +31,6 @@ from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object
 from emu.cbuild import compile_c
 from emu.ports import Port
 from topologies.loadbalance import (
-    BPF_MODES,
     MAX_NEXT_HOPS,
     MAX_PORTS,
     SwitchTables,
@@ -45,7 +44,6 @@ MAPS = ("cfg", "ports", "dests", "stats", "port_vq")
 VQ_STATE_BYTES = 40
 #: router.c's mode numbers
 MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4, "adaptive-flowlet": 5}
-assert set(MODE_NUMBER) == set(BPF_MODES)
 
 
 class _Cfg(ctypes.Structure):

@@ -40,8 +40,6 @@ from topologies.addressing import AddressPlan
 from topologies.routing import Routes
 
 ROUTING_MODES = ("ecmp", "spray", "spray-rr", "flowlet", "adaptive", "adaptive-flowlet")
-#: The modes a switch's eBPF program decides (every one but the kernel's ECMP).
-BPF_MODES = ROUTING_MODES[1:]
 DEFAULT_FLOWLET_GAP_S = 10e-6
 #: The switch program's table sizes (emu/bpf/router.c: MAX_PORTS, MAX_NH).
 MAX_PORTS = 64
