@@ -405,7 +405,7 @@ class SrReceiver(ResponderCounters):
                     _clear(self._got, exp)
                     exp += 1
                 fill = exp > index + 1
-                self._since_ack += exp - index  # frames the cumulative ACK now covers
+                self._since_ack += 1  # (a frame that fills a hole is ACKed at once)
                 self._expected = exp
             else:
                 _set(self._got, index)
