@@ -66,7 +66,8 @@ MAX_WINDOW = _HALF - 1
 NONE = 0
 ACK = 1
 NAK = 2
-#: AETH syndrome bits 6:5 of a NAK (11b; 00b is an ACK).
+#: AETH syndrome bits 6:5 of a NAK (11b; 00b is an ACK); with code 0, a NAK's syndrome
+#: (PSN sequence error, ``traffic.roce.AETH_NAK_PSN_SEQ``).
 _NAK_TYPE = 0x60
 
 
@@ -288,13 +289,17 @@ class Action(NamedTuple):
 
     ``echo``: the reply's ECN echo. ``flush``: before anything else, ACK the packets
     before this one (PSN ``psn - 1``), echoing the opposite of this packet's CE state
-    (``ce_ack`` only)."""
+    (``ce_ack`` only). ``syndrome`` and ``msn``: the reply's AETH fields (an ACK's MSN
+    is 1 once the message is complete), so that a responder writes any transport's
+    reply (``traffic.selective_repeat`` too) from the action alone."""
 
     deliver: bool
     reply: int  # NONE, ACK or NAK
     psn: int  # the ACK/NAK PSN (meaningless when reply is NONE)
     echo: bool = False
     flush: bool = False
+    syndrome: int = 0
+    msn: int = 0
 
 
 class GbnReceiver(ResponderCounters):
@@ -367,7 +372,8 @@ class GbnReceiver(ResponderCounters):
             if self._since_ack >= self.ack_coalesce or exp + 1 == self.total_packets or ackreq:
                 self._since_ack = 0
                 self.acks_sent += 1
-                return Action(True, ACK, psn, self._reported(), flush)
+                return Action(True, ACK, psn, self._reported(), flush, 0,
+                              int(exp + 1 == self.total_packets))
             return Action(True, NONE, psn, False, flush)
         if 0 < d < _HALF and exp + d < self.total_packets:
             # Ahead of the expected PSN: a gap. NAK once, then stay quiet.
@@ -376,9 +382,11 @@ class GbnReceiver(ResponderCounters):
                 return Action(False, NONE, 0)
             self._nak_outstanding = True
             self.naks_sent += 1
-            return Action(False, NAK, (self.start_psn + exp) & PSN_MASK, self._reported())
+            return Action(False, NAK, (self.start_psn + exp) & PSN_MASK, self._reported(),
+                          False, _NAK_TYPE)
         # Behind (already delivered) or outside the message: re-ACK the latest delivered.
         self.duplicates += 1
         self._since_ack = 0
         self.acks_sent += 1
-        return Action(False, ACK, (self.start_psn + exp - 1) & PSN_MASK, self._reported())
+        return Action(False, ACK, (self.start_psn + exp - 1) & PSN_MASK, self._reported(),
+                      False, 0, int(self.complete))

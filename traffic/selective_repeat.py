@@ -52,8 +52,6 @@ Times are passed in (seconds); nothing reads a clock.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from core.errors import ParameterError
 from traffic.gbn import (
     _HALF,
@@ -61,6 +59,7 @@ from traffic.gbn import (
     NAK,
     NONE,
     PSN_MASK,
+    Action,
     RequesterCounters,
     ResponderCounters,
     _check_count,
@@ -72,7 +71,6 @@ __all__ = [
     "MAX_NAK_RUN",
     "REORDER_PACKETS",
     "WINDOW_PACKETS",
-    "SrAction",
     "SrReceiver",
     "SrSender",
     "nak_syndrome",
@@ -292,23 +290,6 @@ class SrSender(RequesterCounters):
             self._timer_start_s = now_s
 
 
-class SrAction(NamedTuple):
-    """What the responder does with a packet: deliver (place) it? reply with which AETH?
-
-    ``reply``: ``gbn.NONE``, ``gbn.ACK`` or ``gbn.NAK`` (selective); ``psn``, ``syndrome``
-    and ``msn`` are the reply's BTH PSN and AETH fields (``msn`` of an ACK: 1 if the
-    message is complete). ``echo`` and ``flush`` as ``gbn.Action``'s (a flush ACK,
-    PSN ``psn - 1``, only ever precedes an in-order frame)."""
-
-    deliver: bool
-    reply: int
-    psn: int
-    echo: bool = False
-    flush: bool = False
-    syndrome: int = 0
-    msn: int = 0
-
-
 class SrReceiver(ResponderCounters):
     """Responder side of one message (see the module docstring for the rules)."""
 
@@ -356,13 +337,13 @@ class SrReceiver(ResponderCounters):
     def _psn(self, index: int) -> int:
         return (self.start_psn + index) & PSN_MASK
 
-    def ack_pending(self) -> SrAction | None:
+    def ack_pending(self) -> Action | None:
         """The delayed ACK of everything delivered in order, or None if nothing waits."""
         if not self._unreported:
             return None
         self._since_ack = 0
         self.acks_sent += 1
-        return SrAction(False, ACK, self._psn(self._expected - 1), self._reported())
+        return Action(False, ACK, self._psn(self._expected - 1), self._reported())
 
     def _hole(self) -> tuple[int, int] | None:
         """The next run of missing indices that reordering cannot explain: (first, run)."""
@@ -379,7 +360,7 @@ class SrReceiver(ResponderCounters):
         self._nak_scan = i + run
         return i, run
 
-    def on_packet(self, psn: int, ce: bool = False, ackreq: bool = False) -> SrAction:
+    def on_packet(self, psn: int, ce: bool = False, ackreq: bool = False) -> Action:
         """A data packet with ``psn`` arrived (``ce``: CE-marked; ``ackreq``: AckReq set)."""
         exp = self._expected
         d = (psn - self.start_psn - exp) & PSN_MASK
@@ -420,12 +401,12 @@ class SrReceiver(ResponderCounters):
             first, run = hole
             self.naks_sent += 1
             self._since_ack = 0
-            return SrAction(deliver, NAK, self._psn(first), self._reported(), flush,
+            return Action(deliver, NAK, self._psn(first), self._reported(), flush,
                             nak_syndrome(run), self._psn(exp - 1))
         complete = exp >= self.total_packets
         if not deliver or fill or complete or ackreq or self._since_ack >= self.ack_coalesce:
             self._since_ack = 0
             self.acks_sent += 1
-            return SrAction(deliver, ACK, self._psn(exp - 1), self._reported(), flush, 0,
+            return Action(deliver, ACK, self._psn(exp - 1), self._reported(), flush, 0,
                             int(complete))
-        return SrAction(deliver, NONE, psn, False, flush)
+        return Action(deliver, NONE, psn, False, flush)
