@@ -28,6 +28,7 @@ from core.units import format_size, parse_size_bytes
 from topologies.spec import build_topo, topo_size
 from traffic.ccload import validate_cc
 from traffic.collectives import NAMES
+from traffic.transport import TRANSPORTS
 
 # ----------------------------------------------------------------------------- options
 
@@ -395,19 +396,28 @@ METRICS_PORT = Option("none", "serve live Prometheus metrics on this TCP port of
                       parse=parse_metrics_port)
 
 
+#: Every experiment's ``transport`` option (``engine.run.EngineConfig.transport``).
+TRANSPORT = Option(TRANSPORTS[0], "the QPs' reliable transport: gbn (RoCE's go-back-N) or sr "
+                                  "(selective repeat, which tolerates the reordering of "
+                                  "packet spraying and adaptive routing)",
+                   parse=parse_choice(*TRANSPORTS))
+
+
 #: Options that say how a run is watched, not what it measures: a resumed run takes
 #: them from its command line, not from the run it resumes.
 WATCH_OPTIONS = ("metrics_port",)
 
 
 #: The options every experiment takes, declared once (`with_common` adds them): S,
-#: how each case is measured (attempts, workers, capture) and watched (metrics_port).
+#: how each case is measured (attempts, workers, capture, transport) and watched
+#: (metrics_port).
 COMMON_OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
     "workers": WORKERS,
     "capture": CAPTURE,
     "metrics_port": METRICS_PORT,
+    "transport": TRANSPORT,
 }
 
 
@@ -448,6 +458,7 @@ class CommonOptions(ExperimentOptions):
     workers: int | str
     capture: list[str]
     metrics_port: int | None
+    transport: str
 
     def common(self) -> dict[str, Any]:
         """The common options as keyword arguments: for an experiment that runs another

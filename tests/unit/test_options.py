@@ -329,7 +329,8 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
                             {"scale": "150000", "senders": "2", "workers": "1", "capture": "h1"},
                             demo_module.check)
     demo_module.execute(None, opts)
-    common = {"scale": 150000.0, "attempts": 2, "workers": 1, "capture": ["h1"], "metrics_port": None}
+    common = {"scale": 150000.0, "attempts": 2, "workers": 1, "capture": ["h1"], "metrics_port": None,
+              "transport": "gbn"}
     assert seen["incast"] == [incast.Options(
         topo="fattree,4", senders=2, size=1 << 20, cc=["off", "dcqcn"], dcqcn="paper",
         thresholds=["100K/400K"], pmax=0.2, **common)]
@@ -340,4 +341,5 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
     sweep.execute(None, opts)
     assert seen["collective"][1] == collective.Options(
         topos=["fattree,4"], collectives=opts.collectives, sizes=opts.sizes, cc="off",
-        hash_draws=16, scale=150000.0, attempts=2, workers="auto", capture=[], metrics_port=None)
+        hash_draws=16, scale=150000.0, attempts=2, workers="auto", capture=[], metrics_port=None,
+        transport="gbn")

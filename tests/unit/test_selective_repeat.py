@@ -282,3 +282,20 @@ def test_the_selective_nak_is_an_ack_frame_scapy_decodes(run_, cum):
     f = parse_frame(wire)
     assert f is not None and (f.psn, f.syndrome & 0x60, (f.syndrome & 31) + 1, f.msn) == \
         (999, AETH_SR_NAK, run_, cum)
+
+
+def test_the_transport_setting_is_checked_and_builds_either_machine():
+    from engine.run import EngineConfig
+    from experiments.options import COMMON_OPTIONS
+    from traffic.transport import new_receiver, new_sender
+
+    assert isinstance(new_sender("sr", 4, 1e-3), SrSender)
+    assert isinstance(new_sender("gbn", 4, 1e-3), gbn.GbnSender)
+    assert isinstance(new_receiver("sr", 4, 1, False, reorder_packets=3), SrReceiver)
+    assert isinstance(new_receiver("gbn", 4, 1, False), gbn.GbnReceiver)
+    assert EngineConfig(transport="sr").transport == "sr"
+    with pytest.raises(ParameterError, match="transport"):
+        EngineConfig(transport="tcp")
+    assert COMMON_OPTIONS["transport"].parse("SR") == "sr"
+    with pytest.raises(ParameterError):
+        COMMON_OPTIONS["transport"].parse("irn")
