@@ -37,12 +37,12 @@ from core.frame import (
 from emu.cbuild import compile_c
 from traffic.selective_repeat import WINDOW_PACKETS
 
-EV_ACK, EV_NAK, EV_CNP, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING, EV_SNAK = \
+EV_ACK, EV_NAK, EV_CNP, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING, EV_SR = \
     range(1, 10)
 #: Bits of an event's ``arg``: EV_ACK/EV_NAK complete and ECN echo; EV_ACK_IN the
-#: AETH syndrome (low byte) and the ACK's BECN (ECN echo); EV_SNAK (selective
-#: repeat's NAK) the ECN echo and the AETH syndrome shifted by 8 (``msn``: the
-#: cumulative PSN). An event's ``msn`` is also EV_ACK_IN's AETH MSN.
+#: AETH syndrome (low byte) and the ACK's BECN (ECN echo); EV_SR (a selective-repeat
+#: ACK or NAK) the ECN echo, complete, and the AETH syndrome shifted by 8. An event's
+#: ``msn`` is the AETH MSN of EV_SR and EV_ACK_IN.
 ARG_COMPLETE, ARG_ECHO, ARG_BECN = 1, 2, 0x100
 _EVENTS_PER_FRAME = 4       # an ACK flushed on a CE change, a CNP, a reply or pending, done
 _PSN_MASK = 0xFFFFFF
@@ -210,15 +210,16 @@ class RxState:
             raise IndexError(f"QPN {qpn:#x} has no slot")
         return self.qps[qpn - FIRST_QPN]
 
-    def ack_pending(self, qpn: int) -> tuple[int, bool] | None:
-        """The delayed ACK of ``qpn`` (``gbn.GbnReceiver.ack_pending`` on the C state):
-        (PSN, ECN echo) of an ACK of everything delivered, or None if nothing waits."""
+    def ack_pending(self, qpn: int) -> tuple[int, bool, int] | None:
+        """The delayed ACK of ``qpn`` (``ack_pending`` of ``gbn.GbnReceiver`` or
+        ``selective_repeat.SrReceiver`` on the C state): (PSN, ECN echo, MSN) of an ACK
+        of everything delivered, or None if nothing waits."""
         q = self.qp(qpn)
         if not q.unreported:
             return None
         echo = bool(q.echo)
         q.since_ack = q.unreported = q.echo = 0
-        return (q.expected - 1) & _PSN_MASK, echo
+        return (q.expected - 1) & _PSN_MASK, echo, (q.high - 1) & _PSN_MASK if q.selective else 0
 
     def int_block(self, k: int) -> bytes:
         """The INT block of event ``k`` of the last read (b'' if it had none)."""

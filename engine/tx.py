@@ -67,6 +67,7 @@ class TxSr(RequesterCounters, ctypes.Structure):
                 ("timeout_s", ctypes.c_double), ("start_psn", ctypes.c_int64),
                 ("_una", ctypes.c_int64), ("_nxt", ctypes.c_int64),
                 ("_lost_count", ctypes.c_int64), ("_rtx", ctypes.c_int64),
+                ("_heard", ctypes.c_int64), ("_timer_nxt", ctypes.c_int64),
                 ("_timer_start_raw", ctypes.c_double),
                 ("packets_sent", ctypes.c_int64), ("retransmitted", ctypes.c_int64),
                 ("naks", ctypes.c_int64), ("timeouts", ctypes.c_int64),
@@ -84,7 +85,8 @@ class TxSr(RequesterCounters, ctypes.Structure):
         """A copy of ``s``'s whole state."""
         start = s._timer_start_s
         return cls(s.total_packets, s.window, s.timeout_s, s.start_psn, s._una, s._nxt,
-                   s._lost_count, s._rtx, math.nan if start is None else start,
+                   s._lost_count, s._rtx, s._heard, s._timer_nxt,
+                   math.nan if start is None else start,
                    s.packets_sent, s.retransmitted, s.naks, s.timeouts, s.acks, s.stale_acks,
                    (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._lost))
 
@@ -109,7 +111,7 @@ _lend(gbn.GbnSender, TxGbn, ("done", "acked_packets", "in_flight", "deadline_s",
 _lend(gbn.GbnSender, TxGbn, ("on_reply",))
 _lend(SrSender, TxSr, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
                        "next_index", "next_to_send", "take", "on_reply", "on_ack", "on_nak",
-                       "advance", "on_timeout", "_progress"))
+                       "advance", "on_timeout", "_arm", "_hear", "_mark", "_progress"))
 _lend(Schedule, TxSched, ("restart", "sent"))
 
 

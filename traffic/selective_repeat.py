@@ -24,22 +24,27 @@ the run it reported, and the next frame continues from there.
 Requester (``SrSender``). New frames up to ``window`` beyond the oldest
 unacknowledged one (at most ``WINDOW_PACKETS``, the responder's bitmap); a NAKed
 PSN is marked lost and retransmitted before any new frame, unless an ACK covers it
-first. The retransmission timer (no progress for ``timeout_s``) retransmits the
-oldest unacknowledged PSN only: the others may have arrived, and a frame that
-arrived is never sent again unless its NAK or ACK was itself late or lost. A lost
-retransmission, or a loss among the last ``reorder_packets`` frames of a message
-(no later frame reveals it), is recovered by the timer, one PSN per expiry.
+first. The retransmission timer (no progress for ``timeout_s``) marks lost the
+oldest unacknowledged PSN and every PSN beyond the highest one the responder said
+it holds (an ACK's MSN; a NAK implies one past its run) that was sent before the
+timer started: a lost tail costs one timeout, not one per frame. A frame that
+arrived is never sent again as long as the responder reports arrivals within a
+timeout (coalesced ACKs plus the delayed-ACK timer do). A hole no NAK named
+(within ``reorder_packets`` of the highest PSN held) waits for the timer as the
+oldest unacknowledged PSN.
 
 Wire format (``traffic.roce``: an ACKNOWLEDGE frame, BTH + AETH, 62 bytes, that
 Scapy's ``scapy.contrib.roce`` decodes as it stands)::
 
-    ACK            BTH PSN = last PSN delivered in order   AETH syndrome 0x00, MSN
+    ACK            BTH PSN = last PSN delivered in order   AETH syndrome 0x00
+                                                            AETH MSN = highest PSN received
     selective NAK  BTH PSN = first missing PSN of a run     AETH syndrome 0x40 | (run - 1)
                                                             AETH MSN = last PSN delivered in order
 
 Syndrome type 10b is the one IBTA leaves reserved (00b ACK, 01b RNR NAK, 11b NAK); its
 5-bit value carries the run length as an ACK's carries credits, and the MSN field the
-cumulative acknowledgement that IRN's NACK carries beside the PSN that triggered it.
+cumulative acknowledgement that IRN's NACK carries beside the PSN that triggered it;
+an ACK's MSN (go-back-N: 1 once the message is complete) carries the highest PSN held.
 BECN is the ECN echo, as on every ACK here.
 
 Counters, ConnectX names where they exist (both transports): requester
@@ -120,7 +125,7 @@ class SrSender(RequesterCounters):
 
     __slots__ = (
         "total_packets", "window", "timeout_s", "start_psn",
-        "_una", "_nxt", "_lost_count", "_rtx", "_timer_start_s",
+        "_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_timer_start_s",
         "packets_sent", "retransmitted", "naks", "timeouts", "acks", "stale_acks", "_lost",
     )
 
@@ -143,6 +148,8 @@ class SrSender(RequesterCounters):
         self._nxt = 0          # next new index; everything below was sent
         self._lost_count = 0   # indices marked lost, not yet retransmitted
         self._rtx = 0          # no index below this one is marked lost
+        self._heard = 0        # one past the highest index the responder said it holds
+        self._timer_nxt = 0    # indices below it were sent when the timer last started
         self._timer_start_s: float | None = None
         self.packets_sent = 0
         self.retransmitted = 0
@@ -208,17 +215,18 @@ class SrSender(RequesterCounters):
                 return None
             self._nxt = i + n
         if self._timer_start_s is None:
-            self._timer_start_s = now_s
+            self._arm(now_s)
         self.packets_sent += n
         return (self.start_psn + i) & PSN_MASK, n
 
     def on_reply(self, psn: int, syndrome: int, msn: int, now_s: float | None = None) -> bool:
-        """An ACK (``psn`` its cumulative PSN) or a selective NAK (``psn`` the first
-        missing PSN, the run in ``syndrome``, ``msn`` the cumulative PSN), as the AETH
-        carried them; True if it changed anything. Go-back-N's NAK is not this
-        transport's: counted stale."""
+        """An ACK (``psn`` its cumulative PSN, ``msn`` the highest PSN received) or a
+        selective NAK (``psn`` the first missing PSN, the run in ``syndrome``, ``msn`` the
+        cumulative PSN), as the AETH carried them; True if it changed anything.
+        Go-back-N's NAK is not this transport's: counted stale."""
         kind = syndrome & _TYPE_MASK
         if kind == 0:
+            self._hear(msn, 1)
             return self.on_ack(psn, now_s)
         if kind == AETH_SR_NAK:
             return self.on_nak(psn, (syndrome & (MAX_NAK_RUN - 1)) + 1, msn, now_s)
@@ -248,33 +256,50 @@ class SrSender(RequesterCounters):
             self.stale_acks += 1
             return d < outstanding
         self.naks += 1
+        # A hole is NAKed once a PSN beyond it arrived: the responder holds one past the run.
+        self._hear(first_psn, run + 1)
         for i in range(self._una + first, min(self._una + first + run, self._nxt)):
-            if not _test(self._lost, i):
-                _set(self._lost, i)
-                self._lost_count += 1
-                if i < self._rtx:
-                    self._rtx = i
+            self._mark(i)
         if now_s is not None:
-            self._timer_start_s = now_s  # the responder is alive: restart the timer
+            self._arm(now_s)  # the responder is alive: restart the timer
         return True
 
     def advance(self, now_s: float) -> bool:
-        """Fire the retransmission timer if due: the oldest unacknowledged PSN is lost."""
+        """Fire the retransmission timer if due. Lost: the oldest unacknowledged PSN and
+        every PSN beyond what the responder said it holds that was sent before the timer
+        started (a whole timeout ago)."""
         start = self._timer_start_s
         if start is None or now_s - start < self.timeout_s:
             return False
         self.timeouts += 1
-        self._timer_start_s = now_s
         una = self._una
-        if una < self._nxt and not _test(self._lost, una):
-            _set(self._lost, una)
-            self._lost_count += 1
-            self._rtx = una
+        if una < self._nxt:
+            self._mark(una)
+        for i in range(max(una + 1, self._heard), self._timer_nxt):
+            self._mark(i)
+        self._arm(now_s)
         return True
 
     on_timeout = advance
 
     # -- internals -------------------------------------------------------------------
+    def _arm(self, now_s: float) -> None:
+        self._timer_start_s = now_s
+        self._timer_nxt = self._nxt
+
+    def _hear(self, psn: int, past: int) -> None:
+        """The responder holds the PSN ``past - 1`` after ``psn`` (if outstanding)."""
+        d = (psn - self.start_psn - self._una) & PSN_MASK
+        if d < self._nxt - self._una and self._una + d + past > self._heard:
+            self._heard = min(self._una + d + past, self._nxt)
+
+    def _mark(self, i: int) -> None:
+        if not _test(self._lost, i):
+            _set(self._lost, i)
+            self._lost_count += 1
+            if i < self._rtx:
+                self._rtx = i
+
     def _progress(self, new_una: int, now_s: float | None) -> None:
         if self._lost_count:  # acknowledged before their retransmission: not lost
             for i in range(max(self._una, self._rtx), new_una):
@@ -287,7 +312,7 @@ class SrSender(RequesterCounters):
         if new_una >= self._nxt:
             self._timer_start_s = None
         elif now_s is not None:
-            self._timer_start_s = now_s
+            self._arm(now_s)
 
 
 class SrReceiver(ResponderCounters):
@@ -343,7 +368,8 @@ class SrReceiver(ResponderCounters):
             return None
         self._since_ack = 0
         self.acks_sent += 1
-        return Action(False, ACK, self._psn(self._expected - 1), self._reported())
+        return Action(False, ACK, self._psn(self._expected - 1), self._reported(), False, 0,
+                      self._psn(self._high - 1))
 
     def _hole(self) -> tuple[int, int] | None:
         """The next run of missing indices that reordering cannot explain: (first, run)."""
@@ -402,11 +428,11 @@ class SrReceiver(ResponderCounters):
             self.naks_sent += 1
             self._since_ack = 0
             return Action(deliver, NAK, self._psn(first), self._reported(), flush,
-                            nak_syndrome(run), self._psn(exp - 1))
+                          nak_syndrome(run), self._psn(exp - 1))
         complete = exp >= self.total_packets
         if not deliver or fill or complete or ackreq or self._since_ack >= self.ack_coalesce:
             self._since_ack = 0
             self.acks_sent += 1
             return Action(deliver, ACK, self._psn(exp - 1), self._reported(), flush, 0,
-                            int(complete))
+                          self._psn(self._high - 1))
         return Action(deliver, NONE, psn, False, flush)

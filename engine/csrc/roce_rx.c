@@ -6,8 +6,8 @@
  * Per data frame the state machine is traffic/gbn.py's GbnReceiver (the
  * reference; tests/unit/test_rx.py checks this file against it frame by frame),
  * or for a QP with `selective` set traffic/selective_repeat.py's SrReceiver
- * (sr_packet: a bitmap of the frames held past the expected one, selective NAKs
- * sent as EV_SNAK's; tests/unit/test_rx_sr.py):
+ * (sr_packet: a bitmap of the frames held past the expected one; its ACKs and
+ * selective NAKs carry an MSN of their own, EV_SR; tests/unit/test_rx_sr.py):
  * in-order frames are delivered and ACKed every `coalesce` frames, at the
  * last one and at one carrying AckReq; the first frame past a gap is NAKed
  * once; anything else is a duplicate, re-ACKed with the latest delivered PSN.
@@ -66,7 +66,7 @@
 #define SR_MAX_RUN 32
 
 enum { EV_ACK = 1, EV_NAK = 2, EV_CNP = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
-       EV_UNKNOWN = 7, EV_PENDING = 8, EV_SNAK = 9 };
+       EV_UNKNOWN = 7, EV_PENDING = 8, EV_SR = 9 };
 
 struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t host;              /* owning host + 1; 0: not a QP this worker receives */
@@ -97,7 +97,7 @@ struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 struct rx_event {               /* mirrors engine/rx.py: _RxEvent */
 	int64_t rx_ns;
 	uint32_t kind, qpn, psn, arg;
-	uint32_t msn;               /* EV_SNAK: the cumulative PSN; EV_ACK_IN: the AETH MSN */
+	uint32_t msn;               /* EV_SR and EV_ACK_IN: the AETH MSN */
 };
 
 struct tp2 {                    /* struct tpacket2_hdr */
@@ -229,9 +229,9 @@ static int ack_send(struct replies *r, const struct rx_qp *q, uint32_t qi, uint3
 					    arg & ARG_COMPLETE, !!(arg & ARG_ECHO), block));
 }
 
-/* Send selective repeat's NAK (EV_SNAK: `arg` its echo bit | AETH syndrome << 8,
- * `msn` the cumulative PSN) now; 0 if it must go to Python as an event instead. */
-static int snak_send(struct replies *r, const struct rx_qp *q, uint32_t qi, uint32_t psn,
+/* Send a selective-repeat reply (EV_SR: `arg` its echo bit | AETH syndrome << 8,
+ * `msn` its AETH MSN) now; 0 if it must go to Python as an event instead. */
+static int sr_send(struct replies *r, const struct rx_qp *q, uint32_t qi, uint32_t psn,
 		     uint32_t arg, uint32_t msn, const uint8_t *block)
 {
 	uint8_t out[ACK_FRAME_BYTES + INT_BLOCK_BYTES];
@@ -295,9 +295,9 @@ static int sr_hole(struct rx_qp *q, uint32_t *first, uint32_t *run)
 
 /*
  * SrReceiver.on_packet for the frame `psn` (`d` past the expected index) of `q`, the
- * CE-change flush already done: place it if it is new, then the reply (0, EV_ACK or
- * EV_SNAK) with its PSN, event argument and, for EV_SNAK, the cumulative PSN. *deliver:
- * the frame was placed.
+ * CE-change flush already done: place it if it is new, then the reply (0 or EV_SR)
+ * with its PSN, event argument and MSN (an ACK: the highest PSN received; a NAK: the
+ * cumulative PSN). *deliver: the frame was placed.
  */
 static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int ackreq,
 		     uint32_t *psn_out, uint32_t *arg, uint32_t *msn, int *deliver)
@@ -339,13 +339,14 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 		*psn_out = first & PSN_MASK;
 		*arg = reported(q) | (AETH_SR_NAK | (run - 1)) << 8;
 		*msn = (exp - 1) & PSN_MASK;
-		return EV_SNAK;
+		return EV_SR;
 	}
 	if (!*deliver || fill || exp >= q->total || ackreq || q->since_ack >= q->coalesce) {
 		q->since_ack = 0;
 		*psn_out = (exp - 1) & PSN_MASK;
-		*arg = reported(q);
-		return EV_ACK;
+		*arg = reported(q) | AETH_ACK << 8;
+		*msn = (q->high - 1) & PSN_MASK;
+		return EV_SR;
 	}
 	return 0;
 }
@@ -496,8 +497,8 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 				const uint8_t *block = intbuf ? intbuf + (size_t)ne * INT_BLOCK_BYTES : 0;
 
 				int_copy(intbuf, ne, f, at, h.snaplen, (int64_t)payload - TS_BYTES);
-				if (!(reply == EV_SNAK
-				      ? snak_send(r, q, qi, reply_psn, arg, reply_msn, block)
+				if (!(reply == EV_SR
+				      ? sr_send(r, q, qi, reply_psn, arg, reply_msn, block)
 				      : ack_send(r, q, qi, reply, reply_psn, arg, block)))
 					ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn, arg,
 								     reply_msn};

@@ -88,6 +88,8 @@ struct tx_sr {                  /* engine/tx.py: TxSr */
 	int64_t nxt;                /* next new index */
 	int64_t lost_count;         /* indices marked lost, not yet retransmitted */
 	int64_t rtx;                /* no index below it is marked lost */
+	int64_t heard;              /* one past the highest index the responder holds */
+	int64_t timer_nxt;          /* indices below it were sent when the timer started */
 	double timer_start_s;       /* NaN: not armed */
 	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
 	uint64_t lost[SR_WINDOW / 64];  /* ring: bit index mod SR_WINDOW */
@@ -100,20 +102,32 @@ static int sr_lost(const struct tx_sr *s, int64_t i)
 	return (int)(s->lost[k >> 6] >> (k & 63) & 1);
 }
 
-/* SrSender.advance: the timer marks the oldest unacknowledged index lost. */
+/* SrSender._mark */
+static void sr_mark(struct tx_sr *s, int64_t i)
+{
+	int64_t k = i % SR_WINDOW;
+
+	if (sr_lost(s, i))
+		return;
+	s->lost[k >> 6] |= 1ull << (k & 63);
+	s->lost_count++;
+	if (i < s->rtx)
+		s->rtx = i;
+}
+
+/* SrSender.advance: the timer marks lost the oldest unacknowledged index and those
+ * past what the responder holds that were sent before the timer started. */
 static void sr_advance(struct tx_sr *s, double now_s)
 {
 	if (isnan(s->timer_start_s) || now_s - s->timer_start_s < s->timeout_s)
 		return;
 	s->timeouts++;
+	if (s->una < s->nxt)
+		sr_mark(s, s->una);
+	for (int64_t i = s->heard > s->una + 1 ? s->heard : s->una + 1; i < s->timer_nxt; i++)
+		sr_mark(s, i);
 	s->timer_start_s = now_s;
-	if (s->una < s->nxt && !sr_lost(s, s->una)) {
-		int64_t k = s->una % SR_WINDOW;
-
-		s->lost[k >> 6] |= 1ull << (k & 63);
-		s->lost_count++;
-		s->rtx = s->una;
-	}
+	s->timer_nxt = s->nxt;
 }
 
 /* SrSender.next_index */
@@ -156,8 +170,10 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 			return 0;
 		s->nxt = i + n;
 	}
-	if (isnan(s->timer_start_s))
+	if (isnan(s->timer_start_s)) {
 		s->timer_start_s = now_s;
+		s->timer_nxt = s->nxt;
+	}
 	s->packets_sent += n;
 	*psn = (uint32_t)((s->start_psn + i) & PSN_MASK);
 	return n;

@@ -19,7 +19,7 @@ from engine.rx import (
     EV_CNP,
     EV_DONE,
     EV_PENDING,
-    EV_SNAK,
+    EV_SR,
     RxQpSpec,
     RxRing,
     RxState,
@@ -64,11 +64,9 @@ def _scenario(seed: int, ce_ack: bool) -> tuple:
         if np.on_packet(QPN, marked, (stamps[k] - 600) / SCALE_NS):
             want.append((EV_CNP, idx, 0, 0))
             replies.append(RESP.cnp)
-        if act.reply == gbn.ACK:
-            want.append((EV_ACK, act.psn, ARG_ECHO * act.echo + ref.complete, 0))
-            replies.append(bytes(RESP.write_ack(act.psn, act.msn, AETH_ACK, act.echo)))
-        elif act.reply == gbn.NAK:
-            want.append((EV_SNAK, act.psn, ARG_ECHO * act.echo | act.syndrome << 8, act.msn))
+        if act.reply != gbn.NONE:
+            want.append((EV_SR, act.psn, ARG_ECHO * act.echo | ref.complete | act.syndrome << 8,
+                         act.msn))
             replies.append(bytes(RESP.write_ack(act.psn, act.msn, act.syndrome, act.echo)))
         elif ce_ack and act.deliver and ref.unacknowledged == 1:
             want.append((EV_PENDING, idx, 0, 0))
@@ -103,14 +101,15 @@ def test_c_selective_responder_matches_sr_receiver_frame_by_frame(seed, ce_ack):
     state = _read(frames, stamps, n, coalesce, reorder, ce_ack, -1, blocked=True)
     events = [(e.kind, e.psn, e.arg, e.msn) for e in state.events[:state.n_events.value]]
     assert events == want
-    assert any(e[0] == EV_SNAK for e in want) or ref.naks_sent == 0
+    assert any(e[0] == EV_SR for e in want) or ref.naks_sent == 0
     q = state.qp(QPN)
     assert (q.delivered, q.duplicates, q.out_of_order, q.beyond, q.expected) == \
         (ref.delivered, ref.duplicate_request, ref.out_of_sequence, ref.beyond_window,
          ref._expected)
     assert list(q.got) == ref._got
     want_ack = ref.ack_pending()
-    assert state.ack_pending(QPN) == (None if want_ack is None else (want_ack.psn, want_ack.echo))
+    assert state.ack_pending(QPN) == (None if want_ack is None else
+                                      (want_ack.psn, want_ack.echo, want_ack.msn))
 
 
 @pytest.mark.parametrize("seed", range(4))

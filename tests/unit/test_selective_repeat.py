@@ -88,7 +88,7 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
                 action = rcv.ack_pending()
                 if action is None:
                     continue
-                reply = (action.psn, AETH_ACK, 0)
+                reply = (action.psn, AETH_ACK, action.msn)
             else:
                 snd.on_reply(*body, now)
                 continue
@@ -215,7 +215,7 @@ def test_a_hole_is_nakked_once_with_its_run_and_the_cumulative_psn():
         a = r.on_packet(psn)
     assert (a.reply, a.psn) == (gbn.ACK, 3)
     a = r.on_packet(4)            # fills the hole: ACK at once up to 6
-    assert (a.reply, a.psn, a.msn) == (gbn.ACK, 6, 0)
+    assert (a.reply, a.psn, a.msn) == (gbn.ACK, 6, 6)   # MSN: the highest PSN received
     a = r.on_packet(6)
     assert (a.deliver, a.reply, a.psn) == (False, gbn.ACK, 6)
     assert (r.delivered, r.out_of_sequence, r.duplicate_request, r.naks_sent) == (7, 2, 1, 1)
@@ -248,7 +248,11 @@ def test_the_sender_retransmits_nakked_psns_first_unless_acked_meanwhile():
     assert s.retransmissions == 2
     assert not s.on_reply(6, AETH_NAK_PSN_SEQ, 0, 0.4)  # go-back-N's NAK: not ours
     assert s.advance(1.5) and s.local_ack_timeout_err == 1
-    assert s.take(1.5, 5) == (6, 1)                    # the timer resends the oldest only
+    # The timer: the oldest, and what lies beyond the responder's last word (the NAK
+    # of 5-7 said it held 8) that a whole timeout did not acknowledge.
+    assert s.take(1.5, 5) == (6, 1)
+    assert s.take(1.5, 20) == (9, 11)
+    assert s.retransmissions == 14
 
 
 def test_arguments_are_checked():

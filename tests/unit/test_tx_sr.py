@@ -14,7 +14,8 @@ from traffic import gbn
 from traffic.roce import AETH_ACK, AETH_NAK_PSN_SEQ
 from traffic.selective_repeat import MAX_NAK_RUN, WINDOW_PACKETS, SrSender, nak_syndrome
 
-_FIELDS = ("_una", "_nxt", "_lost_count", "_rtx", "_timer_start_s", "packets_sent",
+_FIELDS = ("_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_timer_start_s",
+           "packets_sent",
            "retransmitted", "naks", "timeouts", "acks", "stale_acks")
 
 
@@ -51,7 +52,7 @@ def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, 
             count = rng.choice([1, 2, 64])
             assert lib.take(c, now, count) == py.take(now, count)
         elif kind < 0.65:
-            assert c.on_reply(psn, AETH_ACK, 0, t) == py.on_reply(psn, AETH_ACK, 0, t)
+            assert c.on_reply(psn, AETH_ACK, cum, t) == py.on_reply(psn, AETH_ACK, cum, t)
         elif kind < 0.85:
             syndrome = nak_syndrome(rng.randint(1, MAX_NAK_RUN))
             assert c.on_reply(psn, syndrome, cum, t) == py.on_reply(psn, syndrome, cum, t)
