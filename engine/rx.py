@@ -64,6 +64,7 @@ class _RxQp(ctypes.Structure):
                 ("last_cnp_s", ctypes.c_double),
                 ("selective", ctypes.c_uint32), ("reorder", ctypes.c_uint32),
                 ("high", ctypes.c_uint32), ("nak_scan", ctypes.c_uint32),
+                ("acked", ctypes.c_uint32),
                 ("beyond", ctypes.c_uint64), ("got", ctypes.c_uint64 * (WINDOW_PACKETS // 64))]
 
 
@@ -219,6 +220,7 @@ class RxState:
             return None
         echo = bool(q.echo)
         q.since_ack = q.unreported = q.echo = 0
+        q.acked = q.expected
         return (q.expected - 1) & _PSN_MASK, echo, (q.high - 1) & _PSN_MASK if q.selective else 0
 
     def int_block(self, k: int) -> bytes:

@@ -18,8 +18,9 @@ responder, from reordering distance**: a missing PSN is lost once a PSN
 fewer than that); the responder then NAKs it, once, with the run of consecutive
 missing PSNs it starts (at most 32). A frame reordered by less never causes a
 retransmission, and since the decision is the responder's, reordered ACKs cannot
-cause one either. One NAK per arriving frame at most: a scan frontier moves on by
-the run it reported, and the next frame continues from there.
+cause one either. One NAK per arriving frame at most (one that is not the next in
+order): a scan frontier moves on by the run it reported, and the next such frame
+continues from there.
 
 Requester (``SrSender``). New frames up to ``window`` beyond the oldest
 unacknowledged one (at most ``WINDOW_PACKETS``, the responder's bitmap); a NAKed
@@ -39,13 +40,13 @@ Scapy's ``scapy.contrib.roce`` decodes as it stands)::
     ACK            BTH PSN = last PSN delivered in order   AETH syndrome 0x00
                                                             AETH MSN = highest PSN received
     selective NAK  BTH PSN = first missing PSN of a run     AETH syndrome 0x40 | (run - 1)
-                                                            AETH MSN = last PSN delivered in order
+                                                            AETH MSN = highest PSN received
 
 Syndrome type 10b is the one IBTA leaves reserved (00b ACK, 01b RNR NAK, 11b NAK); its
-5-bit value carries the run length as an ACK's carries credits, and the MSN field the
-cumulative acknowledgement that IRN's NACK carries beside the PSN that triggered it;
-an ACK's MSN (go-back-N: 1 once the message is complete) carries the highest PSN held.
-BECN is the ECN echo, as on every ACK here.
+5-bit value carries the run length as an ACK's carries credits. The MSN field (go-back-N:
+1 once the message is complete) carries the highest PSN held, the other half of IRN's
+NACK beside the PSN that triggered it. BECN is an ACK's ECN echo; a NAK reports a loss
+only (no echo, and the cumulative ACK it leaves pending follows as usual).
 
 Counters, ConnectX names where they exist (both transports): requester
 ``retransmissions``, ``packet_seq_err`` (sequence-error NAKs received),
@@ -220,10 +221,10 @@ class SrSender(RequesterCounters):
         return (self.start_psn + i) & PSN_MASK, n
 
     def on_reply(self, psn: int, syndrome: int, msn: int, now_s: float | None = None) -> bool:
-        """An ACK (``psn`` its cumulative PSN, ``msn`` the highest PSN received) or a
-        selective NAK (``psn`` the first missing PSN, the run in ``syndrome``, ``msn`` the
-        cumulative PSN), as the AETH carried them; True if it changed anything.
-        Go-back-N's NAK is not this transport's: counted stale."""
+        """An ACK (``psn`` its cumulative PSN) or a selective NAK (``psn`` the first
+        missing PSN, the run in ``syndrome``), ``msn`` the highest PSN the responder
+        holds, as the AETH carried them; True if it changed anything. Go-back-N's NAK is
+        not this transport's: counted stale."""
         kind = syndrome & _TYPE_MASK
         if kind == 0:
             self._hear(msn, 1)
@@ -243,21 +244,16 @@ class SrSender(RequesterCounters):
         self._progress(self._una + d + 1, now_s)
         return True
 
-    def on_nak(self, first_psn: int, run: int, cum_psn: int, now_s: float | None = None) -> bool:
-        """Selective NAK of ``run`` PSNs from ``first_psn``, everything up to ``cum_psn``
-        delivered: they are retransmitted unless acknowledged first."""
-        una = self._una
-        outstanding = self._nxt - una
-        d = (cum_psn - self.start_psn - una) & PSN_MASK
-        if d < outstanding:
-            self._progress(una + d + 1, now_s)
+    def on_nak(self, first_psn: int, run: int, high_psn: int, now_s: float | None = None
+               ) -> bool:
+        """Selective NAK of ``run`` PSNs from ``first_psn`` from a responder holding
+        ``high_psn``: they are retransmitted unless acknowledged first."""
+        self._hear(high_psn, 1)
         first = (first_psn - self.start_psn - self._una) & PSN_MASK
         if first >= self._nxt - self._una:
             self.stale_acks += 1
-            return d < outstanding
+            return False
         self.naks += 1
-        # A hole is NAKed once a PSN beyond it arrived: the responder holds one past the run.
-        self._hear(first_psn, run + 1)
         for i in range(self._una + first, min(self._una + first + run, self._nxt)):
             self._mark(i)
         if now_s is not None:
@@ -320,7 +316,8 @@ class SrReceiver(ResponderCounters):
 
     __slots__ = (
         "total_packets", "ack_coalesce", "start_psn", "ce_ack", "reorder_packets",
-        "_expected", "_since_ack", "_unreported", "_echo", "_high", "_nak_scan", "_got",
+        "_expected", "_since_ack", "_unreported", "_echo", "_high", "_nak_scan", "_acked",
+        "_got",
         "delivered", "duplicates", "out_of_order", "beyond_window", "acks_sent", "naks_sent",
     )
 
@@ -337,6 +334,7 @@ class SrReceiver(ResponderCounters):
         self._echo = False
         self._high = 0       # one past the highest index received
         self._nak_scan = 0   # holes below it were NAKed (or were not holes)
+        self._acked = 0      # the expected index the last ACK reported
         self._got = [0] * _WORDS  # received indices above the expected one
         self.delivered = 0
         self.duplicates = 0
@@ -354,9 +352,11 @@ class SrReceiver(ResponderCounters):
         return self._unreported
 
     def _reported(self) -> bool:
+        """The echo of an ACK reporting everything delivered so far."""
         echo = self._echo
         self._echo = False
         self._unreported = 0
+        self._acked = self._expected
         return echo
 
     def _psn(self, index: int) -> int:
@@ -422,13 +422,16 @@ class SrReceiver(ResponderCounters):
             self.delivered += 1
             self._unreported += 1
             self._echo = self._echo or ce
-        hole = self._hole()
-        if hole is not None:
+        # Only a frame that is not the next in order can reveal a loss: its successor
+        # moved the highest PSN held (or the scan resumes after a run cut at 32).
+        hole = None if deliver and d == 0 else self._hole()
+        if hole is not None:  # a loss report only: the ACK's duties stay pending
             first, run = hole
             self.naks_sent += 1
-            self._since_ack = 0
-            return Action(deliver, NAK, self._psn(first), self._reported(), flush,
-                          nak_syndrome(run), self._psn(exp - 1))
+            if self._acked == exp:  # it reports every arrival: none waits for a delayed ACK
+                self._unreported = 0
+            return Action(deliver, NAK, self._psn(first), False, flush, nak_syndrome(run),
+                          self._psn(self._high - 1))
         complete = exp >= self.total_packets
         if not deliver or fill or complete or ackreq or self._since_ack >= self.ack_coalesce:
             self._since_ack = 0

@@ -90,6 +90,7 @@ struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t reorder;           /* PSNs beyond a hole that make it lost */
 	uint32_t high;              /* one past the highest index received */
 	uint32_t nak_scan;          /* holes below it were NAKed */
+	uint32_t acked;             /* `expected` as the last ACK reported it */
 	uint64_t beyond;            /* frames past the bitmap, dropped */
 	uint64_t got[SR_WINDOW / 64];  /* ring: received indices above `expected` */
 };
@@ -261,6 +262,7 @@ static uint32_t reported(struct rx_qp *q)
 
 	q->echo = 0;
 	q->unreported = 0;
+	q->acked = q->expected;
 	return echo;
 }
 
@@ -296,8 +298,8 @@ static int sr_hole(struct rx_qp *q, uint32_t *first, uint32_t *run)
 /*
  * SrReceiver.on_packet for the frame `psn` (`d` past the expected index) of `q`, the
  * CE-change flush already done: place it if it is new, then the reply (0 or EV_SR)
- * with its PSN, event argument and MSN (an ACK: the highest PSN received; a NAK: the
- * cumulative PSN). *deliver: the frame was placed.
+ * with its PSN, event argument and MSN (the highest PSN received). *deliver: the
+ * frame was placed.
  */
 static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int ackreq,
 		     uint32_t *psn_out, uint32_t *arg, uint32_t *msn, int *deliver)
@@ -334,11 +336,14 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 		q->unreported++;
 		q->echo |= ce;
 	}
-	if (sr_hole(q, &first, &run)) {
-		q->since_ack = 0;
+	/* only a frame that is not the next in order can reveal a loss; a NAK reports
+	 * the loss only, the ACK's duties stay pending */
+	if (!(*deliver && d == 0) && sr_hole(q, &first, &run)) {
+		if (q->acked == exp)
+			q->unreported = 0;  /* it reports every arrival */
 		*psn_out = first & PSN_MASK;
-		*arg = reported(q) | (AETH_SR_NAK | (run - 1)) << 8;
-		*msn = (exp - 1) & PSN_MASK;
+		*arg = (AETH_SR_NAK | (run - 1)) << 8;
+		*msn = (q->high - 1) & PSN_MASK;
 		return EV_SR;
 	}
 	if (!*deliver || fill || exp >= q->total || ackreq || q->since_ack >= q->coalesce) {

@@ -203,19 +203,19 @@ def test_sprayed_sequence_gbn_retransmits_sr_does_not(reordered, gbn_retx):
     assert s.receiver.out_of_sequence > 0
 
 
-def test_a_hole_is_nakked_once_with_its_run_and_the_cumulative_psn():
+def test_a_hole_is_nakked_once_with_its_run_and_the_highest_psn_held():
     r = SrReceiver(100, reorder_packets=1)
     for psn in (0, 1, 5):        # 2, 3, 4 missing
         a = r.on_packet(psn)
-    assert (a.deliver, a.reply, a.psn, a.syndrome, a.msn) == \
-        (True, gbn.NAK, 2, nak_syndrome(3), 1)
+    assert (a.deliver, a.reply, a.psn, a.syndrome, a.msn, a.echo) == \
+        (True, gbn.NAK, 2, nak_syndrome(3), 5, False)
     a = r.on_packet(6)            # out of order, nothing new missing: no reply
     assert (a.deliver, a.reply) == (True, gbn.NONE)
     for psn in (2, 3):
         a = r.on_packet(psn)
-    assert (a.reply, a.psn) == (gbn.ACK, 3)
+    assert (a.reply, a.psn, a.msn) == (gbn.ACK, 3, 6)   # cumulative PSN, highest held
     a = r.on_packet(4)            # fills the hole: ACK at once up to 6
-    assert (a.reply, a.psn, a.msn) == (gbn.ACK, 6, 6)   # MSN: the highest PSN received
+    assert (a.reply, a.psn, a.msn) == (gbn.ACK, 6, 6)
     a = r.on_packet(6)
     assert (a.deliver, a.reply, a.psn) == (False, gbn.ACK, 6)
     assert (r.delivered, r.out_of_sequence, r.duplicate_request, r.naks_sent) == (7, 2, 1, 1)
@@ -240,19 +240,20 @@ def test_a_run_longer_than_the_syndrome_holds_is_nakked_in_pieces():
 def test_the_sender_retransmits_nakked_psns_first_unless_acked_meanwhile():
     s = SrSender(20, window=20, timeout_s=1.0)
     assert s.take(0.0, 20) == (0, 20)
-    assert s.on_reply(5, nak_syndrome(3), 2, 0.1)      # 5, 6, 7 lost; up to 2 delivered
+    assert s.on_reply(2, AETH_ACK, 2, 0.05)            # up to 2 delivered
+    assert s.on_reply(5, nak_syndrome(3), 9, 0.1)      # 5, 6, 7 lost; 9 arrived
     assert (s.acked_packets, s.in_flight, s.next_index, s.packet_seq_err) == (3, 14, 5, 1)
-    assert s.on_reply(5, AETH_ACK, 0, 0.2)             # 5 arrived after all
+    assert s.on_reply(5, AETH_ACK, 9, 0.2)             # 5 arrived after all
     assert s.take(0.3, 5) == (6, 2)                    # 6 and 7 only
     assert s.take(0.3, 5) is None                      # nothing new: all 20 sent
     assert s.retransmissions == 2
     assert not s.on_reply(6, AETH_NAK_PSN_SEQ, 0, 0.4)  # go-back-N's NAK: not ours
     assert s.advance(1.5) and s.local_ack_timeout_err == 1
-    # The timer: the oldest, and what lies beyond the responder's last word (the NAK
-    # of 5-7 said it held 8) that a whole timeout did not acknowledge.
+    # The timer: the oldest, and what lies past the highest PSN held (9) that a whole
+    # timeout did not acknowledge.
     assert s.take(1.5, 5) == (6, 1)
-    assert s.take(1.5, 20) == (9, 11)
-    assert s.retransmissions == 14
+    assert s.take(1.5, 20) == (10, 10)
+    assert s.retransmissions == 13
 
 
 def test_arguments_are_checked():
