@@ -19,6 +19,7 @@ from typing import Any
 from core.scaling import Scale
 from traffic.ccload import CcFactory
 from traffic.roce import Flow
+from traffic.selective_repeat import REORDER_PACKETS
 from traffic.transport import TRANSPORTS
 
 #: Worker state codes in the shared ``status`` array.
@@ -91,6 +92,8 @@ class WorkerPlan:
     ring_slices: dict[tuple[int, int], tuple[int, int]]
     #: The QPs' reliable transport (``traffic.transport``): 'gbn' or 'sr'.
     transport: str = TRANSPORTS[0]
+    #: Selective repeat's reordering tolerance (``selective_repeat.SrReceiver``).
+    reorder_packets: int = REORDER_PACKETS
 
 
 @dataclass

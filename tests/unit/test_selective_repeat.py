@@ -301,6 +301,8 @@ def test_the_transport_setting_is_checked_and_builds_either_machine():
     assert EngineConfig(transport="sr").transport == "sr"
     with pytest.raises(ParameterError, match="transport"):
         EngineConfig(transport="tcp")
+    with pytest.raises(ParameterError, match="reorder_packets"):
+        EngineConfig(transport="sr", reorder_packets=WINDOW_PACKETS)
     assert COMMON_OPTIONS["transport"].parse("SR") == "sr"
     with pytest.raises(ParameterError):
         COMMON_OPTIONS["transport"].parse("irn")
