@@ -19,6 +19,8 @@ from typing import Any
 from core.scaling import Scale
 from traffic.ccload import CcFactory
 from traffic.roce import Flow
+from traffic.selective_repeat import REORDER_PACKETS
+from traffic.transport import TRANSPORTS
 
 #: Worker state codes in the shared ``status`` array.
 STARTING, READY, FINISHED, FAILED = 0, 1, 2, 3
@@ -88,6 +90,10 @@ class WorkerPlan:
     notify: dict[int, tuple[int, ...]]
     #: (writer, reader) -> (offset, length) of the completion ring in ``Shared.ring``
     ring_slices: dict[tuple[int, int], tuple[int, int]]
+    #: The QPs' reliable transport (``traffic.transport``): 'gbn' or 'sr'.
+    transport: str = TRANSPORTS[0]
+    #: Selective repeat's reordering tolerance (``selective_repeat.SrReceiver``).
+    reorder_packets: int = REORDER_PACKETS
 
 
 @dataclass

@@ -126,6 +126,8 @@ from traffic.fixeddelay import (
     round_trip_s,
 )
 from traffic.roce import ECN_CODES, Flow
+from traffic.selective_repeat import REORDER_PACKETS, WINDOW_PACKETS
+from traffic.transport import TRANSPORTS, check_transport
 
 
 class LiveFabric(Protocol):
@@ -200,9 +202,13 @@ class EngineConfig:
     waits for its retransmission timer. None (both): on, with a 1 µs delay,
     unless ``cc`` is DCQCN or off, which read CNPs only and keep the ACKs they
     always had (every ``ack_coalesce`` frames, at the last, on AckReq).
-    ``rto_s``: go-back-N retransmission timeout; None derives it from the fabric
+    ``rto_s``: retransmission timeout; None derives it from the fabric
     (three times the longest time a full port buffer takes to drain, so that a
     full queue never causes a spurious timeout).
+    ``transport``: the QPs' reliable transport (``traffic.transport``): 'gbn',
+    RoCE's go-back-N, or 'sr', selective repeat, which tolerates reordering
+    (packet spraying, adaptive routing); ``reorder_packets``: how far (PSNs) a frame
+    may be overtaken before selective repeat's receiver deems it lost.
     ``timeout_s``: wall-clock limit of the whole run.
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
@@ -235,6 +241,8 @@ class EngineConfig:
     fixed_delays: bool = True
     nic_overhead_s: float = DEFAULT_NIC_OVERHEAD_S
     forwarding: str = FORWARDING[0]
+    transport: str = TRANSPORTS[0]
+    reorder_packets: int = REORDER_PACKETS
     #: The validated ``cc`` (set in __post_init__).
     cc_factory: CcFactory = field(init=False, repr=False, compare=False)
 
@@ -271,6 +279,11 @@ class EngineConfig:
         if not 0 <= self.nic_overhead_s < 1:
             raise ParameterError("nic_overhead_s", self.nic_overhead_s, "expected 0 <= s < 1")
         check_forwarding(self.forwarding)
+        check_transport(self.transport)
+        if isinstance(self.reorder_packets, bool) or not isinstance(self.reorder_packets, int) \
+                or not 1 <= self.reorder_packets < WINDOW_PACKETS:
+            raise ParameterError("reorder_packets", self.reorder_packets,
+                                 f"expected an integer in [1, {WINDOW_PACKETS})")
 
     def emulated_fixed_delays(self, netem_propagation: bool) -> dict[str, str]:
         """{fixed-delay name: how} of what this engine adds (``traffic.fixeddelay``
@@ -622,7 +635,8 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             latency_sample_every=config.latency_sample_every,
             rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns,
             notify={p.index: notify[p.index] for p in receives if p.index in notify},
-            ring_slices=slices))
+            ring_slices=slices, transport=config.transport,
+            reorder_packets=config.reorder_packets))
     return plans
 
 
@@ -1054,6 +1068,7 @@ def _engine_stats(fab: LiveFabric, config: EngineConfig, plans: list[plan.Worker
         rto_s=plans[0].rto_s if plans else None,
         cnp_interval_s=plans[0].cnp_interval_s if plans else None,
         cc=config.cc_factory.name,
+        transport=config.transport,
         payload_bytes=config.payload_bytes,
         fixed_delays=FixedDelaySettings(config.fixed_delays, config.forwarding,
                                         config.nic_overhead_s),

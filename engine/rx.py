@@ -1,9 +1,11 @@
 """Batched receive in C: engine/csrc/roce_rx.c through ctypes.
 
 ``RxLib`` loads the compiled receive loop; ``RxState`` holds, per worker, the
-responder state of every QP it receives (the C mirror of ``gbn.GbnReceiver``,
-one slot per QPN from ``core.frame.FIRST_QPN`` up) and the buffers one call fills. ``RxState.read`` reads up to a
-budget of frames from one host's ring and returns how many; the events it
+responder state of every QP it receives (the C mirror of ``gbn.GbnReceiver``, or
+of ``selective_repeat.SrReceiver`` for a QP registered with ``reorder_packets``; one
+slot per QPN from ``core.frame.FIRST_QPN`` up) and the buffers one call fills.
+``RxState.read`` reads up to a budget of frames from one host's ring and returns
+how many; the events it
 leaves in ``events[:n_events]`` are what Python must act on (ACKs, NAKs and CNPs
 the C loop could not send, completed messages, the senders' ACK frames with their
 echo and CNP frames), ``latency[:n_latency]`` the latency samples, 4 int64
@@ -33,10 +35,14 @@ from core.frame import (
     INT_RECORD_BYTES,
 )
 from emu.cbuild import compile_c
+from traffic.selective_repeat import WINDOW_PACKETS
 
-EV_ACK, EV_NAK, EV_CNP, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING = range(1, 9)
+EV_ACK, EV_NAK, EV_CNP, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING, EV_SR = \
+    range(1, 10)
 #: Bits of an event's ``arg``: EV_ACK/EV_NAK complete and ECN echo; EV_ACK_IN the
-#: AETH syndrome (low byte) and the ACK's BECN (ECN echo).
+#: AETH syndrome (low byte) and the ACK's BECN (ECN echo); EV_SR (a selective-repeat
+#: ACK or NAK) the ECN echo, complete, and the AETH syndrome shifted by 8. An event's
+#: ``msn`` is the AETH MSN of EV_SR and EV_ACK_IN.
 ARG_COMPLETE, ARG_ECHO, ARG_BECN = 1, 2, 0x100
 _EVENTS_PER_FRAME = 4       # an ACK flushed on a CE change, a CNP, a reply or pending, done
 _PSN_MASK = 0xFFFFFF
@@ -55,12 +61,16 @@ class _RxQp(ctypes.Structure):
                 ("first_rx_ns", ctypes.c_int64), ("done_ns", ctypes.c_int64),
                 ("ack_fd", ctypes.c_int32), ("nic", ctypes.c_uint32),
                 ("has_cnp", ctypes.c_uint32), ("cnps", ctypes.c_uint32),
-                ("last_cnp_s", ctypes.c_double)]
+                ("last_cnp_s", ctypes.c_double),
+                ("selective", ctypes.c_uint32), ("reorder", ctypes.c_uint32),
+                ("high", ctypes.c_uint32), ("nak_scan", ctypes.c_uint32),
+                ("acked", ctypes.c_uint32),
+                ("beyond", ctypes.c_uint64), ("got", ctypes.c_uint64 * (WINDOW_PACKETS // 64))]
 
 
 class _RxEvent(ctypes.Structure):
     _fields_ = [("rx_ns", ctypes.c_int64), ("kind", ctypes.c_uint32), ("qpn", ctypes.c_uint32),
-                ("psn", ctypes.c_uint32), ("arg", ctypes.c_uint32)]
+                ("psn", ctypes.c_uint32), ("arg", ctypes.c_uint32), ("msn", ctypes.c_uint32)]
 
 
 class _RxCall(ctypes.Structure):
@@ -176,10 +186,11 @@ class RxState:
         self.oldest_ns = ctypes.c_int64(0)
 
     def add_qps(self, host_id: int, qps: Iterable[RxQpSpec], ce_ack: bool = False,
-                ack_timer: bool = False) -> None:
+                ack_timer: bool = False, reorder_packets: int | None = None) -> None:
         """Register the QPs host ``host_id`` receives; ``ce_ack``: ACK at once when the
         CE state changes (``gbn.GbnReceiver``); ``ack_timer``: report the first frame
-        left waiting for its ACK (EV_PENDING)."""
+        left waiting for its ACK (EV_PENDING); ``reorder_packets``: selective repeat
+        (``selective_repeat.SrReceiver`` with that tolerance) instead of go-back-N."""
         for spec in qps:
             assert len(spec.ack) == ACK_FRAME_BYTES and len(spec.cnp) == CNP_FRAME_BYTES
             assert 0 <= spec.nic < len(self.blocked)
@@ -187,6 +198,8 @@ class RxState:
             at = spec.qpn - FIRST_QPN
             q.host, q.total, q.coalesce = host_id + 1, spec.total_packets, spec.ack_coalesce
             q.ce_ack, q.ack_timer = int(ce_ack), int(ack_timer)
+            if reorder_packets is not None:
+                q.selective, q.reorder = 1, reorder_packets
             q.first_rx_ns = q.done_ns = -1
             q.ack_fd, q.nic = spec.fd, spec.nic
             self.ack_tmpl[at * ACK_FRAME_BYTES:(at + 1) * ACK_FRAME_BYTES] = spec.ack
@@ -198,15 +211,17 @@ class RxState:
             raise IndexError(f"QPN {qpn:#x} has no slot")
         return self.qps[qpn - FIRST_QPN]
 
-    def ack_pending(self, qpn: int) -> tuple[int, bool] | None:
-        """The delayed ACK of ``qpn`` (``gbn.GbnReceiver.ack_pending`` on the C state):
-        (PSN, ECN echo) of an ACK of everything delivered, or None if nothing waits."""
+    def ack_pending(self, qpn: int) -> tuple[int, bool, int] | None:
+        """The delayed ACK of ``qpn`` (``ack_pending`` of ``gbn.GbnReceiver`` or
+        ``selective_repeat.SrReceiver`` on the C state): (PSN, ECN echo, MSN) of an ACK
+        of everything delivered, or None if nothing waits."""
         q = self.qp(qpn)
         if not q.unreported:
             return None
         echo = bool(q.echo)
         q.since_ack = q.unreported = q.echo = 0
-        return (q.expected - 1) & _PSN_MASK, echo
+        q.acked = q.expected
+        return (q.expected - 1) & _PSN_MASK, echo, (q.high - 1) & _PSN_MASK if q.selective else 0
 
     def int_block(self, k: int) -> bytes:
         """The INT block of event ``k`` of the last read (b'' if it had none)."""

@@ -194,6 +194,7 @@ class EngineStats:
     rto_s: float | None = None
     cnp_interval_s: float | None = None
     cc: str = ""
+    transport: str = ""             # 'gbn' or 'sr' (traffic.transport)
     payload_bytes: int = 0
     fixed_delays: FixedDelaySettings | None = None
     #: What the engine added of the real fabric's fixed delays ({name: how}):

@@ -4,8 +4,9 @@
 ``pacing.Schedule`` in C memory, so that compiled code can take packets and book
 schedules per burst while Python acts on the rarer events (ACKs, NAKs, timers) with
 the pure classes' own methods, lent to these structs: one implementation of each
-rule in Python, and in C only what runs per burst (``TxLib``). Without clang the
-engine keeps the pure-Python sender.
+rule in Python, and in C only what runs per burst (``TxLib``). ``TxSr`` does the
+same for ``selective_repeat.SrSender``; ``attach`` puts either transport's sender
+into a compiled QP. Without clang the engine keeps the pure-Python sender.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from core.frame import WIRE_OVERHEAD_BYTES
 from emu.cbuild import compile_c
 from engine.burst import _CShape
 from traffic import gbn
+from traffic.gbn import RequesterCounters
 from traffic.pacing import Schedule
+from traffic.selective_repeat import WINDOW_PACKETS, SrSender
 
 
-class TxGbn(ctypes.Structure):
+class TxGbn(RequesterCounters, ctypes.Structure):
     """A ``gbn.GbnSender`` in C memory (its methods, these fields)."""
 
     _fields_ = [("total_packets", ctypes.c_int64), ("window", ctypes.c_int64),
@@ -57,6 +60,39 @@ class TxGbn(ctypes.Structure):
         self._timer_start_raw = math.nan if value is None else value
 
 
+class TxSr(RequesterCounters, ctypes.Structure):
+    """A ``selective_repeat.SrSender`` in C memory (its methods, these fields)."""
+
+    _fields_ = [("total_packets", ctypes.c_int64), ("window", ctypes.c_int64),
+                ("timeout_s", ctypes.c_double), ("start_psn", ctypes.c_int64),
+                ("_una", ctypes.c_int64), ("_nxt", ctypes.c_int64),
+                ("_lost_count", ctypes.c_int64), ("_rtx", ctypes.c_int64),
+                ("_heard", ctypes.c_int64), ("_timer_nxt", ctypes.c_int64),
+                ("_timer_start_raw", ctypes.c_double),
+                ("packets_sent", ctypes.c_int64), ("retransmitted", ctypes.c_int64),
+                ("naks", ctypes.c_int64), ("timeouts", ctypes.c_int64),
+                ("acks", ctypes.c_int64), ("stale_acks", ctypes.c_int64),
+                ("_lost", ctypes.c_uint64 * (WINDOW_PACKETS // 64))]
+
+    @classmethod
+    def new(cls, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,
+            start_psn: int = 0) -> TxSr:
+        """Checked as ``SrSender`` checks its arguments."""
+        return cls.of(SrSender(total_packets, window, timeout_s, start_psn))
+
+    @classmethod
+    def of(cls, s: SrSender) -> TxSr:
+        """A copy of ``s``'s whole state."""
+        start = s._timer_start_s
+        return cls(s.total_packets, s.window, s.timeout_s, s.start_psn, s._una, s._nxt,
+                   s._lost_count, s._rtx, s._heard, s._timer_nxt,
+                   math.nan if start is None else start,
+                   s.packets_sent, s.retransmitted, s.naks, s.timeouts, s.acks, s.stale_acks,
+                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._lost))
+
+    _timer_start_s = TxGbn._timer_start_s
+
+
 class TxSched(ctypes.Structure):
     """A ``pacing.Schedule`` in C memory (its methods, these fields)."""
 
@@ -72,7 +108,22 @@ def _lend(cls: type, to: type, names: tuple[str, ...]) -> None:
 _lend(gbn.GbnSender, TxGbn, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
                              "next_to_send", "next_index", "take", "on_ack", "on_nak",
                              "advance", "on_timeout", "_progress", "_go_back_on_timeout"))
+_lend(gbn.GbnSender, TxGbn, ("on_reply",))
+_lend(SrSender, TxSr, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
+                       "next_index", "next_to_send", "take", "on_reply", "on_ack", "on_nak",
+                       "advance", "on_timeout", "_arm", "_hear", "_mark", "_progress"))
 _lend(Schedule, TxSched, ("restart", "sent"))
+
+
+def attach(c: TxQp, sender: gbn.GbnSender | SrSender) -> TxGbn | TxSr:
+    """Move ``sender``'s state into the compiled sender's QP ``c``: the struct to use as
+    the QP's sender from now on (``c.sr`` set for selective repeat)."""
+    if isinstance(sender, SrSender):
+        view = TxSr.of(sender)
+        c.sr = ctypes.pointer(view)
+        return view
+    c.gbn = TxGbn.of(sender)
+    return c.gbn
 
 
 def source() -> Path:
@@ -87,6 +138,11 @@ class TxLib:
         lib.tx_gbn_take.restype = ctypes.c_int64
         lib.tx_gbn_take.argtypes = [ctypes.POINTER(TxGbn), ctypes.c_double, ctypes.c_int64,
                                     ctypes.POINTER(ctypes.c_uint32)]
+        lib.tx_sr_take.restype = ctypes.c_int64
+        lib.tx_sr_take.argtypes = [ctypes.POINTER(TxSr), ctypes.c_double, ctypes.c_int64,
+                                   ctypes.POINTER(ctypes.c_uint32)]
+        lib.tx_sr_next_index.restype = ctypes.c_int64
+        lib.tx_sr_next_index.argtypes = [ctypes.POINTER(TxSr)]
         lib.tx_sched_restart.restype = None
         lib.tx_sched_restart.argtypes = [ctypes.POINTER(TxSched), ctypes.c_int64]
         lib.tx_sched_sent.restype = None
@@ -100,10 +156,14 @@ class TxLib:
         self.lib = lib
         self.service = lib.tx_service
 
-    def take(self, g: TxGbn, now_s: float, max_count: int) -> tuple[int, int] | None:
+    def take(self, g: TxGbn | TxSr, now_s: float, max_count: int) -> tuple[int, int] | None:
         psn = ctypes.c_uint32()
-        n = self.lib.tx_gbn_take(ctypes.byref(g), now_s, max_count, ctypes.byref(psn))
+        fn = self.lib.tx_sr_take if isinstance(g, TxSr) else self.lib.tx_gbn_take
+        n = fn(ctypes.byref(g), now_s, max_count, ctypes.byref(psn))
         return (psn.value, n) if n else None
+
+    def next_index(self, s: TxSr) -> int:
+        return self.lib.tx_sr_next_index(ctypes.byref(s))
 
     def restart(self, s: TxSched, now_ns: int) -> None:
         self.lib.tx_sched_restart(ctypes.byref(s), now_ns)
@@ -121,7 +181,8 @@ class TxQp(ctypes.Structure):
                 ("tx_ns", ctypes.POINTER(ctypes.c_int64)),
                 ("bytes_sent", ctypes.c_int64), ("first_tx_ns", ctypes.c_int64),
                 ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),
-                ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64)]
+                ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64),
+                ("sr", ctypes.POINTER(TxSr))]
 
 
 class TxNic(ctypes.Structure):

@@ -235,7 +235,7 @@ def run_incast(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
     shares = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                   msg.size_bytes) for msg in workload.messages])
     pauses0 = fab.pfc.summary()["pause_events"] if pfc else 0
-    m = measure(fab, workload, engine_config(cc, opts.workers), watch=[port],
+    m = measure(fab, workload, engine_config(cc, opts.workers, transport=opts.transport), watch=[port],
                 capture=opts.capture)
     pauses = fab.pfc.summary()["pause_events"] - pauses0 if pfc else None
     row, completion_s = incast_row(case, r, size, cc, pfc, m, port, pauses)
@@ -290,7 +290,7 @@ def run_fairness(run: Run, fab: Fabric, case: str, r: Roles, opts: Options,
     sched = fair_share_schedule(graph, [FlowSpec(msg.msg_id, fab.routes.paths(msg.src, msg.dst),
                                                  msg.size_bytes, msg.start_s) for msg in flows])
     port = incast.bottleneck_port(fab, senders, r.receiver)
-    m = measure(fab, workload, engine_config(cc, opts.workers), watch=[port],
+    m = measure(fab, workload, engine_config(cc, opts.workers, transport=opts.transport), watch=[port],
                 capture=opts.capture)
     full = max(sched.intervals, key=lambda iv: len(iv.rates_bps))
     active = list(full.rates_bps)

@@ -300,9 +300,12 @@ def nccl_row(fabric: str, name: str, size_bytes: int, r: CollectiveRun,
 
 
 def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc: str,
-             hash_draws: int, workers: int | str, capture: Sequence[str]) -> None:
-    """Run one collective case on ``fab`` on ``workers`` workers and record it, gated."""
-    r = run_collective(fab, name, size_bytes, cc, hash_draws, capture, workers=workers)
+             hash_draws: int, workers: int | str, capture: Sequence[str],
+             transport: str) -> None:
+    """Run one collective case on ``fab`` on ``workers`` workers over ``transport`` and
+    record it, gated."""
+    r = run_collective(fab, name, size_bytes, cc, hash_draws, capture, workers=workers,
+                       transport=transport)
     record(run, fabric, name, size_bytes, r, fab, cc)
 
 
@@ -330,7 +333,7 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance.start(case)
                     run.attempt(partial(_measure, run, fab, prefix + entry, name, size,
                                         opts.cc, opts.hash_draws, opts.workers,
-                                        opts.capture),
+                                        opts.capture, opts.transport),
                                 opts.attempts)
                     run.commit(case)
                     advance(case)

@@ -123,7 +123,7 @@ def _measure(run: Run, fab: Fabric, case: str, seed: int, nic_bps: float,
     """One permutation drawn with ``seed``: flow throughputs against the model's."""
     workload = collectives.build("permutation", list(fab.hosts), opts.size, seed=seed)
     model = model_throughputs(fab, workload, opts.samples, seed)
-    m = measure(fab, workload, engine_config(opts.cc, opts.workers),
+    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=opts.transport),
                 capture=opts.capture)
     measured = 8.0 * m.messages.size_bytes / m.messages.fct_s
     predicted = model.throughput_bps

@@ -123,7 +123,7 @@ def _measure(run: Run, fab: Fabric, prefix: str, opts: Options) -> None:
                                                  msg.size_bytes, msg.start_s)
                                         for msg in flows])
     port = fab.port(fab.routes.paths(senders[0], receiver)[0][-2], receiver)
-    m = measure(fab, workload, engine_config(opts.cc, opts.workers), watch=[port],
+    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=opts.transport), watch=[port],
                 capture=opts.capture)
     rows, cases = [], []
     for i, iv in enumerate(sched.intervals):

@@ -69,6 +69,7 @@ from model.queueing import QueueDist, incast_cc_off
 from topologies.spec import build_topo
 from traffic import collectives
 from traffic.ccload import resolve_cc
+from traffic.transport import TRANSPORTS
 
 NAME = "incast"
 
@@ -199,7 +200,7 @@ def _note_model(run: Run, case: str, cc_name: str, model_cc: str | None,
 
 def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
              size_bytes: int, cc: str, t: Thresholds, dcqcn: str, workers: int | str,
-             capture: Sequence[str] = ()) -> None:
+             capture: Sequence[str] = (), transport: str = TRANSPORTS[0]) -> None:
     """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
     other algorithms are measured only)."""
     factory = resolve_cc(cc)
@@ -219,7 +220,8 @@ def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str
 
     _note_model(run, case, factory.name, model_cc, pred)
     workload = collectives.build("incast", [receiver, *senders], size_bytes, root=0)
-    m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc, workers),
+    m = measure(fab, workload, engine_config(dcqcn if cc == "dcqcn" else cc, workers,
+                                               transport=transport),
                 watch=[port], capture=capture)
     done = m.messages.end_s.notna().all()
     completion_s = m.completion_s if done else float("nan")
@@ -299,7 +301,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
                     advance.start(case)
                     run.attempt(partial(run_case, run, fab, case, senders, receiver,
                                         opts.size, cc, t, opts.dcqcn, opts.workers,
-                                        opts.capture),
+                                        opts.capture, opts.transport),
                                 opts.attempts)
                     run.commit(case)
                     advance(case)

@@ -184,7 +184,7 @@ def long_flows(fab: Fabric, fs: LongFlowSet, opts: LongFlowOptions, cc: CcFactor
     if marking:
         fab.set_thresholds(marking[0])
     try:
-        m = measure(fab, workload, engine_config(cc, opts.workers), watch=[fs.port],
+        m = measure(fab, workload, engine_config(cc, opts.workers, transport=opts.transport), watch=[fs.port],
                     capture=opts.capture)
         report = gate(fab, m, workload, cc=True)
     finally:

@@ -29,6 +29,7 @@ from topologies import loadbalance
 from topologies.spec import build_topo, topo_size
 from traffic.ccload import validate_cc
 from traffic.collectives import NAMES
+from traffic.transport import TRANSPORTS
 
 # ----------------------------------------------------------------------------- options
 
@@ -407,6 +408,12 @@ FLOWLET_GAP = Option(loadbalance.DEFAULT_FLOWLET_GAP_S, "routing=flowlet: the id
                      "time) after which a flow may take a new path; above the paths' delay "
                      "difference (topologies/loadbalance.py)", parse=loadbalance.parse_flowlet_gap_s)
 
+#: Every experiment's ``transport`` option (``engine.run.EngineConfig.transport``).
+TRANSPORT = Option(TRANSPORTS[0], "the QPs' reliable transport: gbn (RoCE's go-back-N) or sr "
+                                  "(selective repeat, which tolerates the reordering of "
+                                  "packet spraying and adaptive routing)",
+                   parse=parse_choice(*TRANSPORTS))
+
 
 #: Options that say how a run is watched, not what it measures: a resumed run takes
 #: them from its command line, not from the run it resumes.
@@ -414,8 +421,8 @@ WATCH_OPTIONS = ("metrics_port",)
 
 
 #: The options every experiment takes, declared once (`with_common` adds them): S,
-#: how each case is measured (attempts, workers, capture) and watched (metrics_port),
-#: and how its fabrics route (routing, flowlet_gap).
+#: how each case is measured (attempts, workers, capture, transport) and watched
+#: (metrics_port), and how its fabrics route (routing, flowlet_gap).
 COMMON_OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
@@ -424,6 +431,7 @@ COMMON_OPTIONS: dict[str, Option] = {
     "metrics_port": METRICS_PORT,
     "routing": ROUTING,
     "flowlet_gap": FLOWLET_GAP,
+    "transport": TRANSPORT,
 }
 
 
@@ -466,6 +474,7 @@ class CommonOptions(ExperimentOptions):
     metrics_port: int | None
     routing: str
     flowlet_gap: float
+    transport: str
 
     def fabric_routing(self) -> dict[str, Any]:
         """The routing options as ``emu.fabric.Fabric``'s keyword arguments."""

@@ -102,7 +102,8 @@ def _measure(run: Run, fab: Fabric, prefix: str, spec: str, size: int,
              opts: Options) -> None:
     """One collective on ``fab``: its record and the utilisation of each link tier."""
     r = run_collective(fab, opts.collective, size, opts.cc, opts.hash_draws,
-                       opts.capture, workers=opts.workers)
+                       opts.capture, workers=opts.workers,
+                       transport=opts.transport)
     case = record(run, prefix + spec, opts.collective, size, r, fab, opts.cc)
     model = model_tier_utilisation(fab, r)
     measured = measured_tier_utilisation(r)

@@ -28,6 +28,11 @@ another if the forward distance is below 2**23. That requires fewer than 2**23
 packets in flight, so the sender's window is capped at 2**23 - 1 packets. A
 message may have more than 2**24 packets (PSNs wrap); the indices never do.
 
+Counters. ConnectX's per-QP names (``RequesterCounters``, ``ResponderCounters``):
+``retransmissions``, ``packet_seq_err`` (NAKs received), ``local_ack_timeout_err``
+(timer expiries); ``out_of_sequence`` (frames past a gap), ``duplicate_request``.
+``traffic.selective_repeat`` keeps the same fields and names.
+
 Times are passed in (seconds); nothing reads a clock.
 """
 
@@ -44,6 +49,8 @@ __all__ = [
     "PSN_BITS",
     "PSN_MASK",
     "Action",
+    "RequesterCounters",
+    "ResponderCounters",
     "GbnReceiver",
     "GbnSender",
     "psn_add",
@@ -59,6 +66,9 @@ MAX_WINDOW = _HALF - 1
 NONE = 0
 ACK = 1
 NAK = 2
+#: AETH syndrome bits 6:5 of a NAK (11b; 00b is an ACK); with code 0, a NAK's syndrome
+#: (PSN sequence error, ``traffic.roce.AETH_NAK_PSN_SEQ``).
+_NAK_TYPE = 0x60
 
 
 def psn_add(psn: int, n: int) -> int:
@@ -84,7 +94,43 @@ def _check_psn(value: object) -> int:
     return value
 
 
-class GbnSender:
+class RequesterCounters:
+    """ConnectX's per-QP requester counter names over a sender's fields."""
+
+    __slots__ = ()
+
+    @property
+    def retransmissions(self) -> int:
+        return self.retransmitted  # type: ignore[attr-defined]
+
+    @property
+    def packet_seq_err(self) -> int:
+        """Sequence-error NAKs received."""
+        return self.naks  # type: ignore[attr-defined]
+
+    @property
+    def local_ack_timeout_err(self) -> int:
+        """Retransmission timer expiries."""
+        return self.timeouts  # type: ignore[attr-defined]
+
+
+class ResponderCounters:
+    """ConnectX's per-QP responder counter names over a receiver's fields."""
+
+    __slots__ = ()
+
+    @property
+    def out_of_sequence(self) -> int:
+        """Frames ahead of the expected PSN."""
+        return self.out_of_order  # type: ignore[attr-defined]
+
+    @property
+    def duplicate_request(self) -> int:
+        """Frames received again."""
+        return self.duplicates  # type: ignore[attr-defined]
+
+
+class GbnSender(RequesterCounters):
     """Requester side of one message: which PSN to send next.
 
     ``next_to_send(now_s)`` returns the PSN to transmit now (first checking the
@@ -191,6 +237,13 @@ class GbnSender:
         self._progress(self._una + d + 1, now_s)
         return True
 
+    def on_reply(self, psn: int, syndrome: int, msn: int, now_s: float | None = None) -> bool:
+        """An ACK or NAK as its AETH carried it (``msn`` unused: go-back-N's ACK PSN
+        says it all); True if it made progress."""
+        if syndrome & _NAK_TYPE == _NAK_TYPE:
+            return self.on_nak(psn, now_s)
+        return self.on_ack(psn, now_s)
+
     def on_nak(self, psn: int, now_s: float | None = None) -> bool:
         """NAK (sequence error) expecting ``psn``: ACKs what precedes it and goes back to it."""
         d = (psn - self.start_psn - self._una) & PSN_MASK
@@ -236,16 +289,20 @@ class Action(NamedTuple):
 
     ``echo``: the reply's ECN echo. ``flush``: before anything else, ACK the packets
     before this one (PSN ``psn - 1``), echoing the opposite of this packet's CE state
-    (``ce_ack`` only)."""
+    (``ce_ack`` only). ``syndrome`` and ``msn``: the reply's AETH fields (an ACK's MSN
+    is 1 once the message is complete), so that a responder writes any transport's
+    reply (``traffic.selective_repeat`` too) from the action alone."""
 
     deliver: bool
     reply: int  # NONE, ACK or NAK
     psn: int  # the ACK/NAK PSN (meaningless when reply is NONE)
     echo: bool = False
     flush: bool = False
+    syndrome: int = 0
+    msn: int = 0
 
 
-class GbnReceiver:
+class GbnReceiver(ResponderCounters):
     """Responder side of one message (see the module docstring for the rules)."""
 
     __slots__ = (
@@ -315,7 +372,8 @@ class GbnReceiver:
             if self._since_ack >= self.ack_coalesce or exp + 1 == self.total_packets or ackreq:
                 self._since_ack = 0
                 self.acks_sent += 1
-                return Action(True, ACK, psn, self._reported(), flush)
+                return Action(True, ACK, psn, self._reported(), flush, 0,
+                              int(exp + 1 == self.total_packets))
             return Action(True, NONE, psn, False, flush)
         if 0 < d < _HALF and exp + d < self.total_packets:
             # Ahead of the expected PSN: a gap. NAK once, then stay quiet.
@@ -324,9 +382,11 @@ class GbnReceiver:
                 return Action(False, NONE, 0)
             self._nak_outstanding = True
             self.naks_sent += 1
-            return Action(False, NAK, (self.start_psn + exp) & PSN_MASK, self._reported())
+            return Action(False, NAK, (self.start_psn + exp) & PSN_MASK, self._reported(),
+                          False, _NAK_TYPE)
         # Behind (already delivered) or outside the message: re-ACK the latest delivered.
         self.duplicates += 1
         self._since_ack = 0
         self.acks_sent += 1
-        return Action(False, ACK, (self.start_psn + exp - 1) & PSN_MASK, self._reported())
+        return Action(False, ACK, (self.start_psn + exp - 1) & PSN_MASK, self._reported(),
+                      False, 0, int(self.complete))

@@ -23,6 +23,8 @@ Frame layout (`core.frame` declares it; IPv4, no options, UDP checksum 0)::
     -4     4  ICRC (CRC-32 value stored little-endian, as Scapy encodes it)
 
 ACK frames carry AETH (syndrome 8, MSN 24) at 54; CNPs carry 16 zero bytes at 54.
+Selective repeat's NAK is such an ACK frame too: syndrome 0x40 | (run - 1), MSN the
+cumulative PSN (``traffic.selective_repeat``).
 
 ECN echo.  An ACK (or NAK) whose acknowledged frames arrived CE-marked has the BECN
 bit of its BTH set (byte 46, bit 6: IBTA's backward explicit congestion notification,

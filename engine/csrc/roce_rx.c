@@ -4,7 +4,10 @@
  * ring and run the responder's go-back-N for data frames.
  *
  * Per data frame the state machine is traffic/gbn.py's GbnReceiver (the
- * reference; tests/unit/test_rx.py checks this file against it frame by frame):
+ * reference; tests/unit/test_rx.py checks this file against it frame by frame),
+ * or for a QP with `selective` set traffic/selective_repeat.py's SrReceiver
+ * (sr_packet: a bitmap of the frames held past the expected one; its ACKs and
+ * selective NAKs carry an MSN of their own, EV_SR; tests/unit/test_rx_sr.py):
  * in-order frames are delivered and ACKed every `coalesce` frames, at the
  * last one and at one carrying AckReq; the first frame past a gap is NAKed
  * once; anything else is a duplicate, re-ACKed with the latest delivered PSN.
@@ -58,9 +61,12 @@
 #define OFF_AETH 54
 #define AETH_ACK 0x00
 #define AETH_NAK_PSN_SEQ 0x60
+#define AETH_SR_NAK 0x40        /* selective repeat's NAK: | run - 1 */
+#define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
+#define SR_MAX_RUN 32
 
 enum { EV_ACK = 1, EV_NAK = 2, EV_CNP = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
-       EV_UNKNOWN = 7, EV_PENDING = 8 };
+       EV_UNKNOWN = 7, EV_PENDING = 8, EV_SR = 9 };
 
 struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t host;              /* owning host + 1; 0: not a QP this worker receives */
@@ -80,11 +86,19 @@ struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t has_cnp;           /* last_cnp_s holds this message's latest CNP */
 	uint32_t cnps;              /* CNPs decided */
 	double last_cnp_s;          /* real seconds after t0 */
+	uint32_t selective;         /* selective repeat instead of go-back-N */
+	uint32_t reorder;           /* PSNs beyond a hole that make it lost */
+	uint32_t high;              /* one past the highest index received */
+	uint32_t nak_scan;          /* holes below it were NAKed */
+	uint32_t acked;             /* `expected` as the last ACK reported it */
+	uint64_t beyond;            /* frames past the bitmap, dropped */
+	uint64_t got[SR_WINDOW / 64];  /* ring: received indices above `expected` */
 };
 
 struct rx_event {               /* mirrors engine/rx.py: _RxEvent */
 	int64_t rx_ns;
 	uint32_t kind, qpn, psn, arg;
+	uint32_t msn;               /* EV_SR and EV_ACK_IN: the AETH MSN */
 };
 
 struct tp2 {                    /* struct tpacket2_hdr */
@@ -216,6 +230,17 @@ static int ack_send(struct replies *r, const struct rx_qp *q, uint32_t qi, uint3
 					    arg & ARG_COMPLETE, !!(arg & ARG_ECHO), block));
 }
 
+/* Send a selective-repeat reply (EV_SR: `arg` its echo bit | AETH syndrome << 8,
+ * `msn` its AETH MSN) now; 0 if it must go to Python as an event instead. */
+static int sr_send(struct replies *r, const struct rx_qp *q, uint32_t qi, uint32_t psn,
+		     uint32_t arg, uint32_t msn, const uint8_t *block)
+{
+	uint8_t out[ACK_FRAME_BYTES + INT_BLOCK_BYTES];
+
+	return ctrl_send(r, q, out, ack_write(out, r->ack_tmpl + (size_t)qi * ACK_FRAME_BYTES,
+					    psn, arg >> 8, msn, !!(arg & ARG_ECHO), block));
+}
+
 /* A CE-marked frame of QP `q` arrived at `rx_ns`: 1 if the notification point
  * decides on a CNP (NotificationPoint.on_packet, in real seconds after t0). */
 static int cnp_due(const struct replies *r, struct rx_qp *q, int64_t rx_ns, int64_t t0_ns)
@@ -237,7 +262,98 @@ static uint32_t reported(struct rx_qp *q)
 
 	q->echo = 0;
 	q->unreported = 0;
+	q->acked = q->expected;
 	return echo;
+}
+
+static int sr_got(const struct rx_qp *q, uint32_t i)
+{
+	uint32_t k = i % SR_WINDOW;
+
+	return (int)(q->got[k >> 6] >> (k & 63) & 1);
+}
+
+/* SrReceiver._hole: the next run of missing indices reordering cannot explain; 0 if none. */
+static int sr_hole(struct rx_qp *q, uint32_t *first, uint32_t *run)
+{
+	int64_t limit = (int64_t)q->high - q->reorder;
+	uint32_t i = q->nak_scan > q->expected ? q->nak_scan : q->expected;
+	uint32_t n = 1;
+
+	while ((int64_t)i < limit && i != q->expected && sr_got(q, i))
+		i++;
+	if ((int64_t)i >= limit) {
+		if (limit > (int64_t)q->nak_scan)
+			q->nak_scan = (uint32_t)limit;
+		return 0;
+	}
+	while (n < SR_MAX_RUN && (int64_t)(i + n) < limit && !sr_got(q, i + n))
+		n++;
+	q->nak_scan = i + n;
+	*first = i;
+	*run = n;
+	return 1;
+}
+
+/*
+ * SrReceiver.on_packet for the frame `psn` (`d` past the expected index) of `q`, the
+ * CE-change flush already done: place it if it is new, then the reply (0 or EV_SR)
+ * with its PSN, event argument and MSN (the highest PSN received). *deliver: the
+ * frame was placed.
+ */
+static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int ackreq,
+		     uint32_t *psn_out, uint32_t *arg, uint32_t *msn, int *deliver)
+{
+	uint32_t exp = q->expected, index = exp + d, first, run;
+	int fill = 0;
+
+	*deliver = 0;
+	if (d >= PSN_HALF || exp + d >= q->total) {
+		q->duplicates++;
+	} else if (d >= SR_WINDOW) {
+		q->beyond++;
+	} else if (d && sr_got(q, index)) {
+		q->duplicates++;
+	} else {
+		*deliver = 1;
+		if (d == 0) {
+			exp++;
+			while (exp < q->high && sr_got(q, exp)) {
+				q->got[exp % SR_WINDOW >> 6] &= ~(1ull << (exp % SR_WINDOW & 63));
+				exp++;
+			}
+			fill = exp > index + 1;
+			q->since_ack++;
+			q->expected = exp;
+		} else {
+			q->got[index % SR_WINDOW >> 6] |= 1ull << (index % SR_WINDOW & 63);
+			q->out_of_order++;
+		}
+		if (index + 1 > q->high)
+			q->high = index + 1;
+		q->delivered++;
+		q->bytes += payload;
+		q->unreported++;
+		q->echo |= ce;
+	}
+	/* only a frame that is not the next in order can reveal a loss; a NAK reports
+	 * the loss only, the ACK's duties stay pending */
+	if (!(*deliver && d == 0) && sr_hole(q, &first, &run)) {
+		if (q->acked == exp)
+			q->unreported = 0;  /* it reports every arrival */
+		*psn_out = first & PSN_MASK;
+		*arg = (AETH_SR_NAK | (run - 1)) << 8;
+		*msn = (q->high - 1) & PSN_MASK;
+		return EV_SR;
+	}
+	if (!*deliver || fill || exp >= q->total || ackreq || q->since_ack >= q->coalesce) {
+		q->since_ack = 0;
+		*psn_out = (exp - 1) & PSN_MASK;
+		*arg = reported(q) | AETH_ACK << 8;
+		*msn = (q->high - 1) & PSN_MASK;
+		return EV_SR;
+	}
+	return 0;
 }
 
 static int is_data(uint8_t op)
@@ -315,25 +431,28 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			int ackreq = f[50] >> 7;
 			uint32_t exp = q->expected;
 			uint32_t d = (psn - exp) & PSN_MASK;
-			int reply = 0;
-			uint32_t reply_psn = 0, reply_arg = 0;
+			int reply = 0, deliver = d == 0 && exp < q->total;
+			uint32_t reply_psn = 0, reply_arg = 0, reply_msn = 0;
 
 			if (q->first_rx_ns < 0)
 				q->first_rx_ns = rx_ns;
-			if (d == 0 && exp < q->total) {
-				if (q->ce_ack && q->unreported && ce != (int)q->echo) {
-					/* the CE state changed: ACK the earlier frames with theirs */
-					uint32_t arg = reported(q);
+			if (deliver && q->ce_ack && q->unreported && ce != (int)q->echo) {
+				/* the CE state changed: ACK the earlier frames with theirs */
+				uint32_t arg = reported(q);
 
-					q->since_ack = 0;
-					/* no INT: those frames' blocks were not kept */
-					if (!ack_send(r, q, qi, EV_ACK, (psn - 1) & PSN_MASK, arg, 0)) {
-						if (intbuf)
-							intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
-						ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
-									     (psn - 1) & PSN_MASK, arg};
-					}
+				q->since_ack = 0;
+				/* no INT: those frames' blocks were not kept */
+				if (!ack_send(r, q, qi, EV_ACK, (psn - 1) & PSN_MASK, arg, 0)) {
+					if (intbuf)
+						intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
+					ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
+								     (psn - 1) & PSN_MASK, arg};
 				}
+			}
+			if (q->selective) {
+				reply = sr_packet(q, d, payload, ce, ackreq, &reply_psn, &reply_arg,
+						  &reply_msn, &deliver);
+			} else if (deliver) {
 				q->expected = exp + 1;
 				q->delivered++;
 				q->bytes += payload;
@@ -380,12 +499,16 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 				uint32_t at = reth ? OFF_INT_RETH : OFF_INT;
 				uint32_t arg = reply_arg | (uint32_t)complete;
 
+				const uint8_t *block = intbuf ? intbuf + (size_t)ne * INT_BLOCK_BYTES : 0;
+
 				int_copy(intbuf, ne, f, at, h.snaplen, (int64_t)payload - TS_BYTES);
-				if (!ack_send(r, q, qi, reply, reply_psn, arg,
-					      intbuf ? intbuf + (size_t)ne * INT_BLOCK_BYTES : 0))
-					ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn, arg};
+				if (!(reply == EV_SR
+				      ? sr_send(r, q, qi, reply_psn, arg, reply_msn, block)
+				      : ack_send(r, q, qi, reply, reply_psn, arg, block)))
+					ev[ne++] = (struct rx_event){rx_ns, reply, qpn, reply_psn, arg,
+								     reply_msn};
 			}
-			else if (q->ack_timer && q->unreported == 1 && d == 0)
+			else if (q->ack_timer && q->unreported == 1 && deliver)
 				ev[ne++] = (struct rx_event){rx_ns, EV_PENDING, qpn, psn, 0};
 			if (complete && q->done_ns < 0) {
 				q->done_ns = rx_ns;
@@ -397,7 +520,8 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 
 			int_copy(intbuf, ne, f, OFF_ACK_INT, h.snaplen, (int64_t)ip_len - ACK_IP_BYTES);
 			ev[ne++] = (struct rx_event){rx_ns, EV_ACK_IN, qpn, psn,
-						     f[54] | (uint32_t)(f[46] & 0x40) << 2};
+						     f[54] | (uint32_t)(f[46] & 0x40) << 2,
+						     be32(f + 54) & PSN_MASK};
 		} else if (op == 0x81) {
 			ev[ne++] = (struct rx_event){rx_ns, EV_CNP_IN, qpn, psn, 0};
 		} else {

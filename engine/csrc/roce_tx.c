@@ -7,7 +7,10 @@
  * traffic/pacing.py's Schedule fields (engine/tx.py: the ctypes views, which lend
  * the Python classes' own methods to these structs for every other event). What
  * runs per burst is here: GbnSender.take, Schedule.restart and Schedule.sent,
- * checked against the Python ones event for event by tests/unit/test_tx_gbn.py.
+ * checked against the Python ones event for event by tests/unit/test_tx_gbn.py,
+ * and selective repeat's SrSender.take (struct tx_sr, engine/tx.py's TxSr; a QP
+ * whose `sr` is set uses it instead of its go-back-N state), checked by
+ * tests/unit/test_tx_sr.py.
  * Indices are 0..total-1; the wire PSN is (start_psn + index) mod 2^24.
  * A NaN timer start means the retransmission timer is not armed (Python: None).
  */
@@ -72,6 +75,110 @@ int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t 
 	return n;
 }
 
+/* ---- selective repeat: traffic/selective_repeat.py's SrSender ---- */
+
+#define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
+
+struct tx_sr {                  /* engine/tx.py: TxSr */
+	int64_t total_packets;
+	int64_t window;
+	double timeout_s;
+	int64_t start_psn;
+	int64_t una;                /* oldest unacknowledged index */
+	int64_t nxt;                /* next new index */
+	int64_t lost_count;         /* indices marked lost, not yet retransmitted */
+	int64_t rtx;                /* no index below it is marked lost */
+	int64_t heard;              /* one past the highest index the responder holds */
+	int64_t timer_nxt;          /* indices below it were sent when the timer started */
+	double timer_start_s;       /* NaN: not armed */
+	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
+	uint64_t lost[SR_WINDOW / 64];  /* ring: bit index mod SR_WINDOW */
+};
+
+static int sr_lost(const struct tx_sr *s, int64_t i)
+{
+	int64_t k = i % SR_WINDOW;
+
+	return (int)(s->lost[k >> 6] >> (k & 63) & 1);
+}
+
+/* SrSender._mark */
+static void sr_mark(struct tx_sr *s, int64_t i)
+{
+	int64_t k = i % SR_WINDOW;
+
+	if (sr_lost(s, i))
+		return;
+	s->lost[k >> 6] |= 1ull << (k & 63);
+	s->lost_count++;
+	if (i < s->rtx)
+		s->rtx = i;
+}
+
+/* SrSender.advance: the timer marks lost the oldest unacknowledged index and those
+ * past what the responder holds that were sent before the timer started. */
+static void sr_advance(struct tx_sr *s, double now_s)
+{
+	if (isnan(s->timer_start_s) || now_s - s->timer_start_s < s->timeout_s)
+		return;
+	s->timeouts++;
+	if (s->una < s->nxt)
+		sr_mark(s, s->una);
+	for (int64_t i = s->heard > s->una + 1 ? s->heard : s->una + 1; i < s->timer_nxt; i++)
+		sr_mark(s, i);
+	s->timer_start_s = now_s;
+	s->timer_nxt = s->nxt;
+}
+
+/* SrSender.next_index */
+int64_t tx_sr_next_index(const struct tx_sr *s)
+{
+	int64_t i = s->rtx;
+
+	if (!s->lost_count)
+		return s->nxt;
+	while (!sr_lost(s, i))
+		i++;
+	return i;
+}
+
+/* SrSender.take: the oldest run of lost indices, else new ones in the window. */
+int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *psn)
+{
+	int64_t i, n = 0;
+
+	sr_advance(s, now_s);
+	if (s->lost_count) {
+		i = tx_sr_next_index(s);
+		while (n < max_count && i + n < s->nxt && sr_lost(s, i + n)) {
+			int64_t k = (i + n) % SR_WINDOW;
+
+			s->lost[k >> 6] &= ~(1ull << (k & 63));
+			n++;
+		}
+		s->lost_count -= n;
+		s->rtx = i + n;
+		s->retransmitted += n;
+	} else {
+		i = s->nxt;
+		n = max_count;
+		if (s->total_packets - i < n)
+			n = s->total_packets - i;
+		if (s->window - (i - s->una) < n)
+			n = s->window - (i - s->una);
+		if (n <= 0)
+			return 0;
+		s->nxt = i + n;
+	}
+	if (isnan(s->timer_start_s)) {
+		s->timer_start_s = now_s;
+		s->timer_nxt = s->nxt;
+	}
+	s->packets_sent += n;
+	*psn = (uint32_t)((s->start_psn + i) & PSN_MASK);
+	return n;
+}
+
 /* Schedule.restart */
 void tx_sched_restart(struct tx_sched *s, int64_t now_ns)
 {
@@ -115,6 +222,7 @@ struct tx_qp {                  /* engine/tx.py: TxQp */
 	int64_t bytes_sent, first_tx_ns, last_tx_ns, next_trace_ns;
 	int64_t calls_on_send;      /* the algorithm's on_send must see every burst */
 	int64_t line_ns;            /* > 0: its bursts wait in Python's delay line first */
+	struct tx_sr *sr;           /* selective repeat's state instead of gbn's, or NULL */
 };
 
 struct tx_nic {                 /* engine/tx.py: TxNic */
@@ -162,6 +270,14 @@ static void remove_active(struct tx_nic *nic, int64_t k)
 	nic->n_active--;
 }
 
+/* GbnSender.in_flight or SrSender.in_flight of `q` */
+static int64_t in_flight(const struct tx_qp *q)
+{
+	const struct tx_sr *s = q->sr;
+
+	return s ? s->nxt - s->una - s->lost_count : q->gbn.nxt - q->gbn.una;
+}
+
 static void book_lags(struct tx_call *c, int64_t lag, int64_t n, int64_t step)
 {
 	for (int64_t i = 0; i < n; i++) {
@@ -197,12 +313,17 @@ int tx_service(struct tx_call *c)
 			return TX_LAGS;
 		int64_t lag = now - sched;
 		struct tx_gbn *g = &best->gbn;
+		struct tx_sr *sr = best->sr;
 		double t_real = (double)(now - c->t0) / c->scale_ns;
-		/* The timer first: a timeout goes back to una, and the frame's shape
-		 * (first, middle, last) and send-time slot follow the index sent. */
-		gbn_advance(g, t_real);
-		int64_t index = g->nxt;
-		int64_t last_index = g->total_packets - 1;
+		/* The timer first: a timeout goes back to una (selective repeat: marks it
+		 * lost), and the frame's shape (first, middle, last) and send-time slot
+		 * follow the index sent. */
+		if (sr)
+			sr_advance(sr, t_real);
+		else
+			gbn_advance(g, t_real);
+		int64_t index = sr ? tx_sr_next_index(sr) : g->nxt;
+		int64_t last_index = (sr ? sr->total_packets : g->total_packets) - 1;
 		int which, limit;
 		if (0 < index && index < last_index) {
 			which = 1;
@@ -223,19 +344,22 @@ int tx_service(struct tx_call *c)
 			allowed = (int64_t)floordiv(best->window_bytes, (double)c->payload_bytes);
 			if (allowed < 1)
 				allowed = 1;
-			if (allowed - (g->nxt - g->una) < due)
-				due = allowed - (g->nxt - g->una);
+			if (allowed - in_flight(best) < due)
+				due = allowed - in_flight(best);
 		}
 		uint32_t psn = 0;
 		int64_t n = 0;
-		if (due > 0)
-			n = tx_gbn_take(g, t_real, due < limit ? due : limit, &psn);
+		if (due > 0) {
+			int64_t most = due < limit ? due : limit;
+
+			n = sr ? tx_sr_take(sr, t_real, most, &psn) : tx_gbn_take(g, t_real, most, &psn);
+		}
 		if (n == 0) {
 			remove_active(nic, k);
 			c->qp = best - c->qps;
 			return TX_IDLE;
 		}
-		int solicit = windowed && g->nxt - g->una >= allowed;
+		int solicit = windowed && in_flight(best) >= allowed;
 		int hold = best->line_ns > 0;  /* its lags are booked when the line hands it over */
 		int sent = (int)n;
 		if (!hold) {

@@ -149,7 +149,7 @@ def test_last_packet_lost_recovers_by_timeout() -> None:
     assert resent == [4, 5, 6, 7]
     replies = [r.on_packet(p) for p in resent]
     assert replies[:3] == [Action(False, ACK, 6)] * 3  # duplicates re-ACKed
-    assert replies[3] == Action(True, ACK, 7)
+    assert replies[3] == Action(True, ACK, 7, msn=1)  # the last one: MSN says complete
     assert r.duplicates == 3
     for a in replies:
         s.on_ack(a.psn, 53 * US)
@@ -171,17 +171,17 @@ def test_reordering() -> None:
     sent = send_all(s)
     assert sent == [0, 1, 2, 3]
     a2 = r.on_packet(2)  # arrives before 0 and 1
-    assert a2 == Action(False, NAK, 0)
+    assert a2 == Action(False, NAK, 0, syndrome=0x60)  # AETH: NAK, PSN sequence error
     assert r.on_packet(0) == Action(True, ACK, 0)
     assert r.on_packet(1) == Action(True, ACK, 1)
-    assert r.on_packet(3) == Action(False, NAK, 2)  # 2 was dropped: a new gap, a new NAK
+    assert r.on_packet(3) == Action(False, NAK, 2, syndrome=0x60)  # 2 dropped: a new NAK
     s.on_nak(0)  # late NAK: go back to 0 (harmless duplicates)
     s.on_ack(0)
     s.on_ack(1)
     s.on_nak(2)
     assert send_all(s) == [2, 3]
     assert r.on_packet(2) == Action(True, ACK, 2)
-    assert r.on_packet(3) == Action(True, ACK, 3)
+    assert r.on_packet(3) == Action(True, ACK, 3, msn=1)
     for p in (2, 3):
         s.on_ack(p)
     assert s.done and r.complete
@@ -201,14 +201,14 @@ def test_duplicate_and_old_acks_are_ignored() -> None:
 def test_nak_suppression_until_gap_filled() -> None:
     r = GbnReceiver(20)
     assert r.on_packet(0).reply == ACK
-    assert r.on_packet(2) == Action(False, NAK, 1)
+    assert r.on_packet(2) == Action(False, NAK, 1, syndrome=0x60)
     for p in range(3, 8):
         assert r.on_packet(p) == Action(False, NONE, 0)
     assert r.on_packet(0) == Action(False, ACK, 0)  # duplicate: re-ACK, NAK still pending
     assert r.on_packet(4) == Action(False, NONE, 0)
     assert r.naks_sent == 1
     assert r.on_packet(1) == Action(True, ACK, 1)  # gap filled
-    assert r.on_packet(5) == Action(False, NAK, 2)  # a new gap gets a new NAK
+    assert r.on_packet(5) == Action(False, NAK, 2, syndrome=0x60)  # a new gap, a new NAK
     assert r.naks_sent == 2
 
 
@@ -233,7 +233,7 @@ def test_psn_wrap_around() -> None:
         s.on_ack(r.on_packet(psn).psn)
     assert s.done and r.complete
     # a duplicate of the first packet (behind the wrap) is recognised as old
-    assert r.on_packet(PSN_MASK - 2) == Action(False, ACK, 2)
+    assert r.on_packet(PSN_MASK - 2) == Action(False, ACK, 2, msn=1)
 
 
 def test_message_longer_than_psn_space_maps_indices_modulo() -> None:
@@ -333,7 +333,8 @@ def test_every_reply_echoes_whether_a_packet_it_newly_acknowledges_was_marked():
     assert [a.reply for a in acts[:3]] == [NONE] * 3 and not any(a.flush for a in acts)
     assert r.on_packet(2) == Action(False, ACK, 3, echo=False)  # duplicate: nothing new marked
     assert r.on_packet(4, ce=True).reply == NONE
-    assert r.on_packet(6) == Action(False, NAK, 5, echo=True)   # the NAK acknowledges 4 (marked)
+    assert r.on_packet(6) == Action(False, NAK, 5, echo=True,   # the NAK acknowledges 4
+                                    syndrome=0x60)                  # (marked)
     assert r.on_packet(5) == Action(True, NONE, 5)
     assert r.on_packet(4, ce=True) == Action(False, ACK, 5, echo=False)
 
@@ -345,12 +346,12 @@ def test_ce_ack_flushes_on_every_ce_state_change_so_each_ack_is_uniform():
     # 0-1 unmarked, flushed when 2 arrives marked; 2-4 flushed when 5 arrives unmarked;
     # 5-11 ACKed at the last packet.
     assert [p for p, a in enumerate(acts) if a.flush] == [2, 5]
-    assert acts[-1] == Action(True, ACK, 11, echo=False)
+    assert acts[-1] == Action(True, ACK, 11, echo=False, msn=1)
     assert r.acks_sent == 3
     # Without ce_ack the same packets give one ACK, echoing the marks.
     plain = GbnReceiver(12, ack_coalesce=16)
     assert [plain.on_packet(p, ce=m) for p, m in enumerate(marks)][-1] == \
-        Action(True, ACK, 11, echo=True)
+        Action(True, ACK, 11, echo=True, msn=1)
     assert plain.acks_sent == 1
 
 

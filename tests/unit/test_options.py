@@ -330,7 +330,7 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
                             demo_module.check)
     demo_module.execute(None, opts)
     common = {"scale": 150000.0, "attempts": 2, "workers": 1, "capture": ["h1"], "metrics_port": None,
-              "routing": "ecmp", "flowlet_gap": 10e-6}
+              "routing": "ecmp", "flowlet_gap": 10e-6, "transport": "gbn"}
     assert seen["incast"] == [incast.Options(
         topo="fattree,4", senders=2, size=1 << 20, cc=["off", "dcqcn"], dcqcn="paper",
         thresholds=["100K/400K"], pmax=0.2, **common)]
@@ -342,4 +342,4 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
     assert seen["collective"][1] == collective.Options(
         topos=["fattree,4"], collectives=opts.collectives, sizes=opts.sizes, cc="off",
         hash_draws=16, scale=150000.0, attempts=2, workers="auto", capture=[], metrics_port=None,
-        routing="ecmp", flowlet_gap=10e-6)
+        routing="ecmp", flowlet_gap=10e-6, transport="gbn")

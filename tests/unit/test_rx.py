@@ -195,7 +195,8 @@ def test_c_responder_matches_gbn_receiver_frame_by_frame(seed, ce_ack):
     assert state.ctrl_sent.value == 0
     # The delayed ACK on the C state is the reference's.
     want_ack = ref.ack_pending()
-    assert state.ack_pending(QPN) == (None if want_ack is None else (want_ack.psn, want_ack.echo))
+    assert state.ack_pending(QPN) == (None if want_ack is None else
+                                      (want_ack.psn, want_ack.echo, want_ack.msn))
     assert state.ack_pending(QPN) is None
 
 

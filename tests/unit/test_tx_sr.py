@@ -1,0 +1,85 @@
+"""roce_tx.c's selective-repeat sender (tx_sr_take) against traffic/selective_repeat.py's
+SrSender, event for event; the ctypes struct behaves as the class whose methods it
+borrows, and ``attach`` hands either transport's state to a compiled QP."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from core.errors import CapabilityError, ParameterError
+from engine.tx import TxGbn, TxLib, TxQp, TxSr, attach
+from traffic import gbn
+from traffic.roce import AETH_ACK, AETH_NAK_PSN_SEQ
+from traffic.selective_repeat import MAX_NAK_RUN, WINDOW_PACKETS, SrSender, nak_syndrome
+
+_FIELDS = ("_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_timer_start_s",
+           "packets_sent",
+           "retransmitted", "naks", "timeouts", "acks", "stale_acks")
+
+
+@pytest.fixture(scope="module")
+def lib() -> TxLib:
+    try:
+        return TxLib()
+    except (CapabilityError, OSError) as e:
+        pytest.skip(f"no compiler for roce_tx.c: {e}")
+
+
+def _state(s: object) -> tuple:
+    return (*(getattr(s, f) for f in _FIELDS), tuple(s._lost))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, seed: int):
+    """Random takes (C on the struct, Python on SrSender), ACKs, selective NAKs,
+    go-back-N NAKs and timer checks (SrSender's own methods on both)."""
+    rng = random.Random(seed)
+    total = rng.choice([1, 2, 5, 64, 3000, (1 << 24) + 5])
+    window = rng.choice([None, 1, 3, 16, WINDOW_PACKETS])
+    start = rng.choice([0, 7, (1 << 24) - 3])
+    py = SrSender(total, window=window, timeout_s=1e-3, start_psn=start)
+    c = TxSr.new(total, window=window, timeout_s=1e-3, start_psn=start)
+    now = 0.0
+    for _ in range(600):
+        now += rng.choice([0.0, 1e-6, 2e-4, 1.5e-3])
+        kind = rng.random()
+        psn = (start + py._una + rng.randrange(-3, max(py._nxt - py._una, 1) + 3)) & gbn.PSN_MASK
+        cum = (start + py._una + rng.randrange(-3, max(py._nxt - py._una, 1) + 1)) & gbn.PSN_MASK
+        t = None if rng.random() < 0.1 else now
+        if kind < 0.45:
+            count = rng.choice([1, 2, 64])
+            assert lib.take(c, now, count) == py.take(now, count)
+        elif kind < 0.65:
+            assert c.on_reply(psn, AETH_ACK, cum, t) == py.on_reply(psn, AETH_ACK, cum, t)
+        elif kind < 0.85:
+            syndrome = nak_syndrome(rng.randint(1, MAX_NAK_RUN))
+            assert c.on_reply(psn, syndrome, cum, t) == py.on_reply(psn, syndrome, cum, t)
+        elif kind < 0.9:
+            assert c.on_reply(psn, AETH_NAK_PSN_SEQ, 0, t) == \
+                py.on_reply(psn, AETH_NAK_PSN_SEQ, 0, t)
+        else:
+            assert c.advance(now) == py.advance(now)
+        assert _state(c) == _state(py)
+        assert lib.next_index(c) == py.next_index
+        assert (c.done, c.in_flight, c.deadline_s, c.next_index, c.retransmissions) == \
+            (py.done, py.in_flight, py.deadline_s, py.next_index, py.retransmissions)
+
+
+def test_the_struct_checks_its_arguments_as_the_class_does():
+    with pytest.raises(ParameterError, match="total_packets"):
+        TxSr.new(0)
+    with pytest.raises(ParameterError, match="window"):
+        TxSr.new(5, window=WINDOW_PACKETS + 1)
+
+
+def test_attach_puts_either_transport_into_a_compiled_qp():
+    qp = TxQp()
+    view = attach(qp, SrSender(9, timeout_s=1.0))
+    assert isinstance(view, TxSr) and qp.sr.contents.total_packets == 9
+    view._una = 4
+    assert qp.sr.contents._una == 4          # the QP's struct is the view
+    qp = TxQp()
+    view = attach(qp, gbn.GbnSender(7, timeout_s=1.0))
+    assert isinstance(view, TxGbn) and qp.gbn.total_packets == 7 and not qp.sr
