@@ -24,17 +24,13 @@ TRACE_SEND, TRACE_CNP, TRACE_TIMER, TRACE_ECHO = range(len(TRACE_EVENTS))
 _EARLY_NS = 20_000                      # the shortest turn: deadlines this close share a wake-up
 # A worker's turn, in full frame times of its fastest NIC. A wake-up costs ~25 us of
 # CPU on a VM, about half the engine's CPU per frame, and the slots of a worker's
-# NICs and its rings' frames rarely coincide, so one wake-up serves what falls
-# within a turn:
-# * a ring that becomes ready at most a turn before a due deadline waits for that
-#   deadline's wake-up. Frames keep their kernel receive stamps (latency is exact);
-#   an ACK, CNP or completion leaves at most a turn late;
-# * every deadline due within a turn of the wake-up is served in it: a frame may be
-#   handed over up to a turn before its slot. Schedules stay anchored to the slots,
-#   so rates are exact, and frames are stamped when they really leave.
-# A quarter frame (21 ns real at 400G) is far below any latency the fabric models,
-# and long enough that one wake-up serves most of a ring's coincident deadlines
-# (wake-ups and CPU per frame: docs/validation.md).
+# NICs rarely coincide, so a pass of the loop serves every deadline due within a
+# turn of it (engine.worker's docstring, "Event loop"): a frame may be handed over
+# up to a turn before its slot. Schedules stay anchored to the slots, so rates are
+# exact, and frames are stamped when they really leave. A quarter frame (21 ns real
+# at 400G) is far below any latency the fabric models, and long enough that one
+# wake-up serves most of a ring's coincident deadlines (wake-ups and CPU per frame:
+# docs/validation.md).
 TURN_FRAMES = 0.25
 
 

@@ -25,12 +25,17 @@ timer, its delay line, a responder's delayed ACK (deadlines in one heap,
 ``traffic.pacing.Deadlines``), a host's receive ring, the completion ring's eventfd
 and the timerfd (file descriptors in epoll):
 
-* the worker sleeps in ``epoll`` on its hosts' receive rings, one eventfd and a
-  timerfd armed at the heap's earliest deadline. Only ready rings are read; only due
-  sources fire. Deadlines within a turn (``engine.books.TURN_FRAMES``) of the wake-up
-  fire in the same pass, so close deadlines of several NICs cost one wake-up, and a
-  ring that becomes ready within a turn before a deadline waits for that deadline's
-  wake-up;
+* the loop runs in passes: first the rings and the eventfd that are ready (read
+  without sleeping, so frames that arrived are answered before anything is sent),
+  then the deadlines due within a turn (``engine.books.TURN_FRAMES``) of the pass,
+  earliest first, each fired at the time it is fired; a pass fires deadlines for at
+  most a turn, then reads the rings again before the rest, so that a worker with many
+  NICs due together never leaves its rings waiting for all of them. Only when nothing
+  is ready and no deadline is due within a turn does the worker sleep in ``epoll`` on
+  its rings, its eventfd and a timerfd armed at the next deadline: a deadline a
+  turn away is served early instead of costing a wake-up of its own, and a deadline
+  that fired early and re-armed itself for the same time (a timer not yet expired)
+  is waited for;
 * dependencies are counters (``traffic.pacing.DepCounter``) decremented on
   completion; completions of other workers arrive through the completion rings of
   ``engine.plan`` and wake this worker through its eventfd (``engine.completions``);
@@ -240,6 +245,7 @@ class Worker:
                      if rx is None else
                      CompiledReceivePath(books, out, self.requester, self.completions, hosts, rx))
         self.wakeups = 0
+        self.wait_ns = -1               # a deadline that fired early and waits for its time
         self.cpu0 = 0.0
         self.times0: os.times_result | None = None
         self.cpu_wait0_ns = 0
@@ -292,7 +298,7 @@ class Worker:
         # the collector's sight, a collection during the run costs microseconds.
         gc.freeze()
         timer = TimerFd()
-        eps = select.epoll(), select.epoll(), select.epoll()
+        eps = select.epoll(), select.epoll()
         try:
             self._loop(t0, timer, *eps)
         finally:
@@ -300,19 +306,17 @@ class Worker:
                 e.close()
             timer.close()
 
-    def _start(self, t0: int, timer: TimerFd, ep: select.epoll, ep_due: select.epoll,
-               ep_rx: select.epoll) -> dict[int, Source]:
+    def _start(self, t0: int, timer: TimerFd, ep: select.epoll,
+               ep_io: select.epoll) -> dict[int, Source]:
         """Register the sources with a file descriptor; wait for the common start ``t0``.
         Returns the sources by fd."""
         by_fd: dict[int, Source] = {h.sock.fileno(): h for h in self.hosts.values()}
+        by_fd[self.completions.fd] = self.completions
         for fd in by_fd:
             ep.register(fd, select.EPOLLIN)
-            ep_rx.register(fd, select.EPOLLIN)
+            ep_io.register(fd, select.EPOLLIN)
         by_fd[timer.fd] = _Alarm(timer)
-        by_fd[self.completions.fd] = self.completions
-        for e in (ep, ep_due):
-            e.register(timer.fd, select.EPOLLIN)
-            e.register(self.completions.fd, select.EPOLLIN)
+        ep.register(timer.fd, select.EPOLLIN)
         self.requester.post_ready()
         timer.arm(t0)
         while time.monotonic_ns() < t0:  # every worker starts on the same clock reading
@@ -324,13 +328,12 @@ class Worker:
         self.cpu_wait0_ns = runqueue_wait_ns()
         return by_fd
 
-    def _loop(self, t0: int, timer: TimerFd, ep: select.epoll, ep_due: select.epoll,
-              ep_rx: select.epoll) -> None:
-        """``ep`` waits for everything, ``ep_due`` for the timer and the eventfd, ``ep_rx``
-        for the rings: when a deadline is at most a turn away the worker sleeps
-        on ``ep_due`` and, awake, asks ``ep_rx`` (without sleeping) which rings became
-        ready meanwhile, instead of waking once more for them."""
-        by_fd = self._start(t0, timer, ep, ep_due, ep_rx)
+    def _loop(self, t0: int, timer: TimerFd, ep: select.epoll, ep_io: select.epoll) -> None:
+        """Passes: the rings and the eventfd first (``ep_io``, without sleeping), then the
+        deadlines due within a turn (``_fire_due``). The worker sleeps (``ep``: the
+        rings, the eventfd and the timerfd at the next deadline) only when nothing is
+        ready and no deadline is due within a turn."""
+        by_fd = self._start(t0, timer, ep, ep_io)
         shared = self.shared
         mono = time.monotonic_ns
         deadlines = self.books.deadlines
@@ -340,26 +343,22 @@ class Worker:
         acked = shared.acked
         turns = shared.turns
         w = self.plan.worker
-        next_house = 0
+        passes = next_house = 0
         while True:
+            events = ep_io.poll(0)
             now = mono()
             due = deadlines.next_ns()
-            wake = now + _IDLE_WAKE_NS
-            if due is not None and due < wake:
-                wake = due
-            timer.arm(wake)
-            if wake - now <= turn_ns:
-                events = ep_due.poll()
-                events += ep_rx.poll(0)
-            else:
+            if not events and (due is None or due - now > turn_ns
+                               or due == self.wait_ns and due > now):
+                timer.arm(now + _IDLE_WAKE_NS if due is None or due - now > _IDLE_WAKE_NS
+                          else due)
                 events = ep.poll()
-            self.wakeups += 1
-            turns[w] = self.wakeups
+                self.wakeups += 1
+            passes += 1
+            turns[w] = passes
             for fd, _ in events:
                 by_fd[fd].fire(mono())
-            now = mono()
-            for source in deadlines.pop_due(now + turn_ns):
-                source.fire(now)
+            now = self._fire_due(mono())
             if completions.all_acked or now >= next_house:
                 next_house = now + _IDLE_WAKE_NS
                 if sum(acked) >= total:
@@ -372,6 +371,30 @@ class Worker:
                     break
         turns[w] = -1  # the results take a while; the watchdog leaves them be
         self.wall_ns = mono() - t0
+
+    def _fire_due(self, now: int) -> int:
+        """Fire the deadlines due within a turn of ``now``, earliest first, each at the
+        time it is fired, for at most a turn: then the rings are read again before
+        the rest (a worker with many NICs due together does not leave its rings
+        waiting for all of them). Returns the time it stopped."""
+        mono = time.monotonic_ns
+        deadlines = self.books.deadlines
+        turn_ns = self.books.turn_ns
+        end = now + turn_ns
+        while True:
+            due = deadlines.next_ns()
+            if due is None or due > now + turn_ns or due == self.wait_ns and due > now:
+                return now
+            for source in deadlines.pop_due(due):
+                source.fire(now)
+            if due > now and deadlines.next_ns() == due:
+                # Fired early, it armed itself for the same time again (a timer that
+                # has not expired yet): the worker sleeps until then.
+                self.wait_ns = due
+                return now
+            now = mono()
+            if now > end:
+                return now
 
     # -- results ------------------------------------------------------------------------
     def results(self) -> WorkerStats:
