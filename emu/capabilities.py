@@ -121,7 +121,7 @@ def _ecmp_hash_seed() -> Check:
 
 
 def realtime_check() -> Check:
-    """Whether the engine's workers may run under SCHED_FIFO (engine/nic.py), tried in a
+    """Whether the engine's workers may run under SCHED_FIFO (engine/worker.py), tried in a
     short-lived child so that this process keeps its own scheduling."""
     pid = os.fork()
     if pid == 0:  # the child: try, report in the exit code, leave at once

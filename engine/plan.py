@@ -46,7 +46,7 @@ class MsgPlan:
     reply_ifname: str
     ifname: str
     #: The real fabric's fixed delay on the data path (a frame of this QP) and on the
-    #: ACK path, dilated: held at the sender (engine/nic.py, "Fixed delays").
+    #: ACK path, dilated: held at the sender (engine/worker.py, "Fixed delays").
     fwd_delay_emu_ns: int = 0
     back_delay_emu_ns: int = 0
     #: The real fabric's unloaded round trip of a full frame and its ACK (real s), for

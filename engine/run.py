@@ -15,7 +15,7 @@ Processes. The engine process opens every socket inside the hosts' namespaces
 per host interface), then forks as few workers as the workload's frame rates
 need (``auto_workers``), at most one per usable core; each worker
 inherits the sockets of *its* hosts only (a host belongs to exactly one worker)
-and is pinned to its own core. ``engine/nic.py`` is the worker loop (event-driven: epoll, a timerfd at the
+and is pinned to its own core. ``engine/worker.py`` is the worker loop (event-driven: epoll, a timerfd at the
 earliest deadline, dependency counters), ``engine/rawsock.py`` the socket
 plumbing, ``engine/plan.py`` what workers are handed and share.
 
@@ -54,7 +54,7 @@ Fixed delays. The emulated fabric (veths into HTB shapers) adds none of the real
 fabric's fixed delays: a frame is not stored and forwarded at every hop, no switch
 pipeline delays it, propagation exists only where netem delays the links. With
 ``EngineConfig.fixed_delays`` the engine adds them per QP, dilated by S
-(``traffic.fixeddelay`` prices the routed path; engine/nic.py holds the frames):
+(``traffic.fixeddelay`` prices the routed path; engine/worker.py, "Fixed delays", holds the frames):
 the data path's delay for the QP's first, largest frame, the ACK path's for an ACK,
 and the NIC overhead before a message's first frame. docs/design.md, "Fixed delays",
 says why a constant per-path delay at the sender stands in for per-hop delays.
@@ -98,7 +98,8 @@ from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
 from emu.netns import in_netns, wait_for_quiet_kernel
 from emu.ports import Port
-from engine import nic, plan, rawsock
+from engine import plan, rawsock, worker
+from engine.books import TRACE_EVENTS
 from engine.burst import Burst
 from engine.rx import RxLib
 from engine.stats import (
@@ -731,7 +732,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
                 reader, writer = ctx.Pipe(duplex=False)
                 mine_rx = {h: rx[h] for h in wp.hosts}
                 mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in wp.nics}
-                proc = ctx.Process(target=nic.worker_main, name=f"fabricemu-engine-{wp.worker}",
+                proc = ctx.Process(target=worker.worker_main, name=f"fabricemu-engine-{wp.worker}",
                                    args=(wp, shared, writer, mine_rx, mine_tx, ring,
                                          burst, rx_lib, os.getpid()), daemon=True)
                 proc.start()
@@ -1007,7 +1008,7 @@ def _rates(scale: Scale, msg_ids: np.ndarray, reported: list[WorkerStats]) -> pd
     rows = [row for r in reported for row in r.rates]
     rates = pd.DataFrame(rows, columns=["index", "t_ns", "rate_bps", "target_rate_bps",
                                         "alpha", "event", "window_bytes"])
-    rates["event"] = np.asarray(nic.TRACE_EVENTS, dtype=object)[
+    rates["event"] = np.asarray(TRACE_EVENTS, dtype=object)[
         rates["event"].to_numpy(dtype=np.int64)] if len(rates) else pd.Series(dtype=object)
     rates.insert(0, "t_s", scale.real_s_of_emu_ns(rates.pop("t_ns")))
     rates.insert(1, "msg_id", msg_ids[rates.pop("index").to_numpy(dtype=np.int64)]

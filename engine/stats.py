@@ -80,7 +80,7 @@ class WorkerCounters:
     push_backs: int = 0
     ring_drops: int = 0
     unknown_frames: int = 0
-    wakeups: int = 0
+    wakeups: int = 0                # sleeps in epoll (a pass that found work ready does not sleep)
     lag_total_ns: int = 0           # every frame's lateness behind its due time, summed
     pacing_resets: int = 0          # schedules restarted after a stall
     pacing_dropped_ns: int = 0      # the debt those restarts dropped

@@ -200,7 +200,7 @@ void tx_sched_sent(struct tx_sched *s, int64_t now_ns, int64_t n, int64_t step_n
 	}
 }
 
-/* ---- the pacing loop of one NIC: engine/nic.py _WorkerLoop._service, compiled ---- */
+/* ---- the pacing loop of one NIC: engine/sendpath.py SendPath._serve, compiled (engine/csend.py) ---- */
 
 #define WIRE_OVERHEAD_BYTES 24  /* core/frame.py (checked by engine/tx.py) */
 

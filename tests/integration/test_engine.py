@@ -326,17 +326,17 @@ def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(
     does not move the dependent message's post time; the lateness is pacing lag: how
     much later than its post, the NIC's overhead and the fixed path delay the first
     frame entered the fabric."""
-    from engine import nic
+    from engine.recvpath import ReceivePath
 
     stall_s = 0.04
-    finished = nic._WorkerLoop._finished
+    finished = ReceivePath.finished
 
     def late(self, h, rq):  # runs in the forked worker
         if rq.plan.index == 0:
             time.sleep(stall_s)
         finished(self, h, rq)
 
-    monkeypatch.setattr(nic._WorkerLoop, "_finished", late)
+    monkeypatch.setattr(ReceivePath, "finished", late)
     topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=1, host_rate="100G")
     scale = 5000
     size = 64 << 10

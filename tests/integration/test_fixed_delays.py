@@ -47,7 +47,7 @@ HOP_SUM_S = {("h1", "h16"): 4623.58 * NS, ("h9", "h11"): 2381.64 * NS,
 #: these, and the engine adds the rest.
 PROPAGATION_S = {("h1", "h16"): 1330 * NS, ("h9", "h11"): 330 * NS, ("h5", "h6"): 30 * NS}
 TOLERANCE = 0.05
-TURN_S = 0.25 * 8 * WIRE_FRAME_BYTES / 400e9   # engine/nic.py _TURN_FRAMES
+TURN_S = 0.25 * 8 * WIRE_FRAME_BYTES / 400e9   # engine/books.py TURN_FRAMES
 
 
 def _chains(per_pair: int) -> Workload:

@@ -1,6 +1,6 @@
-"""Outside the engine (tests included), no Python module is over 500 lines and no
-function over 80: a module that big holds several jobs, a function that long several
-steps. The engine's worker is sized by its own issue (engine/, left out here).
+"""No Python module (tests included) is over 500 lines and no function over 80: a
+module that big holds several jobs, a function that long several steps. Left out:
+engine/run.py, which starting, watching and reading the workers still share (``LEFT_OUT``).
 
 ``python tests/unit/test_sizes.py`` prints the largest of each."""
 
@@ -10,18 +10,20 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTS = ("core", "topologies", "traffic", "model", "emu", "experiments", "bench", "labs",
-         "cli", "examples", "scripts", "tests")
+ROOTS = ("core", "topologies", "traffic", "model", "emu", "engine", "experiments", "bench",
+         "labs", "cli", "examples", "scripts", "tests")
+LEFT_OUT = ("engine/run.py",)
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 
 
 def _files() -> list[Path]:
-    return sorted(p for root in ROOTS for p in (REPO / root).rglob("*.py"))
+    return sorted(p for root in ROOTS for p in (REPO / root).rglob("*.py")
+                  if str(p.relative_to(REPO)) not in LEFT_OUT)
 
 
 def file_lines() -> dict[str, int]:
-    """Lines of every module outside engine/."""
+    """Lines of every module but those ``LEFT_OUT``."""
     return {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _files()}
 
 
@@ -62,6 +64,6 @@ def test_no_function_over_80_lines():
 
 if __name__ == "__main__":
     for title, sizes in (("modules", file_lines()), ("functions", function_lines())):
-        print(f"largest {title} outside engine/:")
+        print(f"largest {title}:")
         for name, n in sorted(sizes.items(), key=lambda kv: -kv[1])[:8]:
             print(f"  {n:5d}  {name}")

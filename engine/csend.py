@@ -1,0 +1,200 @@
+"""The send path in C: ``SendPath`` with its per-NIC loop in csrc/roce_tx.c.
+
+Every NIC is served by ``tx_service``, which picks the due QP, takes its frames from
+go-back-N, sends the burst, books the schedules, lags and busy period, and returns
+to Python only for what Python must do: a QP gone idle, a trace that is due, an
+algorithm's ``on_send``, a short send, a burst for a QP's delay line. The go-back-N
+and schedule state lives in C structs (``engine.tx``) that borrow the pure classes'
+Python methods for every other event, so the requester acts on ACKs, NAKs and
+timers with the same code on either path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+from engine.books import Books
+from engine.burst import MAX_BURST, Burst
+from engine.handover import Handover
+from engine.sendpath import SendPath
+from engine.sources import MAX_CATCHUP_NS, Nic, SendQp
+from engine.tx import (
+    TX_AFTER,
+    TX_ARM,
+    TX_EMPTY,
+    TX_IDLE,
+    TX_LAGS,
+    TxCall,
+    TxGbn,
+    TxLib,
+    TxNic,
+    TxQp,
+)
+from traffic.cc import calls_on_send
+
+
+class CompiledSendPath(SendPath):
+    """``SendPath`` through roce_tx.c: Python acts only on what ``tx_service`` returns."""
+
+    def __init__(self, books: Books, out: Handover, lib: TxLib, burst: Burst,
+                 senders: list[SendQp], nics: list[Nic]):
+        super().__init__(books, out)
+        self.lib = lib
+        self.burst = burst
+        self.senders = senders
+        self.nics = nics
+        qps = (TxQp * max(1, len(senders)))()
+        self.tx_qps = qps
+        by_nic: dict[int, list[SendQp]] = {}
+        for slot, qp in enumerate(senders):
+            qp.slot = slot
+            by_nic.setdefault(id(qp.nic), []).append(qp)
+        for nic in nics:
+            mine = by_nic.get(id(nic), [])
+            if mine:
+                self._compile_nic(nic, mine, qps)
+        self.lags = (ctypes.c_int64 * (16 * MAX_BURST))()
+        self.call = TxCall(qps=ctypes.cast(qps, ctypes.POINTER(TxQp)),
+                           buf=burst.buffer_address,
+                           lags=ctypes.cast(self.lags, ctypes.POINTER(ctypes.c_int64)),
+                           lags_cap=len(self.lags), scale_ns=books.scale_ns,
+                           payload_bytes=books.plan.payload_bytes,
+                           max_catchup_ns=MAX_CATCHUP_NS)
+        self.call_addr = ctypes.addressof(self.call)
+
+    def _compile_nic(self, nic: Nic, mine: list[SendQp], qps: ctypes.Array) -> None:
+        """Give ``nic`` and its QPs ``mine`` C views (their schedules move into them)."""
+        c = TxNic(fd=nic.sock.fileno(), fwd_ns=nic.fwd_ns, ns_per_bit=nic.ns_per_bit,
+                  period_start=-1)
+        c.sched.max_catchup_ns = MAX_CATCHUP_NS
+        nic.active = (ctypes.c_int32 * len(mine))()
+        c.active = ctypes.cast(nic.active, ctypes.POINTER(ctypes.c_int32))
+        nic.c, nic.c_addr, nic.sched = c, ctypes.addressof(c), c.sched
+        for qp in mine:
+            q = qp.c = qps[qp.slot]
+            q.sched.max_catchup_ns = MAX_CATCHUP_NS
+            qp.sched = q.sched
+            for k, shape in enumerate((qp.first, qp.middle, qp.last)):
+                q.shape[k] = ctypes.pointer(self.burst.c_shape(shape))
+                q.bits[k] = qp.bits[k]
+            q.first_tx_ns = q.last_tx_ns = -1
+            q.line_ns = qp.line_ns
+
+    def start_clock(self, t0_ns: int) -> None:
+        self.call.t0 = t0_ns
+
+    def begin(self, qp: SendQp, now: int) -> None:
+        c = qp.c
+        if c is None:
+            return
+        # The compiled sender keeps the go-back-N state.
+        c.gbn = TxGbn.of(qp.gbn)
+        qp.gbn = c.gbn
+        c.tx_ns = ctypes.cast(qp.tx_ns.buffer_info()[0], ctypes.POINTER(ctypes.c_int64))
+        c.calls_on_send = calls_on_send(qp.cc)
+        c.next_trace_ns = now
+        self.sync_cc(qp)
+
+    def sync_cc(self, qp: SendQp) -> None:
+        c = qp.c
+        if c is None:
+            return
+        rate, window = self.books.pace_of(qp.cc)
+        c.rate_bps = rate
+        c.window_bytes = -1.0 if window is None else window
+
+    def activate(self, qp: SendQp) -> None:
+        nic = qp.nic
+        nic.qps.append(qp)
+        if nic.c is not None:
+            nic.active[nic.c.n_active] = qp.slot
+            nic.c.n_active += 1
+
+    def deactivate(self, qp: SendQp) -> None:
+        nic = qp.nic
+        k = nic.qps.index(qp)
+        del nic.qps[k]
+        if nic.c is not None:
+            n = nic.c.n_active
+            nic.active[k:n - 1] = nic.active[k + 1:n]
+            nic.c.n_active = n - 1
+
+    def end_period(self, nic: Nic) -> None:
+        self._close_period(nic, nic if nic.c is None else nic.c)
+
+    def drain_lags(self) -> None:
+        call = self.call
+        if call.n_lags:
+            self.books.lags.extend(self.lags[:call.n_lags])
+            call.n_lags = 0
+
+    def _serve(self, nic: Nic, now: int) -> None:
+        if nic.c is None:  # no QP of this worker sends on it: nothing to send
+            self.end_period(nic)
+            return
+        call = self.call
+        call.nic = nic.c_addr
+        call.now = now
+        call.horizon = now + self.books.turn_ns
+        service = self.lib.service
+        addr = self.call_addr
+        while True:
+            event = service(addr)
+            if event == TX_ARM:
+                self.books.deadlines.arm(nic, call.arm_ns)
+                return
+            if event == TX_EMPTY:
+                self.end_period(nic)
+                return
+            if event == TX_LAGS:
+                self.drain_lags()
+                continue
+            if event not in (TX_IDLE, TX_AFTER):  # TX_ERROR
+                raise OSError(call.err, f"sendmmsg: {os.strerror(call.err)}")
+            qp = self.senders[call.qp]
+            if event == TX_IDLE:  # window full or everything sent: wait for ACKs or the RTO
+                qp.idle = True
+                nic.qps.remove(qp)  # tx_service took it off the active slots
+                self.books.arm_rto(qp)
+                continue
+            if self._after(nic, qp, now):
+                return
+
+    def _after(self, nic: Nic, qp: SendQp, now: int) -> bool:
+        """Python's part of a burst ``tx_service`` returned with (TX_AFTER); True if the
+        NIC's queue refused some of it (retried shortly)."""
+        call = self.call
+        books = self.books
+        if call.hold:  # decided and booked; the delay line hands it over
+            shape = (qp.first, qp.middle, qp.last)[call.which]
+            qp.delay.hold(qp.delay.frames,  # type: ignore[union-attr]
+                          (now + qp.plan.fwd_delay_emu_ns, shape, call.psn, call.count,
+                           call.lag, call.step, bool(call.solicit)), books.deadlines)
+        if qp.c.calls_on_send:  # type: ignore[union-attr]
+            qp.cc.on_send(call.sent_bytes, call.t_real)
+            self.sync_cc(qp)
+        if now >= qp.c.next_trace_ns:  # type: ignore[union-attr]
+            books.trace(qp, now)
+        if call.sent < call.count:  # the NIC queue is full: keep the rest, retry
+            self.burst.wrote(call.count, call.frame_len)
+            self.out.push_back(nic, [self.burst.frame(i) for i in range(call.sent, call.count)],
+                               counted=False)
+            self.out.retry_at(nic, now + nic.fwd_ns)
+            return True
+        return False
+
+    def finish(self) -> None:
+        self.drain_lags()
+        books = self.books
+        call = self.call
+        books.data_sent += call.data_sent
+        books.packets_sent += call.packets_sent
+        books.lag_total_ns += call.lag_total_ns
+        for q in self.senders:
+            if q.c is not None:
+                q.bytes_sent, q.first_tx_ns, q.last_tx_ns = \
+                    q.c.bytes_sent, q.c.first_tx_ns, q.c.last_tx_ns
+        for nic in self.nics:
+            if nic.c is not None:
+                nic.bits_sent = nic.c.bits_sent

@@ -1,0 +1,227 @@
+"""The requester side of a worker's NICs: what happens to a message's QP besides
+sending (engine.sendpath).
+
+It serves a ``SendQp``'s own deadlines (its start, then its retransmission timer),
+its congestion control's timer, and its delay lines; it acts on the ACKs, NAKs and
+CNPs the receive path hands it (go-back-N, ``traffic.gbn``; the algorithm, from
+the plan's ``traffic.ccload.CcFactory``); and it posts messages whose
+dependencies completed (``completed``). Every time here is NIC time (engine.worker's
+docstring, "Fixed delays") unless it says wall.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from array import array
+
+from engine.books import TRACE_CNP, TRACE_ECHO, TRACE_TIMER, Books
+from engine.handover import Handover
+from engine.rx import ARG_BECN, EV_ACK_IN
+from engine.sendpath import SendPath
+from engine.sources import DelayLine, SendQp
+from traffic import gbn
+from traffic.ccload import check_read_back
+from traffic.int_telemetry import decode_block
+from traffic.pacing import DepCounter
+from traffic.roce import AETH_NAK_PSN_SEQ
+
+
+class Requester:
+    def __init__(self, books: Books, path: SendPath, out: Handover, senders: list[SendQp]):
+        self.books = books
+        self.path = path
+        self.out = out
+        self.senders = senders
+        self.by_index = {qp.plan.index: qp for qp in senders}
+        self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in senders})
+        self.overhead_ns = books.plan.scale.emu_ns(books.plan.nic_overhead_s)
+        self.acked_here = 0
+        for qp in senders:
+            qp.server = self
+
+    def post_ready(self) -> None:
+        """Arm the start of every message without dependencies (the run starts)."""
+        books = self.books
+        for index in self.deps.ready():
+            qp = self.by_index[index]
+            qp.post_ns = books.t0_ns + qp.plan.start_emu_ns
+            books.deadlines.arm(qp, qp.post_ns + qp.nic.fwd_ns)
+
+    # -- a QP's deadlines --------------------------------------------------------------
+    def on_due(self, qp: SendQp, now: int) -> None:
+        """``qp``'s start time, or its retransmission timer once started."""
+        if qp.gbn is None:
+            self.start(qp, now)
+            return
+        g = qp.gbn
+        if g.done:
+            return
+        g.advance(self.books.real_s(now))
+        if g.next_index < g.total_packets:
+            self.wake(qp, now)
+        else:
+            self.books.arm_rto(qp)
+
+    def on_cc_timer(self, qp: SendQp, now: int) -> None:
+        if qp.acked_ns >= 0:
+            return
+        qp.cc.on_timer(self.books.real_s(now))
+        self.path.sync_cc(qp)
+        self.books.trace(qp, now, TRACE_TIMER)
+        self.arm_cc_timer(qp)
+        if qp.idle and qp.gbn.next_index < qp.gbn.total_packets:
+            self.wake(qp, now)  # its window may have opened
+
+    def release(self, line: DelayLine, now: int) -> None:
+        """Hand over the bursts and act on the ACKs/CNPs whose delay is up (``now``: wall)."""
+        qp = line.qp
+        books = self.books
+        horizon = now + books.turn_ns
+        frames = line.frames
+        while frames and frames[0][0] <= horizon:
+            release, shape, psn, n, lag, step, solicit = frames.popleft()
+            books.book_lags(lag + now - release, n, step)
+            self.out.hand_over(qp.nic, shape, psn, n, now, now - qp.plan.fwd_delay_emu_ns,
+                               solicit)
+        ctrl = line.ctrl
+        while ctrl and ctrl[0][0] <= horizon:
+            release, kind, psn, arg, int_block = ctrl.popleft()
+            self.act(qp, kind, psn, arg, release - qp.nic.fwd_ns, int_block)
+        due = line.next_ns()
+        if due is not None:
+            books.deadlines.arm(line, due)
+
+    # -- starting and waking -------------------------------------------------------------
+    def completed(self, index: int, done_ns: int, now: int) -> None:
+        """Message ``index`` was fully received at ``done_ns``: post what waited for it
+        then. A worker that learns of it late (a stall, a wake-up) starts the message
+        late against that post time, and its frames' lag says so. ``now`` is wall time."""
+        for child in self.deps.complete(index):
+            qp = self.by_index[child]
+            qp.post_ns = max(done_ns, self.books.t0_ns + qp.plan.start_emu_ns)
+            fwd = qp.nic.fwd_ns
+            if qp.post_ns <= now - fwd:
+                self.start(qp, now - fwd)
+            else:
+                self.books.deadlines.arm(qp, qp.post_ns + fwd)
+
+    def start(self, qp: SendQp, now: int) -> None:
+        books = self.books
+        p = books.plan
+        qp.gbn = gbn.GbnSender(qp.n, timeout_s=p.rto_s)
+        # The real line rate and path round trip: CC never sees S.
+        qp.cc = p.cc(qp.nic.rate_bps, books.real_s(now), qp.plan.base_rtt_s, qp.plan.hops)
+        qp.tx_ns = array("q", bytes(8 * qp.n))
+        self.path.begin(qp, now)
+        # A message counts from when it was posted, whether it is served up to a turn
+        # early or late (then its first frames' lag is booked, as any stall's).
+        post = qp.post_ns
+        qp.start_ns = post
+        qp.next_trace_ns = now
+        self.arm_cc_timer(qp)
+        self.wake(qp, now, post + self.overhead_ns)  # the NIC's per-message overhead
+
+    def wake(self, qp: SendQp, now: int, due_ns: int | None = None) -> None:
+        """``qp`` has frames to send from ``due_ns`` (default ``now``: an idle QP owed
+        nothing; both NIC time): put it on its NIC and serve the NIC now."""
+        if not qp.idle:
+            return
+        qp.idle = False
+        deadlines = self.books.deadlines
+        deadlines.disarm(qp)
+        due = now if due_ns is None else due_ns
+        qp.sched.restart(due)
+        nic = qp.nic
+        if not nic.qps:
+            nic.sched.restart(due)
+        self.path.activate(qp)
+        wall = now + nic.fwd_ns
+        armed = deadlines.armed(nic)
+        if armed is None or armed > wall:
+            deadlines.arm(nic, wall)
+
+    def arm_cc_timer(self, qp: SendQp) -> None:
+        """Arm (or disarm) ``qp``'s CC timer at its ``next_timer_s`` (read after its events)."""
+        books = self.books
+        t_s = qp.cc.next_timer_s
+        if t_s != t_s:  # NaN: neither a time nor "no timer"
+            check_read_back(books.plan.cc.spec, qp.cc, "during the run")
+        if t_s < math.inf and qp.acked_ns < 0:
+            books.deadlines.arm(qp.timer, books.t0_ns + int(t_s * books.scale_ns) + qp.nic.fwd_ns)
+        else:
+            books.deadlines.disarm(qp.timer)
+
+    # -- ACKs and CNPs ---------------------------------------------------------------------
+    def ctrl_in(self, qp: SendQp, kind: int, psn: int, arg: int, rx_ns: int,
+                int_block: bytes = b"") -> None:
+        """An ACK (``EV_ACK_IN``, ``arg``: AETH syndrome | ARG_BECN for the ECN echo,
+        ``int_block`` the INT it echoes) or CNP (``EV_CNP_IN``) for ``qp`` arrived at
+        ``rx_ns`` (wall): acted on now, or at its arrival plus the ACK path's delay on
+        the NIC's clock (wall time plus both delays)."""
+        line = qp.delay
+        if line is None:
+            self.act(qp, kind, psn, arg, rx_ns, int_block)
+        else:
+            line.hold(line.ctrl, (rx_ns + qp.plan.back_delay_emu_ns + qp.nic.fwd_ns,
+                                  kind, psn, arg, int_block), self.books.deadlines)
+
+    def act(self, qp: SendQp, kind: int, psn: int, arg: int, t_ns: int,
+            int_block: bytes) -> None:
+        """The requester acts on an ACK or CNP at ``t_ns``, NIC time."""
+        if kind == EV_ACK_IN:
+            self.on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN), int_block)
+        else:
+            qp.cc.on_cnp(self.books.real_s(t_ns))
+            self.path.sync_cc(qp)
+            self.books.trace(qp, t_ns, TRACE_CNP)
+            self.arm_cc_timer(qp)
+
+    def on_ack(self, qp: SendQp, psn: int, syndrome: int, rx_ns: int, echo: bool,
+               int_block: bytes) -> None:
+        books = self.books
+        g = qp.gbn
+        qp.echoes += echo
+        t = books.real_s(rx_ns)
+        una = g.acked_packets
+        progress = g.on_nak(psn, t) if syndrome & 96 == AETH_NAK_PSN_SEQ else g.on_ack(psn, t)
+        if not progress:
+            return
+        acked = g.acked_packets
+        if acked > una:
+            payload = books.plan.payload_bytes
+            size = qp.plan.size_bytes
+            newest = acked - 1
+            qp.cc.on_ack(min(acked * payload, size) - min(una * payload, size),
+                         (rx_ns - qp.tx_ns[newest]) / books.scale_ns, echo,
+                         decode_block(int_block) if int_block else (), t)
+            self.path.sync_cc(qp)
+            self.arm_cc_timer(qp)
+            if echo:
+                books.trace(qp, rx_ns, TRACE_ECHO)
+        if g.done:
+            if qp.acked_ns < 0:
+                self._acked(qp, rx_ns)
+            return
+        if qp.idle:
+            if g.next_index < g.total_packets:
+                self.wake(qp, time.monotonic_ns() - qp.nic.fwd_ns)
+            else:
+                books.arm_rto(qp)
+
+    def _acked(self, qp: SendQp, rx_ns: int) -> None:
+        """``qp``'s message is wholly acknowledged, at ``rx_ns``."""
+        books = self.books
+        qp.acked_ns = rx_ns
+        books.deadlines.disarm(qp)
+        books.deadlines.disarm(qp.timer)
+        if not qp.idle:
+            qp.idle = True
+            self.path.deactivate(qp)
+        self.acked_here += 1
+        shared = books.shared
+        shared.acked[books.plan.worker] = self.acked_here
+        if self.acked_here == len(self.senders):
+            for fd in shared.wake_fds:  # everyone re-checks "all acknowledged"
+                os.eventfd_write(fd, 1)
