@@ -26,10 +26,10 @@ from engine.tx import (
     TX_IDLE,
     TX_LAGS,
     TxCall,
-    TxGbn,
     TxLib,
     TxNic,
     TxQp,
+    attach,
 )
 from traffic.cc import calls_on_send
 
@@ -88,9 +88,8 @@ class CompiledSendPath(SendPath):
         c = qp.c
         if c is None:
             return
-        # The compiled sender keeps the go-back-N state.
-        c.gbn = TxGbn.of(qp.gbn)
-        qp.gbn = c.gbn
+        # The compiled sender keeps the transport's state (go-back-N or selective repeat).
+        qp.gbn = attach(c, qp.gbn)
         c.tx_ns = ctypes.cast(qp.tx_ns.buffer_info()[0], ctypes.POINTER(ctypes.c_int64))
         c.calls_on_send = calls_on_send(qp.cc)
         c.next_trace_ns = now

@@ -48,6 +48,7 @@ from engine.rx import (
     EV_DONE,
     EV_NAK,
     EV_PENDING,
+    EV_SR,
     RxQpSpec,
     RxRing,
     RxState,
@@ -113,11 +114,13 @@ class ReceivePath:
         """ACK what ``rq`` delivered and has not acknowledged yet, if anything."""
         pending = self._ack_pending(rq)
         if pending is not None:
-            self.out.send_ctrl(rq.nic, rq.resp.write_ack(pending[0], 0, AETH_ACK, pending[1]))
+            self.out.send_ctrl(rq.nic, rq.resp.write_ack(pending[0], pending[2], AETH_ACK,
+                                                         pending[1]))
 
-    def _ack_pending(self, rq: RecvQp) -> tuple[int, bool] | None:
+    def _ack_pending(self, rq: RecvQp) -> tuple[int, bool, int] | None:
+        """The delayed ACK's (PSN, ECN echo, MSN), or None if nothing waits for one."""
         action = rq.gbn.ack_pending()
-        return None if action is None else (action.psn, action.echo)
+        return None if action is None else (action.psn, action.echo, action.msn)
 
     # -- Python ------------------------------------------------------------------------
     def receive(self, h: Host, now: int) -> None:
@@ -173,9 +176,10 @@ class ReceivePath:
             qp = h.tx_qps.get(qpn)
             if qp is None or qp.gbn is None:
                 self.books.unknown_frames += 1
-            else:  # the AETH syndrome; BTH BECN is the ECN echo
+            else:  # the AETH syndrome and MSN; BTH BECN is the ECN echo
+                aeth = _U32.unpack_from(mm, f + OFF_TS)[0]
                 self.requester.ctrl_in(qp, EV_ACK_IN, psn,
-                                       _U32.unpack_from(mm, f + OFF_TS)[0] >> 24
+                                       aeth >> 24 | (aeth & 0xFFFFFF) << 16
                                        | (ARG_BECN if qp_word >> 30 & 1 else 0), rx_ns,
                                        block_at(mm, f, OFF_ACK_INT, snap,
                                                 ip_len + ETH_BYTES - ACK_FRAME_BYTES))
@@ -209,9 +213,7 @@ class ReceivePath:
         if h.rx_count % books.plan.latency_sample_every == 0:
             books.lat.extend((rq.plan.index, rx_ns - books.t0_ns, rx_ns - ts_ns, ce))
         if action.reply != gbn.NONE:
-            complete = rq.gbn.complete
-            syndrome = AETH_ACK if action.reply == gbn.ACK else AETH_NAK_PSN_SEQ
-            send(rq.nic, rq.resp.write_ack(action.psn, int(complete), syndrome, action.echo),
+            send(rq.nic, rq.resp.write_ack(action.psn, action.msn, action.syndrome, action.echo),
                  int_block)
         elif action.deliver and rq.gbn.unacknowledged == 1:
             self.arm_delayed_ack(rq, rx_ns)
@@ -235,9 +237,10 @@ class CompiledReceivePath(ReceivePath):
                          rq.nic.sock.fileno(), rq.nic.slot, bytes(rq.resp.ack.buf),
                          rq.resp.cnp)
                 for qpn, rq in h.rx_qps.items()], plan.ce_ack,
-                ack_timer=plan.ack_delay_s is not None)
+                ack_timer=plan.ack_delay_s is not None,
+                reorder_packets=plan.reorder_packets if plan.transport == "sr" else None)
 
-    def _ack_pending(self, rq: RecvQp) -> tuple[int, bool] | None:
+    def _ack_pending(self, rq: RecvQp) -> tuple[int, bool, int] | None:
         return self.rx.ack_pending(rq.plan.flow.dqpn)
 
     def receive(self, h: Host, now: int) -> None:
@@ -254,9 +257,9 @@ class CompiledReceivePath(ReceivePath):
         events = rx.events
         for k in range(rx.n_events.value):
             e = events[k]
-            self._event(h, k, e.kind, e.qpn, e.psn, e.arg, e.rx_ns)
+            self._event(h, k, e.kind, e.qpn, e.psn, e.arg, e.msn, e.rx_ns)
 
-    def _event(self, h: Host, k: int, kind: int, qpn: int, psn: int, arg: int,
+    def _event(self, h: Host, k: int, kind: int, qpn: int, psn: int, arg: int, msn: int,
                rx_ns: int) -> None:
         """Act on event ``k`` of the last read."""
         rx = self.rx
@@ -264,6 +267,11 @@ class CompiledReceivePath(ReceivePath):
             rq = h.rx_qps[qpn]
             syndrome = AETH_ACK if kind == EV_ACK else AETH_NAK_PSN_SEQ
             self.out.send_ctrl(rq.nic, rq.resp.write_ack(psn, arg & ARG_COMPLETE, syndrome,
+                                                         bool(arg & ARG_ECHO)),
+                               rx.int_block(k))
+        elif kind == EV_SR:  # selective repeat's ACK or NAK, with its own syndrome and MSN
+            rq = h.rx_qps[qpn]
+            self.out.send_ctrl(rq.nic, rq.resp.write_ack(psn, msn, arg >> 8,
                                                          bool(arg & ARG_ECHO)),
                                rx.int_block(k))
         elif kind == EV_PENDING:
@@ -280,7 +288,8 @@ class CompiledReceivePath(ReceivePath):
             if qp is None or qp.gbn is None:
                 self.books.unknown_frames += 1
             else:
-                self.requester.ctrl_in(qp, EV_ACK_IN, psn, arg, rx_ns, rx.int_block(k))
+                self.requester.ctrl_in(qp, EV_ACK_IN, psn, arg | msn << 16, rx_ns,
+                                       rx.int_block(k))
         elif kind == EV_CNP_IN:
             qp = h.tx_qps.get(qpn)
             if qp is None or qp.cc is None:

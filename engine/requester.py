@@ -21,11 +21,10 @@ from engine.handover import Handover
 from engine.rx import ARG_BECN, EV_ACK_IN
 from engine.sendpath import SendPath
 from engine.sources import DelayLine, SendQp
-from traffic import gbn
 from traffic.ccload import check_read_back
 from traffic.int_telemetry import decode_block
 from traffic.pacing import DepCounter
-from traffic.roce import AETH_NAK_PSN_SEQ
+from traffic.transport import new_sender
 
 
 class Requester:
@@ -110,7 +109,7 @@ class Requester:
     def start(self, qp: SendQp, now: int) -> None:
         books = self.books
         p = books.plan
-        qp.gbn = gbn.GbnSender(qp.n, timeout_s=p.rto_s)
+        qp.gbn = new_sender(p.transport, qp.n, p.rto_s)
         # The real line rate and path round trip: CC never sees S.
         qp.cc = p.cc(qp.nic.rate_bps, books.real_s(now), qp.plan.base_rtt_s, qp.plan.hops)
         qp.tx_ns = array("q", bytes(8 * qp.n))
@@ -156,7 +155,8 @@ class Requester:
     # -- ACKs and CNPs ---------------------------------------------------------------------
     def ctrl_in(self, qp: SendQp, kind: int, psn: int, arg: int, rx_ns: int,
                 int_block: bytes = b"") -> None:
-        """An ACK (``EV_ACK_IN``, ``arg``: AETH syndrome | ARG_BECN for the ECN echo,
+        """An ACK (``EV_ACK_IN``, ``arg``: AETH syndrome | ARG_BECN for the ECN echo
+        | the AETH MSN << 16,
         ``int_block`` the INT it echoes) or CNP (``EV_CNP_IN``) for ``qp`` arrived at
         ``rx_ns`` (wall): acted on now, or at its arrival plus the ACK path's delay on
         the NIC's clock (wall time plus both delays)."""
@@ -171,7 +171,7 @@ class Requester:
             int_block: bytes) -> None:
         """The requester acts on an ACK or CNP at ``t_ns``, NIC time."""
         if kind == EV_ACK_IN:
-            self.on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN), int_block)
+            self.on_ack(qp, psn, arg & 0xFF, t_ns, bool(arg & ARG_BECN), int_block, arg >> 16)
         else:
             qp.cc.on_cnp(self.books.real_s(t_ns))
             self.path.sync_cc(qp)
@@ -179,13 +179,13 @@ class Requester:
             self.arm_cc_timer(qp)
 
     def on_ack(self, qp: SendQp, psn: int, syndrome: int, rx_ns: int, echo: bool,
-               int_block: bytes) -> None:
+               int_block: bytes, msn: int) -> None:
         books = self.books
         g = qp.gbn
         qp.echoes += echo
         t = books.real_s(rx_ns)
         una = g.acked_packets
-        progress = g.on_nak(psn, t) if syndrome & 96 == AETH_NAK_PSN_SEQ else g.on_ack(psn, t)
+        progress = g.on_reply(psn, syndrome, msn, t)
         if not progress:
             return
         acked = g.acked_packets

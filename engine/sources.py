@@ -32,6 +32,7 @@ from traffic import gbn
 from traffic.dcqcn import NotificationPoint
 from traffic.pacing import Deadlines, Schedule
 from traffic.roce import QpTemplate, ResponderTemplate
+from traffic.transport import new_receiver
 
 # A sender that fell behind its schedule (preempted on a busy machine) catches up
 # to keep the average rate exact, but never by more than this (emulated ns) or two
@@ -222,10 +223,11 @@ class RecvQp(Source):
     __slots__ = ("plan", "gbn", "resp", "nic", "done_ns", "bytes", "ce", "cnps", "seen",
                  "first_rx_ns", "server")
 
-    def __init__(self, plan: MsgPlan, n_packets: int, ack_coalesce: int, ce_ack: bool, nic: Nic):
+    def __init__(self, plan: MsgPlan, n_packets: int, ack_coalesce: int, ce_ack: bool, nic: Nic,
+                 transport: str, reorder_packets: int):
         self.plan = plan
         self.server: RingServer = None  # type: ignore[assignment]  # set by the worker
-        self.gbn = gbn.GbnReceiver(n_packets, ack_coalesce, ce_ack=ce_ack)
+        self.gbn = new_receiver(transport, n_packets, ack_coalesce, ce_ack, reorder_packets)
         self.resp = ResponderTemplate(plan.reply_flow)
         self.nic = nic
         self.done_ns = -1

@@ -231,7 +231,7 @@ class Worker:
             n_packets = -(-m.size_bytes // plan.payload_bytes)
             self.hosts[m.dst].rx_qps[m.flow.dqpn] = RecvQp(
                 m, n_packets, plan.ack_coalesce or n_packets, plan.ce_ack,
-                self.nics[(m.dst, m.reply_ifname)])
+                self.nics[(m.dst, m.reply_ifname)], plan.transport, plan.reorder_packets)
         rx = (RxState(rx_lib, plan.n_messages, RX_BUDGET, len(nics), books.scale_ns,
                       plan.cnp_interval_s) if rx_lib.available else None)
         out = Handover(books, burst, None if rx is None else rx.blocked)
