@@ -37,9 +37,9 @@ from experiments.options import (
     Option,
     arg_type,
     clear_errors,
+    parse_csv,
     parse_float,
     parse_int,
-    parse_list,
 )
 from experiments.rundir import Run
 from experiments.runner import run_experiment
@@ -156,7 +156,7 @@ def record(n_cases: int, out: Path, limit_s: float) -> Timing:
 
 
 def main() -> None:
-    clear_errors(_bench)(arg_type(parse_list(parse_int(1, 100_000))),
+    clear_errors(_bench)(arg_type(parse_csv(parse_int(1, 100_000))),
                          arg_type(parse_float(1.0, 86_400.0)))
 
 
