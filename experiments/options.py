@@ -79,7 +79,8 @@ def parse_int(minimum: int = 1, maximum: int | None = None) -> Parser:
     def parse(value: Any) -> int:
         if isinstance(value, str) and (digits := re.fullmatch(r"\s*([-+]?)([0-9]+)\s*", value)):
             if len(digits[2].lstrip("0")) > 30:  # no option's bound is that far
-                raise ParameterError("value", value, f"must be {bound}")
+                raise ParameterError("value", value, f"must be {bound}" if digits[1] == "-"
+                                     or maximum is not None else "too large (over 30 digits)")
             number = int(value)
         elif isinstance(value, int) and not isinstance(value, bool):
             number = value

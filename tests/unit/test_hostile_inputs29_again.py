@@ -66,6 +66,10 @@ def test_an_integer_of_300000_digits_says_its_bound() -> None:
     with pytest.raises(ParameterError, match=r"must be in 1\.\.15") as e:
         parse_int(1, 15)("9" * 300_000)
     assert "set_int_max_str_digits" not in _one_line(e)
+    with pytest.raises(ParameterError, match=r"too large \(over 30 digits\)"):
+        parse_int(1)("9" * 300_000)
+    with pytest.raises(ParameterError, match=r"must be >= 1"):
+        parse_int(1)("-" + "9" * 300_000)
 
 
 # --------------------------------------------------------------------- report
