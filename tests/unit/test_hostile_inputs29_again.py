@@ -169,3 +169,20 @@ def test_read_regular_refuses_what_is_too_large(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path)
     with pytest.raises(FileNotFoundError):
         safefile.regular(tmp_path / "f", 100)
+
+
+@pytest.mark.parametrize(("command", "option"), [("replay", "--max-frames"),
+                                                 ("pcap", "--max-messages")])
+def test_a_count_limit_below_one_is_refused(tmp_path: Path, command: str, option: str) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app as cli
+    from traffic.workload_pcap import collective_pcap
+
+    collective_pcap("alltoall", 3, 8192, tmp_path / "a.pcap")
+    args = ([command, str(tmp_path / "a.pcap")] if command == "replay"
+            else [command, "alltoall", "-o", str(tmp_path / "b.pcap")])
+    result = CliRunner().invoke(cli.app, [*args, option, "-1"])
+    assert isinstance(result.exception, ParameterError), result.output
+    assert f"invalid {option}=-1: must be >= 1" in str(result.exception)
+    assert not (tmp_path / "b.pcap").exists()
