@@ -56,7 +56,7 @@ from experiments.exporter import current
 from experiments.fidelity import FidelityReport
 from experiments.options import Option, format_value
 from experiments.report import render_report
-from experiments.runfiles import json_safe, write_run_files
+from experiments.runfiles import json_safe, owner, write_run_files
 from experiments.storage import (
     CASES_DIR,
     CaseRecord,
@@ -292,7 +292,7 @@ class Run:
             self.dir, self.units, config, status=status, stopped=stopped,
             scale=self.scale.factor,
             rerun_at=lambda s: suggested_rerun(self.experiment, self.options, s, self.spec,
-                                               self.quick))
+                                               self.quick), owner=owner())
         return RunResult(self.dir, written.metrics, written.verdict, written.cases)
 
     def start(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ import pandas as pd
 from core import safefile
 from core.errors import FabricEmuError
 from core.scaling import DEFAULT_SCALE
+from emu.runs import owner_alive, start_ticks
 from experiments.fidelity import FidelityReport, combine
 from experiments.storage import CASES_DIR, MAX_RUN_JSON_BYTES, CaseRecord, record_count
 
@@ -72,11 +74,13 @@ class Written:
 
 def write_run_files(run_dir: Path, units: Sequence[CaseRecord], config: Mapping[str, Any], *,
                     status: str, scale: float, stopped: str | None = None,
-                    rerun_at: Callable[[float], str] | None = None) -> Written:
+                    rerun_at: Callable[[float], str] | None = None,
+                    owner: Mapping[str, Any] | None = None) -> Written:
     """Every top-level file of ``run_dir`` from ``units``. ``config``: config.json's keys
     that are the run's own (experiment, options, environment, ...); ``status``: running,
     stopped (``stopped`` the reason) or finished; ``rerun_at(S)``: the command that
-    repeats a finished run the gate refused at the S it suggests."""
+    repeats a finished run the gate refused at the S it suggests; ``owner``: the
+    process recording the run (`owner`), kept while it runs."""
     cases = {c: r for u in units for c, r in u.cases.items()}
     reports = list(cases.values())
     if status != "finished":
@@ -128,9 +132,25 @@ def write_run_files(run_dir: Path, units: Sequence[CaseRecord], config: Mapping[
         # The case records (cases/NNN/) these files were made from: a run killed
         # later holds more (catch_up).
         "cases_recorded": len(units),
+        "owner": owner if status == "running" else None,
     }
     safefile.write_json(run_dir / "summary.json", summary, indent=2)
     return Written(metrics, verdict, cases)
+
+
+def owner() -> dict[str, Any]:
+    """This process, as a running run's summary.json names the process recording it."""
+    return {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid())}
+
+
+def _still_going(summary: Mapping[str, Any]) -> int | None:
+    """The pid of the process still recording the run, None if it ended."""
+    who = summary.get("owner")
+    if not isinstance(who, dict) or not isinstance(who.get("pid"), int):
+        return None
+    ticks = who.get("start_ticks")
+    alive = owner_alive(who["pid"], ticks if isinstance(ticks, int) else None)
+    return who["pid"] if alive else None
 
 
 def catch_up(run_dir: Path) -> bool:
@@ -148,6 +168,11 @@ def catch_up(run_dir: Path) -> bool:
     recorded = summary.get("cases_recorded")
     if not isinstance(recorded, int) or record_count(run_dir / CASES_DIR) <= recorded:
         return False
+    # Another process still recording writes them itself when it ends (this one, if it
+    # is the owner, stopped recording: a full disk).
+    if (pid := _still_going(summary)) is not None and pid != os.getpid():
+        raise FabricEmuError(f"{run_dir} is a run still going (pid {pid}): its files are "
+                             "written when it ends; report it then")
     try:
         units = CaseRecord.load_all(run_dir / CASES_DIR)
     except FabricEmuError as e:

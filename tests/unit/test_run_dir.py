@@ -374,3 +374,27 @@ def test_case_records_past_999_are_found_in_order(tmp_path):
         (tmp_path / name).mkdir()
     assert [p.name for p in _records(tmp_path)] == ["998", "999", "1000"]
     assert record_count(tmp_path) == 3 and record_count(tmp_path / "none") == 0
+
+
+def test_the_report_of_a_run_still_going_leaves_its_files_to_it(tmp_path):
+    """A run that did not end is reported from its records, unless its process is
+    still recording: it writes them at its end, and a report racing it would put an
+    older version over them."""
+    from emu.runs import start_ticks
+
+    out = tmp_path / "run"
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {}, show=False)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        data = summary(out)
+        data.update(status="running", cases_recorded=1,
+                    owner={"pid": sleeper.pid, "start_ticks": start_ticks(sleeper.pid)})
+        (out / "summary.json").write_text(json.dumps(data))  # safefile: ok - test input
+        with pytest.raises(FabricEmuError, match=rf"still going \(pid {sleeper.pid}\)"):
+            render_report(out, show=False)
+        assert summary(out)["cases_recorded"] == 1
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    render_report(out, show=False)  # its owner gone: made from the records
+    assert summary(out)["cases_recorded"] == 3 and summary(out)["owner"] is None
