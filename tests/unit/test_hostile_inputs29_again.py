@@ -186,3 +186,12 @@ def test_a_count_limit_below_one_is_refused(tmp_path: Path, command: str, option
     assert isinstance(result.exception, ParameterError), result.output
     assert f"invalid {option}=-1: must be >= 1" in str(result.exception)
     assert not (tmp_path / "b.pcap").exists()
+
+
+def test_a_railopt_of_a_400_digit_server_count() -> None:
+    """Found by the property tests: the integer times the rate ratio overflowed."""
+    from topologies.spec import topo_size
+
+    with pytest.raises(ParameterError, match="at most 2,048 hosts") as e:
+        topo_size("railopt," + "4" * 400)
+    _one_line(e)
