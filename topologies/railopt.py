@@ -46,8 +46,10 @@ class RailOptimized(FabricTopo):
             return require_int("spines", spines)
         rate_ratio = require_rate("host_rate", host_rate) / require_rate("fabric_rate",
                                                                           fabric_rate)
-        # An integer of hundreds of digits times a float overflows before it is infinite.
-        need = servers * rate_ratio if servers <= MAX_HOSTS else math.inf
+        try:
+            need = servers * rate_ratio
+        except OverflowError:  # an integer of hundreds of digits
+            need = math.inf
         if not math.isfinite(need):  # servers beyond any cap: the size check says so
             raise ParameterError("servers", servers, f"too many: a fabric has at most "
                                  f"{MAX_HOSTS:,} hosts")
