@@ -176,7 +176,7 @@ def pcap(collective: Annotated[str, typer.Argument(help="e.g. allreduce-ring, al
     summary = collective_pcap(collective, ranks, parse_size_bytes(size, "size"), out,
                               rate_bps=parse_rate_bps(rate, "rate"),
                               max_bytes=parse_size_bytes(max_size, "max-size"),
-                              max_messages=max_messages)
+                              max_messages=_at_least_one("--max-messages", max_messages))
     console.print(f"wrote {summary.path}: {summary.n_frames} frames, {summary.n_messages} "
                   f"messages, {summary.duration_s * 1e6:.1f} µs of real time "
                   "(open with: tshark -r FILE -Y infiniband)")
@@ -213,7 +213,8 @@ def replay(pcap_file: Annotated[Path, typer.Argument(help="RoCEv2 pcap (e.g. fro
 
     limits = {"max_gap_s": None if max_gap is None else parse_time_s(max_gap, "max-gap"),
               "max_wall_s": parse_time_s(max_wall, "max-wall"),
-              "max_bytes": parse_size_bytes(max_size, "max-size"), "max_frames": max_frames}
+              "max_bytes": parse_size_bytes(max_size, "max-size"),
+              "max_frames": _at_least_one("--max-frames", max_frames)}
     fab = Fabric(build_topo(topo), Scale(scale), marking=marking)  # a plan: nothing built yet
     plan = plan_replay(pcap_file, fab, **limits)
     console.print(f"{pcap_file}: {plan.frames} RoCEv2 frames spanning {plan.span_s * 1e6:.1f} µs "
@@ -391,6 +392,13 @@ def clean(force: Annotated[bool, typer.Option("--force", help="also remove runs 
         console.print(f"kept live run {run.run_id} (pid {run.pid}); use --force to remove")
     if not cleaned:
         console.print("nothing to clean")
+
+
+def _at_least_one(option: str, limit: int) -> int:
+    """A count limit from the command line: below 1 it would refuse everything."""
+    if limit < 1:
+        raise ParameterError(option, limit, "must be >= 1")
+    return limit
 
 
 def _terminate(signum: int, _frame: object) -> None:

@@ -12,6 +12,11 @@ checks it), as root or not, so that none can be turned against whoever runs it:
   and no temporary file behind.
 
 Failures are one-line :class:`WriteError` messages naming the path and what went wrong.
+
+Reading a file a user hands over (a config, a run directory's files) goes through
+:func:`read_regular` or :func:`regular`: a FIFO there would block the reader forever and
+``/dev/zero`` would never end, so anything but a regular file is refused
+(:class:`ReadError`).
 """
 
 from __future__ import annotations
@@ -27,14 +32,50 @@ from typing import IO, Any, Literal, overload
 
 from core.errors import FabricEmuError
 
-__all__ = ["WriteError", "create_empty", "make_dir", "open_atomic", "open_lock",
-           "save_figure", "write_bytes", "write_csv", "write_json", "write_text"]
+__all__ = ["ReadError", "WriteError", "create_empty", "make_dir", "open_atomic", "open_lock",
+           "read_regular", "regular", "save_figure", "write_bytes", "write_csv", "write_json",
+           "write_text"]
 
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class WriteError(FabricEmuError, OSError):
     """A file could not be written; the previous version (if any) is unchanged."""
+
+
+class ReadError(FabricEmuError, OSError):
+    """A file handed over to be read is not a regular file, or is too large
+    (``strerror`` says which, ``filename`` names it)."""
+
+
+def _kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
+def _check_regular(st: os.stat_result, path: str | os.PathLike[str], max_bytes: int) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise ReadError(errno.EINVAL, f"not a regular file ({_kind(st.st_mode)})", str(path))
+    if st.st_size > max_bytes:
+        raise ReadError(errno.EFBIG, f"{st.st_size:,} bytes, above the {max_bytes:,} a file "
+                                     "here may hold", str(path))
+
+
+def regular(path: str | os.PathLike[str], max_bytes: int) -> Path:
+    """``path`` if it is a regular file (a link to one counts) of at most ``max_bytes``;
+    :class:`ReadError` if it is anything else, OSError if it cannot be seen."""
+    _check_regular(os.stat(path), path, max_bytes)
+    return Path(path)
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``max_bytes`` (see `regular`):
+    opened without blocking, checked, then read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:  # closes fd
+        _check_regular(os.fstat(fd), path, max_bytes)
+        return f.read(max_bytes + 1)[:max_bytes]
 
 
 def _why(e: OSError) -> str:

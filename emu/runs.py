@@ -95,7 +95,7 @@ def _write_record(run_id: str, description: str, kind: str) -> None:
     # Atomic: a reader never sees half a record.
     safefile.write_json(_record_path(run_id),
                         {"run_id": run_id, "pid": os.getpid(), "started": time.time(),
-                         "start_ticks": _start_ticks(os.getpid()), "description": description,
+                         "start_ticks": start_ticks(os.getpid()), "description": description,
                          "kind": kind}, indent=None)
 
 
@@ -175,7 +175,7 @@ def removed_underneath() -> list[str]:
     return sorted(_removed | {r for r in _mine if not os.path.exists(_record_path(r))})
 
 
-def _start_ticks(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
     """Start time of ``pid`` (clock ticks since boot), None if it is gone or a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -186,10 +186,11 @@ def _start_ticks(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
-def _owner_alive(pid: int, start_ticks: int | None) -> bool:
-    # Comparing start times makes a recycled pid count as dead; a zombie is dead too.
-    now = _start_ticks(pid)
-    return now is not None and (start_ticks is None or now == start_ticks)
+def owner_alive(pid: int, ticks: int | None) -> bool:
+    """Whether ``pid`` is the process that started at ``ticks`` (``start_ticks``) and is
+    alive: comparing start times makes a recycled pid count as dead; a zombie is dead."""
+    now = start_ticks(pid)
+    return now is not None and (ticks is None or now == ticks)
 
 
 @dataclass
@@ -214,7 +215,7 @@ def list_runs() -> list[RunInfo]:
                 with open(os.path.join(RUNS_DIR, entry)) as f:
                     rec = json.load(f)
                 pid = int(rec["pid"])
-                alive = _owner_alive(pid, rec.get("start_ticks"))
+                alive = owner_alive(pid, rec.get("start_ticks"))
                 runs[rec["run_id"]] = RunInfo(rec["run_id"], pid, alive,
                                               rec.get("description", ""), [],
                                               rec.get("kind", "fabric"), rec.get("started"))

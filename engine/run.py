@@ -44,7 +44,9 @@ or on Ctrl-C / SIGTERM of the engine process: the engine raises a shared stop
 flag, collects what the workers report, and terminates (then kills) any worker
 still alive; then it raises KeyboardInterrupt (for SIGTERM, its subclass
 ``_Terminated``), so every caller unwinds as on Ctrl-C. Workers also carry PR_SET_PDEATHSIG, so even a SIGKILLed engine
-leaves no orphan behind. A worker's loop turns at least every 50 ms; one that has
+leaves no orphan behind. A worker stopped by a signal the engine did not send (someone's
+kill, the OOM killer, a crash) stops the run the same way, then raises ``WorkerKilled``
+naming the worker, its pid and the signal. A worker's loop turns at least every 50 ms; one that has
 not turned for ``plan.STUCK_S`` (a user's algorithm that never returns, a bug) is
 sent SIGTERM and reports where it was. A failure the congestion control caused
 (``traffic.ccload.run_fault``) is raised as a ParameterError naming it, since no
@@ -83,7 +85,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from core.errors import ParameterError
+from core.errors import FabricEmuError, ParameterError
 from core.frame import (
     ACK_FRAME_BYTES,
     FIRST_QPN,
@@ -770,6 +772,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             fab.disable_int()
     if terminated:
         raise _Terminated()
+    if killed := _killed(reports, procs):
+        raise killed
     fault = next((r.cc_fault for r in reports.values() if r.cc_fault), None)
     if fault is not None:  # the user's algorithm broke the run: no measurement to judge
         raise ParameterError("cc", config.cc_factory.name, fault)
@@ -857,8 +861,8 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any],
                 w = open_conns.pop(obj)
                 try:
                     reports[w] = obj.recv()
-                except EOFError:
-                    reports[w] = WorkerStats.failed(w, f"worker {w} exited without a report")
+                except EOFError:  # its end closed: it died (seen before its sentinel)
+                    reports[w] = _died(w, procs[w])
                 if reports[w].error and error is None:
                     error = reports[w].error
                     _request_stop(shared)
@@ -867,14 +871,46 @@ def _collect(shared: plan.Shared, procs: list[Any], conns: list[Any],
                 conn = conns[w]
                 if conn in open_conns and not conn.poll():
                     open_conns.pop(conn)
-                    code = procs[w].exitcode
-                    reports[w] = WorkerStats.failed(w, f"worker {w} died (exit code {code})")
+                    reports[w] = _died(w, procs[w])
                     error = error or reports[w].error
                     _request_stop(shared)
     for w in open_conns.values():
         reports[w] = WorkerStats.failed(w, f"worker {w} did not stop")
         error = error or reports[w].error
     return error
+
+
+def _died(w: int, proc: Any) -> WorkerStats:
+    """The report of worker ``w``, which ended without sending one."""
+    # Its sentinel may be seen before the kernel lets its exit status be read.
+    proc.join(timeout=_STOP_GRACE_S)
+    code = proc.exitcode
+    if code is not None and code < 0:
+        return WorkerStats.failed(w, f"worker {w} was killed by {_signal_name(-code)}",
+                                  killed_by=-code)
+    return WorkerStats.failed(w, f"worker {w} exited without a report (exit code {code})")
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class WorkerKilled(FabricEmuError):
+    """A worker was stopped by a signal the engine did not send (someone's kill, the
+    OOM killer, a crash): the run stops, as nothing it measured can be judged."""
+
+    def __init__(self, worker: int, pid: int | None, signum: int):
+        self.worker, self.pid, self.signum = worker, pid, signum
+        super().__init__(f"engine worker {worker} (pid {pid}) was killed by "
+                         f"{_signal_name(signum)} while the traffic ran; the run stopped")
+
+
+def _killed(reports: dict[int, WorkerStats], procs: list[Any]) -> WorkerKilled | None:
+    r = next((r for _, r in sorted(reports.items()) if r.killed_by is not None), None)
+    return None if r is None else WorkerKilled(r.worker, procs[r.worker].pid, r.killed_by)
 
 
 class _Watchdog:

@@ -118,10 +118,15 @@ class WorkerStats:
     rx_lags: array = field(default_factory=lambda: array("q"))  # (lag ns, frames) per read
     #: What a user's congestion control did to break the run (``traffic.ccload.run_fault``)
     cc_fault: str | None = None
+    #: The signal that stopped the worker from outside the run (not the engine's own
+    #: stop nor its watchdog's): someone's kill, the OOM killer, a crash
+    killed_by: int | None = None
 
     @classmethod
-    def failed(cls, worker: int, error: str, cc_fault: str | None = None) -> WorkerStats:
-        return cls(WorkerCounters(worker, error=error), reported=False, cc_fault=cc_fault)
+    def failed(cls, worker: int, error: str, cc_fault: str | None = None,
+               killed_by: int | None = None) -> WorkerStats:
+        return cls(WorkerCounters(worker, error=error), reported=False, cc_fault=cc_fault,
+                   killed_by=killed_by)
 
     @property
     def worker(self) -> int:

@@ -127,11 +127,11 @@ def runqueue_wait_ns() -> int:
 
 
 class _Stop(Exception):
-    """SIGTERM inside a worker."""
+    """SIGTERM (or SIGHUP) inside a worker; its one argument is the signal."""
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Stop()
+    raise _Stop(signum)
 
 
 def _setup_process(cpu: int | None) -> bool:
@@ -143,6 +143,7 @@ def _setup_process(cpu: int | None) -> bool:
     libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent coordinates Ctrl-C
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGHUP, _on_sigterm)  # not the CLI's handler, inherited by the fork
     if cpu is not None:
         with contextlib.suppress(OSError):
             os.sched_setaffinity(0, {cpu})
@@ -186,7 +187,8 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
             reason = f"no progress for {stuck_s:g} s" + (
                 f", stopped in {here[-1].name} ({here[-1].filename}, line {here[-1].lineno})"
                 if here else "")
-        report = WorkerStats.failed(w, f"worker {w}: {reason}")
+        report = WorkerStats.failed(w, f"worker {w}: {reason}", killed_by=e.args[0] if
+                                    isinstance(e, _Stop) and stuck_s is None else None)
         # A plain stop (SIGTERM at the end) may find the worker in a user's class too.
         if worker is not None and isinstance(e, Exception) and (stuck_s or not isinstance(e, _Stop)):
             with contextlib.suppress(Exception):  # the report goes out whatever this does

@@ -76,15 +76,19 @@ def parse_text(value: Any) -> str:
 
 def parse_int(minimum: int = 1, maximum: int | None = None) -> Parser:
     """Integer in [minimum, maximum]; '1.5', 'abc' and flags are refused."""
+    bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+
     def parse(value: Any) -> int:
-        if isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+        if isinstance(value, str) and (digits := re.fullmatch(r"\s*([-+]?)([0-9]+)\s*", value)):
+            if len(digits[2].lstrip("0")) > 30:  # no option's bound is that far
+                raise ParameterError("value", value, f"must be {bound}" if digits[1] == "-"
+                                     or maximum is not None else "too large (over 30 digits)")
             number = int(value)
         elif isinstance(value, int) and not isinstance(value, bool):
             number = value
         else:
             raise ParameterError("value", value, "must be an integer")
         if number < minimum or (maximum is not None and number > maximum):
-            bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
             raise ParameterError("value", value, f"must be {bound}")
         return number
     return parse

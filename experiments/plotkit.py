@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from core.errors import ParameterError  # noqa: E402
-from core.safefile import save_figure  # noqa: E402
+from core.safefile import ReadError, regular, save_figure  # noqa: E402
 
 US = 1e6
 GBPS = 1e-9
@@ -235,6 +235,10 @@ CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+#: The largest CSV of a run directory a plot reads.
+MAX_CSV_BYTES = 1 << 34
+
+
 def bad_run(run_dir: Path, why: str) -> ParameterError:
     return ParameterError("run_dir", str(run_dir), why)
 
@@ -243,9 +247,11 @@ def read_csv(path: Path, columns: tuple[str, ...], numeric: tuple[str, ...]) -> 
     """A CSV of a run directory with the columns a plot needs (numeric where it must);
     ParameterError naming the file otherwise."""
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(regular(path, MAX_CSV_BYTES))
     except pd.errors.EmptyDataError:
         return pd.DataFrame(columns=list(columns))
+    except ReadError as e:
+        raise bad_run(path.parent, f"{path.name} is {e.strerror}") from None
     except (OSError, UnicodeDecodeError, ValueError, pd.errors.ParserError) as e:
         raise bad_run(path.parent, f"{path.name} is not a readable CSV "
                                     f"({' '.join(str(e).split())})") from None

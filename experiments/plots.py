@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from core import safefile  # noqa: E402
 from experiments.plotkit import (  # noqa: E402
     CSV_COLUMNS,
     GBPS,
@@ -46,6 +47,7 @@ from experiments.plotkit import (  # noqa: E402
     size_axis,
 )
 from experiments.plots_collective import plot_busbw, plot_nccl  # noqa: E402
+from experiments.storage import MAX_RUN_JSON_BYTES  # noqa: E402
 
 #: Threshold lines of the queue plot: ports.csv column, label, line style.
 _LEVELS = (("kmin_bytes", "Kmin", (0, (4, 2))), ("kmax_bytes", "Kmax", (0, (1, 1))),
@@ -321,7 +323,7 @@ def plot_context(run_dir: Path, summary: Mapping[str, Any] | None = None,
     """The context of a run directory's plots (summary and config read if not given)."""
     def load(name: str) -> Mapping[str, Any]:
         try:
-            data = json.loads((run_dir / name).read_text())
+            data = json.loads(safefile.read_regular(run_dir / name, MAX_RUN_JSON_BYTES))
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}

@@ -20,12 +20,14 @@ from typing import Any
 
 import tomllib
 
+from core import safefile
 from core.errors import FabricEmuError, ParameterError
 from experiments import cc_compare, collective, ecmp, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.report import render_report
 from experiments.rundir import RunResult
 from experiments.runner import run_experiment
+from experiments.storage import MAX_RUN_JSON_BYTES
 
 #: Each module declares NAME, OPTIONS (name -> Option), Options (their typed form, a
 #: frozen dataclass), check(opts: Options) and execute(run, opts: Options); `cli_run`
@@ -56,16 +58,21 @@ def _known(name: str) -> ModuleType:
     return EXPERIMENTS[name]
 
 
+#: A --config file holds a line per option: a larger one is not one.
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_config(path: str | Path, name: str) -> dict[str, Any]:
     """``--config FILE``: experiment ``name``'s options from a TOML file, one
     ``key = value`` per option, the keys of ``--set`` (lists as TOML arrays or as
     ';'-separated strings). Values are parsed later, as ``--set``'s are."""
     options = _known(name).OPTIONS
     try:
-        with open(path, "rb") as f:
-            table = tomllib.load(f)
+        table = tomllib.loads(safefile.read_regular(path, MAX_CONFIG_BYTES).decode("utf-8"))
     except OSError as e:
         raise ParameterError("--config", str(path), e.strerror or str(e)) from None
+    except UnicodeDecodeError as e:
+        raise ParameterError("--config", str(path), f"not UTF-8 text (byte {e.start})") from None
     except tomllib.TOMLDecodeError as e:
         raise ParameterError("--config", str(path), f"not TOML: {e}") from None
     unknown = sorted(set(table) - set(options))
@@ -83,7 +90,7 @@ def rerun_of(run_dir: str | Path) -> tuple[str, bool, dict[str, Any]]:
     ``DIR``, from its config.json."""
     path = Path(run_dir) / "config.json"
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(safefile.read_regular(path, MAX_RUN_JSON_BYTES))
         name, quick, options = config["experiment"], config["quick"], config["options"]
     except OSError as e:
         raise ParameterError("--rerun", str(run_dir), f"no run there ({e.strerror})") from None

@@ -19,7 +19,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from core import safefile
 from experiments.plots import CSV_COLUMNS, bad_run, read_csv, render_plots
+from experiments.runfiles import catch_up
+from experiments.storage import MAX_RUN_JSON_BYTES
 from model.claims import DCTCP_AMPLITUDE, DCTCP_MEAN, DCTCP_TIMING, Kind
 
 # Off a terminal (CI logs, pipes) rich would wrap the summary table at 80 columns.
@@ -266,9 +269,11 @@ def load_json(run_dir: Path, name: str, required: Mapping[str, type]) -> dict:
     """``run_dir/name`` as a dict with ``required`` keys of the given types."""
     path = run_dir / name
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(safefile.read_regular(path, MAX_RUN_JSON_BYTES))
     except FileNotFoundError:
         raise bad_run(run_dir, f"no {name}: not a finished run") from None
+    except safefile.ReadError as e:
+        raise bad_run(run_dir, f"{name} is {e.strerror}") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise bad_run(run_dir, f"{name} is unreadable or truncated "
                                 f"({' '.join(str(e).split())})") from None
@@ -280,12 +285,30 @@ def load_json(run_dir: Path, name: str, required: Mapping[str, type]) -> dict:
     return data
 
 
-def _check_summary(run_dir: Path, summary: dict) -> None:
+def _number_or_none(x: Any) -> bool:
+    return x is None or isinstance(x, (int, float))
+
+
+def _check_summary(run_dir: Path, summary: dict, config: dict) -> None:
     for row in summary["metrics"]:
         if not (isinstance(row, dict) and all(k in row for k in
                                               ("case", "metric", "unit", "measured",
-                                               "predicted"))):
+                                               "predicted"))
+                and isinstance(row["case"], str) and isinstance(row["metric"], str)
+                and isinstance(row["unit"], (str, type(None)))):
             raise bad_run(run_dir, "summary.json has a malformed metric row")
+        if not (_number_or_none(row["measured"]) and _number_or_none(row["predicted"])):
+            raise bad_run(run_dir, f"summary.json's {row['case']!r} {row['metric']!r} has a "
+                                   "measured or model value that is not a number")
+    for key, ok in (("suggested_scale", _number_or_none(summary.get("suggested_scale"))),
+                    ("suggested_rerun", isinstance(summary.get("suggested_rerun"),
+                                                   (str, type(None)))),
+                    ("cases_recorded", isinstance(summary.get("cases_recorded"),
+                                                  (int, type(None))))):
+        if not ok:
+            raise bad_run(run_dir, f"summary.json's {key} has the wrong type")
+    if not _number_or_none(config.get("scale")):
+        raise bad_run(run_dir, "config.json's scale is not a number")
     for rep in summary["cases"].values():
         if not (isinstance(rep, dict) and isinstance(rep.get("reasons"), list)):
             raise bad_run(run_dir, "summary.json has a malformed case verdict")
@@ -303,16 +326,18 @@ def _check_summary(run_dir: Path, summary: dict) -> None:
 
 
 def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
-    """Re-render a finished run: plots from its CSVs and the summary table.
+    """Re-render a finished run: plots from its CSVs and the summary table (a run killed
+    before its end: from its case records, `experiments.runfiles.catch_up`).
     ParameterError (one line) for anything that is not a readable run directory."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise bad_run(run_dir, "does not exist" if not run_dir.exists()
                        else "is not a directory")
+    catch_up(run_dir)
     summary = load_json(run_dir, "summary.json",
                         {"experiment": str, "valid": bool, "cases": dict, "metrics": list})
-    _check_summary(run_dir, summary)
     config = load_json(run_dir, "config.json", {})
+    _check_summary(run_dir, summary, config)
     made = render_plots(run_dir, summary, config)
     if not show:
         return made

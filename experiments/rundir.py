@@ -19,11 +19,14 @@ A run directory holds
   command to rerun it (``suggested_rerun``);
 * PNG plots re-rendered from the CSVs by :func:`render_report` (``emu report DIR``);
 * ``cases/NNN/``: one record per finished case, written as the case ends (what
-  ``--resume`` reloads). summary.json and config.json say ``status`` running,
-  stopped or finished; every file is replaced atomically (temporary file, rename).
+  ``--resume`` reloads). The files above are made from them when the run starts and
+  when it ends (`experiments.runfiles`; ``emu report`` makes them for a run killed
+  before its end). summary.json and config.json say ``status`` running, stopped or
+  finished; every file is replaced atomically (temporary file, rename).
 
-``experiments.runner`` starts and ends runs, ``experiments.storage`` writes the files,
-``experiments.environment`` probes the machine.
+``experiments.runner`` starts and ends runs, ``experiments.storage`` writes the case
+records, ``experiments.runfiles`` the files above, ``experiments.environment`` probes
+the machine.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ from engine.capture import Captured
 from engine.run import EngineConfig
 from experiments.environment import capabilities, git_commit, versions
 from experiments.exporter import current
-from experiments.fidelity import FidelityReport, combine
+from experiments.fidelity import FidelityReport
 from experiments.options import Option, format_value
 from experiments.report import render_report
+from experiments.runfiles import json_safe, owner, write_run_files
 from experiments.storage import (
     CASES_DIR,
     CaseRecord,
@@ -77,15 +81,10 @@ def error_rel(measured: float | None, predicted: float | None) -> float | None:
     return (measured - predicted) / abs(predicted)
 
 
-#: metrics.csv's columns (summary.json's metric rows hold the same keys).
-METRIC_COLUMNS = ("case", "metric", "unit", "measured", "predicted", "kind", "tolerance_rel",
-                  "error_rel", "model_disagrees", "valid")
-
-
 def metric_row(case: str, metric: str, unit: str, measured: float | None,
                predicted: float | None, claim: Claim | None) -> dict[str, Any]:
     """A summary row: the model's value labelled with its claim (none without a value)."""
-    measured, predicted = _json_safe(measured), _json_safe(predicted)
+    measured, predicted = json_safe(measured), json_safe(predicted)
     if predicted is not None and claim is None:
         raise TypeError(f"{case}: {metric}: a model value needs its claim (model.claims)")
     pred = claim is not None and predicted is not None and claim.is_prediction
@@ -103,14 +102,6 @@ def jain_index(values: Sequence[float]) -> float:
     xs = [float(v) for v in values]
     sq = sum(x * x for x in xs)
     return (sum(xs) ** 2) / (len(xs) * sq) if xs and sq > 0 else float("nan")
-
-
-def _json_safe(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if hasattr(x, "item"):  # numpy scalars
-        return _json_safe(x.item())
-    return x
 
 
 # ----------------------------------------------------------------------------- run dir
@@ -140,10 +131,11 @@ class RunResult:
 class Run:
     """Collects one experiment's measurements and writes its run directory.
 
-    Every finished case is committed (:meth:`commit`) to ``cases/NNN/`` at once and
-    the run's CSVs, summary.json (marked incomplete) and config.json are rewritten,
-    each atomically: a SIGKILL or an OOM loses only the case then running, and
-    ``--resume`` reloads the committed cases and runs the rest.
+    Every finished case is committed (:meth:`commit`) to ``cases/NNN/`` at once, and
+    nothing else is written then: a SIGKILL or an OOM loses only the case then running,
+    ``--resume`` reloads the committed cases and runs the rest, and ``emu report``
+    writes the run's CSVs and summary from them (`experiments.runfiles`). The run's
+    own files are written when it starts and when it ends or stops.
     """
 
     def __init__(self, experiment: str, out_dir: str | Path, options: Mapping[str, Any], *,
@@ -267,11 +259,13 @@ class Run:
         with deferred_interrupts():
             unit.save(self.dir / CASES_DIR, len(self.units))
             self.units.append(unit)
-            self._write(status="running")
 
     def resume(self) -> int:
         """Load the cases a previous run into this directory committed; their count."""
-        self.units = CaseRecord.load_all(self.dir / CASES_DIR)
+        try:
+            self.units = CaseRecord.load_all(self.dir / CASES_DIR)
+        except FabricEmuError as e:
+            raise FabricEmuError(f"cannot resume: {e}; use --force to start over") from None
         return len(self.units)
 
     # -- writing ---------------------------------------------------------------------
@@ -284,71 +278,22 @@ class Run:
 
     def _write(self, status: str, stopped: str | None = None) -> RunResult:
         """metrics.csv, the frame CSVs, config.json and summary.json, each atomically."""
-        units = self.units
-        cases = {c: r for u in units for c, r in u.cases.items()}
-        reports = list(cases.values())
-        if status != "finished":
-            reason = stopped or (f"incomplete: {len(units)} case(s) finished so far; the run "
-                                 "is still going or was killed")
-            reports.append(FidelityReport(False, [reason], self.scale.factor))
-        verdict = combine(reports)
-        rows = [dict(r) for u in units for r in u.rows]
-        for row in rows:
-            row["valid"] = cases[row["case"]].valid if row["case"] in cases else verdict.valid
-        metrics = pd.DataFrame(rows, columns=list(METRIC_COLUMNS))
-        safefile.write_csv(self.dir / "metrics.csv", metrics)
-        names = dict.fromkeys(name for u in units for name in u.frames)
-        for name in names:
-            parts = [with_valid(df, u.cases, cases, verdict.valid) for u in units
-                     for df in u.frames.get(name, [])]
-            safefile.write_csv(self.dir / f"{name}.csv", pd.concat(parts, ignore_index=True))
-        fabrics = {k: v for u in units for k, v in u.fabrics.items()}
-        deviations = [{k: _json_safe(v) for k, v in d.items()} for u in units
-                      for d in u.deviations]
-        if deviations:
-            safefile.write_csv(self.dir / "deviations.csv",
-                               with_valid(pd.DataFrame(deviations), {}, cases, verdict.valid))
         config = {
-            "experiment": self.experiment, "quick": self.quick, "status": status,
-            "options": self.options, "scale": self.options.get("scale"), "seed": self.seed,
-            "fabrics": fabrics,
-            # Which real-fabric fixed delays each fabric emulated (the model prices all).
-            "fixed_delays": {k: v.get("fixed_delays") for k, v in fabrics.items()},
-            **self.environment(),
+            "experiment": self.experiment, "quick": self.quick, "options": self.options,
+            "scale": self.options.get("scale"), "seed": self.seed, **self.environment(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "duration_s": time.time() - self.started,
-            "notes": [n for u in units for n in u.notes],
             "rerun": rerun_command(self.experiment, self.options, self.dir, self.spec,
                                    self.quick),
             "invocation": {"executable": sys.executable, "argv": " ".join(sys.argv),
                            "cwd": os.getcwd()},
         }
-        safefile.write_json(self.dir / "config.json", config, indent=2)
-        summary = {
-            "experiment": self.experiment, "valid": verdict.valid, "status": status,
-            "suggested_scale": verdict.suggested_scale, "reasons": verdict.reasons,
-            # A refused run the gate says a larger S fixes, as a command (none where the
-            # slowest link caps S at or below the run's: no S passes on that fabric).
-            "suggested_rerun": (suggested_rerun(self.experiment, self.options,
-                                                verdict.suggested_scale, self.spec, self.quick)
-                                if status == "finished" and not verdict.valid
-                                and verdict.suggested_scale > self.scale.factor else None),
-            "cases": {c: r.as_dict() for c, r in cases.items()},
-            "metrics": [{k: _json_safe(v) for k, v in r.items()} for r in rows],
-            # Predictions further from the measurement than their tolerance (model.claims):
-            # the model's verdict, apart from the gate's "valid".
-            "model_disagrees": [{"case": r["case"], "metric": r["metric"]} for r in rows
-                                if r.get("model_disagrees")],
-            "deviations": deviations,
-            # Earlier attempts of a case the gate refused for interference, with their
-            # reasons (Run.attempt): never dropped silently.
-            "refused_attempts": {c: r for u in units for c, r in u.refused.items()},
-            # Where a randomised model's realisations put a metric (same unit as the
-            # metric): "band" their 5-95 % points, "range" their least and greatest.
-            "model_spreads": {c: r for u in units for c, r in u.spreads.items()},
-        }
-        safefile.write_json(self.dir / "summary.json", summary, indent=2)
-        return RunResult(self.dir, metrics, verdict, cases)
+        written = write_run_files(
+            self.dir, self.units, config, status=status, stopped=stopped,
+            scale=self.scale.factor,
+            rerun_at=lambda s: suggested_rerun(self.experiment, self.options, s, self.spec,
+                                               self.quick), owner=owner())
+        return RunResult(self.dir, written.metrics, written.verdict, written.cases)
 
     def start(self) -> None:
         """config.json before the first case: what is running and how to rerun it."""
@@ -384,22 +329,6 @@ class Run:
         if created:
             with contextlib.suppress(OSError):
                 self.dir.rmdir()
-
-
-def with_valid(df: pd.DataFrame, unit_cases: Mapping[str, FidelityReport],
-               cases: Mapping[str, FidelityReport], run_valid: bool) -> pd.DataFrame:
-    """``df`` with a ``valid`` column (kept if it has one): the verdict of the row's
-    ``case`` where the gate judged that case, else of the committed unit the rows were
-    measured in (all its cases valid), else the run's (rows no case measured, such as
-    the model's curves)."""
-    if "valid" in df.columns:
-        return df
-    unit_valid = all(r.valid for r in unit_cases.values()) if unit_cases else run_valid
-    if "case" in df.columns:
-        valid = [cases[c].valid if c in cases else unit_valid for c in df.case]
-    else:
-        valid = [unit_valid] * len(df)
-    return df.assign(valid=valid)
 
 
 def pcap_path(run_dir: Path, case: str, host: str) -> Path:

@@ -28,7 +28,7 @@ from experiments.options import (
 )
 from experiments.report import console
 from experiments.rundir import Run, RunResult
-from experiments.storage import CASES_DIR
+from experiments.storage import CASES_DIR, MAX_RUN_JSON_BYTES
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -129,8 +129,10 @@ def _resumed_options(name: str, options: Mapping[str, Option], out: Path,
                      ) -> tuple[dict[str, Any], bool]:
     """The options of the run being resumed; options given now must agree with them."""
     try:
-        config = json.loads((out / "config.json").read_text())
+        config = json.loads(safefile.read_regular(out / "config.json", MAX_RUN_JSON_BYTES))
         experiment, stored, quick = config["experiment"], config["options"], config["quick"]
+        if not isinstance(stored, dict):
+            raise TypeError("its options are not a table")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FabricEmuError(f"cannot resume {out}: unreadable config.json ({e}); use "
                              "--force to start over") from None

@@ -23,6 +23,11 @@ from experiments.fidelity import FidelityReport
 
 #: Subdirectory of a run directory with one record per committed case.
 CASES_DIR = "cases"
+#: The largest JSON file of a run directory read back (summary.json, config.json, a
+#: case's unit.json): a 1,500-case run's summary.json is a few MB.
+MAX_RUN_JSON_BYTES = 1 << 30
+#: The largest CSV of a case record read back.
+MAX_CASE_CSV_BYTES = 1 << 32
 
 
 @contextlib.contextmanager
@@ -117,13 +122,16 @@ class CaseRecord:
 
     @classmethod
     def load_all(cls, root: Path) -> list[CaseRecord]:
+        """Every record under ``root``, in order; FabricEmuError naming a damaged or
+        missing one."""
         units = []
-        if not root.is_dir():
-            return units
-        for path in sorted(p for p in root.iterdir() if re.fullmatch(r"[0-9]{3}", p.name)):
+        for path in _records(root):
             try:
-                record = json.loads((path / "unit.json").read_text())
-                frames = {name: [pd.read_csv(path / f"{name}.csv")]
+                record = json.loads(safefile.read_regular(path / "unit.json",
+                                                          MAX_RUN_JSON_BYTES))
+                _check_record(record)
+                frames = {name: [pd.read_csv(safefile.regular(path / f"{name}.csv",
+                                                              MAX_CASE_CSV_BYTES))]
                           for name in record["frames"]}
                 units.append(cls(record["key"], list(record["rows"]), frames,
                                  {c: FidelityReport.from_dict(r)
@@ -133,9 +141,42 @@ class CaseRecord:
                                  dict(record.get("refused", {})),
                                  dict(record.get("spreads", {}))))
             except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as e:
-                raise FabricEmuError(f"cannot resume: {path} is damaged ({e}); use --force "
-                                     "to start over") from None
+                raise FabricEmuError(f"{path} is damaged ({e})") from None
             if len(units) != int(path.name) + 1:
-                raise FabricEmuError(f"cannot resume: {root} misses case records before "
-                                     f"{path.name}; use --force to start over")
+                raise FabricEmuError(f"{root} misses case records before {path.name}")
         return units
+
+
+#: unit.json's keys and the type of each (``rows``: a list of metric rows, objects).
+_RECORD_TYPES = {"key": str, "rows": list, "frames": list, "cases": dict, "fabrics": dict,
+                 "notes": list}
+
+
+def _check_record(record: object) -> None:
+    """TypeError naming what is wrong in a unit.json that parsed as JSON."""
+    if not isinstance(record, dict):
+        raise TypeError("unit.json does not hold an object")
+    for key, kind in _RECORD_TYPES.items():
+        if not isinstance(record.get(key), kind):
+            raise TypeError(f"unit.json lacks {key!r} (or it has the wrong type)")
+    if not all(isinstance(r, dict) and isinstance(r.get("case"), str) for r in record["rows"]):
+        raise TypeError("unit.json has a malformed metric row")
+    # A frame's name becomes a file name in the run directory (NAME.csv): nothing else.
+    if not all(isinstance(n, str) and re.fullmatch(r"\w{1,100}", n, re.ASCII)
+               for n in record["frames"]):
+        raise TypeError("unit.json names a frame that is not a plain name")
+    if not all(isinstance(r, dict) for r in record["cases"].values()):
+        raise TypeError("unit.json has a malformed case verdict")
+
+
+def _records(root: Path) -> list[Path]:
+    """The case records under ``root`` (``NNN``, more digits past 999), in order."""
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if re.fullmatch(r"[0-9]{3,}", p.name)),
+                  key=lambda p: int(p.name))
+
+
+def record_count(root: Path) -> int:
+    """How many case records ``root`` holds."""
+    return len(_records(root))

@@ -44,8 +44,12 @@ class RailOptimized(FabricTopo):
     def _spines(servers: int, spines: object, host_rate: Rate, fabric_rate: Rate) -> int:
         if spines is not None:
             return require_int("spines", spines)
-        need = servers * require_rate("host_rate", host_rate) / require_rate("fabric_rate",
-                                                                               fabric_rate)
+        rate_ratio = require_rate("host_rate", host_rate) / require_rate("fabric_rate",
+                                                                          fabric_rate)
+        try:
+            need = servers * rate_ratio
+        except OverflowError:  # an integer of hundreds of digits
+            need = math.inf
         if not math.isfinite(need):  # servers beyond any cap: the size check says so
             raise ParameterError("servers", servers, f"too many: a fabric has at most "
                                  f"{MAX_HOSTS:,} hosts")

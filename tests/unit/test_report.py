@@ -26,7 +26,8 @@ from experiments.options import (
 )
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
-from experiments.rundir import METRIC_COLUMNS, Run, error_rel, jain_index
+from experiments.rundir import Run, error_rel, jain_index
+from experiments.runfiles import METRIC_COLUMNS
 from experiments.runner import run_experiment
 from model.claims import ALPHABETA
 

@@ -16,7 +16,8 @@ from experiments.collective import build_workload, model_curve
 from experiments.fidelity import FidelityReport
 from experiments.options import Option, parse_int, parse_scale
 from experiments.report import column_groups, summary_table
-from experiments.rundir import METRIC_COLUMNS, metric_row, suggested_rerun, with_valid
+from experiments.rundir import metric_row, suggested_rerun
+from experiments.runfiles import METRIC_COLUMNS, with_valid
 from model.alphabeta import predict_workload_hashed
 from model.claims import (
     ALPHABETA,

@@ -204,11 +204,16 @@ def test_sigkill_keeps_the_finished_cases(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    assert summary(out)["status"] == "running" and not summary(out)["valid"]
-    assert set(measured(out)) == {"a", "b"}
-    config = json.loads((out / "config.json").read_text())
-    assert config["rerun"].startswith("emu run s ")
+    assert sorted(p.name for p in (out / "cases").iterdir()) == ["000", "001"]
+    # The run's files are written at its start and end only: the report makes them
+    # from the case records.
+    assert summary(out)["status"] == "running" and summary(out)["cases_recorded"] == 0
     render_report(out, show=False)
+    assert summary(out)["status"] == "running" and not summary(out)["valid"]
+    assert summary(out)["cases_recorded"] == 2 and set(measured(out)) == {"a", "b"}
+    config = json.loads((out / "config.json").read_text())
+    assert config["rerun"].startswith("emu run s ") and config["status"] == "running"
+    assert set(pd.read_csv(out / "metrics.csv").case) == {"a", "b"}
 
 
 def test_interrupts_are_held_while_writing():
@@ -328,6 +333,68 @@ def test_a_queue_drift_is_measured_again_only_beside_a_stall(tmp_path):
     run.attempt(lambda: calls.append(_gated(run, "b", [drift], 2.0)), attempts=3)
     run.commit("b")
     assert len(calls) == 1
+    run.finish(show=False)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert list(summary["refused_attempts"]) == ["a"]
     assert summary["cases"]["a"]["valid"] and not summary["cases"]["b"]["valid"]
+
+
+def test_a_commit_writes_its_case_record_only(tmp_path, monkeypatch):
+    """Recording costs time in proportion to the cases, not their square: committing a
+    case writes its own record, never the run's files that grow with every case."""
+    from core import safefile
+
+    written: list[Path] = []
+    real = safefile.open_atomic
+
+    def spy(path, *args, **kwargs):
+        written.append(Path(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(safefile, "open_atomic", spy)
+    run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
+    run.start()
+    for case in ("a", "b", "c"):
+        written.clear()
+        run.metric(case, "m", "u", 1.0, 1.0, ALPHABETA)
+        run.frame("samples", pd.DataFrame({"t_s": [0.0, 1.0]}), case=case)
+        run.fidelity(case, FidelityReport(True, [], 1.0))
+        run.commit(case)
+        assert {p.parent.name.strip(".").removesuffix(".tmp") for p in written} == {
+            f"{len(run.units) - 1:03d}"}
+        assert {p.name for p in written} == {"samples.csv", "unit.json"}
+    run.finish(show=False)
+    assert list(pd.read_csv(tmp_path / "r" / "samples.csv").case) == ["a", "a", "b", "b", "c", "c"]
+
+
+def test_case_records_past_999_are_found_in_order(tmp_path):
+    from experiments.storage import _records, record_count
+
+    for name in ("1000", "999", "998", "notes", ".1001.tmp"):
+        (tmp_path / name).mkdir()
+    assert [p.name for p in _records(tmp_path)] == ["998", "999", "1000"]
+    assert record_count(tmp_path) == 3 and record_count(tmp_path / "none") == 0
+
+
+def test_the_report_of_a_run_still_going_leaves_its_files_to_it(tmp_path):
+    """A run that did not end is reported from its records, unless its process is
+    still recording: it writes them at its end, and a report racing it would put an
+    older version over them."""
+    from emu.runs import start_ticks
+
+    out = tmp_path / "run"
+    run_experiment("s", SPEC, SpecOptions, sweep([]), out, False, {}, show=False)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        data = summary(out)
+        data.update(status="running", cases_recorded=1,
+                    owner={"pid": sleeper.pid, "start_ticks": start_ticks(sleeper.pid)})
+        (out / "summary.json").write_text(json.dumps(data))  # safefile: ok - test input
+        with pytest.raises(FabricEmuError, match=rf"still going \(pid {sleeper.pid}\)"):
+            render_report(out, show=False)
+        assert summary(out)["cases_recorded"] == 1
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    render_report(out, show=False)  # its owner gone: made from the records
+    assert summary(out)["cases_recorded"] == 3 and summary(out)["owner"] is None

@@ -18,6 +18,7 @@ from core.safefile import WriteError
 from experiments import rundir
 from experiments.fidelity import FidelityReport
 from experiments.options import ExperimentOptions, Option, parse_list, parse_scale, parse_text
+from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import run_experiment
 from model.claims import ALPHABETA
@@ -61,10 +62,13 @@ def test_a_full_disk_keeps_the_finished_cases(tmp_path: Path,
     message = str(e.value)
     assert "no space left on device" in message and "\n" not in message and len(message) < 300
     monkeypatch.undo()
-    summary = json.loads((out / "summary.json").read_text())
-    assert {m["case"] for m in summary["metrics"]} == {"a", "b"}  # the version before
     assert sorted(p.name for p in (out / "cases").iterdir()) == ["000", "001"]
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "running" and summary["cases_recorded"] == 0  # the run's start
+    render_report(out, show=False)  # with space again: the files made from the records
+    summary = json.loads((out / "summary.json").read_text())
+    assert {m["case"] for m in summary["metrics"]} == {"a", "b"}
 
 
 def test_a_removed_run_directory_is_said_and_not_made_again(tmp_path: Path) -> None:

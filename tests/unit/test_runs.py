@@ -47,7 +47,7 @@ def other_process():
 def _record(run_id: str, pid: int, kind: str, description: str = "x") -> None:
     os.makedirs(runs.RUNS_DIR, exist_ok=True)
     with open(os.path.join(runs.RUNS_DIR, f"{run_id}.json"), "w") as f:
-        json.dump({"run_id": run_id, "pid": pid, "start_ticks": runs._start_ticks(pid),
+        json.dump({"run_id": run_id, "pid": pid, "start_ticks": runs.start_ticks(pid),
                    "started": 0.0, "description": description, "kind": kind}, f)
 
 
