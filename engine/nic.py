@@ -736,7 +736,7 @@ class _WorkerLoop:
         late against that post time, and its frames' lag says so. ``now`` is wall time."""
         for child in self.deps.complete(index):
             qp = self.by_index[child]
-            qp.post_ns = max(done_ns, self.t0_ns + qp.plan.start_emu_ns)
+            qp.post_ns = max(done_ns + qp.plan.gap_emu_ns, self.t0_ns + qp.plan.start_emu_ns)
             fwd = qp.nic.fwd_ns
             if qp.post_ns <= now - fwd:
                 self._start(qp, now - fwd)
