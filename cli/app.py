@@ -272,7 +272,8 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cas
 
 #: What ``emu run`` runs: experiments.registry.EXPERIMENTS's names (a unit test keeps
 #: them equal; the registry is imported only when a command needs it).
-EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo")
+EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo",
+                    "workload", "training")
 
 
 # Its own --help: with NAME it also lists that experiment's options.
@@ -286,6 +287,12 @@ def run(ctx: typer.Context,
         metrics_port: Annotated[int | None, typer.Option(
             "--metrics-port", help="serve live Prometheus metrics on this port of 127.0.0.1 "
             "(= --set metrics_port=N; docs/monitoring.md)")] = None,
+        file: Annotated[str | None, typer.Option(
+            "--file", metavar="F", help="workload: the message DAG file (= --set file=F; "
+            "docs/workloads.md)")] = None,
+        emit: Annotated[str | None, typer.Option(
+            "--emit", metavar="F", help="training: write the first layout's DAG to F "
+            "(= --set emit=F)")] = None,
         list_options: Annotated[bool, typer.Option("--list", help="list the experiments' "
                                                    "options (NAME's only, with NAME)")] = False,
         show_help: Annotated[bool, typer.Option("--help", help="show this message (with NAME, "
@@ -319,6 +326,12 @@ def run(ctx: typer.Context,
             raise ParameterError("--metrics-port", metrics_port,
                                  "also given as --set metrics_port=; give it once")
         overrides["metrics_port"] = str(metrics_port)
+    for key, value in (("file", file), ("emit", emit)):
+        if value is not None:
+            if key in overrides:
+                raise ParameterError(f"--{key}", value, f"also given as --set {key}=; give it "
+                                     "once")
+            overrides[key] = value
     _finish(cli_run(name, out, quick, scale, overrides, force=force, resume=resume))
 
 
