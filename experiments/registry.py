@@ -132,10 +132,11 @@ def demo(out: str | Path | None = None, quick: bool = False, scale: float | str 
     return cli_run("demo", out, quick, scale, overrides, force=force, resume=resume)
 
 
-def report(run_dir: str | Path) -> list[Path]:
-    """``emu report DIR``: re-render the plots and the table of a finished run."""
+def report(run_dir: str | Path, predictions: str | Path | None = None) -> list[Path]:
+    """``emu report DIR [--predictions F]``: re-render the plots and the table of a
+    finished run, with the user's predictions in F joined to it."""
 
-    return render_report(run_dir)
+    return render_report(run_dir, predictions=predictions)
 
 
 def describe() -> dict[str, dict[str, dict[str, object]]]:

@@ -73,6 +73,16 @@ class Claim:
         return abs(measured - predicted) > self.tolerance_rel * abs(predicted)
 
 
+def error_rel(measured: float | None, predicted: float | None) -> float | None:
+    """(measured - predicted) / predicted; 0 when both are 0; None when undefined."""
+    if measured is None or predicted is None or not math.isfinite(measured) \
+            or not math.isfinite(predicted):
+        return None
+    if predicted == 0:
+        return 0.0 if measured == 0 else None
+    return (measured - predicted) / abs(predicted)
+
+
 def prediction(tolerance_rel: float, basis: str) -> Claim:
     return Claim(Kind.PREDICTION, tolerance_rel, basis)
 
