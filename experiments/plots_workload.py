@@ -59,5 +59,7 @@ def plot_layouts(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
            color="C2")
     ax.set_xticks(x, df.layout.astype(str), rotation=15, fontsize=7)
     ax.set_ylabel("iteration time (us)")
-    ax.legend(fontsize=7)
+    top = max(df.iteration_s.max(), df.iteration_model_s.max()) * US
+    ax.set_ylim(0, 1.35 * top)   # room for the legend above the bars
+    ax.legend(fontsize=7, loc="upper left")
     return save_plot(fig, ctx.run_dir / "layouts.png", ctx, "iteration time per layout")

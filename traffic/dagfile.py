@@ -162,41 +162,26 @@ def _check_acyclic(messages: list[Message]) -> None:
         raise _fail("deps", stuck, "the dependencies have a cycle through this message")
 
 
-def read_dag(text: str | bytes) -> DagFile:
-    """Parse and check a DAG file's text (docs/workloads.md); one-line ParameterError."""
-    if len(text) > MAX_FILE_BYTES:
-        raise _fail("workload file", f"{len(text)} bytes", f"larger than {MAX_FILE_BYTES} bytes")
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise _fail("workload file", str(e)[:60], "not JSON") from None
-    top = _keys(data, _TOP, {"ranks", "messages"}, "workload file")
-    if "format" in top and top["format"] != FORMAT:
-        raise _fail("format", top["format"], f"expected {FORMAT!r}")
-    name = _text(top.get("name", "workload"), "name")
-    ranks_value = top["ranks"]
+def _read_ranks(value: object) -> tuple[list[str] | int, dict[str, int]]:
+    """``ranks``: host names (and name -> index) or a count (and no names)."""
     names: dict[str, int] = {}
-    if isinstance(ranks_value, list):
-        if not 2 <= len(ranks_value) <= MAX_RANKS:
-            raise _fail("ranks", len(ranks_value), f"expected 2..{MAX_RANKS} ranks")
-        for i, host in enumerate(ranks_value):
-            host = _text(host, f"ranks[{i}]", 64)
-            if not host or host in names:
-                raise _fail(f"ranks[{i}]", host, "empty, or a host listed twice")
-            names[host] = i
-        ranks: list[str] | int = list(ranks_value)
-    else:
-        ranks = _int(ranks_value, "ranks", 2, MAX_RANKS)
-    n = len(names) or int(ranks)  # type: ignore[arg-type]
-    raw = top["messages"]
-    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_MESSAGES:
-        raise _fail("messages", type(raw).__name__ if not isinstance(raw, list) else len(raw),
-                    f"expected a list of 1..{MAX_MESSAGES} messages")
-    ops_raw = top.get("ops", {})
-    if not isinstance(ops_raw, dict):
-        raise _fail("ops", ops_raw, "expected an object: op id -> its collective")
+    if not isinstance(value, list):
+        return _int(value, "ranks", 2, MAX_RANKS), names
+    if not 2 <= len(value) <= MAX_RANKS:
+        raise _fail("ranks", len(value), f"expected 2..{MAX_RANKS} ranks")
+    for i, host in enumerate(value):
+        host = _text(host, f"ranks[{i}]", 64)
+        if not host or host in names:
+            raise _fail(f"ranks[{i}]", host, "empty, or a host listed twice")
+        names[host] = i
+    return list(value), names
+
+
+def _read_ops(value: object, n: int) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, dict):
+        raise _fail("ops", value, "expected an object: op id -> its collective")
     ops: dict[str, dict[str, Any]] = {}
-    for op_id, op in ops_raw.items():
+    for op_id, op in value.items():
         where = f"ops[{op_id[:40]}]"
         op = _keys(op, _OP, {"collective", "size_bytes", "ranks"}, where)
         kind = op["collective"]
@@ -207,6 +192,15 @@ def read_dag(text: str | bytes) -> DagFile:
                                          MAX_SIZE_BYTES),
                       "ranks": _int(op["ranks"], f"{where}.ranks", 2, n),
                       "tag": _text(op.get("tag", ""), f"{where}.tag", 40)}
+    return ops
+
+
+def _read_messages(raw: object, names: dict[str, int], n: int, ops: dict[str, dict[str, Any]]
+                   ) -> tuple[list[Message], dict[int, str], dict[int, int]]:
+    """The messages, their ops, and id -> position; dependencies checked, no cycle."""
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_MESSAGES:
+        raise _fail("messages", type(raw).__name__ if not isinstance(raw, list) else len(raw),
+                    f"expected a list of 1..{MAX_MESSAGES} messages")
     index: dict[int, int] = {}
     for i, m in enumerate(raw):
         if isinstance(m, dict) and "id" in m:
@@ -240,19 +234,42 @@ def read_dag(text: str | bytes) -> DagFile:
             step=_int(m.get("step", 0), f"{where}.step", 0, 2**31),
             tag=_text(m.get("tag", ops[op]["tag"] if op else ""), f"{where}.tag", 40)))
     _check_acyclic(messages)
-    compute_raw = top.get("compute", [])
-    if not isinstance(compute_raw, list):
-        raise _fail("compute", compute_raw, "expected a list of compute segments")
+    return messages, op_of, index
+
+
+def _read_compute(raw: object, n: int, index: dict[int, int]) -> list[ComputeSegment]:
+    if not isinstance(raw, list):
+        raise _fail("compute", raw, "expected a list of compute segments")
     compute = []
-    for i, c in enumerate(compute_raw):
+    for i, c in enumerate(raw):
         where = f"compute[{i}]"
         c = _keys(c, _COMPUTE, {"rank", "duration_s"}, where)
         compute.append(ComputeSegment(
-            _int(c["rank"], f"{where}.rank", 0, n - 1), _ids(c.get("deps", []), f"{where}.deps",
-                                                             index),
+            _int(c["rank"], f"{where}.rank", 0, n - 1),
+            _ids(c.get("deps", []), f"{where}.deps", index),
             _time(c.get("offset_s", 0.0), f"{where}.offset_s"),
-            _time(c["duration_s"], f"{where}.duration_s"), _text(c.get("what", ""),
-                                                                  f"{where}.what", 80)))
+            _time(c["duration_s"], f"{where}.duration_s"),
+            _text(c.get("what", ""), f"{where}.what", 80)))
+    return compute
+
+
+def read_dag(text: str | bytes) -> DagFile:
+    """Parse and check a DAG file's text (docs/workloads.md); one-line ParameterError."""
+    if len(text) > MAX_FILE_BYTES:
+        raise _fail("workload file", f"{len(text)} bytes", f"larger than {MAX_FILE_BYTES} bytes")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise _fail("workload file", str(e)[:60], "not JSON") from None
+    top = _keys(data, _TOP, {"ranks", "messages"}, "workload file")
+    if "format" in top and top["format"] != FORMAT:
+        raise _fail("format", top["format"], f"expected {FORMAT!r}")
+    name = _text(top.get("name", "workload"), "name")
+    ranks, names = _read_ranks(top["ranks"])
+    n = ranks if isinstance(ranks, int) else len(ranks)
+    ops = _read_ops(top.get("ops", {}), n)
+    messages, op_of, index = _read_messages(top["messages"], names, n, ops)
+    compute = _read_compute(top.get("compute", []), n, index)
     meta = top.get("meta", {})
     if not isinstance(meta, dict):
         raise _fail("meta", meta, "expected an object")

@@ -264,6 +264,175 @@ def params_per_layer(model: Transformer, layout: Layout) -> tuple[float, float]:
     return dense, experts
 
 
+class _Iteration:
+    """The generator's state: the model, the layout, the compute times and the DAG."""
+
+    def __init__(self, model: Transformer, layout: Layout, hosts: Sequence[str], gpu: Gpu,
+                 size_scale: float) -> None:
+        self.model, self.layout = model, layout
+        self.g = _Builder(list(hosts[:layout.ranks]), size_scale)
+        self.tp, self.pp, self.dp, self.ep = layout.tp, layout.pp, layout.dp, layout.ep
+        b, s, h = model.micro_batch, model.seq, model.hidden
+        self.prec = model.precision_bytes
+        self.act_bytes = b * s * h * self.prec
+        attn_flops, mlp_flops = layer_flops(model)
+        self.attn_s, self.mlp_s = gpu.seconds(attn_flops / self.tp), gpu.seconds(mlp_flops
+                                                                                / self.tp)
+        self.head_s = gpu.seconds(2 * b * s * h * model.vocab / self.tp)
+        self.per_stage = model.layers // self.pp
+        self.dense_params, self.expert_params = params_per_layer(model, layout)
+        self.a2a_bytes = self.act_bytes * model.top_k / self.tp
+        layer_bytes = (self.dense_params + self.expert_params) * self.prec
+        self.per_bucket = max(1, int(layout.bucket_bytes // layer_bytes))
+        self.sent: dict[tuple[str, int, int, int], int] = {}  # (act|grad, mb, src, dst) -> id
+
+    def group_tp(self, d: int, p: int) -> list[int]:
+        return [rank_of(self.layout, t, d, p) for t in range(self.tp)]
+
+    def group_dp(self, t: int, p: int, members: Sequence[int]) -> list[int]:
+        return [rank_of(self.layout, t, d, p) for d in members]
+
+    def each_rank(self, p: int, seconds: float, what: str) -> None:
+        for d in range(self.dp):
+            for r in self.group_tp(d, p):
+                self.g.work(r, seconds, what)
+
+    def tp_comm(self, p: int, what: str) -> None:
+        for d in range(self.dp):
+            ranks = self.group_tp(d, p)
+            if self.layout.tp_comm == "allreduce":
+                self.g.collective("allreduce-ring", ranks, self.act_bytes, "tp", f"{what}-d{d}")
+            else:
+                self.g.collective("reducescatter", ranks, self.act_bytes, "tp", f"{what}-d{d}-rs")
+                self.g.collective("allgather", ranks, self.act_bytes, "tp", f"{what}-d{d}-ag")
+
+    def all_to_all(self, p: int, what: str) -> None:
+        """Every EP group of stage ``p`` (ranks of one TP index, a block of EP DP indices)."""
+        for t in range(self.tp):
+            for k in range(0, self.dp, self.ep):
+                self.g.collective("alltoall", self.group_dp(t, p, range(k, k + self.ep)),
+                                  self.a2a_bytes, "ep", f"{what}-t{t}-g{k // self.ep}")
+
+    def layer_pass(self, p: int, mb: int, layer: int, phase: str) -> None:
+        """One layer's forward ('fwd') or backward ('bwd') on stage ``p`` (module doc)."""
+        factor = 1.0 if phase == "fwd" else 2.0
+        name = f"{phase}-mb{mb}-L{layer}"
+        if self.layout.zero == 3:
+            for t in range(self.tp):
+                self.g.collective("allgather", self.group_dp(t, p, range(self.dp)),
+                                  self.dense_params * self.prec, "dp", f"dp-zero3-ag-{name}-t{t}")
+        for part in (["mlp", "attn"] if phase == "bwd" else ["attn", "mlp"]):
+            if part == "attn":
+                self.each_rank(p, factor * self.attn_s, f"{phase} L{layer} attention")
+                self.tp_comm(p, f"tp-{name}-attn")
+            elif self.model.experts and self.ep > 1:
+                self.all_to_all(p, f"ep-a2a-dispatch-{name}")
+                self.each_rank(p, factor * self.mlp_s, f"{phase} L{layer} experts")
+                self.all_to_all(p, f"ep-a2a-combine-{name}")
+                if self.tp > 1:
+                    self.tp_comm(p, f"tp-{name}-mlp")
+            else:
+                self.each_rank(p, factor * self.mlp_s, f"{phase} L{layer} mlp")
+                self.tp_comm(p, f"tp-{name}-mlp")
+
+    def gradients(self, p: int, layers: Sequence[int]) -> None:
+        """DP buckets of the gradients of ``layers`` (just computed), non-blocking."""
+        kind = "reducescatter" if self.layout.zero else "allreduce-ring"
+        dense = self.dense_params * self.prec * len(layers)
+        experts = self.expert_params * self.prec * len(layers)
+        name = f"L{layers[0]}-{layers[-1]}"
+        for t in range(self.tp):
+            if self.dp > 1 and dense:
+                self.g.collective(kind, self.group_dp(t, p, range(self.dp)), dense, "dp",
+                                  f"dp-grad-{name}-t{t}", blocking=False)
+            if self.dp // self.ep > 1 and experts:
+                for k in range(self.ep):
+                    self.g.collective(kind, self.group_dp(t, p, range(k, self.dp, self.ep)),
+                                      experts, "dp", f"dp-expert-grad-{name}-t{t}-e{k}",
+                                      blocking=False)
+
+    def micro_step(self, p: int, phase: str, mb: int) -> bool:
+        """Stage ``p``'s forward ('F') or backward ('B') of micro-batch ``mb``; False
+        (nothing done) while the neighbour stage has not sent what it needs."""
+        kind, peer, nxt = ("act", p - 1, p + 1) if phase == "F" else ("grad", p + 1, p - 1)
+        pairs = [(rank_of(self.layout, t, d, peer), rank_of(self.layout, t, d, p))
+                 for d in range(self.dp) for t in range(self.tp)] if 0 <= peer < self.pp else []
+        if any((kind, mb, src, dst) not in self.sent for src, dst in pairs):
+            return False
+        for src, dst in pairs:
+            self.g.wait(dst, [self.sent[(kind, mb, src, dst)]])
+        stage_layers = range(p * self.per_stage, (p + 1) * self.per_stage)
+        last = p == self.pp - 1
+        if phase == "F":
+            for layer in stage_layers:
+                self.layer_pass(p, mb, layer, "fwd")
+            if last:
+                self.each_rank(p, self.head_s, "fwd LM head")
+        else:
+            if last:
+                self.each_rank(p, 2 * self.head_s, "bwd LM head")
+            done: list[int] = []
+            for layer in reversed(stage_layers):
+                self.layer_pass(p, mb, layer, "bwd")
+                done.append(layer)
+                if mb == self.model.micro_batches - 1 and (len(done) == self.per_bucket
+                                                           or layer == stage_layers[0]):
+                    self.gradients(p, sorted(done))
+                    done = []
+        if 0 <= nxt < self.pp:
+            for d in range(self.dp):
+                for t in range(self.tp):
+                    src, dst = rank_of(self.layout, t, d, p), rank_of(self.layout, t, d, nxt)
+                    self.sent[(kind, mb, src, dst)] = self.g.send(
+                        src, dst, self.act_bytes / self.tp, "pp",
+                        f"pp-{kind}-mb{mb}-s{p}-d{d}-t{t}")
+        return True
+
+    def schedule(self) -> None:
+        """Every stage's 1F1B order, each stage running until it waits for a neighbour."""
+        pointers = [0] * self.pp
+        orders = [_schedule(p, self.pp, self.model.micro_batches) for p in range(self.pp)]
+        while any(pointers[p] < len(orders[p]) for p in range(self.pp)):
+            progressed = False
+            for p in range(self.pp):
+                while pointers[p] < len(orders[p]) and self.micro_step(p, *orders[p][pointers[p]]):
+                    pointers[p] += 1
+                    progressed = True
+            if not progressed:
+                raise AssertionError("the 1F1B schedule deadlocked")  # 1F1B never does
+
+    def zero1_gather(self) -> None:
+        """ZeRO-1: every rank all-gathers its stage's updated parameters once its
+        gradient shards are in (the optimizer's time is not counted)."""
+        g = self.g
+        for p in range(self.pp):
+            for t in range(self.tp):
+                group = self.group_dp(t, p, range(self.dp))
+                for r in group:
+                    g.wait(r, [m.msg_id for m in g.messages
+                               if m.tag == "dp" and g.hosts[r] in (m.src, m.dst)])
+                g.collective("allgather", group, self.dense_params * self.prec * self.per_stage,
+                             "dp", f"dp-zero1-params-s{p}-t{t}")
+
+    def workload(self) -> Workload:
+        self.schedule()
+        if self.layout.zero == 1:
+            self.zero1_gather()
+        g, layout = self.g, self.layout
+        compute_s = dict.fromkeys(range(layout.ranks), 0.0)
+        for c in g.compute:
+            compute_s[c.rank] += c.duration_s
+        return Workload(
+            f"training tp{self.tp} pp{self.pp} dp{self.dp} ep{self.ep}", g.messages,
+            list(g.hosts), max(m.size_bytes for m in g.messages),
+            meta={"ops": g.ops, "op_of": g.op_of, "compute": g.compute,
+                  "size_scale": g.size_scale, "inexact_waits": g.inexact_waits,
+                  "compute_s": max(compute_s.values()),
+                  "layout": {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
+                             "zero": layout.zero, "placement": layout.placement,
+                             "tp_comm": layout.tp_comm}})
+
+
 def iteration(model: Transformer, layout: Layout, hosts: Sequence[str], *, gpu: Gpu = Gpu(),
               size_scale: float = 1.0) -> Workload:
     """The iteration's message DAG on ``hosts`` (rank i on hosts[i]; module doc)."""
@@ -275,157 +444,4 @@ def iteration(model: Transformer, layout: Layout, hosts: Sequence[str], *, gpu: 
     if layout.ranks > len(hosts):
         raise ParameterError("layout", f"{layout.ranks} ranks",
                              f"more than the fabric's {len(hosts)} hosts")
-    g = _Builder(list(hosts[:layout.ranks]), size_scale)
-    tp, pp, dp, ep = layout.tp, layout.pp, layout.dp, layout.ep
-    b, s, h, prec = model.micro_batch, model.seq, model.hidden, model.precision_bytes
-    act_bytes = b * s * h * prec
-    attn_flops, mlp_flops = layer_flops(model)
-    attn_s, mlp_s = gpu.seconds(attn_flops / tp), gpu.seconds(mlp_flops / tp)
-    head_s = gpu.seconds(2 * b * s * h * model.vocab / tp)
-    per_stage = model.layers // pp
-    dense_params, expert_params = params_per_layer(model, layout)
-    a2a_bytes = act_bytes * model.top_k / tp
-
-    def group_tp(d: int, p: int) -> list[int]:
-        return [rank_of(layout, t, d, p) for t in range(tp)]
-
-    def group_dp(t: int, p: int, members: Sequence[int]) -> list[int]:
-        return [rank_of(layout, t, d, p) for d in members]
-
-    def tp_comm(d: int, p: int, what: str) -> None:
-        ranks = group_tp(d, p)
-        if layout.tp_comm == "allreduce":
-            g.collective("allreduce-ring", ranks, act_bytes, "tp", what)
-        else:
-            g.collective("reducescatter", ranks, act_bytes, "tp", what + "-rs")
-            g.collective("allgather", ranks, act_bytes, "tp", what + "-ag")
-
-    def ep_groups(t: int, p: int) -> list[list[int]]:
-        return [group_dp(t, p, range(k, k + ep)) for k in range(0, dp, ep)]
-
-    def moe(p: int, mb: int, layer: int, phase: str, compute_s: float) -> None:
-        for t in range(tp):
-            for k, ranks in enumerate(ep_groups(t, p)):
-                g.collective("alltoall", ranks, a2a_bytes, "ep",
-                             f"ep-a2a-dispatch-{phase}-mb{mb}-L{layer}-t{t}-g{k}")
-        for d in range(dp):
-            for r in group_tp(d, p):
-                g.work(r, compute_s, f"{phase} L{layer} experts")
-        for t in range(tp):
-            for k, ranks in enumerate(ep_groups(t, p)):
-                g.collective("alltoall", ranks, a2a_bytes, "ep",
-                             f"ep-a2a-combine-{phase}-mb{mb}-L{layer}-t{t}-g{k}")
-
-    def zero3_gather(p: int, layer: int, phase: str, mb: int) -> None:
-        if layout.zero != 3:
-            return
-        for t in range(tp):
-            g.collective("allgather", group_dp(t, p, range(dp)),
-                         dense_params * prec, "dp", f"dp-zero3-ag-{phase}-mb{mb}-L{layer}-t{t}")
-
-    def each_rank(p: int, seconds: float, what: str) -> None:
-        for d in range(dp):
-            for r in group_tp(d, p):
-                g.work(r, seconds, what)
-
-    def layer_pass(p: int, mb: int, layer: int, phase: str) -> None:
-        factor = 1.0 if phase == "fwd" else 2.0
-        zero3_gather(p, layer, phase, mb)
-        mlp_first = phase == "bwd"
-        parts = ["mlp", "attn"] if mlp_first else ["attn", "mlp"]
-        for part in parts:
-            if part == "attn":
-                each_rank(p, factor * attn_s, f"{phase} L{layer} attention")
-                for d in range(dp):
-                    tp_comm(d, p, f"tp-{phase}-mb{mb}-L{layer}-attn-d{d}")
-            elif model.experts and ep > 1:
-                moe(p, mb, layer, phase, factor * mlp_s)
-                if tp > 1:
-                    for d in range(dp):
-                        tp_comm(d, p, f"tp-{phase}-mb{mb}-L{layer}-mlp-d{d}")
-            else:
-                each_rank(p, factor * mlp_s, f"{phase} L{layer} mlp")
-                for d in range(dp):
-                    tp_comm(d, p, f"tp-{phase}-mb{mb}-L{layer}-mlp-d{d}")
-
-    def gradients(p: int, layers: Sequence[int]) -> None:
-        """DP buckets of the gradients of ``layers`` (just computed), non-blocking."""
-        kind = "reducescatter" if layout.zero else "allreduce-ring"
-        dense = dense_params * prec * len(layers)
-        experts = expert_params * prec * len(layers)
-        name = f"L{layers[0]}-{layers[-1]}"
-        for t in range(tp):
-            if dp > 1 and dense:
-                g.collective(kind, group_dp(t, p, range(dp)), dense, "dp",
-                             f"dp-grad-{name}-t{t}", blocking=False)
-            if dp // ep > 1 and experts:
-                for k in range(ep):
-                    g.collective(kind, group_dp(t, p, range(k, dp, ep)), experts, "dp",
-                                 f"dp-expert-grad-{name}-t{t}-e{k}", blocking=False)
-
-    layer_bytes = (dense_params + expert_params) * prec
-    per_bucket = max(1, int(layout.bucket_bytes // layer_bytes)) if layer_bytes else per_stage
-    sent: dict[tuple[str, int, int, int], int] = {}   # (act|grad, mb, src, dst) -> message
-    pointers = [0] * pp
-    orders = [_schedule(p, pp, model.micro_batches) for p in range(pp)]
-    while any(pointers[p] < len(orders[p]) for p in range(pp)):
-        progressed = False
-        for p in range(pp):
-            while pointers[p] < len(orders[p]):
-                phase, mb = orders[p][pointers[p]]
-                kind, peer, nxt = ("act", p - 1, p + 1) if phase == "F" else ("grad", p + 1,
-                                                                              p - 1)
-                pairs = [(rank_of(layout, t, d, peer), rank_of(layout, t, d, p))
-                         for d in range(dp) for t in range(tp)] if 0 <= peer < pp else []
-                if any((kind, mb, src, dst) not in sent for src, dst in pairs):
-                    break       # the peer stage has not sent it yet: run the peer first
-                for src, dst in pairs:
-                    g.wait(dst, [sent[(kind, mb, src, dst)]])
-                stage_layers = range(p * per_stage, (p + 1) * per_stage)
-                if phase == "F":
-                    for layer in stage_layers:
-                        layer_pass(p, mb, layer, "fwd")
-                    if p == pp - 1:
-                        each_rank(p, head_s, "fwd LM head")
-                else:
-                    if p == pp - 1:
-                        each_rank(p, 2 * head_s, "bwd LM head")
-                    done: list[int] = []
-                    for layer in reversed(stage_layers):
-                        layer_pass(p, mb, layer, "bwd")
-                        done.append(layer)
-                        if mb == model.micro_batches - 1 and (len(done) == per_bucket
-                                                              or layer == stage_layers[0]):
-                            gradients(p, sorted(done))
-                            done = []
-                if 0 <= nxt < pp:
-                    for d in range(dp):
-                        for t in range(tp):
-                            src, dst = rank_of(layout, t, d, p), rank_of(layout, t, d, nxt)
-                            sent[(kind, mb, src, dst)] = g.send(
-                                src, dst, act_bytes / tp, "pp",
-                                f"pp-{kind}-mb{mb}-s{p}-d{d}-t{t}")
-                pointers[p] += 1
-                progressed = True
-        if not progressed:
-            raise AssertionError("the 1F1B schedule deadlocked")  # 1F1B never does
-    if layout.zero == 1:
-        for p in range(pp):
-            for t in range(tp):
-                group = group_dp(t, p, range(dp))
-                for r in group:  # the optimizer step needs every gradient shard
-                    g.wait(r, [m.msg_id for m in g.messages
-                               if m.tag == "dp" and g.hosts[r] in (m.src, m.dst)])
-                g.collective("allgather", group, dense_params * prec * per_stage, "dp",
-                             f"dp-zero1-params-s{p}-t{t}")
-    compute_s = {r: 0.0 for r in range(layout.ranks)}
-    for c in g.compute:
-        compute_s[c.rank] += c.duration_s
-    return Workload(
-        f"training tp{tp} pp{pp} dp{dp} ep{ep}", g.messages, list(g.hosts),
-        max(m.size_bytes for m in g.messages),
-        meta={"ops": g.ops, "op_of": g.op_of, "compute": g.compute,
-              "size_scale": size_scale, "inexact_waits": g.inexact_waits,
-              "compute_s": max(compute_s.values()),
-              "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "zero": layout.zero,
-                         "placement": layout.placement, "tp_comm": layout.tp_comm}})
+    return _Iteration(model, layout, hosts, gpu, size_scale).workload()
