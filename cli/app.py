@@ -276,13 +276,19 @@ RerunOpt = Annotated[Path | None, typer.Option(
     "options: its config.json) into a new --out; --set, --scale and --config change it")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="start over in a non-empty --out "
                                         "(removes the run files there)")]
+PredictionsOpt = Annotated[Path | None, typer.Option(
+    "--predictions", metavar="FILE.csv", help="your own predictions (columns case, metric, "
+    "value, unit) beside the measurement and the project's model, with both errors")]
+
+
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cases of the "
                                          "run in --out and run the rest")]
 
 
 #: What ``emu run`` runs: experiments.registry.EXPERIMENTS's names (a unit test keeps
 #: them equal; the registry is imported only when a command needs it).
-EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo")
+EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo",
+                    "workload", "training")
 
 
 # Its own --help: with NAME it also lists that experiment's options.
@@ -296,6 +302,13 @@ def run(ctx: typer.Context,
         metrics_port: Annotated[int | None, typer.Option(
             "--metrics-port", help="serve live Prometheus metrics on this port of 127.0.0.1 "
             "(= --set metrics_port=N; docs/monitoring.md)")] = None,
+        file: Annotated[str | None, typer.Option(
+            "--file", metavar="F", help="workload: the message DAG file (= --set file=F; "
+            "docs/workloads.md)")] = None,
+        emit: Annotated[str | None, typer.Option(
+            "--emit", metavar="F", help="training: write the first layout's DAG to F "
+            "(= --set emit=F)")] = None,
+        predictions: PredictionsOpt = None,
         list_options: Annotated[bool, typer.Option("--list", help="list the experiments' "
                                                    "options (NAME's only, with NAME)")] = False,
         show_help: Annotated[bool, typer.Option("--help", help="show this message (with NAME, "
@@ -329,7 +342,21 @@ def run(ctx: typer.Context,
             raise ParameterError("--metrics-port", metrics_port,
                                  "also given as --set metrics_port=; give it once")
         overrides["metrics_port"] = str(metrics_port)
-    _finish(cli_run(name, out, quick, scale, overrides, force=force, resume=resume))
+    for key, value in (("file", file), ("emit", emit)):
+        if value is not None:
+            if key in overrides:
+                raise ParameterError(f"--{key}", value, f"also given as --set {key}=; give it "
+                                     "once")
+            overrides[key] = value
+    user = None
+    if predictions is not None:
+        from experiments.predictions import read_predictions
+        user = read_predictions(predictions)   # checked before anything runs
+    result = cli_run(name, out, quick, scale, overrides, force=force, resume=resume)
+    if user is not None:
+        from experiments.report import add_predictions
+        add_predictions(result.run_dir, user)
+    _finish(result)
 
 
 @app.command()
@@ -344,11 +371,12 @@ def demo(out: OutOpt = None, quick: QuickOpt = False, scale: RunScaleOpt = None,
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="a finished run directory")]) -> None:
+def report(run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
+           predictions: PredictionsOpt = None) -> None:
     """Re-render the tables and plots of a finished run."""
     from experiments.registry import report as render
 
-    for path in render(run_dir):
+    for path in render(run_dir, predictions):
         console.print(f"plot: {escape(str(path))}")
 
 

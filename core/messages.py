@@ -17,7 +17,10 @@ class Message:
 
     ``deps`` are ids of messages that must have *completed* (fully received) before
     this one may start; ``start_s`` is the earliest start in real seconds after the
-    run's time zero (open-loop traffic such as incast or replay).
+    run's time zero (open-loop traffic such as incast or replay); ``gap_s`` is the
+    compute between the last dependency's completion (time zero for a message without
+    dependencies) and this message's post, in real seconds: the message is posted at
+    ``max(last dependency done + gap_s, start_s)``.
     ``step`` is the algorithm step (ring step, tree level) and ``chunk`` the data
     chunk index, both for analysis; ``reduce`` says the receiver reduces the chunk.
     """
@@ -28,6 +31,7 @@ class Message:
     size_bytes: int
     deps: tuple[int, ...] = ()
     start_s: float = 0.0
+    gap_s: float = 0.0
     step: int = 0
     chunk: int = 0
     reduce: bool = False

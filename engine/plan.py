@@ -40,11 +40,14 @@ class MsgPlan:
     dst: str
     size_bytes: int
     deps: tuple[int, ...]   # indices
-    start_emu_ns: int       # earliest start after t0
+    start_emu_ns: int       # earliest start after t0 (a message without deps: its gap too)
     flow: Flow              # data direction
     reply_flow: Flow        # ACK/CNP direction
     reply_ifname: str
     ifname: str
+    #: Compute between the last dependency's completion and the post (``Message.gap_s``,
+    #: dilated by S).
+    gap_emu_ns: int = 0
     #: The real fabric's fixed delay on the data path (a frame of this QP) and on the
     #: ACK path, dilated: held at the sender (engine/worker.py, "Fixed delays").
     fwd_delay_emu_ns: int = 0

@@ -95,11 +95,11 @@ class Requester:
     # -- starting and waking -------------------------------------------------------------
     def completed(self, index: int, done_ns: int, now: int) -> None:
         """Message ``index`` was fully received at ``done_ns``: post what waited for it
-        then. A worker that learns of it late (a stall, a wake-up) starts the message
+        then, plus its compute gap (``gap_emu_ns``). A worker that learns of it late (a stall, a wake-up) starts the message
         late against that post time, and its frames' lag says so. ``now`` is wall time."""
         for child in self.deps.complete(index):
             qp = self.by_index[child]
-            qp.post_ns = max(done_ns, self.books.t0_ns + qp.plan.start_emu_ns)
+            qp.post_ns = max(done_ns + qp.plan.gap_emu_ns, self.books.t0_ns + qp.plan.start_emu_ns)
             fwd = qp.nic.fwd_ns
             if qp.post_ns <= now - fwd:
                 self.start(qp, now - fwd)

@@ -29,8 +29,9 @@ worker fell behind.
 
 Dependencies. A message may start once every dependency is **fully received**
 (its last byte delivered in order at the destination, as an RDMA WRITE's data
-is usable by the receiver) and not before ``t0 + start_s`` (real seconds,
-dilated by S). Completions cross workers through the completion rings and
+is usable by the receiver) plus its compute gap ``gap_s``, and not before ``t0 +
+start_s`` (real seconds, dilated by S); a message without dependencies counts its
+gap from ``t0``. Completions cross workers through the completion rings and
 eventfds of ``engine.plan``; the start clock ``t0`` is set by the engine once
 every worker is ready. ``end_s`` of a message is that receive time;
 ``acked_s`` when the sender saw the final ACK. A dependent message is posted at
@@ -368,8 +369,11 @@ def _check_workload(fab: LiveFabric, workload: Workload) -> dict[int, int]:
             raise ParameterError("dst", m.dst, f"message {m.msg_id} is sent to its own source")
         if m.size_bytes <= 0:
             raise ParameterError("size_bytes", m.size_bytes, f"message {m.msg_id} is empty")
-        if m.start_s < 0:
+        if not m.start_s >= 0:
             raise ParameterError("start_s", m.start_s, "must be >= 0")
+        if not 0 <= m.gap_s < math.inf:
+            raise ParameterError("gap_s", m.gap_s, f"message {m.msg_id}: must be >= 0 "
+                                 "and finite")
     if len(index) > MAX_QPS:
         raise ParameterError("messages", len(index), f"at most {MAX_QPS} (one QPN each)")
     for m in workload.messages:
@@ -550,7 +554,7 @@ def frame_rates(msgs: list[plan.MsgPlan], nic_rate_bps: dict[tuple[str, str], fl
             n = -(-m.size_bytes // payload_bytes)
             rate_bps = nic_rate_bps[(m.src, m.ifname)]
             tx_ns = scale.time_emu_s(n * frame_bits / rate_bps) * 1e9
-            start = max([m.start_emu_ns, *(end_ns[d] for d in m.deps)])
+            start = max([m.start_emu_ns, *(end_ns[d] + m.gap_emu_ns for d in m.deps)])
             end_ns[i] = start + m.fwd_delay_emu_ns + tx_ns
             busy_ns[(m.src, m.ifname)] += tx_ns
             counted = n * weight(rate_bps, n)
@@ -588,7 +592,9 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
         msgs.append(plan.MsgPlan(
             index=i, msg_id=m.msg_id, src=m.src, dst=m.dst, size_bytes=int(m.size_bytes),
             deps=tuple(index[d] for d in m.deps),
-            start_emu_ns=scale.emu_ns(m.start_s),
+            # Without dependencies the gap counts from t0: it is an earliest start.
+            start_emu_ns=scale.emu_ns(m.start_s if m.deps else max(m.start_s, m.gap_s)),
+            gap_emu_ns=scale.emu_ns(m.gap_s),
             flow=flow, reply_flow=reply, reply_ifname=back.ifname, ifname=eg.ifname,
             fwd_delay_emu_ns=scale.emu_ns(fixed(
                 m.src, m.dst, first_frame_bytes(int(m.size_bytes), config.payload_bytes)).total_s)

@@ -370,7 +370,7 @@ def check_capture(opts: Mapping[str, Any]) -> None:
     """Every host of the ``capture`` option is on every fabric of the run (``topo``,
     ``topos``)."""
     hosts = opts.get("capture") or []
-    specs = ([opts["topo"]] if "topo" in opts else []) + [
+    specs = ([split_topo_at(opts["topo"], 1.0)[0]] if "topo" in opts else []) + [
         split_topo_at(entry, 1.0)[0] for entry in opts.get("topos", [])]
     for spec in specs:
         known = build_topo(spec).host_nodes()

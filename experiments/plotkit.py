@@ -232,6 +232,10 @@ CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                   "algbw_GBps", "busbw_GBps", "model_time_us", "model_busbw_GBps", "error"),
                  ("size_bytes", "time_us", "busbw_GBps", "model_time_us", "model_busbw_GBps")),
     "fct_slowdown.csv": (("case", "p50"), ("p50",)),
+    "timeline.csv": (("case", "source", "rank", "start_s", "end_s", "what"),
+                     ("start_s", "end_s")),
+    "layouts.csv": (("layout", "iteration_s", "iteration_model_s", "iteration_lower_s"),
+                    ("iteration_s", "iteration_model_s", "iteration_lower_s")),
 }
 
 

@@ -22,7 +22,17 @@ import tomllib
 
 from core import safefile
 from core.errors import FabricEmuError, ParameterError
-from experiments import cc_compare, collective, ecmp, fairness, incast, ratios, sweep
+from experiments import (
+    cc_compare,
+    collective,
+    ecmp,
+    fairness,
+    incast,
+    ratios,
+    sweep,
+    training,
+    workload,
+)
 from experiments import demo as demo_module
 from experiments.report import render_report
 from experiments.rundir import RunResult
@@ -35,6 +45,7 @@ from experiments.storage import MAX_RUN_JSON_BYTES
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
+    "workload": workload, "training": training,
 }
 
 
@@ -128,10 +139,11 @@ def demo(out: str | Path | None = None, quick: bool = False, scale: float | str 
     return cli_run("demo", out, quick, scale, overrides, force=force, resume=resume)
 
 
-def report(run_dir: str | Path) -> list[Path]:
-    """``emu report DIR``: re-render the plots and the table of a finished run."""
+def report(run_dir: str | Path, predictions: str | Path | None = None) -> list[Path]:
+    """``emu report DIR [--predictions F]``: re-render the plots and the table of a
+    finished run, with the user's predictions in F joined to it."""
 
-    return render_report(run_dir)
+    return render_report(run_dir, predictions=predictions)
 
 
 def describe() -> dict[str, dict[str, dict[str, object]]]:

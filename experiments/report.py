@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core import safefile
+from experiments import predictions as user_predictions
 from experiments.plots import CSV_COLUMNS, bad_run, read_csv, render_plots
 from experiments.runfiles import catch_up
 from experiments.storage import MAX_RUN_JSON_BYTES
@@ -325,11 +326,41 @@ def _check_summary(run_dir: Path, summary: dict, config: dict) -> None:
                                "of lists of reasons)")
 
 
-def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
-    """Re-render a finished run: plots from its CSVs and the summary table (a run killed
-    before its end: from its case records, `experiments.runfiles.catch_up`).
-    ParameterError (one line) for anything that is not a readable run directory."""
+def predictions_table(rows: list[Mapping[str, Any]]) -> Table:
+    """A user's predictions (`experiments.predictions`) beside the measurement and the
+    project's model, each with its error against the measurement."""
+    table = Table(title="your predictions beside the measurement and the model",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0))
+    for col in ("case: metric (unit)", "measured", "yours", "error", "model", "error"):
+        table.add_column(col, justify="left" if col.startswith("case") else "right",
+                         overflow="fold")
+    for r in rows:
+        errors = [f"{e:+.1%}" if isinstance(e, (int, float)) and math.isfinite(e) else "n/a"
+                  for e in (r.get("user_error_rel"), r.get("model_error_rel"))]
+        table.add_row(escape(f"{r.get('case')}: {r.get('metric')} ({r.get('unit')})"),
+                      _fmt(r.get("measured")), _fmt(r.get("user")), errors[0],
+                      _fmt(r.get("model")), errors[1])
+    return table
+
+
+def add_predictions(run_dir: str | Path, predictions: list[dict[str, Any]]) -> None:
+    """``emu run --predictions``: join checked predictions to the finished run in
+    ``run_dir`` (`experiments.predictions.attach`) and print them."""
     run_dir = Path(run_dir)
+    summary = load_json(run_dir, "summary.json", {"metrics": list})
+    _check_summary(run_dir, summary, load_json(run_dir, "config.json", {}))
+    console.print(predictions_table(user_predictions.attach(run_dir, summary, predictions)))
+
+
+def render_report(run_dir: str | Path, show: bool = True,
+                  predictions: str | Path | None = None) -> list[Path]:
+    """Re-render a finished run: plots from its CSVs and the summary table, and with
+    ``predictions`` (a CSV file, `experiments.predictions`) the user's predictions
+    joined to it first (a run killed before its end is caught up from its case records
+    first, `experiments.runfiles.catch_up`). ParameterError (one line) for anything that
+    is not a readable run directory or predictions file."""
+    run_dir = Path(run_dir)
+    user = user_predictions.read_predictions(predictions) if predictions is not None else None
     if not run_dir.is_dir():
         raise bad_run(run_dir, "does not exist" if not run_dir.exists()
                        else "is not a directory")
@@ -338,6 +369,8 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
                         {"experiment": str, "valid": bool, "cases": dict, "metrics": list})
     config = load_json(run_dir, "config.json", {})
     _check_summary(run_dir, summary, config)
+    if user is not None:
+        user_predictions.attach(run_dir, summary, user)
     made = render_plots(run_dir, summary, config)
     if not show:
         return made
@@ -362,6 +395,10 @@ def render_report(run_dir: str | Path, show: bool = True) -> list[Path]:
     deviations = summary.get("deviations")
     if isinstance(deviations, list) and deviations:
         console.print(deviations_table(deviations))
+    predicted = summary.get("predictions")
+    if isinstance(predicted, list) and predicted and all(isinstance(r, dict)
+                                                         for r in predicted):
+        console.print(predictions_table(predicted))
     refused = summary.get("refused_attempts") or {}
     lines = []
     for case, rep in summary["cases"].items():

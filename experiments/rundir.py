@@ -32,7 +32,6 @@ the machine.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import shlex
@@ -62,7 +61,7 @@ from experiments.storage import (
     CaseRecord,
     deferred_interrupts,
 )
-from model.claims import Claim
+from model.claims import Claim, error_rel
 from traffic.fixeddelay import FIXED_DELAYS, PROPAGATION, SERIALIZATION
 
 #: Subdirectory of a run directory with each captured case's pcaps (the ``capture`` option).
@@ -71,14 +70,6 @@ PCAP_DIR = "pcap"
 
 # ----------------------------------------------------------------------------- metrics
 
-def error_rel(measured: float | None, predicted: float | None) -> float | None:
-    """(measured - predicted) / predicted; 0 when both are 0; None when undefined."""
-    if measured is None or predicted is None or not math.isfinite(measured) \
-            or not math.isfinite(predicted):
-        return None
-    if predicted == 0:
-        return 0.0 if measured == 0 else None
-    return (measured - predicted) / abs(predicted)
 
 
 def metric_row(case: str, metric: str, unit: str, measured: float | None,

@@ -186,8 +186,8 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      collective: str | None = None) -> WorkloadPrediction:
     """Completion time of a Workload's message DAG as a fluid max-min simulation.
 
-    A message becomes ready when its deps have completed (and not before its
-    ``start_s``), starts sending ``overhead_s`` later, drains at its max-min rate
+    A message becomes ready its ``gap_s`` (compute, if it has one) after its deps have
+    completed (and not before its ``start_s``), starts sending ``overhead_s`` later, drains at its max-min rate
     and completes one path latency after its last byte is sent. algbw/busbw use
     ``collective`` (default: the workload's name, if it names a collective).
     """
@@ -227,7 +227,7 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
         jobs.append(FluidJob(
             job_id=m.msg_id, fractions=fractions, size_bits=size_bits,
             cap_bps=cap_bps, release_s=m.start_s, deps=tuple(m.deps),
-            pre_s=overhead_s, post_s=latency_s,
+            pre_s=overhead_s, post_s=latency_s, gap_s=float(getattr(m, "gap_s", 0.0)),
         ))
     res = simulate(jobs, link_capacities(graph))
     t0 = min((m.start_s for m in workload.messages), default=0.0)

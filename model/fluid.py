@@ -2,7 +2,8 @@
 
 A job (a flow, or one message of a DAG) goes through:
 
-    ready   = max(release_s, completion of its last dependency)
+    ready   = max(release_s, completion of its last dependency + gap_s)
+              (no dependency: max(release_s, gap_s), the gap counted from time zero)
     ready + pre_s            -> bandwidth phase starts (e.g. software/NIC overhead)
     bits drained at the max-min rate of the moment
     drain end + post_s       -> completion (e.g. propagation of the last byte)
@@ -50,6 +51,7 @@ class FluidJob(NamedTuple):
     deps: tuple[Hashable, ...] = ()
     pre_s: float = 0.0
     post_s: float = 0.0
+    gap_s: float = 0.0
 
 
 @dataclass
@@ -149,7 +151,7 @@ class _FluidRun:
 
     def make_ready(self, i: int, t: float) -> None:
         job = self.job_list[i]
-        ready = max(t, float(job.release_s))
+        ready = max(t + job.gap_s, float(job.release_s))
         self.res.ready_s[job.job_id] = ready
         self.push(ready + job.pre_s, 0, i)
 
