@@ -142,12 +142,14 @@ def port_deltas(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[Any] = (),
-            sample_interval_s: float | None = None, capture: Sequence[str] = ()
-            ) -> Measurement:
+            sample_interval_s: float | None = None, capture: Sequence[str] = (),
+            during: Callable[[Any], None] | None = None) -> Measurement:
     """Run ``workload`` on ``fab`` with the engine, sampling the queues of ``watch``
     ports every ``sample_interval_s`` (real s; default: one packet time of the
     slowest watched port), capturing the RoCEv2 frames at the NICs of the hosts in
-    ``capture`` (``engine.capture``), and difference the port counters around the run."""
+    ``capture`` (``engine.capture``), and difference the port counters around the run.
+    ``during`` is told the engine's shared state (its clock) as the run starts and None
+    as it ends (`emu.faults.FaultInjector.watch`)."""
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
@@ -160,7 +162,7 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
         if sampler is not None:
             sampler.start()
         try:
-            result = run_workload(fab, workload, engine_config, live=watcher)
+            result = run_workload(fab, workload, engine_config, live=_both(watcher, during))
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -185,6 +187,14 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
                       for n, m in zip(ports.index, marking, strict=True)]
     return Measurement(result.messages, result.latency, result.rates, queue, ports,
                        result.stats, wall_s, captures)
+
+
+def _both(*hooks: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """One ``live`` hook that calls each of ``hooks`` given."""
+    given = [h for h in hooks if h is not None]
+    if not given:
+        return None
+    return lambda shared: [h(shared) for h in given] and None
 
 
 def _watch(exporter: Exporter, fab: Fabric, workload: Any) -> Callable[[Any], None]:

@@ -65,13 +65,15 @@ class Fault:
     def text(self) -> str:
         """The fault as ``parse_faults`` reads it back."""
         action: str = self.kind
-        if self.kind == "rate":
-            action = f"rate={self.value!r}"
-        elif self.kind == "loss":
-            action = f"loss={self.value!r}"
+        if self.kind in ("rate", "loss"):
+            action = f"{self.kind}={self.value:.15g}"
         elif self.kind == "flap":
-            action = f"flap={self.up_s!r}/{self.down_s!r}"
-        return f"{self.target}:{action}@{self.at_s!r}"
+            action = f"flap={_us(self.up_s or 0.0)}/{_us(self.down_s or 0.0)}"
+        return f"{self.target}:{action}@{_us(self.at_s)}"
+
+
+def _us(time_s: float) -> str:
+    return f"{time_s * 1e6:.15g}us"
 
 
 def _fraction(text: str, item: str) -> float:
