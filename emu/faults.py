@@ -177,7 +177,7 @@ def _batches(actions: Iterator[Action]) -> Iterator[list[Action]]:
         yield batch
 
 
-def require_faults_supported(fab: Any, faults: Sequence[Fault]) -> None:
+def require_faults_supported(faults: Sequence[Fault]) -> None:
     """CapabilityError when a loss fault needs the BPF filter the machine lacks."""
     if any(f.kind == "loss" for f in faults) and not LinkLoss.available():
         raise CapabilityError("loss faults need clang and BPF (tc clsact) on this machine")

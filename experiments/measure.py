@@ -232,10 +232,13 @@ MODEL_WINDOW_UNCERTAINTY = 0.05
 
 
 def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
-                saturated: Mapping[str, float] | None = None) -> FidelityReport:
+                saturated: Mapping[str, float] | None = None,
+                failure_drops: int = 0) -> FidelityReport:
     """The gate over one measured traffic run. ``saturated`` maps port names to the
     real window (s) over which the model says the port sends at its full rate;
-    every host NIC is also checked not to exceed its rate over the whole run."""
+    every host NIC is also checked not to exceed its rate over the whole run.
+    ``failure_drops``: frames the fabric lost outside its queues to failures
+    (`emu.faults`), which retransmissions recover as they do a queue's drops."""
 
     ports = {p.name: p for p in fab.ports()}
     windows = {p.name: (m.completion_s, False) for p in fab.ports()
@@ -276,17 +279,19 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
         engine=m.stats, packet_time_s=packet_time_s(host_rate),
         messages_expected=len(workload.messages),
         messages_completed=int(msgs.completed.sum()),
-        port_rates=rates, marking=marking, fabric_drops=int(m.ports.drops.sum()))
+        port_rates=rates, marking=marking,
+        fabric_drops=int(m.ports.drops.sum()) + failure_drops)
     return evaluate(measures, max_scale=max_scale(fab))
 
 
 def gate(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
-         saturated: Mapping[str, float] | None = None) -> FidelityReport:
+         saturated: Mapping[str, float] | None = None, failure_drops: int = 0) -> FidelityReport:
     """`fidelity_of` plus the real-queue check of every sampled port: the qdisc backlog
     against the marker's virtual queue (`experiments.fidelity.queue_divergence_checks`),
     both read by the QueueSampler in one pass."""
 
-    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated)
+    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated,
+                         failure_drops=failure_drops)
     queue = m.queue
     samples = {str(port): list(zip(g.backlog_bytes.astype(float), g.vq_bytes.astype(float),
                                    strict=True))

@@ -21,7 +21,7 @@ from typing import Any
 import tomllib
 
 from core.errors import FabricEmuError, ParameterError
-from experiments import cc_compare, collective, ecmp, fairness, incast, ratios, sweep
+from experiments import cc_compare, collective, ecmp, failure, fairness, incast, ratios, sweep
 from experiments import demo as demo_module
 from experiments.report import render_report
 from experiments.rundir import RunResult
@@ -33,6 +33,7 @@ from experiments.runner import run_experiment
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
+    "failure": failure,
 }
 
 
