@@ -232,6 +232,8 @@ CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                   "algbw_GBps", "busbw_GBps", "model_time_us", "model_busbw_GBps", "error"),
                  ("size_bytes", "time_us", "busbw_GBps", "model_time_us", "model_busbw_GBps")),
     "fct_slowdown.csv": (("case", "p50"), ("p50",)),
+    "timeline.csv": (("case", "flow", "start_s", "end_s", "rate_bps", "fail_at_s", "detect_s"),
+                     ("start_s", "end_s", "rate_bps", "fail_at_s", "detect_s")),
 }
 
 

@@ -46,6 +46,7 @@ from experiments.plotkit import (  # noqa: E402
     size_axis,
 )
 from experiments.plots_collective import plot_busbw, plot_nccl  # noqa: E402
+from experiments.plots_failure import plot_timeline  # noqa: E402
 
 #: Threshold lines of the queue plot: ports.csv column, label, line style.
 _LEVELS = (("kmin_bytes", "Kmin", (0, (4, 2))), ("kmax_bytes", "Kmax", (0, (1, 1))),
@@ -290,7 +291,7 @@ def plot_slowdown(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
 PLOTS: dict[str, Callable[[PlotContext, pd.DataFrame], Path | None]] = {
     "queue.csv": plot_queue, "latency.csv": plot_latency, "rates.csv": plot_rates,
     "collective.csv": plot_busbw, "flows.csv": plot_flows, "tiers.csv": plot_tiers,
-    "nccl.csv": plot_nccl, "fct_slowdown.csv": plot_slowdown,
+    "nccl.csv": plot_nccl, "fct_slowdown.csv": plot_slowdown, "timeline.csv": plot_timeline,
 }
 
 def _scales(config: Mapping[str, Any]) -> tuple[float, ...]:
