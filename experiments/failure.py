@@ -48,9 +48,13 @@ from experiments.options import (
 )
 from experiments.progress import progress
 from experiments.rundir import Run
-from model.alphabeta import predict_workload_hashed
+from model.alphabeta import (
+    predict_workload_hashed,
+    roce_wire_factor,
+    workload_bottleneck_rate_bps,
+)
 from model.claims import ALPHABETA, Claim, Kind, estimate, prediction
-from model.failure import LinkDownModel, degraded_graph, failed_fabric
+from model.failure import LinkDownModel, degraded_graph, failed_fabric, ring_slowest_link_s
 from topologies.faults import Fault, check_times, format_faults, parse_faults, resolve
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
@@ -66,6 +70,9 @@ LINK_DOWN_RING = prediction(0.10, "capacity left + detection + go-back-N timeout
                                   "black-holed or not as measured")
 LINK_DOWN_SPREAD = estimate("capacity left + detection + go-back-N timeouts; an all-to-all "
                             "waits for the black-holed message only")
+#: A ring with one slow link: busbw is the slowest hop's rate (the issue's 5 %).
+SLOWEST_LINK = prediction(0.05, "slowest-link model: the ring at its slowest hop's rate, "
+                                "step latency hidden")
 #: A flap or a user's faults: never faster than without failure.
 NO_FAILURE_BOUND = Claim(Kind.LOWER_BOUND, None, "the same collective without failure")
 HASH_DRAWS = 16
@@ -297,9 +304,15 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
         return nofail_s, ALPHABETA, {"model_nofail_s": nofail_s}
     f = case.faults[0]
     if case.kind == "degraded":
-        t = price(workload, degraded_graph(graph, f.nodes, float(f.value or 1.0)),
-                  compute_routes(fab.topo), opts.size)
-        return t, ALPHABETA, {"model_nofail_s": nofail_s}
+        slow = degraded_graph(graph, f.nodes, float(f.value or 1.0))
+        t = price(workload, slow, fab.routes, opts.size)
+        if not case.collective.startswith("allreduce-ring"):
+            return t, ALPHABETA, {"model_nofail_s": nofail_s, "model_dag_s": t}
+        bottleneck = workload_bottleneck_rate_bps(workload, slow, fab.routes.paths)
+        ring = ring_slowest_link_s(len(workload.ranks), opts.size, bottleneck,
+                                   roce_wire_factor())
+        return ring, SLOWEST_LINK, {"model_nofail_s": nofail_s, "model_dag_s": t,
+                                    "bottleneck_bps": bottleneck}
     if case.kind == "down":
         after_graph, after_routes = failed_fabric(fab.topo, frozenset({frozenset(f.nodes)}))
         model = LinkDownModel(nofail_s, price(workload, after_graph, after_routes, opts.size),

@@ -2,7 +2,8 @@
 
 * A degraded link: the collective priced as before (`model.alphabeta`'s DAG over
   fluid max-min) on the graph with that link's rate times the fraction left
-  (`degraded_graph`): a ring goes at the pace of its slowest link.
+  (`degraded_graph`); for a ring, also the slowest-link model
+  (`ring_slowest_link_s`): the ring goes at the pace of its slowest hop.
 * A link down at ``fail_at_s``: the collective runs at the no-failure pace until then
   and at the pace of the fabric without the link afterwards (`failed_fabric`: the
   graph and the routes a converged fabric has), ring steps being equal in time; a
@@ -83,3 +84,12 @@ class LinkDownModel:
         """Failure to every route on a live path: the ends at once, the rest after the
         detection delay."""
         return self.detect_s
+
+
+def ring_slowest_link_s(ranks: int, size_bytes: float, bottleneck_bps: float,
+                        wire_factor: float) -> float:
+    """A ring all-reduce paced by its slowest link: 2(n-1)/n of the buffer crosses every
+    ring hop, at the slowest hop's rate (``bottleneck_bps``, wire bytes ``wire_factor``
+    per payload byte). The latency of the ring's steps is left out: with the ring's
+    segments in flight at once, the slow hop's queue is never empty and hides it."""
+    return 2 * (ranks - 1) / ranks * 8.0 * size_bytes * wire_factor / bottleneck_bps
