@@ -176,3 +176,30 @@ def test_well_formed_link_faults_parse_to_their_values(items):
     assert sorted(f.at_s for f in faults) == pytest.approx(sorted(t * 1e-9 for *_, t in items))
     got = list(itertools.takewhile(lambda a: a.at_s < 1e-3, timeline(faults, TOPO, 1e-5)))
     assert [a.at_s for a in got] == sorted(a.at_s for a in got)
+
+
+def test_a_node_never_gets_a_next_hop_over_a_dead_link():
+    from emu.iproute_plan import route_specs
+    from topologies.addressing import plan_addresses
+
+    plan = plan_addresses(TOPO)
+    routes = compute_routes(TOPO)
+    full = route_specs(TOPO, plan, routes, "a1")
+    local = route_specs(TOPO, plan, routes, "a1", dead_peers={"c1"})
+    dev = plan.iface("a1", "c1").ifname
+    assert any(dev in how for how in full.values())
+    assert not any(dev in how for how in local.values())
+    assert set(local) == set(full)  # c2 is left for every destination
+    only = route_specs(TOPO, plan, routes, "c1", dead_peers={"a1"})
+    assert plan.host_ip["h1"] + "/32" not in only  # its one next hop gone: no route
+
+
+def test_rate_changes_and_loss_thresholds():
+    from emu.linkloss import threshold_of
+    from emu.shaping import rate_change
+
+    line = rate_change("a1-eth3", 40e6, 24)
+    assert line.startswith("class change dev a1-eth3 parent 1: classid 1:10 htb rate 40000000bit")
+    assert "ceil 40000000bit" in line and "overhead 24" in line
+    assert threshold_of(1.0) == 2**32 and threshold_of(0.0) == 0
+    assert threshold_of(1e-3) == round(2**32 / 1000)
