@@ -3,7 +3,7 @@ all-reduce and an all-to-all, against the same collective without failure.
 
 Cases, for each collective: no failure; ``link`` down at ``fail_at`` (real time) at
 every detection delay (its ends reroute at once, the rest of the fabric after the
-delay: `emu.faults`); ``degraded_link`` at ``degraded_rate`` of its rate from the
+delay: `emu.faultinject`); ``degraded_link`` at ``degraded_rate`` of its rate from the
 start; ``flap_link`` flapping (``flap``, with the first non-zero detection delay); and the
 user's own ``faults``, if any, at every detection delay. Engine go-back-N recovers
 what the black hole took.
@@ -11,7 +11,7 @@ what the black hole took.
 Per case: completion time and busbw, frames the fabric lost (no route, queues, loss
 filters) and frames retransmitted, the time until every route is on a live path
 (from the applied events), the time until the last message hit was delivered, and
-the model (`model.failure`): the no-failure and rerouted fabric priced as the
+the model (`model.failurecost`): the no-failure and rerouted fabric priced as the
 collective experiment prices them, plus detection and go-back-N recovery.
 failure.csv holds the rows, events.csv every applied action, flows.csv... no:
 timeline.csv each message's mean rate over its life, which the timeline plot draws.
@@ -31,7 +31,7 @@ from core.errors import ParameterError
 from core.scaling import Scale
 from core.units import format_size, format_time, parse_time_s
 from emu.fabric import Fabric
-from emu.faults import FaultInjector, require_faults_supported
+from emu.faultinject import FaultInjector, require_faults_supported
 from experiments.measure import Measurement, engine_config, gate, measure, model_graph, record_case
 from experiments.options import (
     CC_HELP,
@@ -56,8 +56,8 @@ from model.alphabeta import (
     workload_bottleneck_rate_bps,
 )
 from model.claims import ALPHABETA, Claim, Kind, estimate, prediction
-from model.failure import LinkDownModel, degraded_graph, failed_fabric, ring_slowest_link_s
-from topologies.faults import Fault, check_times, format_faults, parse_faults, resolve
+from model.failurecost import LinkDownModel, degraded_graph, failed_fabric, ring_slowest_link_s
+from topologies.faultspec import Fault, check_times, format_faults, parse_faults, resolve
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
@@ -108,7 +108,7 @@ OPTIONS: dict[str, Option] = with_common({
     "flap_link": Option("a1-c1", "the link that flaps (A-B)", parse=parse_text),
     "flap": Option("20us/10us", "its flap: UP/DOWN durations (real)", parse=parse_flap),
     "faults": Option("none", "further faults of your own, one more case at every detection "
-                             "delay: TARGET:ACTION@TIME;... (topologies.faults)",
+                             "delay: TARGET:ACTION@TIME;... (topologies.faultspec)",
                      parse=lambda v: format_faults(parse_faults(v))),
     "cc": Option("off", CC_HELP, parse=parse_cc),
 })

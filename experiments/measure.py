@@ -149,7 +149,7 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
     slowest watched port), capturing the RoCEv2 frames at the NICs of the hosts in
     ``capture`` (``engine.capture``), and difference the port counters around the run.
     ``during`` is told the engine's shared state (its clock) as the run starts and None
-    as it ends (`emu.faults.FaultInjector.watch`)."""
+    as it ends (`emu.faultinject.FaultInjector.watch`)."""
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
@@ -238,7 +238,7 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
     real window (s) over which the model says the port sends at its full rate;
     every host NIC is also checked not to exceed its rate over the whole run.
     ``failure_drops``: frames the fabric lost outside its queues to failures
-    (`emu.faults`), which retransmissions recover as they do a queue's drops."""
+    (`emu.faultinject`), which retransmissions recover as they do a queue's drops."""
 
     ports = {p.name: p for p in fab.ports()}
     windows = {p.name: (m.completion_s, False) for p in fab.ports()

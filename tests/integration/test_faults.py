@@ -1,4 +1,4 @@
-"""Failures during a run on real namespaces (emu.faults): a link down with and without
+"""Failures during a run on real namespaces (emu.faultinject): a link down with and without
 a detection delay and a switch down, each back up before the traffic ends; every
 message arrives, nothing is lost for good, and the kernel's routes are the ones the
 fabric was built with once the links are back. A degraded host link sets the pace."""
@@ -42,9 +42,9 @@ def cross_leaf(fab, size_bytes: int = FLOW_BYTES):
 
 
 def run_with(fab, text: str, detect_s: float):
-    from emu.faults import FaultInjector
+    from emu.faultinject import FaultInjector
     from experiments.measure import engine_config, measure
-    from topologies.faults import parse_faults
+    from topologies.faultspec import parse_faults
 
     injector = FaultInjector(fab, parse_faults(text), detect_s)
     workload = cross_leaf(fab)
@@ -87,9 +87,9 @@ def test_a_switch_down_and_up_recovers_everything(fab):
 
 def test_a_host_link_at_a_quarter_of_its_rate_takes_four_times_as_long(fab):
     from core.messages import Message, Workload
-    from emu.faults import FaultInjector
+    from emu.faultinject import FaultInjector
     from experiments.measure import engine_config, measure
-    from topologies.faults import parse_faults
+    from topologies.faultspec import parse_faults
 
     host, peer = fab.hosts[0], fab.hosts[-1]
     one = Workload("one", [Message(0, host, peer, 2 << 20)], [host, peer], 2 << 20)

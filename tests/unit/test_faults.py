@@ -1,4 +1,4 @@
-"""Fault specs (topologies.faults): the parser ends in Faults or a ParameterError, the
+"""Fault specs (topologies.faultspec): the parser ends in Faults or a ParameterError, the
 topology check names what is unknown, and the timeline's physical changes and
 detections come in order, at the right times, without loops or lasting black holes."""
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from core.errors import ParameterError
 from topologies.fattree import FatTree
-from topologies.faults import (
+from topologies.faultspec import (
     Fault,
     check_times,
     format_faults,

@@ -1,4 +1,4 @@
-"""model.failure: capacity left, detection and go-back-N recovery, the slowest link;
+"""model.failurecost: capacity left, detection and go-back-N recovery, the slowest link;
 and the failure experiment's options, refused before any fabric is built."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ParameterError
-from model.failure import (
+from model.failurecost import (
     LinkDownModel,
     degraded_graph,
     failed_fabric,

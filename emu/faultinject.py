@@ -1,6 +1,6 @@
 """Failures applied to a live fabric during a run, in real-fabric time dilated by S.
 
-`FaultInjector` follows `topologies.faults.timeline` from the engine's clock zero
+`FaultInjector` follows `topologies.faultspec.timeline` from the engine's clock zero
 (``run_workload``'s ``live`` hook hands it the shared clock): a link's physical change
 is applied to both ends at once (`Fabric.set_link_state`: each end's kernel drops or
 revives its next hops over the link, as a switch's local fast reroute does), and what
@@ -28,7 +28,7 @@ from core.frame import WIRE_OVERHEAD_BYTES
 from emu.ipbatch import run_ip_batches
 from emu.linkloss import LinkLoss
 from emu.shaping import rate_change
-from topologies.faults import Action, Fault, Link, resolve, timeline
+from topologies.faultspec import Action, Fault, Link, resolve, timeline
 
 #: How long the injector waits for the engine to start its clock before it gives up
 #: (the engine's own start timeout is shorter).
