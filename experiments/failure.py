@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.errors import ParameterError
+from core.errors import FabricEmuError, ParameterError
 from core.scaling import Scale
 from core.units import format_size, format_time, parse_time_s
 from emu.fabric import Fabric
@@ -271,8 +271,8 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     finally:
         injector.restore()
     if injector.error:
-        raise ParameterError("faults", format_faults(case.faults),
-                             f"could not be applied: {injector.error}")
+        raise FabricEmuError(f"faults {format_faults(case.faults)} could not be applied: "
+                             f"{injector.error}")
     lost = noroute_drops(fab) - before + loss_drops
     events = injector.events()
     factor = workload.meta["busbw_factor"]

@@ -101,3 +101,25 @@ def test_a_host_link_at_a_quarter_of_its_rate_takes_four_times_as_long(fab):
         injector.restore()
     assert slow / alone == pytest.approx(4.0, rel=0.1)
     assert measure(fab, one, engine_config("off")).completion_s == pytest.approx(alone, rel=0.05)
+
+
+def test_random_loss_on_both_uplinks_is_recovered(fab):
+    from emu.linkloss import LinkLoss
+
+    if not LinkLoss.available():
+        pytest.skip("loss faults need clang for their BPF filter")
+    from emu.faultinject import FaultInjector
+    from experiments.measure import engine_config, measure
+    from topologies.faultspec import parse_faults
+
+    injector = FaultInjector(fab, parse_faults("l1-s1:loss=2%@0;l1-s2:loss=2%@0"), 0.0)
+    workload = cross_leaf(fab)
+    try:
+        m = measure(fab, workload, engine_config("off"), during=injector.watch)
+        dropped = injector.loss.drops()
+    finally:
+        injector.restore()
+    assert int(m.messages.completed.sum()) == len(workload.messages)
+    # Every cross-leaf frame crosses one of the two links: about 2 % of some 8,000.
+    assert dropped > 20
+    assert int(m.messages.retransmitted.sum()) > 0  # go-back-N resent what was lost
