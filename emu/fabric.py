@@ -431,7 +431,7 @@ class Fabric:
         surviving paths and a destination left without a path is withdrawn."""
         self.set_link_state(a, b, up)
         (self.down_links.discard if up else self.down_links.add)(frozenset((a, b)))
-        self.reroute()
+        self.reroute(touched={a, b})
 
     def set_link_state(self, a: str, b: str, up: bool) -> None:
         """Link a-b's physical state, what its two ends see at once: down, each end's
@@ -458,7 +458,8 @@ class Fabric:
 
     def reroute(self, touched: set[str] | frozenset[str] = frozenset()) -> None:
         """Recompute the routes around ``self.down_links`` and apply the difference;
-        the ``touched`` nodes (the kernel flushed routes there) get all theirs again.
+        the ``touched`` nodes (the kernel flushed routes there, or kept dead next hops
+        in them) get all theirs again.
         A node never gets a next hop over a link that is physically down
         (``dead_links``) whatever the routing says: its kernel dropped those."""
         old = {node: self._route_specs(node) for node in self.topo.nodes()}

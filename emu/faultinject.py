@@ -119,20 +119,20 @@ class FaultInjector:
         """Actions due at one time: physical changes first, one reroute for all that is
         learned."""
         fab = self.fab
-        learned = False
+        learned: set[str] = set()  # the ends of the links learned: their routes made anew
         for a in batch:
             x, y = sorted(a.link)
             if a.op == "link":
                 fab.set_link_state(x, y, a.up)
             elif a.op == "learn":
                 (fab.down_links.discard if a.up else fab.down_links.add)(a.link)
-                learned = True
+                learned |= a.link
             elif a.op == "rate":
                 self._set_rate(a.link, a.value)
             else:
                 self.loss.set(x, y, a.value)
         if learned:
-            fab.reroute()
+            fab.reroute(touched=learned)
 
     def _set_rate(self, link: Link, fraction: float) -> None:
         a, b = sorted(link)
