@@ -40,7 +40,6 @@ from experiments.options import (
     check_topology,
     parse_cc,
     parse_collective,
-    parse_float,
     parse_list,
     parse_size,
     parse_text,
@@ -84,6 +83,14 @@ def parse_time(value: Any) -> float:
     return parse_time_s(value, "time") if not isinstance(value, float) else parse_time_s(value)
 
 
+def parse_rate_fraction(value: Any) -> float:
+    """A rate fraction as a fault's ``rate=`` takes it: 0.25 or 25%, above 0, at most 1."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = repr(float(value))
+    (fault,) = parse_faults(f"x-y:rate={parse_text(value)}@0")
+    return float(fault.value or 0.0)
+
+
 def parse_flap(value: Any) -> str:
     text = parse_text(value)
     parse_faults(f"x-y:flap={text}@0")
@@ -103,8 +110,8 @@ OPTIONS: dict[str, Option] = with_common({
                             "the link's ends (real, ';'-separated)", quick=[0.0, 50e-6],
                             parse=parse_list(parse_time)),
     "degraded_link": Option("h1-e1", "the link degraded from the start (A-B)", parse=parse_text),
-    "degraded_rate": Option(0.25, "fraction of its rate the degraded link keeps",
-                            parse=parse_float(0.0, 1.0, open_low=True)),
+    "degraded_rate": Option(0.25, "fraction of its rate the degraded link keeps (0.25 or 25%)",
+                            parse=parse_rate_fraction),
     "flap_link": Option("a1-c1", "the link that flaps (A-B)", parse=parse_text),
     "flap": Option("20us/10us", "its flap: UP/DOWN durations (real)", parse=parse_flap),
     "faults": Option("none", "further faults of your own, one more case at every detection "
