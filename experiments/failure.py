@@ -325,8 +325,10 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
         if not case.collective.startswith("allreduce-ring"):
             return t, ALPHABETA, {"model_nofail_s": nofail_s, "model_dag_s": t}
         bottleneck = workload_bottleneck_rate_bps(workload, slow, fab.routes.paths)
-        ring = ring_slowest_link_s(len(workload.ranks), opts.size, bottleneck,
-                                   roce_wire_factor())
+        # A link left no slower than the ring's own pace costs nothing: never below
+        # the no-failure time (whose step latency the bandwidth term leaves out).
+        ring = max(nofail_s, ring_slowest_link_s(len(workload.ranks), opts.size, bottleneck,
+                                                 roce_wire_factor()))
         return ring, SLOWEST_LINK, {"model_nofail_s": nofail_s, "model_dag_s": t,
                                     "bottleneck_bps": bottleneck}
     if case.kind == "down":
