@@ -16,15 +16,12 @@ telemetry go through one netlink socket per namespace (pyroute2).
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
-
-from pyroute2.netlink.exceptions import NetlinkError
 
 from core.ecn import ThresholdPolicy, Thresholds
 from core.errors import CapabilityError, FabricEmuError, NotRootError, ParameterError
@@ -140,7 +137,8 @@ class Fabric:
         self._ports: list[Port] = []
         self._procs: list[subprocess.Popen] = []
         self._ifindex: dict[tuple[str, str], int] = {}
-        self.down_links: set[frozenset[str]] = set()  # see set_link_up()
+        self.down_links: set[frozenset[str]] = set()  # what routing knows: see set_link_up()
+        self.dead_links: set[frozenset[str]] = set()  # physically down: set_link_state()
         self.build_s = 0.0
         if ecmp_hash not in ECMP_HASH_CHOICES:  # fails before building
             raise ParameterError("ecmp_hash", ecmp_hash,
@@ -457,16 +455,26 @@ class Fabric:
         node's routes onto the paths that remain (``compute_routes`` without the
         down links), as a converged routing protocol would: ECMP spreads over the
         surviving paths and a destination left without a path is withdrawn."""
-        ends = self._link_ends(a, b)
+        self.set_link_state(a, b, up)
         (self.down_links.discard if up else self.down_links.add)(frozenset((a, b)))
-        for node, iface in ends:
-            self.ipr(node).link("set", index=self._ifindex[(node, iface.ifname)],
-                                state="up" if up else "down")
-        if up:  # the kernel flushed the link's permanent neighbours with it
-            run_ip_batches({self.namespaces.name(node): [
-                f"neigh replace {iface.peer_ip} lladdr {iface.peer_mac} dev {iface.ifname} "
-                "nud permanent"] for node, iface in ends})
-        self._reroute(touched={a, b})
+        self.reroute(touched={a, b})
+
+    def set_link_state(self, a: str, b: str, up: bool) -> None:
+        """Link a-b's physical state, what its two ends see at once: down, each end's
+        kernel drops its next hops over the link (a route left with none goes); up,
+        both ends get their routes back as the fabric's routing has them. The rest of
+        the fabric keeps its routes until `reroute` (a routing protocol's detection)."""
+        ends = self._link_ends(a, b)
+        (self.dead_links.discard if up else self.dead_links.add)(frozenset((a, b)))
+        # ip -batch, not this process's netlink sockets: a fault injector calls this
+        # from its own thread, and pyroute2's sockets belong to the thread that made them.
+        run_ip_batches({self.namespaces.name(node): [
+            f"link set {iface.ifname} {'up' if up else 'down'}",
+            # the kernel flushed the link's permanent neighbours when it went down
+            *([f"neigh replace {iface.peer_ip} lladdr {iface.peer_mac} dev {iface.ifname} "
+               "nud permanent"] if up else [])] for node, iface in ends})
+        if up:  # and the routes whose every next hop was over the link
+            self.reroute(touched={a, b})
 
     def _link_ends(self, a: str, b: str) -> list[tuple[str, Any]]:
         try:
@@ -474,23 +482,28 @@ class Fabric:
         except KeyError:
             raise FabricEmuError(f"no link between {a!r} and {b!r} in this fabric") from None
 
-    def _reroute(self, touched: set[str]) -> None:
+    def reroute(self, touched: set[str] | frozenset[str] = frozenset()) -> None:
         """Recompute the routes around ``self.down_links`` and apply the difference;
-        the ``touched`` nodes (the kernel flushed routes there) get all theirs again."""
-        old = {node: route_specs(self.topo, self.plan, self.routes, node) for node in self.topo.nodes()}
+        the ``touched`` nodes (the kernel flushed routes there, or kept dead next hops
+        in them) get all theirs again.
+        A node never gets a next hop over a link that is physically down
+        (``dead_links``) whatever the routing says: its kernel dropped those."""
+        old = {node: self._route_specs(node) for node in self.topo.nodes()}
         self.routes = compute_routes(self.topo, frozenset(self.down_links))
         batches: dict[str, list[str]] = {}
         for node in self.topo.nodes():
-            new = route_specs(self.topo, self.plan, self.routes, node)
+            new = self._route_specs(node)
             batches[self.namespaces.name(node)] = [
                 f"route replace {prefix} {how}" for prefix, how in new.items()
                 if node in touched or old[node].get(prefix) != how]
-            for prefix in old[node].keys() - new.keys():
-                try:
-                    self.ipr(node).route("del", dst="0.0.0.0/0" if prefix == "default" else prefix)
-                except NetlinkError as e:
-                    if e.code != errno.ESRCH:  # ESRCH: the kernel flushed it with the link
-                        raise
+            batches[self.namespaces.name(node)] += [
+                # flush: silent where the kernel already flushed it with the link
+                f"route flush exact {'0.0.0.0/0' if prefix == 'default' else prefix}"
+                for prefix in old[node].keys() - new.keys()]
         run_ip_batches(batches)
         for switch, router in self.routers.items():
             router.set_dests(loadbalance.switch_tables(self.plan, self.routes, switch).dests)
+
+    def _route_specs(self, node: str) -> dict[str, str]:
+        dead = {peer for link in self.dead_links if node in link for peer in link - {node}}
+        return route_specs(self.topo, self.plan, self.routes, node, dead_peers=dead)

@@ -5,6 +5,7 @@ fabric applies them with `emu.ipbatch`, and again after a link goes down or up).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Set as AbstractSet
 
 from topologies.addressing import AddressPlan
 from topologies.base import FabricTopo
@@ -19,9 +20,12 @@ def nexthops(plan: AddressPlan, node: str, hops: tuple[str, ...]) -> str:
     return " ".join(f"nexthop via {i.peer_ip} dev {i.ifname}" for i in ifaces)
 
 
-def route_specs(topo: FabricTopo, plan: AddressPlan, routes: Routes, node: str) -> dict[str, str]:
-    """``node``'s routes per ``routes``: prefix -> next hops (and source)."""
-    table = {dst: hops for dst, hops in routes.next_hops[node].items() if hops}
+def route_specs(topo: FabricTopo, plan: AddressPlan, routes: Routes, node: str,
+                dead_peers: AbstractSet[str] = frozenset()) -> dict[str, str]:
+    """``node``'s routes per ``routes``: prefix -> next hops (and source), without the
+    next hops toward ``dead_peers`` (links down that routing does not know of yet)."""
+    table = {dst: kept for dst, hops in routes.next_hops[node].items()
+             if (kept := tuple(h for h in hops if h not in dead_peers))}
     is_host = topo.role(node) == "host"
     src = f" src {plan.host_ip[node]}" if is_host else ""
     specs = {}

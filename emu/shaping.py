@@ -87,21 +87,35 @@ def shape_port(ipr: IPRoute, ifindex: int, rate_emu_bps: float, buffer_bytes: in
     under a netem root carrying ``delay`` when given (see ``emu.delay``). HTB charges
     each frame its length (no FCS) plus ``overhead_bytes``, at least a minimum-size
     frame's (60 + overhead) when an overhead is given."""
-    rate_Bps = rate_emu_bps / 8
-    burst = htb_burst_bytes(rate_emu_bps)
-    mpu = MIN_FRAME_BYTES + overhead_bytes if overhead_bytes else 0
     htb_parent = TC_H_ROOT
     if delay is not None:
         ipr.tc("add", "netem", ifindex, DELAY_HANDLE, **delay.tc_kwargs())
         htb_parent = DELAY_HANDLE | 1  # netem's single child slot (any minor is accepted)
     ipr.tc("add", "htb", ifindex, HTB_HANDLE, parent=htb_parent, default=CLASS_HANDLE & 0xFFFF)
-    ipr.tc("add-class", "htb", ifindex, CLASS_HANDLE, parent=HTB_HANDLE,
-           rate=f"{rate_Bps * 8:.0f}bit", ceil=f"{rate_Bps * 8:.0f}bit",
-           burst=burst, cburst=burst, mtu=MTU_BYTES + 100, overhead=overhead_bytes, mpu=mpu)
+    ipr.tc("add-class", "htb", ifindex, CLASS_HANDLE, **_class_options(rate_emu_bps, overhead_bytes))
     if leaf == "bfifo":
         ipr.tc("add", "bfifo", ifindex, LEAF_HANDLE, parent=CLASS_HANDLE, limit=int(buffer_bytes))
     else:
         ipr.tc("add", leaf, ifindex, LEAF_HANDLE, parent=CLASS_HANDLE, **(leaf_options or {}))
+
+
+def _class_options(rate_emu_bps: float, overhead_bytes: int) -> dict:
+    """The HTB class 1:10 of a port at ``rate_emu_bps``: rate = ceil, its burst."""
+    burst = htb_burst_bytes(rate_emu_bps)
+    return {"parent": HTB_HANDLE, "rate": f"{rate_emu_bps:.0f}bit", "ceil": f"{rate_emu_bps:.0f}bit",
+            "burst": burst, "cburst": burst, "mtu": MTU_BYTES + 100, "overhead": overhead_bytes,
+            "mpu": MIN_FRAME_BYTES + overhead_bytes if overhead_bytes else 0}
+
+
+def rate_change(ifname: str, rate_emu_bps: float, overhead_bytes: int = 0) -> str:
+    """The ``tc -batch`` line that changes a shaped port's rate in place (its queue and
+    what it holds stay): a link degraded to a fraction of its rate, or restored. A
+    line for tc, not a netlink call: a fault injector changes rates from its own
+    thread, and pyroute2's sockets belong to the thread that made them."""
+    o = _class_options(rate_emu_bps, overhead_bytes)
+    return (f"class change dev {ifname} parent 1: classid 1:10 htb rate {o['rate']} "
+            f"ceil {o['ceil']} burst {o['burst']} cburst {o['cburst']} mtu {o['mtu']} "
+            f"overhead {o['overhead']} mpu {o['mpu']}")
 
 
 def port_qdisc_stats(ipr: IPRoute, ifindex: int) -> dict[str, int]:

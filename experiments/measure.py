@@ -142,12 +142,14 @@ def port_deltas(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
 
 
 def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[Any] = (),
-            sample_interval_s: float | None = None, capture: Sequence[str] = ()
-            ) -> Measurement:
+            sample_interval_s: float | None = None, capture: Sequence[str] = (),
+            during: Callable[[Any], None] | None = None) -> Measurement:
     """Run ``workload`` on ``fab`` with the engine, sampling the queues of ``watch``
     ports every ``sample_interval_s`` (real s; default: one packet time of the
     slowest watched port), capturing the RoCEv2 frames at the NICs of the hosts in
-    ``capture`` (``engine.capture``), and difference the port counters around the run."""
+    ``capture`` (``engine.capture``), and difference the port counters around the run.
+    ``during`` is told the engine's shared state (its clock) as the run starts and None
+    as it ends (`emu.faultinject.FaultInjector.watch`)."""
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
@@ -160,7 +162,7 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
         if sampler is not None:
             sampler.start()
         try:
-            result = run_workload(fab, workload, engine_config, live=watcher)
+            result = run_workload(fab, workload, engine_config, live=_both(watcher, during))
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -185,6 +187,14 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
                       for n, m in zip(ports.index, marking, strict=True)]
     return Measurement(result.messages, result.latency, result.rates, queue, ports,
                        result.stats, wall_s, captures)
+
+
+def _both(*hooks: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+    """One ``live`` hook that calls each of ``hooks`` given."""
+    given = [h for h in hooks if h is not None]
+    if not given:
+        return None
+    return lambda shared: [h(shared) for h in given] and None
 
 
 def _watch(exporter: Exporter, fab: Fabric, workload: Any) -> Callable[[Any], None]:
@@ -222,10 +232,13 @@ MODEL_WINDOW_UNCERTAINTY = 0.05
 
 
 def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
-                saturated: Mapping[str, float] | None = None) -> FidelityReport:
+                saturated: Mapping[str, float] | None = None,
+                failure_drops: int = 0) -> FidelityReport:
     """The gate over one measured traffic run. ``saturated`` maps port names to the
     real window (s) over which the model says the port sends at its full rate;
-    every host NIC is also checked not to exceed its rate over the whole run."""
+    every host NIC is also checked not to exceed its rate over the whole run.
+    ``failure_drops``: frames the fabric lost outside its queues to failures
+    (`emu.faultinject`), which retransmissions recover as they do a queue's drops."""
 
     ports = {p.name: p for p in fab.ports()}
     windows = {p.name: (m.completion_s, False) for p in fab.ports()
@@ -266,17 +279,19 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
         engine=m.stats, packet_time_s=packet_time_s(host_rate),
         messages_expected=len(workload.messages),
         messages_completed=int(msgs.completed.sum()),
-        port_rates=rates, marking=marking, fabric_drops=int(m.ports.drops.sum()))
+        port_rates=rates, marking=marking,
+        fabric_drops=int(m.ports.drops.sum()) + failure_drops)
     return evaluate(measures, max_scale=max_scale(fab))
 
 
 def gate(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
-         saturated: Mapping[str, float] | None = None) -> FidelityReport:
+         saturated: Mapping[str, float] | None = None, failure_drops: int = 0) -> FidelityReport:
     """`fidelity_of` plus the real-queue check of every sampled port: the qdisc backlog
     against the marker's virtual queue (`experiments.fidelity.queue_divergence_checks`),
     both read by the QueueSampler in one pass."""
 
-    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated)
+    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated,
+                         failure_drops=failure_drops)
     queue = m.queue
     samples = {str(port): list(zip(g.backlog_bytes.astype(float), g.vq_bytes.astype(float),
                                    strict=True))

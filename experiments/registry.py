@@ -26,6 +26,7 @@ from experiments import (
     cc_compare,
     collective,
     ecmp,
+    failure,
     fairness,
     incast,
     ratios,
@@ -45,7 +46,7 @@ from experiments.storage import MAX_RUN_JSON_BYTES
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
-    "workload": workload, "training": training,
+    "workload": workload, "training": training, "failure": failure,
 }
 
 

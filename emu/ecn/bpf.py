@@ -166,6 +166,13 @@ class PortMarker:
         )
         self._update(self._fd("cfg_fd"), c)
 
+    def set_rate(self, rate_emu_bps: float) -> None:
+        """The port's shaper now drains at ``rate_emu_bps`` (a degraded link): the
+        virtual queue drains at it too, with the HTB bucket of that rate."""
+        self.rate_emu_bps = float(rate_emu_bps)
+        self.burst_bytes = htb_burst_bytes(rate_emu_bps)
+        self._write_cfg()
+
     def set_thresholds(self, thresholds: Thresholds) -> None:
         """Change Kmin/Kmax/Pmax at run time (takes effect with the next packet)."""
         if not isinstance(thresholds, Thresholds):

@@ -1,0 +1,125 @@
+"""Failures during a run on real namespaces (emu.faultinject): a link down with and without
+a detection delay and a switch down, each back up before the traffic ends; every
+message arrives, nothing is lost for good, and the kernel's routes are the ones the
+fabric was built with once the links are back. A degraded host link sets the pace."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.root
+
+SCALE = 10_000
+#: Each cross-leaf flow: 4 MiB at 400 Gb/s; each host sends two, about 170 us real
+#: (1.7 s at S): the faults at 20 and 90 us fall inside.
+FLOW_BYTES = 4 << 20
+
+
+@pytest.fixture(scope="module")
+def fab():
+    from core.scaling import Scale
+    from emu.fabric import Fabric
+    from topologies.spec import build_topo
+
+    with Fabric(build_topo("leafspine,2,2,2"), Scale(SCALE), marking="off") as fabric:
+        yield fabric
+
+
+def kernel_routes(fab) -> dict[str, list[str]]:
+    return {n: sorted(fab.run(n, ["ip", "route", "show"]).stdout.splitlines())
+            for n in fab.topo.nodes()}
+
+
+def cross_leaf(fab, size_bytes: int = FLOW_BYTES):
+    from core.messages import Message, Workload
+
+    hosts = fab.hosts
+    half = len(hosts) // 2
+    pairs = [(a, b) for a in hosts[:half] for b in hosts[half:]]
+    pairs += [(b, a) for a, b in pairs]
+    msgs = [Message(i, s, d, size_bytes) for i, (s, d) in enumerate(pairs)]
+    return Workload("cross-leaf", msgs, list(hosts), size_bytes)
+
+
+def run_with(fab, text: str, detect_s: float):
+    from emu.faultinject import FaultInjector
+    from experiments.measure import engine_config, measure
+    from topologies.faultspec import parse_faults
+
+    injector = FaultInjector(fab, parse_faults(text), detect_s)
+    workload = cross_leaf(fab)
+    try:
+        m = measure(fab, workload, engine_config("off"), during=injector.watch)
+        routes_at_end = kernel_routes(fab)
+        state = (set(fab.dead_links), set(fab.down_links))
+    finally:
+        injector.restore()
+    assert injector.error is None
+    return m, injector.events(), routes_at_end, state, len(workload.messages)
+
+
+@pytest.mark.parametrize("detect_s", [0.0, 30e-6])
+def test_a_link_down_and_up_recovers_everything(fab, detect_s):
+    before = kernel_routes(fab)
+    m, events, after, (dead, known), n = run_with(fab, "l1-s1:down@20us;l1-s1:up@90us",
+                                                  detect_s)
+    assert int(m.messages.completed.sum()) == n  # every message arrived: none lost for good
+    ops = [(e.op, bool(e.up)) for e in events.itertuples()]
+    assert ops == [("link", False), ("learn", False), ("link", True), ("learn", True)]
+    learn = events[(events.op == "learn") & ~events.up.astype(bool)].applied_s.iloc[0]
+    down = events[(events.op == "link") & ~events.up.astype(bool)].applied_s.iloc[0]
+    assert learn - down == pytest.approx(detect_s, abs=5e-6)  # real s, dilated by S
+    assert (events.applied_s >= events.planned_s - 1e-9).all()
+    assert not dead and not known
+    assert after == before  # routes restored when the link came back
+    assert kernel_routes(fab) == before
+
+
+def test_a_switch_down_and_up_recovers_everything(fab):
+    before = kernel_routes(fab)
+    m, events, after, (dead, known), n = run_with(fab, "s1:down@20us;s1:up@90us", 10e-6)
+    assert int(m.messages.completed.sum()) == n
+    downs = events[(events.op == "link") & ~events.up.astype(bool)]
+    assert set(downs.link) == {"l1-s1", "l2-s1"}
+    assert not dead and not known
+    assert after == before
+
+
+def test_a_host_link_at_a_quarter_of_its_rate_takes_four_times_as_long(fab):
+    from core.messages import Message, Workload
+    from emu.faultinject import FaultInjector
+    from experiments.measure import engine_config, measure
+    from topologies.faultspec import parse_faults
+
+    host, peer = fab.hosts[0], fab.hosts[-1]
+    one = Workload("one", [Message(0, host, peer, 2 << 20)], [host, peer], 2 << 20)
+    alone = measure(fab, one, engine_config("off")).completion_s
+    injector = FaultInjector(fab, parse_faults(f"{host}-l1:rate=25%@0"), 0.0)
+    try:
+        slow = measure(fab, one, engine_config("off"), during=injector.watch).completion_s
+    finally:
+        injector.restore()
+    assert slow / alone == pytest.approx(4.0, rel=0.1)
+    assert measure(fab, one, engine_config("off")).completion_s == pytest.approx(alone, rel=0.05)
+
+
+def test_random_loss_on_both_uplinks_is_recovered(fab):
+    from emu.linkloss import LinkLoss
+
+    if not LinkLoss.available():
+        pytest.skip("loss faults need clang for their BPF filter")
+    from emu.faultinject import FaultInjector
+    from experiments.measure import engine_config, measure
+    from topologies.faultspec import parse_faults
+
+    injector = FaultInjector(fab, parse_faults("l1-s1:loss=2%@0;l1-s2:loss=2%@0"), 0.0)
+    workload = cross_leaf(fab)
+    try:
+        m = measure(fab, workload, engine_config("off"), during=injector.watch)
+        dropped = injector.loss.drops()
+    finally:
+        injector.restore()
+    assert int(m.messages.completed.sum()) == len(workload.messages)
+    # Every cross-leaf frame crosses one of the two links: about 2 % of some 8,000.
+    assert dropped > 20
+    assert int(m.messages.retransmitted.sum()) > 0  # go-back-N resent what was lost
