@@ -67,7 +67,7 @@ from engine.burst import MAX_BURST, Burst
 from engine.rawsock import WAKE_SLEEP_S, open_tx_socket, wakeup_cpu_us
 from experiments.collective import run_collective
 from experiments.measure import fidelity_of
-from experiments.options import (
+from experiments.option_parsers import (
     arg_type,
     clear_errors,
     parse_cc,
@@ -75,8 +75,8 @@ from experiments.options import (
     parse_scale,
     parse_scales,
     parse_topo,
-    parse_workers,
 )
+from experiments.options import parse_workers
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 

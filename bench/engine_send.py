@@ -37,7 +37,7 @@ from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet
 from emu.shaping import MTU_BYTES
 from engine.run import EngineConfig, run_workload
-from experiments.options import arg_type, clear_errors, parse_csv, parse_float, parse_int
+from experiments.option_parsers import arg_type, clear_errors, parse_csv, parse_float, parse_int
 from traffic.roce import Flow, QpTemplate
 
 IFNAME = {"a": "fetest-va", "b": "fetest-vb"}

@@ -36,7 +36,7 @@ from core.scaling import DEFAULT_SCALE, Scale
 from emu.fabric import Fabric
 from experiments.collective import run_collective
 from experiments.exporter import free_port, serving
-from experiments.options import (
+from experiments.option_parsers import (
     arg_type,
     clear_errors,
     parse_float,

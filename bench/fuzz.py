@@ -125,12 +125,12 @@ def main() -> None:
 
 
 def _main() -> None:
-    from experiments.options import arg_type, clear_errors, parse_duration_s
+    from experiments.option_parsers import arg_type, clear_errors, parse_duration_s
 
     clear_errors(_bench)(arg_type(parse_duration_s))
 
 
-def _bench(duration) -> None:  # noqa: ANN001 - experiments.options.arg_type's converter
+def _bench(duration) -> None:  # noqa: ANN001 - experiments.option_parsers.arg_type's converter
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", choices=[*TARGETS, "all"], default="all")

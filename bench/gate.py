@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.scaling import DEFAULT_SCALE
-from experiments.options import arg_type, clear_errors, parse_csv, parse_int, parse_scales
+from experiments.option_parsers import arg_type, clear_errors, parse_csv, parse_int, parse_scales
 
 #: A metric of a randomised model (switches mark at random) is wrong outside every one
 #: of the model's realisations by more than this: the tolerance of a deterministic one.

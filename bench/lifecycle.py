@@ -29,7 +29,7 @@ from emu.ecn.backend import CHOICES as MARKING_CHOICES
 from emu.fabric import Fabric
 from emu.netns import wait_for_quiet_kernel
 from emu.reachability import ping_all
-from experiments.options import arg_type, clear_errors, parse_csv, parse_int, parse_scale
+from experiments.option_parsers import arg_type, clear_errors, parse_csv, parse_int, parse_scale
 from topologies.base import FabricTopo
 from topologies.fattree import FatTree
 from topologies.spec import build_topo, parse_spec

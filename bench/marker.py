@@ -31,7 +31,7 @@ from emu.ecn.rig import MarkerRig  # noqa: E402
 from emu.runs import NamespaceSet  # noqa: E402
 from emu.shaping import port_qdisc_stats, shape_port  # noqa: E402
 from emu.telemetry import QueueSampler, port_stats  # noqa: E402
-from experiments.options import arg_type, clear_errors, parse_duration_s  # noqa: E402
+from experiments.option_parsers import arg_type, clear_errors, parse_duration_s
 
 FAST_RATE_EMU_BPS = 20e9  # far above what a Python sender and veth forwarding can carry
 

@@ -48,7 +48,7 @@ from core.units import format_size
 from emu.fabric import Fabric
 from engine.run import DEFAULT_NIC_OVERHEAD_S, EngineConfig
 from experiments.measure import measure
-from experiments.options import arg_type, clear_errors, parse_int, parse_scale, parse_size
+from experiments.option_parsers import arg_type, clear_errors, parse_int, parse_scale, parse_size
 from model.alphabeta import predict_workload
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo

@@ -32,15 +32,8 @@ import pandas as pd
 
 from core.errors import FabricEmuError
 from experiments.fidelity import FidelityReport
-from experiments.options import (
-    ExperimentOptions,
-    Option,
-    arg_type,
-    clear_errors,
-    parse_csv,
-    parse_float,
-    parse_int,
-)
+from experiments.option_parsers import arg_type, clear_errors, parse_csv, parse_float, parse_int
+from experiments.options import ExperimentOptions, Option
 from experiments.rundir import Run
 from experiments.runner import run_experiment
 from model.claims import ALPHABETA
@@ -160,7 +153,7 @@ def main() -> None:
                          arg_type(parse_float(1.0, 86_400.0)))
 
 
-def _bench(counts, seconds) -> None:  # noqa: ANN001 - experiments.options.arg_type's converters
+def _bench(counts, seconds) -> None:  # noqa: ANN001 - experiments.option_parsers.arg_type's converters
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=counts, default=[200, 1000],

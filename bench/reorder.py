@@ -26,7 +26,7 @@ from rich.table import Table
 from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.run import cpu_ticks, machine_busy
-from experiments.options import (
+from experiments.option_parsers import (
     arg_type,
     clear_errors,
     parse_duration_s,

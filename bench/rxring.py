@@ -43,7 +43,7 @@ from engine.rawsock import (
     open_tx_socket,
     slot_offsets,
 )
-from experiments.options import arg_type, clear_errors, parse_int, parse_scales
+from experiments.option_parsers import arg_type, clear_errors, parse_int, parse_scales
 from topologies.spec import build_topo
 from traffic.roce import Flow, QpTemplate
 

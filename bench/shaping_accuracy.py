@@ -18,7 +18,13 @@ from core.scaling import DEFAULT_SCALE, Scale
 from core.units import format_rate
 from emu.fabric import Fabric
 from emu.linktest import expected_rate_bps, measure_port_rate
-from experiments.options import arg_type, clear_errors, parse_duration_s, parse_scale, parse_topo
+from experiments.option_parsers import (
+    arg_type,
+    clear_errors,
+    parse_duration_s,
+    parse_scale,
+    parse_topo,
+)
 from topologies.spec import build_topo
 
 

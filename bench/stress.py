@@ -42,7 +42,7 @@ from core.errors import CapabilityError, NotRootError, ParameterError
 from emu.bpfload import libbpf
 from emu.netns import NETNS_DIR, wait_for_quiet_kernel
 from emu.runs import NETNS_PREFIX, RUNS_DIR
-from experiments.options import arg_type, clear_errors, parse_int
+from experiments.option_parsers import arg_type, clear_errors, parse_int
 from experiments.registry import EXPERIMENTS
 
 #: Names of what the project creates in /tmp (emu.cbuild, emu.netns).

@@ -35,8 +35,9 @@ from emu.ecn.bpf import attach_bpf_marker
 from emu.ecn.red import red_qdisc_options
 from emu.fdbudget import FdNeed, ensure_fd_limit
 from emu.ipbatch import run_ip_batches
-from emu.iproute_plan import node_config, route_specs
+from emu.iproute_plan import node_config
 from emu.lbrouter import SwitchRouter, install_routers
+from emu.linkstate import LinkState
 from emu.pfc_controller import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
@@ -67,7 +68,6 @@ _SWITCH_SYSCTLS = {
     "net.ipv4.conf.default.send_redirects": 0,
 }
 _HOST_SYSCTLS = {**_COMMON_SYSCTLS, "net.ipv4.ip_forward": 0}
-_IFF_UP = 0x1
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def require_root() -> None:
         raise NotRootError("building a fabric creates network namespaces: run as root (sudo)")
 
 
-class Fabric:
+class Fabric(LinkState):
     """A running emulated fabric; use as a context manager (built on enter).
 
     ``delay``: link propagation delay, dilated by S, with netem: 'auto' (default: where
@@ -443,67 +443,3 @@ class Fabric:
             HostPorts(self.netns_path(h), self.namespaces.iprs[h],
                       [self._ifindex[(h, i.ifname)] for i in self.plan.interfaces[h]])
             for h in self.hosts)
-
-    # ------------------------------------------------------------------ link failures
-    def iface_is_up(self, node: str, peer: str) -> bool:
-        """Whether ``node``'s interface toward ``peer`` is administratively up (kernel state)."""
-        (link,) = self.ipr(node).get_links(self._ifindex[(node, self.plan.iface(node, peer).ifname)])
-        return bool(link["flags"] & _IFF_UP)
-
-    def set_link_up(self, a: str, b: str, up: bool) -> None:
-        """Take link a-b down (both veth ends) or bring it back up, then move every
-        node's routes onto the paths that remain (``compute_routes`` without the
-        down links), as a converged routing protocol would: ECMP spreads over the
-        surviving paths and a destination left without a path is withdrawn."""
-        self.set_link_state(a, b, up)
-        (self.down_links.discard if up else self.down_links.add)(frozenset((a, b)))
-        self.reroute(touched={a, b})
-
-    def set_link_state(self, a: str, b: str, up: bool) -> None:
-        """Link a-b's physical state, what its two ends see at once: down, each end's
-        kernel drops its next hops over the link (a route left with none goes); up,
-        both ends get their routes back as the fabric's routing has them. The rest of
-        the fabric keeps its routes until `reroute` (a routing protocol's detection)."""
-        ends = self._link_ends(a, b)
-        (self.dead_links.discard if up else self.dead_links.add)(frozenset((a, b)))
-        # ip -batch, not this process's netlink sockets: a fault injector calls this
-        # from its own thread, and pyroute2's sockets belong to the thread that made them.
-        run_ip_batches({self.namespaces.name(node): [
-            f"link set {iface.ifname} {'up' if up else 'down'}",
-            # the kernel flushed the link's permanent neighbours when it went down
-            *([f"neigh replace {iface.peer_ip} lladdr {iface.peer_mac} dev {iface.ifname} "
-               "nud permanent"] if up else [])] for node, iface in ends})
-        if up:  # and the routes whose every next hop was over the link
-            self.reroute(touched={a, b})
-
-    def _link_ends(self, a: str, b: str) -> list[tuple[str, Any]]:
-        try:
-            return [(a, self.plan.iface(a, b)), (b, self.plan.iface(b, a))]
-        except KeyError:
-            raise FabricEmuError(f"no link between {a!r} and {b!r} in this fabric") from None
-
-    def reroute(self, touched: set[str] | frozenset[str] = frozenset()) -> None:
-        """Recompute the routes around ``self.down_links`` and apply the difference;
-        the ``touched`` nodes (the kernel flushed routes there, or kept dead next hops
-        in them) get all theirs again.
-        A node never gets a next hop over a link that is physically down
-        (``dead_links``) whatever the routing says: its kernel dropped those."""
-        old = {node: self._route_specs(node) for node in self.topo.nodes()}
-        self.routes = compute_routes(self.topo, frozenset(self.down_links))
-        batches: dict[str, list[str]] = {}
-        for node in self.topo.nodes():
-            new = self._route_specs(node)
-            batches[self.namespaces.name(node)] = [
-                f"route replace {prefix} {how}" for prefix, how in new.items()
-                if node in touched or old[node].get(prefix) != how]
-            batches[self.namespaces.name(node)] += [
-                # flush: silent where the kernel already flushed it with the link
-                f"route flush exact {'0.0.0.0/0' if prefix == 'default' else prefix}"
-                for prefix in old[node].keys() - new.keys()]
-        run_ip_batches(batches)
-        for switch, router in self.routers.items():
-            router.set_dests(loadbalance.switch_tables(self.plan, self.routes, switch).dests)
-
-    def _route_specs(self, node: str) -> dict[str, str]:
-        dead = {peer for link in self.dead_links if node in link for peer in link - {node}}
-        return route_specs(self.topo, self.plan, self.routes, node, dead_peers=dead)

@@ -86,11 +86,8 @@ from experiments.measure import (
     model_graph,
     record_case,
 )
-from experiments.options import (
+from experiments.option_parsers import (
     CC_CHOICES,
-    Option,
-    check_thresholds,
-    check_topology,
     parse_cc,
     parse_float,
     parse_int,
@@ -99,8 +96,8 @@ from experiments.options import (
     parse_text,
     parse_thresholds,
     parse_topo,
-    with_common,
 )
+from experiments.options import Option, check_thresholds, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
 from model.claims import (

@@ -44,11 +44,8 @@ from experiments.measure import (
     model_graph,
     record_case,
 )
-from experiments.options import (
+from experiments.option_parsers import (
     CC_HELP,
-    CommonOptions,
-    Option,
-    check_topology,
     parse_cc,
     parse_collective,
     parse_int,
@@ -56,8 +53,8 @@ from experiments.options import (
     parse_sizes,
     parse_topo_at,
     split_topo_at,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import (

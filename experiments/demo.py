@@ -9,19 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments import collective, incast
-from experiments.options import (
-    CommonOptions,
-    Option,
-    check_senders,
-    check_thresholds,
+from experiments.option_parsers import (
     parse_dcqcn,
     parse_int,
     parse_size,
     parse_sizes,
     parse_thresholds,
     parse_topo,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_senders, check_thresholds, with_common
 from experiments.rundir import Run
 
 NAME = "demo"

@@ -37,18 +37,15 @@ from experiments.measure import (
     record_case,
     record_slowdown,
 )
-from experiments.options import (
+from experiments.option_parsers import (
     CC_HELP,
-    CommonOptions,
-    Option,
-    check_topology,
     parse_cc,
     parse_int,
     parse_list,
     parse_size,
     parse_topo,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s, roce_wire_factor

@@ -33,19 +33,16 @@ from core.units import format_size, format_time, parse_time_s
 from emu.fabric import Fabric
 from emu.faultinject import FaultInjector, require_faults_supported
 from experiments.measure import Measurement, engine_config, gate, measure, model_graph, record_case
-from experiments.options import (
+from experiments.option_parsers import (
     CC_HELP,
-    CommonOptions,
-    Option,
-    check_topology,
     parse_cc,
     parse_collective,
     parse_list,
     parse_size,
     parse_text,
     parse_topo,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import (

@@ -37,20 +37,16 @@ from experiments.measure import (
     model_graph,
     record_case,
 )
-from experiments.options import (
+from experiments.option_parsers import (
     CC_HELP,
-    CommonOptions,
-    Option,
-    check_senders,
-    check_thresholds,
     parse_cc,
     parse_float,
     parse_int,
     parse_size,
     parse_thresholds,
     parse_topo,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_senders, check_thresholds, with_common
 from experiments.progress import progress
 from experiments.rundir import Run, jain_index
 from model.claims import FAIR_AGGREGATE, FAIR_JAIN, FAIR_SMALLEST

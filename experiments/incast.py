@@ -43,12 +43,8 @@ from experiments.measure import (
     record_case,
     record_slowdown,
 )
-from experiments.options import (
+from experiments.option_parsers import (
     CC_CHOICES,
-    CommonOptions,
-    Option,
-    check_senders,
-    check_thresholds,
     parse_cc,
     parse_dcqcn,
     parse_float,
@@ -57,8 +53,8 @@ from experiments.options import (
     parse_size,
     parse_thresholds,
     parse_topo,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_senders, check_thresholds, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor

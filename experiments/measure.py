@@ -213,7 +213,7 @@ def _nics(fab: Fabric, messages: pd.DataFrame) -> dict[tuple[str, str], str]:
 
 
 def engine_config(cc: str, workers: int | str | None = "auto", **kw: Any) -> Any:
-    """The engine's configuration for a cc setting (``experiments.options.parse_cc``) on
+    """The engine's configuration for a cc setting (``experiments.option_parsers.parse_cc``) on
     ``workers`` workers (the ``workers`` option: 'auto' or None lets the engine choose)."""
 
     return EngineConfig(cc=cc, workers=None if workers in ("auto", None) else workers, **kw)

@@ -28,17 +28,15 @@ from experiments.collective import (
     record_model_curves,
     run_collective,
 )
-from experiments.options import (
+from experiments.option_parsers import (
     CC_HELP,
-    CommonOptions,
-    Option,
     parse_cc,
     parse_collective,
     parse_int,
     parse_sizes,
     parse_specs,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.claims import TIER_UTILISATION

@@ -352,6 +352,23 @@ def add_predictions(run_dir: str | Path, predictions: list[dict[str, Any]]) -> N
     console.print(predictions_table(user_predictions.attach(run_dir, summary, predictions)))
 
 
+def _print_case_verdicts(summary: Mapping[str, Any]) -> None:
+    """Each case's gate verdict, and the attempts it refused and measured again."""
+    refused = summary.get("refused_attempts") or {}
+    lines = []
+    for case, rep in summary["cases"].items():
+        if rep.get("valid"):
+            lines.append(f"[green]fidelity ok[/]  {escape(str(case))}")
+        else:
+            lines.append(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
+                         + escape("; ".join(map(str, rep["reasons"]))))
+        lines += [f"  [yellow]attempt {k} refused[/] (measured again): "
+                  + escape("; ".join(map(str, reasons)))
+                  for k, reasons in enumerate(refused.get(case, ()), start=1)]
+    if lines:  # one print: a line each costs rich seconds over thousands of cases
+        console.print("\n".join(lines), soft_wrap=len(lines) > MAX_TABLE_ROWS)
+
+
 def render_report(run_dir: str | Path, show: bool = True,
                   predictions: str | Path | None = None) -> list[Path]:
     """Re-render a finished run: plots from its CSVs and the summary table, and with
@@ -399,19 +416,7 @@ def render_report(run_dir: str | Path, show: bool = True,
     if isinstance(predicted, list) and predicted and all(isinstance(r, dict)
                                                          for r in predicted):
         console.print(predictions_table(predicted))
-    refused = summary.get("refused_attempts") or {}
-    lines = []
-    for case, rep in summary["cases"].items():
-        if rep.get("valid"):
-            lines.append(f"[green]fidelity ok[/]  {escape(str(case))}")
-        else:
-            lines.append(f"[red]fidelity FAILED[/]  {escape(str(case))}: "
-                         + escape("; ".join(map(str, rep["reasons"]))))
-        lines += [f"  [yellow]attempt {k} refused[/] (measured again): "
-                  + escape("; ".join(map(str, reasons)))
-                  for k, reasons in enumerate(refused.get(case, ()), start=1)]
-    if lines:  # one print: a line each costs rich seconds over thousands of cases
-        console.print("\n".join(lines), soft_wrap=len(lines) > MAX_TABLE_ROWS)
+    _print_case_verdicts(summary)
     disagree = [f"{r['case']}: {r['metric']}" for r in summary["metrics"]
                 if r.get("model_disagrees")]
     if disagree:

@@ -53,7 +53,8 @@ from engine.run import EngineConfig
 from experiments.environment import capabilities, git_commit, versions
 from experiments.exporter import current
 from experiments.fidelity import FidelityReport
-from experiments.options import Option, format_value
+from experiments.option_parsers import format_value
+from experiments.options import Option
 from experiments.report import render_report
 from experiments.runfiles import json_safe, owner, write_run_files
 from experiments.storage import (

@@ -20,19 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments import collective
-from experiments.options import (
+from experiments.option_parsers import (
     CC_HELP,
-    CommonOptions,
-    Option,
-    check_topology,
     parse_cc,
     parse_collective,
     parse_int,
     parse_list,
     parse_sizes,
     parse_topo,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.rundir import Run
 
 NAME = "sweep"

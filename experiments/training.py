@@ -24,11 +24,8 @@ from core.errors import ParameterError
 from core.safefile import write_json
 from core.scaling import Scale
 from emu.fabric import Fabric
-from experiments.options import (
+from experiments.option_parsers import (
     CC_HELP,
-    CommonOptions,
-    Option,
-    check_topology,
     parse_cc,
     parse_float,
     parse_int,
@@ -36,8 +33,8 @@ from experiments.options import (
     parse_text,
     parse_topo_at,
     split_topo_at,
-    with_common,
 )
+from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from experiments.workload import MAX_HASH_DRAWS, NVLINK_SCALE, TOPO_HELP, parse_file, run_dag

@@ -34,17 +34,8 @@ from core.messages import Workload
 from core.scaling import Scale, scale_keeping_frame_time
 from emu.fabric import Fabric
 from experiments.measure import engine_config, measure, model_graph, record_case
-from experiments.options import (
-    CC_HELP,
-    CommonOptions,
-    Option,
-    check_topology,
-    parse_cc,
-    parse_int,
-    parse_topo_at,
-    split_topo_at,
-    with_common,
-)
+from experiments.option_parsers import CC_HELP, parse_cc, parse_int, parse_topo_at, split_topo_at
+from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import predict_workload_hashed

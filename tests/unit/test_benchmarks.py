@@ -53,7 +53,7 @@ def test_bench_capacity_reads_a_topology_with_its_own_scales():
 
 
 def test_benchmark_arguments_are_usage_errors_that_say_why():
-    from experiments.options import arg_type, parse_scales
+    from experiments.option_parsers import arg_type, parse_scales
 
     assert arg_type(parse_scales)("10000, 4000") == [10000.0, 4000.0]
     with pytest.raises(argparse.ArgumentTypeError, match="must be a finite number"):
@@ -107,7 +107,7 @@ def test_a_benchmark_refuses_bad_arguments_in_one_line(argv):
 
 def test_clear_errors_turns_a_fabricemu_error_into_exit_status_2(capsys):
     from core.errors import CapabilityError
-    from experiments.options import clear_errors, parse_csv, parse_int
+    from experiments.option_parsers import clear_errors, parse_csv, parse_int
 
     @clear_errors
     def main() -> None:

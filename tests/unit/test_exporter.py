@@ -122,13 +122,8 @@ def test_a_resumed_run_is_watched_as_its_command_line_says(tmp_path, monkeypatch
     """metrics_port says how a run is watched: a resumed run serves on the port given
     now (or on none), whatever the run it resumes had."""
     from experiments import rundir
-    from experiments.options import (
-        METRICS_PORT,
-        ExperimentOptions,
-        Option,
-        parse_list,
-        parse_text,
-    )
+    from experiments.option_parsers import parse_list, parse_text
+    from experiments.options import METRICS_PORT, ExperimentOptions, Option
     from experiments.runner import run_experiment
     from model.claims import ALPHABETA
 

@@ -25,13 +25,8 @@ from core.errors import FabricEmuError, ParameterError  # noqa: E402
 from core.units import parse_rate_bps, parse_size_bytes, parse_time_s  # noqa: E402
 from experiments import plotkit, rundir  # noqa: E402
 from experiments.fidelity import FidelityReport  # noqa: E402
-from experiments.options import (  # noqa: E402
-    ExperimentOptions,
-    Option,
-    parse_scale,
-    resolve_options,
-    typed_check,
-)
+from experiments.option_parsers import parse_scale  # noqa: E402
+from experiments.options import ExperimentOptions, Option, resolve_options, typed_check  # noqa: E402
 from experiments.registry import EXPERIMENTS, parse_sets  # noqa: E402
 from experiments.report import render_report  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402

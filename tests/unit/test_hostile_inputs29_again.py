@@ -17,7 +17,7 @@ import pytest
 from core import safefile
 from core.errors import FabricEmuError, ParameterError
 from experiments import rundir
-from experiments.options import parse_int
+from experiments.option_parsers import parse_int
 from experiments.registry import load_config, rerun_of
 from experiments.report import render_report
 from experiments.runner import run_experiment

@@ -15,7 +15,8 @@ from experiments import demo as demo_module
 from experiments import rundir
 from experiments.environment import REPO_ROOT as REPO
 from experiments.fidelity import FidelityReport, combine
-from experiments.options import parse_int, parse_list, resolve_options, resolve_typed
+from experiments.option_parsers import parse_int, parse_list
+from experiments.options import resolve_options, resolve_typed
 from experiments.registry import EXPERIMENTS, cli_run, parse_sets
 from experiments.rundir import Run
 from model.claims import ALPHABETA
@@ -135,7 +136,7 @@ def test_one_cc_parser_for_every_experiment(tmp_path, monkeypatch):
     """Every experiment's cc option is traffic.ccload's: the same names, and a user's
     file made absolute so that a rerun from elsewhere loads the same class."""
     from experiments import cc_compare, incast
-    from experiments.options import parse_cc
+    from experiments.option_parsers import parse_cc
 
     example = REPO / "examples" / "cc" / "my_aimd.py"
     (tmp_path / "my_aimd.py").write_text(example.read_text())
@@ -292,7 +293,7 @@ def test_a_run_writes_each_cases_captures_and_a_discarded_run_removes_them(tmp_p
 
 
 def test_a_fabric_may_carry_its_own_scale():
-    from experiments.options import parse_topo_at, split_topo_at
+    from experiments.option_parsers import parse_topo_at, split_topo_at
 
     assert parse_topo_at(" railopt,2,gpus=4@1e5 ") == "railopt,2,gpus=4@100000"
     assert split_topo_at("railopt,2,gpus=4@100000", 10000.0) == ("railopt,2,gpus=4", 1e5)

@@ -16,7 +16,8 @@ from core.errors import FabricEmuError
 from emu import runs
 from experiments import rundir
 from experiments.fidelity import FidelityReport
-from experiments.options import ExperimentOptions, Option, parse_scale
+from experiments.option_parsers import parse_scale
+from experiments.options import ExperimentOptions, Option
 from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import run_experiment

@@ -16,14 +16,8 @@ import pytest
 from core.errors import ParameterError
 from core.units import format_size
 from experiments.fidelity import FidelityReport
-from experiments.options import (
-    ExperimentOptions,
-    Option,
-    parse_scale,
-    parse_sizes,
-    parse_specs,
-    resolve_options,
-)
+from experiments.option_parsers import parse_scale, parse_sizes, parse_specs
+from experiments.options import ExperimentOptions, Option, resolve_options
 from experiments.registry import EXPERIMENTS, parse_sets
 from experiments.report import render_report
 from experiments.rundir import Run, error_rel, jain_index

@@ -14,7 +14,8 @@ from rich.console import Console
 from experiments import plotkit, plots
 from experiments.collective import build_workload, model_curve
 from experiments.fidelity import FidelityReport
-from experiments.options import Option, parse_int, parse_scale
+from experiments.option_parsers import parse_int, parse_scale
+from experiments.options import Option
 from experiments.report import column_groups, summary_table
 from experiments.rundir import metric_row, suggested_rerun
 from experiments.runfiles import METRIC_COLUMNS, with_valid

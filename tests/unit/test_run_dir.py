@@ -19,7 +19,8 @@ import pytest
 from core.errors import FabricEmuError, ParameterError
 from experiments import rundir, runner
 from experiments.fidelity import Check, FidelityReport
-from experiments.options import ExperimentOptions, Option, parse_list, parse_scale, parse_text
+from experiments.option_parsers import parse_list, parse_scale, parse_text
+from experiments.options import ExperimentOptions, Option
 from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import prepare_out_dir, run_experiment

@@ -17,7 +17,8 @@ from core.errors import FabricEmuError
 from core.safefile import WriteError
 from experiments import rundir
 from experiments.fidelity import FidelityReport
-from experiments.options import ExperimentOptions, Option, parse_list, parse_scale, parse_text
+from experiments.option_parsers import parse_list, parse_scale, parse_text
+from experiments.options import ExperimentOptions, Option
 from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import run_experiment
