@@ -143,9 +143,7 @@ def check(opts: Options) -> None:
     spec, scale = split_topo_at(opts.topo, opts.scale)
     check_topology(spec, scale, option="topo")
     hosts = list(build_topo(spec).host_nodes())
-    dags = workloads(opts, hosts)   # every layout fits the model and the fabric
-    if opts.emit:
-        emit(opts.emit, dags[opts.layouts[0]])
+    workloads(opts, hosts)   # every layout fits the model and the fabric
 
 
 def emit(path: str, workload: Any) -> None:
@@ -159,6 +157,8 @@ def execute(run: Run, opts: Options) -> None:
     spec, scale = split_topo_at(opts.topo, opts.scale)
     hosts = list(build_topo(spec).host_nodes())
     dags = workloads(opts, hosts)
+    if opts.emit:  # here, not in check(): checking options never writes a file
+        emit(opts.emit, dags[opts.layouts[0]])
     run.note(f"message-size scale {opts.size_scale:g}: every message's bytes times it, in "
              "the measurement and in the model; compute gaps unscaled")
     cases = {text: f"{spec} {text}" for text in opts.layouts}
