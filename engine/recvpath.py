@@ -105,6 +105,17 @@ class ReceivePath:
         self.completions.announce(index, rq.done_ns)
         self.requester.completed(index, rq.done_ns, time.monotonic_ns())
 
+    def to_requester(self, h: Host, kind: int, qpn: int, psn: int, arg: int, rx_ns: int,
+                     int_block: bytes = b"") -> None:
+        """An ACK (EV_ACK_IN) or CNP (EV_CNP_IN) that arrived at ``h`` for its sending QP
+        ``qpn``: to the requester, or counted as unknown if that QP has not started (no
+        transport state for an ACK, no congestion control for a CNP)."""
+        qp = h.tx_qps.get(qpn)
+        if qp is None or (qp.gbn if kind == EV_ACK_IN else qp.cc) is None:
+            self.books.unknown_frames += 1
+        else:
+            self.requester.ctrl_in(qp, kind, psn, arg, rx_ns, int_block)
+
     def arm_delayed_ack(self, rq: RecvQp, rx_ns: int) -> None:
         """The first frame left waiting for its ACK arrived at ``rx_ns``."""
         if self.ack_delay_ns is not None:
@@ -172,23 +183,15 @@ class ReceivePath:
             self._on_data(h, rq, psn, tos & 3 == ECN_CE, psn_word >> 31, payload, ts, rx_ns,
                           block_at(mm, f, OFF_INT_RETH if reth else OFF_INT, snap,
                                    payload - TS_BYTES))
-        elif opcode == ACKNOWLEDGE:
-            qp = h.tx_qps.get(qpn)
-            if qp is None or qp.gbn is None:
-                self.books.unknown_frames += 1
-            else:  # the AETH syndrome and MSN; BTH BECN is the ECN echo
-                aeth = _U32.unpack_from(mm, f + OFF_TS)[0]
-                self.requester.ctrl_in(qp, EV_ACK_IN, psn,
-                                       aeth >> 24 | (aeth & 0xFFFFFF) << 16
-                                       | (ARG_BECN if qp_word >> 30 & 1 else 0), rx_ns,
-                                       block_at(mm, f, OFF_ACK_INT, snap,
-                                                ip_len + ETH_BYTES - ACK_FRAME_BYTES))
+        elif opcode == ACKNOWLEDGE:  # the AETH syndrome and MSN; BTH BECN is the ECN echo
+            aeth = _U32.unpack_from(mm, f + OFF_TS)[0]
+            self.to_requester(h, EV_ACK_IN, qpn, psn,
+                              aeth >> 24 | (aeth & 0xFFFFFF) << 16
+                              | (ARG_BECN if qp_word >> 30 & 1 else 0), rx_ns,
+                              block_at(mm, f, OFF_ACK_INT, snap,
+                                       ip_len + ETH_BYTES - ACK_FRAME_BYTES))
         elif opcode == CNP:
-            qp = h.tx_qps.get(qpn)
-            if qp is None or qp.cc is None:
-                self.books.unknown_frames += 1
-            else:
-                self.requester.ctrl_in(qp, EV_CNP_IN, psn, 0, rx_ns)
+            self.to_requester(h, EV_CNP_IN, qpn, psn, 0, rx_ns)
         else:
             self.books.unknown_frames += 1
 
@@ -284,18 +287,9 @@ class CompiledReceivePath(ReceivePath):
             rq.done_ns = rx_ns
             self.finished(h, rq)
         elif kind == EV_ACK_IN:
-            qp = h.tx_qps.get(qpn)
-            if qp is None or qp.gbn is None:
-                self.books.unknown_frames += 1
-            else:
-                self.requester.ctrl_in(qp, EV_ACK_IN, psn, arg | msn << 16, rx_ns,
-                                       rx.int_block(k))
+            self.to_requester(h, EV_ACK_IN, qpn, psn, arg | msn << 16, rx_ns, rx.int_block(k))
         elif kind == EV_CNP_IN:
-            qp = h.tx_qps.get(qpn)
-            if qp is None or qp.cc is None:
-                self.books.unknown_frames += 1
-            else:
-                self.requester.ctrl_in(qp, EV_CNP_IN, psn, 0, rx_ns)
+            self.to_requester(h, EV_CNP_IN, qpn, psn, 0, rx_ns)
         else:
             self.books.unknown_frames += 1
 
