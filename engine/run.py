@@ -129,6 +129,7 @@ from traffic.fixeddelay import (
     path_delay,
     round_trip_s,
 )
+from traffic.reorder_bound import reorder_tolerance_packets
 from traffic.roce import ECN_CODES, Flow
 from traffic.selective_repeat import REORDER_PACKETS, WINDOW_PACKETS
 from traffic.transport import TRANSPORTS, check_transport
@@ -147,6 +148,10 @@ class LiveFabric(Protocol):
     receive_cpu: dict[str, int]
     #: ``emu.pfc_controller.PfcController`` while PFC's lossless mode is on, else None
     pfc: Any
+    #: ``topologies.loadbalance`` mode and flowlet gap (real s): selective repeat's
+    #: reorder tolerance is derived from them (``traffic.reorder_bound``)
+    routing: str
+    flowlet_gap_s: float
 
     def ports(self) -> list[Port]: ...
 
@@ -212,7 +217,8 @@ class EngineConfig:
     ``transport``: the QPs' reliable transport (``traffic.transport``): 'gbn',
     RoCE's go-back-N, or 'sr', selective repeat, which tolerates reordering
     (packet spraying, adaptive routing); ``reorder_packets``: how far (PSNs) a frame
-    may be overtaken before selective repeat's receiver deems it lost.
+    may be overtaken before selective repeat's receiver deems it lost; None derives it
+    from the fabric's paths, buffers and routing mode (``traffic.reorder_bound``).
     ``timeout_s``: wall-clock limit of the whole run.
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
@@ -246,7 +252,7 @@ class EngineConfig:
     nic_overhead_s: float = DEFAULT_NIC_OVERHEAD_S
     forwarding: str = FORWARDING[0]
     transport: str = TRANSPORTS[0]
-    reorder_packets: int = REORDER_PACKETS
+    reorder_packets: int | None = None
     #: The validated ``cc`` (set in __post_init__).
     cc_factory: CcFactory = field(init=False, repr=False, compare=False)
 
@@ -284,10 +290,11 @@ class EngineConfig:
             raise ParameterError("nic_overhead_s", self.nic_overhead_s, "expected 0 <= s < 1")
         check_forwarding(self.forwarding)
         check_transport(self.transport)
-        if isinstance(self.reorder_packets, bool) or not isinstance(self.reorder_packets, int) \
-                or not 1 <= self.reorder_packets < WINDOW_PACKETS:
+        if self.reorder_packets is not None and (
+                isinstance(self.reorder_packets, bool) or not isinstance(self.reorder_packets, int)
+                or not 1 <= self.reorder_packets < WINDOW_PACKETS):
             raise ParameterError("reorder_packets", self.reorder_packets,
-                                 f"expected an integer in [1, {WINDOW_PACKETS})")
+                                 f"expected an integer in [1, {WINDOW_PACKETS}) or None")
 
     def emulated_fixed_delays(self, netem_propagation: bool) -> dict[str, str]:
         """{fixed-delay name: how} of what this engine adds (``traffic.fixeddelay``
@@ -622,6 +629,12 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     params = config.cc_factory.dcqcn_params
     cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
     rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)
+    reorder = config.reorder_packets
+    if reorder is None:
+        reorder = (reorder_tolerance_packets(topo_graph(fab.topo), fab.routes,
+                                             ((m.src, m.dst) for m in msgs), fab.routing,
+                                             fab.flowlet_gap_s)
+                   if config.transport == "sr" else REORDER_PACKETS)
     plans = []
     assignment = _assign(loads, cpus[:n_workers], fab.receive_cpu)
     host_worker = {h: w for w, hosts in enumerate(assignment) for h in hosts}
@@ -645,7 +658,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns,
             notify={p.index: notify[p.index] for p in receives if p.index in notify},
             ring_slices=slices, transport=config.transport,
-            reorder_packets=config.reorder_packets))
+            reorder_packets=reorder))
     return plans
 
 
@@ -1107,11 +1120,13 @@ def _engine_stats(fab: LiveFabric, config: EngineConfig, plans: list[plan.Worker
         ring_drops=sum(w.ring_drops for w in workers),
         retransmitted=int(messages["retransmitted"].sum()),
         timeouts=int(messages["timeouts"].sum()),
+        out_of_sequence=int(messages["out_of_sequence"].sum()),
         nics=_nic_busy(reported),
         rto_s=plans[0].rto_s if plans else None,
         cnp_interval_s=plans[0].cnp_interval_s if plans else None,
         cc=config.cc_factory.name,
         transport=config.transport,
+        reorder_packets=plans[0].reorder_packets if plans and config.transport == "sr" else None,
         payload_bytes=config.payload_bytes,
         fixed_delays=FixedDelaySettings(config.fixed_delays, config.forwarding,
                                         config.nic_overhead_s),

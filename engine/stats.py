@@ -195,11 +195,14 @@ class EngineStats:
     ring_drops: int = 0
     retransmitted: int = 0
     timeouts: int = 0
+    #: Frames the responders received ahead of a missing one (ConnectX's name).
+    out_of_sequence: int = 0
     nics: list[NicBusy] = field(default_factory=list)
     rto_s: float | None = None
     cnp_interval_s: float | None = None
     cc: str = ""
     transport: str = ""             # 'gbn' or 'sr' (traffic.transport)
+    reorder_packets: int | None = None  # selective repeat's tolerance in force (PSNs)
     payload_bytes: int = 0
     fixed_delays: FixedDelaySettings | None = None
     #: What the engine added of the real fabric's fixed delays ({name: how}):

@@ -45,6 +45,7 @@ from model.claims import Claim
 from topologies.routing import topo_graph
 from traffic.ccload import resolve_cc
 from traffic.fixeddelay import NIC_OVERHEAD, path_delay
+from traffic.reorder_bound import reorders_by_design
 
 # ----------------------------------------------------------------------------- fabric
 
@@ -280,7 +281,8 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
         messages_expected=len(workload.messages),
         messages_completed=int(msgs.completed.sum()),
         port_rates=rates, marking=marking,
-        fabric_drops=int(m.ports.drops.sum()) + failure_drops)
+        fabric_drops=int(m.ports.drops.sum()) + failure_drops,
+        reorders_by_design=reorders_by_design(fab.routing))
     return evaluate(measures, max_scale=max_scale(fab))
 
 

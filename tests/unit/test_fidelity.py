@@ -20,7 +20,7 @@ from experiments.fidelity import (
 PKT_400G_S = 8 * 4154 / 400e9   # one full RoCEv2 frame at 400 Gb/s, real seconds
 #: What the gate measures around the engine; every other keyword is the engine's.
 _AROUND = ("packet_time_s", "messages_expected", "messages_completed", "port_rates",
-           "marking", "fabric_drops")
+           "marking", "fabric_drops", "reorders_by_design")
 
 
 def measures(*, scale=20000.0, cpu_s=8.0, cpu_wait_s=None, workers=2, **kw) -> RunMeasures:
@@ -86,6 +86,25 @@ def test_ring_drops_and_unexplained_retransmissions_invalidate():
     # A switch port dropped frames (an incast without CC): retransmissions are the
     # fabric's behaviour, not the emulator's.
     assert evaluate(measures(retransmitted=5, fabric_drops=4)).valid
+
+
+def test_reordering_explains_go_back_n_retransmissions_only_under_a_reordering_mode():
+    # Spraying over go-back-N: every out-of-sequence frame costs a window; real behaviour.
+    assert evaluate(measures(retransmitted=50, out_of_sequence=9, transport="gbn",
+                             reorders_by_design=True)).valid
+    # ECMP keeps a flow on one path: out-of-sequence frames are the emulator's.
+    assert not evaluate(measures(retransmitted=50, out_of_sequence=9, transport="gbn")).valid
+    # A reordering mode that reordered nothing explains nothing.
+    assert not evaluate(measures(retransmitted=50, transport="gbn",
+                                 reorders_by_design=True)).valid
+    # Selective repeat's tolerance covers the fabric's reordering: a retransmission
+    # without a drop means the run (or the bound) is wrong.
+    report = evaluate(measures(retransmitted=3, out_of_sequence=400, transport="sr",
+                               reorder_packets=1023, reorders_by_design=True))
+    assert not report.valid
+    assert "reorder tolerance 1023" in " ".join(report.reasons)
+    assert evaluate(measures(out_of_sequence=400, transport="sr", reorder_packets=1023,
+                             reorders_by_design=True)).valid
 
 
 def test_cpu_saturation_invalidates_and_suggests_larger_scale():
