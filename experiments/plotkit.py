@@ -238,6 +238,9 @@ CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                     ("iteration_s", "iteration_model_s", "iteration_lower_s")),
     "flow_rates.csv": (("case", "flow", "start_s", "end_s", "rate_bps", "fail_at_s", "detect_s"),
                        ("start_s", "end_s", "rate_bps", "fail_at_s", "detect_s")),
+    "routing.csv": (("case", "workload", "mode", "busbw_bps", "ideal_busbw_bps",
+                     "ecmp_busbw_bps"), ("busbw_bps", "ideal_busbw_bps", "ecmp_busbw_bps")),
+    "link_load.csv": (("case", "src", "dst", "tx_bytes"), ("tx_bytes",)),
 }
 
 

@@ -30,6 +30,7 @@ from experiments import (
     fairness,
     incast,
     ratios,
+    routing_compare,
     sweep,
     training,
     workload,
@@ -46,7 +47,7 @@ from experiments.storage import MAX_RUN_JSON_BYTES
 EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
-    "workload": workload, "training": training, "failure": failure,
+    "workload": workload, "training": training, "failure": failure, "routing": routing_compare,
 }
 
 

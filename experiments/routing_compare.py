@@ -1,0 +1,280 @@
+"""Routing modes side by side (`emu run routing`): ECMP, spraying, flowlets, adaptive
+routing (and Valiant and UGAL on a dragonfly) on the workloads where they differ.
+
+For every mode one fabric is built with that mode in its switches
+(`topologies.loadbalance`, emu/bpf/router.c), and each workload runs on it: a random
+permutation, an all-to-all and a ring all-reduce on ``topo`` (fattree,4 with 400G
+everywhere: full bisection, so only routing keeps a flow below line rate), then the
+adversarial dragonfly pattern on ``dragonfly`` (every group sends to the next group:
+`experiments.routing_model.group_shift`) under ``dragonfly_modes``. Every QP runs
+over ``transport``: go-back-N by default, which answers spraying's reordering with
+retransmissions; ``--set transport=sr`` is selective repeat, whose reorder tolerance
+is derived from the fabric (`traffic.reorder_bound`).
+
+Per case: busbw and completion time beside the ideal balanced bound and ECMP's
+expected collision loss (`experiments.routing_model`, a priori from the topology),
+p99 one-way latency beside the unloaded path's, the max/mean load of the
+switch-to-switch links beside the ideal's and ECMP's, out-of-sequence frames and
+retransmissions, and the engine's CPU per data frame against ECMP's on the same
+workload. routing.csv holds one row per case (busbw per mode, routing_busbw.png),
+link_load.csv every fabric link's bytes (the heat map, link_load.png).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from core.errors import ParameterError
+from core.scaling import Scale
+from emu.fabric import Fabric
+from experiments.measure import Measurement, engine_config, measure, record_case
+from experiments.option_parsers import (
+    CC_HELP,
+    parse_cc,
+    parse_choice,
+    parse_int,
+    parse_list,
+    parse_size,
+    parse_topo,
+)
+from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.progress import progress
+from experiments.routing_model import (
+    CPU_PARITY,
+    ECMP_EXPECTED,
+    IDEAL_LOAD,
+    IDEAL_RATE,
+    IDEAL_TIME,
+    NO_RETRANSMISSION,
+    SINGLE_PATH_ORDER,
+    UGAL_BOUND,
+    UNLOADED_LATENCY,
+    VALIANT_BOUND,
+    Expectation,
+    dragonfly_bound,
+    expect,
+    fabric_links,
+    group_shift,
+)
+from experiments.rundir import Run
+from model.busbw import busbw_bps
+from topologies.loadbalance import ROUTING_MODES, parse_routing
+from topologies.routing import compute_routes, topo_graph
+from topologies.spec import build_topo
+from traffic import collectives
+
+NAME = "routing"
+
+#: The dragonfly's non-minimal modes (agreed names; the router provides them).
+NON_MINIMAL = ("valiant", "ugal")
+WORKLOADS = ("permutation", "alltoall", "allreduce-ring")
+_MODE = parse_choice(*ROUTING_MODES, *NON_MINIMAL)
+
+
+def _parse_dragonfly(value: Any) -> str:
+    """A dragonfly spec, or 'none' to leave the dragonfly case out."""
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return "none"
+    spec = parse_topo(value)
+    if not spec.startswith("dragonfly"):
+        raise ParameterError("dragonfly", value, "expected a dragonfly spec or 'none'")
+    return spec
+
+
+OPTIONS: dict[str, Option] = with_common({
+    "topo": Option("fattree,4,fabric_rate=400G,core_rate=400G", "the Clos of the three workloads",
+                   quick="leafspine,2,2,1", parse=parse_topo),
+    "modes": Option(list(ROUTING_MODES), "routing modes on topo (';'-separated)",
+                    quick=["ecmp", "spray"], parse=parse_list(_MODE)),
+    "workloads": Option(list(WORKLOADS), "workloads on topo (';'-separated)",
+                        quick=["permutation"], parse=parse_list(parse_choice(*WORKLOADS))),
+    "size": Option(4 << 20, "bytes per flow (all-reduce: the buffer)", quick=256 << 10,
+                   parse=parse_size),
+    "seed": Option(1, "the permutation's seed", parse=parse_int(0, 2**32 - 1)),
+    "samples": Option(100, "ECMP hash draws of the model", quick=10, parse=parse_int(1, 10000)),
+    "dragonfly": Option("dragonfly,1,2,2", "dragonfly of the adversarial case, or none",
+                        quick="none", parse=_parse_dragonfly),
+    "dragonfly_modes": Option(["ecmp", *NON_MINIMAL], "routing modes on the dragonfly",
+                              parse=parse_list(_MODE)),
+    "cc": Option("off", CC_HELP, parse=parse_cc),
+})
+
+
+@dataclass(frozen=True)
+class Options(CommonOptions):
+    """The options of the routing experiment (OPTIONS), typed."""
+
+    topo: str
+    modes: list[str]
+    workloads: list[str]
+    size: int
+    seed: int
+    samples: int
+    dragonfly: str
+    dragonfly_modes: list[str]
+    cc: str
+
+
+def check(opts: Options) -> None:
+    """Both fabrics shaped accurately at S; the modes come from ``modes``, not ``routing``."""
+    check_topology(opts.topo, opts.scale)
+    if opts.dragonfly != "none":
+        check_topology(opts.dragonfly, opts.scale, option="dragonfly")
+    if opts.routing != "ecmp":
+        raise ParameterError("routing", opts.routing,
+                             "emu run routing builds one fabric per mode: use --set modes=...")
+
+
+def _workload(name: str, hosts: list[str], opts: Options) -> Any:
+    return collectives.build(name, hosts, opts.size, seed=opts.seed)
+
+
+def _available(mode: str) -> bool:
+    """Does this build's router know ``mode``? (valiant and ugal come with the dragonfly
+    router.)"""
+    try:
+        parse_routing(mode)
+    except ParameterError:
+        return False
+    return True
+
+
+def execute(run: Run, opts: Options, prefix: str = "") -> None:
+    plan: list[tuple[str, str, str]] = [(opts.topo, mode, w) for mode in opts.modes
+                                        for w in opts.workloads]
+    if opts.dragonfly != "none":
+        plan += [(opts.dragonfly, mode, "group-shift") for mode in opts.dragonfly_modes]
+    missing = sorted({mode for _, mode, _ in plan if not _available(mode)})
+    if missing:
+        run.note(f"routing {', '.join(missing)}: not in this build's router; left out")
+        plan = [p for p in plan if p[1] not in missing]
+    cases = {p: f"{prefix}{p[2]} {p[1]}" for p in plan}
+    ecmp_cpu: dict[str, float] = {}  # workload -> ECMP's engine CPU per frame (s)
+    with progress(len(cases), f"{prefix}routing") as advance:
+        for case in cases.values():
+            if run.finished(case):
+                advance(case)
+        fabrics = list(dict.fromkeys((spec, mode) for spec, mode, _ in plan))
+        for spec, mode in fabrics:
+            todo = [(w, cases[s, m, w]) for s, m, w in plan
+                    if (s, m) == (spec, mode) and not run.finished(cases[s, m, w])]
+            if todo:
+                _on_fabric(run, opts, spec, mode, todo, advance, ecmp_cpu)
+
+
+def _on_fabric(run: Run, opts: Options, spec: str, mode: str, todo: list[tuple[str, str]],
+               advance: Any, ecmp_cpu: dict[str, float]) -> None:
+    topo = build_topo(spec)
+    graph, routes = topo_graph(topo), compute_routes(topo)
+    with Fabric(topo, Scale(opts.scale), marking="auto", routing=mode,
+                flowlet_gap_s=opts.flowlet_gap) as fab:
+        run.fabric(f"{spec} routing={mode}", fab)
+        nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
+        for name, case in todo:
+            advance.start(case)
+            workload = (group_shift(topo, opts.size) if name == "group-shift"
+                        else _workload(name, list(fab.hosts), opts))
+            model = expect(workload, graph, routes, nic_bps, opts.samples, opts.seed)
+            run.attempt(partial(_measure, run, fab, case, mode, (name, workload), model, opts,
+                                ecmp_cpu), opts.attempts)
+            run.commit(case)
+            advance(case)
+
+
+def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any],
+             model: Expectation, opts: Options, ecmp_cpu: dict[str, float]) -> None:
+    label, workload = named
+    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=opts.transport),
+                capture=opts.capture)
+    name, n = workload.name, len(workload.ranks)
+    done_s = m.completion_s
+    busbw = busbw_bps(name, n, workload.size_bytes, done_s)
+    links = fabric_links(topo_graph(fab.topo))
+    load = _link_loads(m, links)
+    measured_load = float(load.tx_bytes.max() / load.tx_bytes.mean()) \
+        if load.tx_bytes.mean() > 0 else float("nan")
+    msgs = m.messages
+    retx, ooo = int(msgs.retransmitted.sum()), int(msgs.out_of_sequence.sum())
+    cpu_per_frame_s = m.stats.cpu_s_total / max(1, m.stats.data_packets_sent)
+    run.metric(case, "completion time", "µs", done_s * 1e6, model.ideal.completion_s * 1e6,
+               IDEAL_TIME)
+    run.metric(case, "busbw", "Gb/s", busbw * 1e-9, (model.ideal.busbw_bps or 0) * 1e-9,
+               IDEAL_RATE)
+    run.metric(case, "max/mean link load", "ratio", measured_load, model.ideal_load, IDEAL_LOAD)
+    if mode == "ecmp":
+        run.metric(case, "busbw (ECMP collision model)", "Gb/s", busbw * 1e-9,
+                   float(np.mean(model.ecmp_busbw_bps)) * 1e-9, ECMP_EXPECTED)
+        run.metric(case, "completion time (ECMP collision model)", "µs", done_s * 1e6,
+                   float(np.mean(model.ecmp_s)) * 1e6, ECMP_EXPECTED)
+        loads = [x for x in model.ecmp_load if not np.isnan(x)]
+        run.metric(case, "max/mean link load (ECMP collision model)", "ratio", measured_load,
+                   float(np.mean(loads)) if loads else None, ECMP_EXPECTED)
+        run.spread(case, "busbw (ECMP collision model)",
+                   _band(model.ecmp_busbw_bps), _range(model.ecmp_busbw_bps))
+        run.metric(case, "out-of-sequence frames", "frames", ooo, 0, SINGLE_PATH_ORDER)
+    else:
+        run.metric(case, "out-of-sequence frames", "frames", ooo, None)
+    if mode in ("valiant", "ugal"):
+        _dragonfly_metric(run, case, mode, fab, workload, busbw)
+    run.metric(case, "p99 one-way latency", "µs", _p99_us(m), model.latency_p99_s * 1e6,
+               UNLOADED_LATENCY)
+    run.metric(case, "retransmissions", "frames", retx, 0, NO_RETRANSMISSION)
+    run.metric(case, "engine CPU per frame", "µs", cpu_per_frame_s * 1e6, None)
+    if mode == "ecmp":
+        ecmp_cpu[label] = cpu_per_frame_s
+    elif label in ecmp_cpu:
+        run.metric(case, "engine CPU per frame / ECMP's", "ratio",
+                   cpu_per_frame_s / ecmp_cpu[label], 1.2, CPU_PARITY)
+    row = pd.DataFrame([{"workload": label, "mode": mode,
+                         "busbw_bps": busbw, "ideal_busbw_bps": model.ideal.busbw_bps,
+                         "ecmp_busbw_bps": float(np.mean(model.ecmp_busbw_bps)),
+                         "completion_s": done_s, "max_mean_load": measured_load,
+                         "out_of_sequence": ooo, "retransmitted": retx,
+                         "reorder_packets": m.stats.reorder_packets,
+                         "cpu_per_frame_s": cpu_per_frame_s}])
+    record_case(run, fab, case, m, workload, cc=opts.cc,
+                effect=f"busbw {busbw * 1e-9:.1f} Gb/s, ideal bound "
+                f"{(model.ideal.busbw_bps or 0) * 1e-9:.1f} Gb/s", labels={"case": case},
+                frames={"routing": row, "link_load": load.reset_index(drop=True),
+                        "messages": m.messages})
+
+
+def _dragonfly_metric(run: Run, case: str, mode: str, fab: Fabric, workload: Any,
+                      busbw: float) -> None:
+    """Valiant's or UGAL's bound from ``model.ugal`` (absent: a note, no model value)."""
+    bound = dragonfly_bound(mode)
+    claim = VALIANT_BOUND if mode == "valiant" else UGAL_BOUND
+    if bound is None:
+        run.metric(case, f"busbw ({mode} model)", "Gb/s", busbw * 1e-9, None)
+        run.note(f"{case}: model.ugal.{mode}_bound is not in this build; no model value")
+        return
+    run.metric(case, f"busbw ({mode} model)", "Gb/s", busbw * 1e-9,
+               float(bound(fab.topo, workload)) * 1e-9, claim)
+
+
+def _link_loads(m: Measurement, links: list[tuple[str, str]]) -> pd.DataFrame:
+    """Bytes each switch-to-switch link sent during the run (the heat map's cells)."""
+    ports = m.ports
+    sent = {(str(r.node), str(r.peer)): int(r.tx_bytes) for r in ports.itertuples()}
+    return pd.DataFrame([{"src": u, "dst": v, "tx_bytes": sent.get((u, v), 0)}
+                         for u, v in links])
+
+
+def _p99_us(m: Measurement) -> float:
+    lat = m.latency.one_way_s if "one_way_s" in m.latency else pd.Series(dtype=float)
+    return float(lat.quantile(0.99)) * 1e6 if len(lat) else float("nan")
+
+
+def _band(values: list[float]) -> tuple[float, float]:
+    lo, hi = np.quantile(np.asarray(values) * 1e-9, [0.05, 0.95])
+    return float(lo), float(hi)
+
+
+def _range(values: list[float]) -> tuple[float, float]:
+    arr = np.asarray(values) * 1e-9
+    return float(arr.min()), float(arr.max())

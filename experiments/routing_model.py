@@ -1,0 +1,124 @@
+"""The a priori models `emu run routing` compares each routing mode with.
+
+All from the topology and the workload, before anything runs:
+
+* **ideal (balanced) bound**: every message spread evenly over all of its routed paths
+  (`model.alphabeta.predict_workload`, mode 'spread'): no link carries more than its
+  share, so no routing of these paths does better. A bound on completion (lower),
+  busbw (upper) and on the max/mean link load (lower).
+* **ECMP's expected collision loss**: the same fluid model with every message hashed
+  onto one path, over ``samples`` independent hash draws (`predict_workload_hashed`):
+  the mean over draws is the expectation, the 5-95 % band its spread.
+* **dragonfly, non-minimal**: Valiant's halved global bandwidth and UGAL's bound come
+  from `model.ugal` (``valiant_bound``, ``ugal_bound``) where that module exists;
+  without it the case says so and has no model value.
+* the unloaded one-way latency of each message's path, a lower bound of its frames'.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from core.messages import Message, Workload
+from model.alphabeta import (
+    WorkloadPrediction,
+    path_latency_s,
+    predict_workload,
+    predict_workload_hashed,
+)
+from model.claims import Claim, Kind, estimate
+from topologies.base import FabricTopo
+from topologies.routing import Routes
+
+IDEAL_TIME = Claim(Kind.LOWER_BOUND, None, "every message spread evenly over its paths")
+IDEAL_RATE = Claim(Kind.UPPER_BOUND, None, "every message spread evenly over its paths")
+IDEAL_LOAD = Claim(Kind.LOWER_BOUND, None, "max/mean link load with every message spread evenly")
+ECMP_EXPECTED = estimate("fluid max-min, mean over random ECMP hash draws")
+UNLOADED_LATENCY = Claim(Kind.LOWER_BOUND, None, "p99 over messages of the unloaded path latency")
+NO_RETRANSMISSION = estimate("no drop expected: 0 retransmissions")
+SINGLE_PATH_ORDER = estimate("one path per flow: frames arrive in order")
+CPU_PARITY = Claim(Kind.UPPER_BOUND, None, "the issue's target: within 20 % of ECMP's")
+VALIANT_BOUND = Claim(Kind.UPPER_BOUND, None, "Valiant: half the global links' bandwidth")
+UGAL_BOUND = Claim(Kind.UPPER_BOUND, None, "UGAL: the better of minimal and Valiant")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One workload's models: completion (real s), busbw (bit/s), max/mean link load."""
+
+    ideal: WorkloadPrediction
+    ideal_load: float
+    ecmp_s: list[float]          # completion per hash draw
+    ecmp_busbw_bps: list[float]
+    ecmp_load: list[float]
+    latency_p99_s: float
+
+
+def link_load_ratio(link_bits: dict[tuple[str, str], float], links: list[tuple[str, str]]
+                    ) -> float:
+    """max / mean of the bits carried by ``links`` (NaN if they carried nothing)."""
+    carried = np.array([link_bits.get(link, 0.0) for link in links], dtype=float)
+    mean = carried.mean() if len(carried) else 0.0
+    return float(carried.max() / mean) if mean > 0 else float("nan")
+
+
+def fabric_links(graph: nx.Graph) -> list[tuple[str, str]]:
+    """Every switch-to-switch link, both directions: the links routing chooses among."""
+    switch = {n for n, d in graph.nodes(data=True) if d.get("role") != "host"}
+    return sorted((u, v) for a, b in graph.edges for u, v in ((a, b), (b, a))
+                  if u in switch and v in switch)
+
+
+def expect(workload: Workload, graph: nx.Graph, routes: Routes, nic_bps: float,
+           samples: int, seed: int) -> Expectation:
+    """The ideal bound and ECMP's hash-draw distribution for ``workload``."""
+    links = fabric_links(graph)
+    ideal = predict_workload(workload, graph, routes.paths, mode="spread", nic_rate_bps=nic_bps)
+    draws = predict_workload_hashed(workload, graph, routes.paths, samples=samples, seed=seed,
+                                    nic_rate_bps=nic_bps)
+    latency = [min(path_latency_s(graph, p) for p in routes.paths(m.src, m.dst))
+               for m in workload.messages]
+    return Expectation(
+        ideal=ideal, ideal_load=link_load_ratio(ideal.link_bits, links),
+        ecmp_s=[d.completion_s for d in draws],
+        ecmp_busbw_bps=[float(d.busbw_bps or 0.0) for d in draws],
+        ecmp_load=[link_load_ratio(d.link_bits, links) for d in draws],
+        latency_p99_s=float(np.quantile(latency, 0.99)))
+
+
+def group_shift(topo: FabricTopo, size_bytes: int) -> Workload:
+    """Dragonfly's adversarial pattern: the k-th host of every group sends to the k-th
+    host of the next group, so minimal routing puts a group's whole demand on the
+    global links toward one group."""
+    groups: dict[int, list[str]] = {}
+    for host in topo.host_nodes():
+        groups.setdefault(int(topo.nodeInfo(host)["group"]), []).append(host)
+    order = sorted(groups)
+    msgs = []
+    for i, g in enumerate(order):
+        nxt = groups[order[(i + 1) % len(order)]]
+        for k, src in enumerate(sorted(groups[g], key=_host_index)):
+            dst = sorted(nxt, key=_host_index)[k % len(nxt)]
+            msgs.append(Message(len(msgs), src, dst, size_bytes, tag="group-shift"))
+    ranks = sorted(topo.host_nodes(), key=_host_index)
+    return Workload("permutation", msgs, ranks, size_bytes, meta={"algorithm": "group shift"})
+
+
+def _host_index(name: str) -> int:
+    return int(name[1:])
+
+
+def dragonfly_bound(mode: str) -> Callable[..., Any] | None:
+    """``model.ugal``'s bound for ``mode`` ('valiant' or 'ugal'), None where that model
+    is not part of this build."""
+    try:
+        ugal = importlib.import_module("model.ugal")
+    except ModuleNotFoundError:
+        return None
+    return getattr(ugal, f"{mode}_bound", None)
