@@ -56,6 +56,7 @@ from experiments.routing_model import (
     UNLOADED_LATENCY,
     VALIANT_BOUND,
     Expectation,
+    collective_of,
     dragonfly_bound,
     expect,
     fabric_links,
@@ -97,7 +98,9 @@ OPTIONS: dict[str, Option] = with_common({
                    parse=parse_size),
     "seed": Option(1, "the permutation's seed", parse=parse_int(0, 2**32 - 1)),
     "samples": Option(100, "ECMP hash draws of the model", quick=10, parse=parse_int(1, 10000)),
-    "dragonfly": Option("dragonfly,1,2,2", "dragonfly of the adversarial case, or none",
+    "dragonfly": Option("dragonfly,1,2,2,global_rate=400G",
+                        "dragonfly of the adversarial case (one 400G global link per pair of "
+                        "groups: minimal routing halves the rate), or none",
                         quick="none", parse=_parse_dragonfly),
     "dragonfly_modes": Option(["ecmp", *NON_MINIMAL], "routing modes on the dragonfly",
                               parse=parse_list(_MODE)),
@@ -191,9 +194,8 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     label, workload = named
     m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=opts.transport),
                 capture=opts.capture)
-    name, n = workload.name, len(workload.ranks)
     done_s = m.completion_s
-    busbw = busbw_bps(name, n, workload.size_bytes, done_s)
+    busbw = busbw_bps(collective_of(workload), len(workload.ranks), workload.size_bytes, done_s)
     links = fabric_links(topo_graph(fab.topo))
     load = _link_loads(m, links)
     measured_load = float(load.tx_bytes.max() / load.tx_bytes.mean()) \

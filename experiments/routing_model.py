@@ -79,9 +79,10 @@ def expect(workload: Workload, graph: nx.Graph, routes: Routes, nic_bps: float,
            samples: int, seed: int) -> Expectation:
     """The ideal bound and ECMP's hash-draw distribution for ``workload``."""
     links = fabric_links(graph)
-    ideal = predict_workload(workload, graph, routes.paths, mode="spread", nic_rate_bps=nic_bps)
+    kw = {"nic_rate_bps": nic_bps, "collective": collective_of(workload)}
+    ideal = predict_workload(workload, graph, routes.paths, mode="spread", **kw)
     draws = predict_workload_hashed(workload, graph, routes.paths, samples=samples, seed=seed,
-                                    nic_rate_bps=nic_bps)
+                                    **kw)
     latency = [min(path_latency_s(graph, p) for p in routes.paths(m.src, m.dst))
                for m in workload.messages]
     return Expectation(
@@ -90,6 +91,12 @@ def expect(workload: Workload, graph: nx.Graph, routes: Routes, nic_bps: float,
         ecmp_busbw_bps=[float(d.busbw_bps or 0.0) for d in draws],
         ecmp_load=[link_load_ratio(d.link_bits, links) for d in draws],
         latency_p99_s=float(np.quantile(latency, 0.99)))
+
+
+def collective_of(workload: Workload) -> str:
+    """The collective whose busbw convention a workload follows ('allreduce-ring' is an
+    all-reduce)."""
+    return workload.name.split("-")[0]
 
 
 def group_shift(topo: FabricTopo, size_bytes: int) -> Workload:
