@@ -63,6 +63,7 @@ from experiments.routing_model import (
     group_shift,
 )
 from experiments.rundir import Run
+from model.alphabeta import roce_wire_factor
 from model.busbw import busbw_bps
 from topologies.loadbalance import ROUTING_MODES, parse_routing
 from topologies.routing import compute_routes, topo_graph
@@ -255,8 +256,11 @@ def _dragonfly_metric(run: Run, case: str, mode: str, fab: Fabric, workload: Any
         run.metric(case, f"busbw ({mode} model)", "Gb/s", busbw * 1e-9, None)
         run.note(f"{case}: model.ugal.{mode}_bound is not in this build; no model value")
         return
-    run.metric(case, f"busbw ({mode} model)", "Gb/s", busbw * 1e-9,
-               float(bound(fab.topo, workload)) * 1e-9, claim)
+    # The slowest flow's link rate (wire bit/s) as payload: a permutation's busbw
+    # (latency and the NIC's overhead left out, so a bound).
+    pairs = [(m.src, m.dst) for m in workload.messages]
+    rate_bps = bound(fab.topo, pairs).slowest_flow_bps / roce_wire_factor()
+    run.metric(case, f"busbw ({mode} model)", "Gb/s", busbw * 1e-9, rate_bps * 1e-9, claim)
 
 
 def _link_loads(m: Measurement, links: list[tuple[str, str]]) -> pd.DataFrame:

@@ -10,8 +10,10 @@ All from the topology and the workload, before anything runs:
   onto one path, over ``samples`` independent hash draws (`predict_workload_hashed`):
   the mean over draws is the expectation, the 5-95 % band its spread.
 * **dragonfly, non-minimal**: Valiant's halved global bandwidth and UGAL's bound come
-  from `model.ugal` (``valiant_bound``, ``ugal_bound``) where that module exists;
-  without it the case says so and has no model value.
+  from `model.ugal` (``valiant_bound(topo, pairs)``, ``ugal_bound(topo, pairs)``: the
+  max-min rates over the switches' path probabilities; the slowest flow's rate is the
+  permutation's busbw bound) where that module exists; without it the case says so
+  and has no model value.
 * the unloaded one-way latency of each message's path, a lower bound of its frames'.
 """
 
