@@ -37,7 +37,7 @@ def plot_routing(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
         ax.bar(x, rows.busbw_bps * GBPS, color=["C0" if v else "none" for v in valid],
                edgecolor=["C0" if v else "0.45" for v in valid], label="measured")
         ax.axhline(float(rows.ideal_busbw_bps.iloc[0]) * GBPS, color="green", ls="--", lw=1,
-                   label="ideal balanced (upper bound)")
+                   label="ideal balanced, routed paths (bound for minimal routing)")
         ax.axhline(float(rows.ecmp_busbw_bps.iloc[0]) * GBPS, color="red", ls=":", lw=1,
                    label="ECMP expected (hash draws)")
         if not all(valid):
