@@ -1,43 +1,57 @@
 """Valiant and UGAL routing on a dragonfly: the group tables and each decision (pure).
 
 ``routing=valiant`` and ``routing=ugal`` (``topologies.loadbalance``) run in each
-switch as the eBPF router (emu/bpf/router.c), per RoCEv2 frame:
+switch as the eBPF router (emu/bpf/router.c), per RoCEv2 frame. A frame carries
+its routing state, the **tag**, in the six reserved bits of its BTH byte 4
+(``TAG_OFFSET``; FECN and BECN are the two high bits): `TAG_UNDECIDED` (0, as
+hosts send it), ``g + 1`` (through intermediate group g, `tag_of`), or
+`TAG_MINIMAL` (minimal to the destination from here on). RoCEv2's ICRC treats
+that byte as variant (masked to ones), as it does the IP TOS and TTL, so a switch
+may rewrite it without breaking the ICRC, and no IP or UDP checksum covers it
+(RoCEv2 sends UDP checksum 0; a frame with a UDP checksum is routed minimally).
+The switch that delivers a frame to its host clears the tag.
+
+The decisions (`outcomes`, then `next_hops` for the new tag; members drawn at
+random per frame):
 
 * At the **source switch** (the frame came in from a host port) toward a host of
-  another group, with at least three groups: `intermediate_group` draws a group
-  other than the source's and the destination's, uniformly. ``valiant`` always
-  sends the frame there; ``ugal`` (UGAL-L, Kim et al., ISCA 2008) compares, from
-  the switch's own egress queues, ``q_min x H_min`` with ``q_val x H_val``
+  another group, with at least three groups, `intermediate_group` draws a group
+  other than the source's and the destination's, uniformly. ``valiant`` sends
+  the frame there. ``ugal`` (UGAL-L, Kim et al., ISCA 2008) compares, from the
+  switch's own egress queues, ``q_min x H_min`` with ``q_val x H_val``
   (`ugal_prefers_valiant`): the shortest queue among the minimal next hops times
-  the minimal path's hop count against the shortest queue among the next hops
+  the minimal path's hop count, against the shortest queue among the next hops
   toward the intermediate group times the Valiant path's hop count
-  (`GroupRoutes.via_hops`). Ties stay minimal.
-* A frame sent through an intermediate group I carries the **tag** I + 1 in the
-  six reserved bits of its BTH byte 4 (``TAG_OFFSET``; FECN and BECN are the two
-  high bits). RoCEv2's ICRC treats that byte as variant (masked to ones), as it
-  does the IP TOS and TTL, so a switch may rewrite it without breaking the ICRC,
-  and no IP or UDP checksum covers it (RoCEv2 sends UDP checksum 0; a frame with
-  a UDP checksum stays minimal). Hosts never see a tag: `transit` clears it on
-  arrival in group I, which comes before the destination's group.
-* Every other switch (`transit`): a tagged frame follows the minimal next hops
-  toward group I (`GroupRoutes.to_group`, least cost to any router of I, as the
-  fabric's routes: fewest global links, then fewest hops); in group I, or where I
-  has become unreachable, the tag is cleared and the frame follows the fabric's
-  routes to its destination. Each member is drawn at random per frame.
+  (`GroupRoutes.via_hops`); ties stay minimal. Every other frame is tagged minimal.
+* ``ugal`` leaves a frame it sends minimally **undecided**, and the next switch,
+  if still in the source group, decides again from its own queues (progressive
+  adaptive routing, Jiang, Kim and Dally, ISCA 2009), then tags it minimal or
+  Valiant. Without this second look UGAL-L cannot see the queue that matters on
+  a dragonfly: a host's traffic reaches the global link to the next group through
+  a local link that is rarely its bottleneck, so its own switch sees no queue and
+  stays minimal while the global link one hop away overflows. An undecided frame
+  outside its source group is tagged minimal.
+* A frame tagged through group g follows the minimal next hops toward g
+  (`GroupRoutes.to_group`: least cost to any router of g, as the fabric's
+  routes: fewest global links, then fewest hops); in group g, in the
+  destination's group (a detour around a failed link may pass it) or where g has
+  become unreachable, it is tagged minimal and follows the fabric's routes.
 
-Why per frame and not per flow: UGAL's choice follows its queues, and a flow's
-queues change within the flow; decided once per flow (at its first frame, on idle
-queues) every flow would stay minimal. Valiant's load spreading over intermediate
-groups, the basis of its bound (``model.dragonfly``), is per packet too. The
-reordering this causes is what the selective-repeat transport (``transport=sr``)
-absorbs; over go-back-N it costs retransmissions.
+Why per frame and not per flow: UGAL's choice follows its queues, which change
+within a flow; decided once per flow (at its first frame, on idle queues) every
+flow would stay minimal. Valiant's load spreading over intermediate groups, the
+basis of its bound (``model.dragonfly``), is per packet too. The reordering this
+causes is what the selective-repeat transport (``transport=sr``) absorbs; over
+go-back-N it costs retransmissions.
 
-No loop, no black hole: only a source switch sets a tag, from a host port, so a
-frame is tagged at most once; while tagged, every hop strictly lowers its cost to
-group I; after, every hop follows the fabric's loop-free routes to the
-destination; a switch without a next hop toward I clears the tag rather than
-drop the frame. A frame thus crosses at most the source group, group I and the
-destination group: local, global, local, global, local in a full dragonfly.
+No loop, no black hole: a frame's tag only moves forward, undecided, then at most
+one intermediate group, then minimal; at most two switches (the source switch
+and the next one, both in the source group) decide; while undecided or minimal
+every hop follows the fabric's loop-free routes to the destination, while
+through g every hop strictly lowers the cost to g; a switch without a next hop
+toward g tags the frame minimal rather than drop it. A frame thus crosses at most
+the source group, group g and the destination group: local, global, local,
+global, local in a full dragonfly.
 """
 
 from __future__ import annotations
@@ -53,8 +67,10 @@ from topologies.routing import DownLinks, Routes, topo_graph
 #: Where the tag lives: BTH byte 4 (FECN, BECN, six reserved bits).
 TAG_OFFSET = OFF_BTH + 4
 TAG_MASK = 0x3F
-#: Groups a tag can name (tag = group + 1, 0 = none); router.c's MAX_GROUPS is 64.
-MAX_GROUPS = TAG_MASK
+TAG_UNDECIDED = 0
+TAG_MINIMAL = TAG_MASK
+#: Groups a tag can name (tag = group + 1, between the two above); router.c holds 64.
+MAX_GROUPS = TAG_MINIMAL - 1
 #: A hop count as the switch holds it (one byte); also "unreachable".
 MAX_HOPS = 255
 
@@ -151,18 +167,39 @@ def ugal_prefers_valiant(q_min: int, h_min: int, q_val: int, h_val: int) -> bool
     return q_val * h_val < q_min * h_min
 
 
-def tag_of(group: int | None) -> int:
-    """The tag a frame through ``group`` carries (0: none)."""
-    return 0 if group is None else group + 1
+def tag_of(group: int) -> int:
+    """The tag of a frame through ``group``."""
+    return group + 1
 
 
-def transit(gr: GroupRoutes, routes: Routes, switch: str, dst: str, tag: int
-            ) -> tuple[tuple[str, ...], int]:
-    """At a switch other than the source's: the next hops a frame to ``dst`` with
-    ``tag`` may take, and its tag after this switch."""
-    if tag:
-        group = tag - 1
-        toward = gr.to_group[switch].get(group, ())
-        if gr.group_of[switch] != group and toward:
-            return toward, tag
-    return routes.next_hops[switch].get(dst, ()), 0
+def outcomes(mode: str, gr: GroupRoutes, switch: str, src: str, dst: str, tag: int,
+             from_host: bool) -> list[int]:
+    """Every tag a frame from ``src`` to ``dst`` arriving at ``switch`` with ``tag``
+    may leave it with (``from_host``: it came in from a host port): which one is
+    the draw of `intermediate_group` and, under ugal, `ugal_prefers_valiant`."""
+    own, src_group, dst_group = gr.group_of[switch], gr.group_of[src], gr.group_of[dst]
+    reachable = [tag_of(g) for g in range(gr.groups) if g not in (src_group, dst_group)
+                 and gr.to_group[switch].get(g)]
+    if from_host:
+        if src_group == dst_group or gr.groups < 3:
+            return [TAG_MINIMAL]
+        vias = [tag_of(g) for g in range(gr.groups) if g not in (own, dst_group)]
+        # a drawn group this switch cannot reach: minimal (ugal: undecided)
+        fallback = TAG_MINIMAL if mode == "valiant" else TAG_UNDECIDED
+        out = {t if t in reachable else fallback for t in vias}
+        return sorted(out | ({TAG_UNDECIDED} if mode == "ugal" else set()))
+    if tag == TAG_UNDECIDED:
+        if mode == "ugal" and own == src_group and src_group != dst_group and gr.groups >= 3:
+            return sorted({TAG_MINIMAL, *reachable})
+        return [TAG_MINIMAL]
+    if tag != TAG_MINIMAL and (own in (tag - 1, dst_group) or not gr.to_group[switch].get(tag - 1)):
+        return [TAG_MINIMAL]
+    return [tag]
+
+
+def next_hops(gr: GroupRoutes, routes: Routes, switch: str, dst: str, tag: int
+              ) -> tuple[str, ...]:
+    """The next hops of a frame to ``dst`` leaving ``switch`` with ``tag``."""
+    if tag not in (TAG_UNDECIDED, TAG_MINIMAL):
+        return gr.to_group[switch][tag - 1]
+    return routes.next_hops[switch].get(dst, ())

@@ -50,9 +50,11 @@
 #define MAX_PORTS 64   /* emu/lbrouter.py: MAX_PORTS */
 #define MAX_NH 16      /* emu/lbrouter.py: MAX_NEXT_HOPS */
 #define FLOWLETS 16384  /* per switch (preallocated); beyond, the least recent flow starts anew */
-#define MAX_GROUPS 64   /* topologies/valiant.py: a tag names group + 1 < 64 */
+#define MAX_GROUPS 64   /* table sizes; topologies/valiant.py: at most 62 groups */
 #define TAG_OFFSET 46   /* topologies/valiant.py: BTH byte 4 (FECN, BECN, resv6) */
 #define TAG_MASK 0x3f
+#define TAG_UNDECIDED 0 /* as hosts send it */
+#define TAG_MINIMAL 0x3f /* minimal from here on; 1..62: through group tag - 1 */
 
 enum mode { MODE_SPRAY = 1, MODE_SPRAY_RR = 2, MODE_FLOWLET = 3, MODE_ADAPTIVE = 4,
 	    MODE_ADAPTIVE_FLOWLET = 5, MODE_VALIANT = 6, MODE_UGAL = 7 };
@@ -237,66 +239,77 @@ static __always_inline __u32 flowlet_member(struct cfg *c, struct stats *st, str
 	return fresh.member;
 }
 
-/* VALIANT, UGAL: the port slot for a frame to `d` whose BTH starts at `bth`, and in
- * *tag_out its new BTH byte 4 (-1: unchanged). `may_tag`: the frame can carry a
- * tag (its UDP checksum is 0, so nothing covers BTH byte 4 but the masked ICRC). */
-static __always_inline __u32 group_slot(struct __sk_buff *skb, struct cfg *c, struct stats *st,
-					struct dest *d, __u8 byte4, int may_tag, __u64 now,
-					int *tag_out)
+/* A random member of `slot[0..n)`, 0 < n <= MAX_NH (the mask only convinces the verifier). */
+static __always_inline __u32 any_member(const __u32 *slot, __u32 n)
 {
-	__u32 n = d->n;
-	__u32 tag = byte4 & TAG_MASK;
-	__u32 ifx = skb->ingress_ifindex;
-	__u8 untagged = byte4 & ~TAG_MASK;
-	*tag_out = -1;
-	if (bpf_map_lookup_elem(&host_ifs, &ifx)) {
-		/* the source switch: no tag from a host is kept */
-		if (tag)
-			*tag_out = untagged;
-		__u32 own = c->group, dg = d->group, g = c->groups;
-		if (!may_tag || own == dg || g < 3 || g > MAX_GROUPS)
-			return d->slot[(bpf_get_prandom_u32() % n) & (MAX_NH - 1)];
-		/* uniform over the groups but own and dg (topologies/valiant.py) */
-		__u32 via = bpf_get_prandom_u32() % (g - 2);
-		__u32 lo = own < dg ? own : dg, hi = own < dg ? dg : own;
-		if (via >= lo)
-			via++;
-		if (via >= hi)
-			via++;
-		struct nh_set *v = bpf_map_lookup_elem(&to_group, &via);
-		if (!v || v->n == 0 || v->n > MAX_NH) {
-			st->minimal++;
-			return d->slot[(bpf_get_prandom_u32() % n) & (MAX_NH - 1)];
+	__u32 m = bpf_get_prandom_u32() % n;
+	asm volatile("" : "+r"(m));  /* keep the mask: clang knows m < n <= MAX_NH, the verifier not */
+	return slot[m & (MAX_NH - 1)];
+}
+
+/* VALIANT, UGAL: the port slot for a frame from `saddr` to `d` whose tag is `tag`,
+ * and in *tag_out the tag it leaves with (topologies/valiant.py: outcomes, next_hops).
+ * `may_tag`: its UDP checksum is 0, so nothing covers BTH byte 4 but the masked ICRC. */
+static __always_inline __u32 group_slot(struct __sk_buff *skb, struct cfg *c, struct stats *st,
+					struct dest *d, __u32 saddr, __u32 tag, int may_tag,
+					__u64 now, __u32 *tag_out)
+{
+	__u32 n = d->n, ifx = skb->ingress_ifindex;
+	__u32 own = c->group, dg = d->group, g = c->groups;
+	int from_host = bpf_map_lookup_elem(&host_ifs, &ifx) != 0, decide = 0;
+	*tag_out = TAG_MINIMAL;
+	if (from_host) {
+		decide = may_tag && own != dg && g >= 3 && g <= MAX_GROUPS - 2;
+	} else if (tag == TAG_UNDECIDED) {
+		/* ugal: minimal so far; decide again while in the source group */
+		if (c->mode == MODE_UGAL && may_tag && own != dg && g >= 3 && g <= MAX_GROUPS - 2) {
+			struct dest *s = bpf_map_lookup_elem(&dests, &saddr);
+			decide = s && s->group == own;
 		}
-		__u32 vm, mm;
-		int valiant = 1;
-		if (c->mode == MODE_UGAL) {
-			__u64 q_min, q_val;
-			mm = least_queue(d->slot, n, now, &q_min);
-			vm = least_queue(v->slot, v->n, now, &q_val);
-			valiant = q_val * d->via_hops[via & (MAX_GROUPS - 1)] < q_min * d->hops;
-		} else {
-			vm = bpf_get_prandom_u32() % v->n;
-			mm = 0;
-		}
-		if (!valiant) {
-			st->minimal++;
-			return d->slot[mm & (MAX_NH - 1)];
-		}
-		st->valiant++;
-		*tag_out = untagged | (via + 1);
-		return v->slot[vm & (MAX_NH - 1)];
-	}
-	if (tag) {
+	} else if (tag != TAG_MINIMAL) {
 		__u32 grp = tag - 1;
-		if (grp != c->group) {
-			struct nh_set *v = bpf_map_lookup_elem(&to_group, &grp);
-			if (v && v->n && v->n <= MAX_NH)
-				return v->slot[(bpf_get_prandom_u32() % v->n) & (MAX_NH - 1)];
+		struct nh_set *v = grp != own && dg != own ? bpf_map_lookup_elem(&to_group, &grp) : 0;
+		if (v && v->n && v->n <= MAX_NH) {
+			*tag_out = tag;
+			return any_member(v->slot, v->n);
 		}
-		*tag_out = untagged;  /* in group I, or I unreachable: minimal from here */
+		/* in group I or the destination's, or I unreachable: minimal from here */
 	}
-	return d->slot[(bpf_get_prandom_u32() % n) & (MAX_NH - 1)];
+	if (!decide)
+		return any_member(d->slot, n);
+	/* uniform over the groups but own (the source's) and dg (topologies/valiant.py) */
+	__u32 via = bpf_get_prandom_u32() % (g - 2);
+	__u32 lo = own < dg ? own : dg, hi = own < dg ? dg : own;
+	if (via >= lo)
+		via++;
+	if (via >= hi)
+		via++;
+	/* a frame sent minimally by its source switch under ugal: the next switch decides */
+	__u32 minimal_tag = from_host && c->mode == MODE_UGAL ? TAG_UNDECIDED : TAG_MINIMAL;
+	struct nh_set *v = bpf_map_lookup_elem(&to_group, &via);
+	if (!v || v->n == 0 || v->n > MAX_NH) {
+		*tag_out = minimal_tag;
+		st->minimal++;
+		return any_member(d->slot, n);
+	}
+	__u32 vm, mm = 0;
+	int valiant = 1;
+	if (c->mode == MODE_UGAL) {
+		__u64 q_min, q_val;
+		mm = least_queue(d->slot, n, now, &q_min);
+		vm = least_queue(v->slot, v->n, now, &q_val);
+		valiant = q_val * d->via_hops[via & (MAX_GROUPS - 1)] < q_min * d->hops;
+	} else {
+		vm = bpf_get_prandom_u32() % v->n;
+	}
+	if (!valiant) {
+		*tag_out = minimal_tag;
+		st->minimal++;
+		return d->slot[mm & (MAX_NH - 1)];
+	}
+	*tag_out = via + 1;
+	st->valiant++;
+	return v->slot[vm & (MAX_NH - 1)];
 }
 
 SEC("tc")
@@ -325,15 +338,19 @@ int fabricemu_route(struct __sk_buff *skb)
 	__u32 n = d->n;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 member = 0, slot;
-	int tag = -1;
+	int byte4 = -1, old4 = -1;  /* VALIANT, UGAL: BTH byte 4, with the new tag and before */
 	__u64 q;
 	if (c->mode == MODE_VALIANT || c->mode == MODE_UGAL) {
-		__u8 *byte4 = data + TAG_OFFSET;
-		if ((void *)(byte4 + 1) > end) {
+		__u8 *b4 = data + TAG_OFFSET;
+		if ((void *)(b4 + 1) > end) {
 			st->passed++;
 			return TC_ACT_OK;  /* shorter than a BTH: not a RoCE frame after all */
 		}
-		slot = group_slot(skb, c, st, d, *byte4, udp->check == 0, now, &tag);
+		__u32 tag;
+		old4 = *b4;
+		slot = group_slot(skb, c, st, d, ip->saddr, old4 & TAG_MASK, udp->check == 0, now,
+				  &tag);
+		byte4 = (old4 & ~TAG_MASK) | tag;
 	} else {
 		if (c->mode == MODE_SPRAY)
 			member = bpf_get_prandom_u32() % n;
@@ -356,6 +373,13 @@ int fabricemu_route(struct __sk_buff *skb)
 	}
 	/* the helpers below invalidate packet pointers: read what they need first */
 	__u8 old_ttl = ip->ttl, proto = ip->protocol;
+	if (byte4 >= 0) {
+		__u32 out = p->ifindex;
+		if (bpf_map_lookup_elem(&host_ifs, &out))
+			byte4 &= ~TAG_MASK;  /* delivered: hosts see no tag */
+		if (byte4 == old4)
+			byte4 = -1;  /* unchanged: nothing to write */
+	}
 
 	/* TTL - 1, with the checksum delta over the 16-bit word holding TTL and protocol */
 	__u8 ttl = old_ttl - 1;
@@ -366,11 +390,11 @@ int fabricemu_route(struct __sk_buff *skb)
 	__u8 macs[2 * ETH_ALEN];
 	__builtin_memcpy(macs, p->peer_mac, ETH_ALEN);
 	__builtin_memcpy(macs + ETH_ALEN, p->mac, ETH_ALEN);
-	__u8 new_byte4 = (__u8)tag;
+	__u8 new_byte4 = (__u8)byte4;
 	if (bpf_skb_store_bytes(skb, ttl_off, &ttl, 1, 0) < 0 ||
 	    bpf_l3_csum_replace(skb, csum_off, old_w, new_w, 2) < 0 ||
 	    bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0 ||
-	    (tag >= 0 && bpf_skb_store_bytes(skb, TAG_OFFSET, &new_byte4, 1, 0) < 0))
+	    (byte4 >= 0 && bpf_skb_store_bytes(skb, TAG_OFFSET, &new_byte4, 1, 0) < 0))
 		return TC_ACT_SHOT;  /* half rewritten: the frame cannot go on */
 	st->routed++;
 	if (slot < MAX_PORTS)
