@@ -40,7 +40,7 @@ random per frame):
 Why per frame and not per flow: UGAL's choice follows its queues, which change
 within a flow; decided once per flow (at its first frame, on idle queues) every
 flow would stay minimal. Valiant's load spreading over intermediate groups, the
-basis of its bound (``model.dragonfly``), is per packet too. The reordering this
+basis of its bound (``model.ugal``), is per packet too. The reordering this
 causes is what the selective-repeat transport (``transport=sr``) absorbs; over
 go-back-N it costs retransmissions.
 

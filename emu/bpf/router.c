@@ -249,20 +249,20 @@ static __always_inline __u32 any_member(const __u32 *slot, __u32 n)
 
 /* VALIANT, UGAL: the port slot for a frame from `saddr` to `d` whose tag is `tag`,
  * and in *tag_out the tag it leaves with (topologies/valiant.py: outcomes, next_hops).
- * `may_tag`: its UDP checksum is 0, so nothing covers BTH byte 4 but the masked ICRC. */
+ * Its UDP checksum is 0: nothing covers BTH byte 4 but the ICRC, which masks it. */
 static __always_inline __u32 group_slot(struct __sk_buff *skb, struct cfg *c, struct stats *st,
-					struct dest *d, __u32 saddr, __u32 tag, int may_tag,
-					__u64 now, __u32 *tag_out)
+					struct dest *d, __u32 saddr, __u32 tag, __u64 now,
+					__u32 *tag_out)
 {
 	__u32 n = d->n, ifx = skb->ingress_ifindex;
 	__u32 own = c->group, dg = d->group, g = c->groups;
 	int from_host = bpf_map_lookup_elem(&host_ifs, &ifx) != 0, decide = 0;
 	*tag_out = TAG_MINIMAL;
 	if (from_host) {
-		decide = may_tag && own != dg && g >= 3 && g <= MAX_GROUPS - 2;
+		decide = own != dg && g >= 3 && g <= MAX_GROUPS - 2;
 	} else if (tag == TAG_UNDECIDED) {
 		/* ugal: minimal so far; decide again while in the source group */
-		if (c->mode == MODE_UGAL && may_tag && own != dg && g >= 3 && g <= MAX_GROUPS - 2) {
+		if (c->mode == MODE_UGAL && own != dg && g >= 3 && g <= MAX_GROUPS - 2) {
 			struct dest *s = bpf_map_lookup_elem(&dests, &saddr);
 			decide = s && s->group == own;
 		}
@@ -340,7 +340,10 @@ int fabricemu_route(struct __sk_buff *skb)
 	__u32 member = 0, slot;
 	int byte4 = -1, old4 = -1;  /* VALIANT, UGAL: BTH byte 4, with the new tag and before */
 	__u64 q;
-	if (c->mode == MODE_VALIANT || c->mode == MODE_UGAL) {
+	if ((c->mode == MODE_VALIANT || c->mode == MODE_UGAL) && udp->check) {
+		/* a UDP checksum covers BTH byte 4: no tag, minimal */
+		slot = any_member(d->slot, n);
+	} else if (c->mode == MODE_VALIANT || c->mode == MODE_UGAL) {
 		__u8 *b4 = data + TAG_OFFSET;
 		if ((void *)(b4 + 1) > end) {
 			st->passed++;
@@ -348,8 +351,7 @@ int fabricemu_route(struct __sk_buff *skb)
 		}
 		__u32 tag;
 		old4 = *b4;
-		slot = group_slot(skb, c, st, d, ip->saddr, old4 & TAG_MASK, udp->check == 0, now,
-				  &tag);
+		slot = group_slot(skb, c, st, d, ip->saddr, old4 & TAG_MASK, now, &tag);
 		byte4 = (old4 & ~TAG_MASK) | tag;
 	} else {
 		if (c->mode == MODE_SPRAY)

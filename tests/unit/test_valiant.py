@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from core.errors import ParameterError
-from model.dragonfly import adversarial_pairs, minimal_bound, path_split, ugal_bound, valiant_bound
+from model.ugal import adversarial_pairs, minimal_bound, path_split, ugal_bound, valiant_bound
 from topologies.routing import compute_routes
 from topologies.spec import build_topo
 from topologies.valiant import (
