@@ -85,7 +85,8 @@ def run_mode(spec: str, mode: str, pairs: list[tuple[str, str]], size: int, scal
         "minimal_decisions": sum(c.minimal for c in routers.values()),
         "retransmitted": int(msgs.retransmitted.sum()),
         "out_of_sequence": int(msgs.out_of_sequence.sum()),
-        "gate": "VALID" if report.valid else "refused: " + "; ".join(report.reasons)[:300],
+        "gate": "VALID" if report.valid else "refused",
+        "gate_reasons": [r.split(":")[0] for r in report.reasons],
     }
 
 
@@ -119,7 +120,11 @@ def main() -> None:
                       f"{r['aggregate_gbps'] / r['model_aggregate_gbps']:.2f}",
                       f"{r['slowest_flow_gbps']:.0f}", f"{r['valiant_frames']:,}",
                       f"{r['retransmitted']:,}", f"{r['out_of_sequence']:,}", r["gate"])
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for r in rows:
+        if r["gate_reasons"]:
+            console.print(f"{r['mode']}: refused by {', '.join(r['gate_reasons'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
