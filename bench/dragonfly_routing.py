@@ -19,13 +19,13 @@ dragonfly (its routes are the minimal paths).
 from __future__ import annotations
 
 import argparse
-import json
 import random
 
 from rich.console import Console
 from rich.table import Table
 
 from core.messages import Message, Workload
+from core.safefile import write_json
 from core.scaling import DEFAULT_SCALE, Scale
 from emu.fabric import Fabric
 from experiments.measure import engine_config, gate, measure
@@ -126,8 +126,7 @@ def main() -> None:
         if r["gate_reasons"]:
             console.print(f"{r['mode']}: refused by {', '.join(r['gate_reasons'])}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(args.json, rows)
 
 
 if __name__ == "__main__":
