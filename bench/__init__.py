@@ -5,6 +5,7 @@ and prints both side by side. Run one with ``emu bench NAME [ARGS...]`` or
 machine.
 
     capacity          kernel fabric capacity beside the engine's frames/s and CPU per frame, per S
+    dragonfly_routing minimal, Valiant and UGAL throughput on a dragonfly beside model/ugal.py
     engine_send       engine packets/s per core beside Scapy's sendp; achieved vs configured pacing
     fuzz              coverage-guided fuzzing (atheris) of the pcap and run-directory readers
     exporter_cost     engine CPU per frame with the live Prometheus exporter scraped beside without

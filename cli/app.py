@@ -43,7 +43,8 @@ MarkingOpt = Annotated[str, typer.Option("--marking", help="ECN marking back end
 DelayOpt = Annotated[str, typer.Option("--delay", help="link propagation delay (netem, "
                                        "dilated by S): auto | on | off")]
 RoutingOpt = Annotated[str, typer.Option("--routing", help="how switches spread RoCEv2 frames: "
-                                         "ecmp | spray | spray-rr | flowlet | adaptive | adaptive-flowlet")]
+                                         "ecmp | spray | spray-rr | flowlet | adaptive | adaptive-flowlet | "
+                                         "valiant | ugal (dragonfly)")]
 FlowletGapOpt = Annotated[str | None, typer.Option(
     "--flowlet-gap", help="routing=flowlet: idle gap (real time, dilated by S) before a new "
     "path, e.g. 10us (default: topologies/loadbalance.py's, and why)")]

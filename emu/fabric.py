@@ -147,6 +147,9 @@ class Fabric(LinkState):
         self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp_hashing
         self.pfc: Any = None  # emu.pfc_controller.PfcController once enable_pfc() ran
         self.routing = loadbalance.parse_routing(routing)  # fails before building
+        if self.routing in loadbalance.GROUP_MODES and topo.family != "dragonfly":
+            raise ParameterError("routing", self.routing, "routes through dragonfly groups: "
+                                                          "use a dragonfly topology")
         self.flowlet_gap_s = loadbalance.parse_flowlet_gap_s(flowlet_gap_s)
         self.routers: dict[str, SwitchRouter] = {}  # per switch, beyond ECMP: its counters
         self.in_order = in_order
@@ -435,7 +438,7 @@ class Fabric(LinkState):
         if self.routing != "ecmp":
             self.routers = install_routers(
                 self.routing, round(self.scale.time_emu_s(self.flowlet_gap_s) * 1e9),
-                {s: loadbalance.switch_tables(self.plan, self.routes, s) for s in self.switches},
+                loadbalance.fabric_tables(self.topo, self.plan, self.routes, self.routing),
                 self._ports, self.namespaces.iprs, self.marking)
 
     def _install_roce_sinks(self) -> None:

@@ -7,9 +7,13 @@ between switches and fabrics), attached to the clsact ingress hook of every port
 * ``ports``: each port slot's ifindex, MACs and (for adaptive) its emulated rate;
 * ``dests``: destination host IP -> the slots of its equal-cost next hops
   (``topologies.loadbalance.switch_tables``, from the fabric's routes);
-* ``port_vq`` (adaptive): each slot's ECN marker ``vq`` map, so the switch reads its
+* ``port_vq`` (adaptive, ugal): each slot's ECN marker ``vq`` map, so the switch reads its
   own ports' queues;
-* ``stats``: frames routed, left to the FIB, new flowlets, frames per port slot.
+* ``to_group``, ``host_ifs`` (valiant, ugal): the slots toward each group, the host
+  ports' ifindexes (``topologies.loadbalance.GroupSlots``); ``dests`` then also holds
+  each destination's group and hop counts;
+* ``stats``: frames routed, left to the FIB, new flowlets, frames a source switch
+  sent through an intermediate group or minimally, frames per port slot.
 
 Nothing is pinned: after attaching we keep the fds of the maps we write or read; the
 filters hold the program, and the namespaces' removal drops them (as emu.ecn.bpf).
@@ -36,19 +40,25 @@ from topologies.loadbalance import (
     SwitchTables,
     max_idle_ns,
 )
+from topologies.valiant import MAX_GROUPS
 
 PROGRAM_NAME = "fabricemu_route"
 FILTER_NAME = "fabricemu_router"
-MAPS = ("cfg", "ports", "dests", "stats", "port_vq")
+MAPS = ("cfg", "ports", "dests", "stats", "port_vq", "to_group", "host_ifs")
+#: router.c's MAX_GROUPS: the size of ``to_group`` and of a destination's ``via_hops``
+GROUP_SLOTS = 64
 #: sizeof(struct vq_state) (emu/bpf/vq_state.h)
 VQ_STATE_BYTES = 40
 #: router.c's mode numbers
-MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4, "adaptive-flowlet": 5}
+MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4, "adaptive-flowlet": 5,
+               "valiant": 6, "ugal": 7}
+assert MAX_GROUPS < GROUP_SLOTS
 
 
 class _Cfg(ctypes.Structure):
     _fields_ = [("mode", ctypes.c_uint32), ("pad", ctypes.c_uint32),
-                ("flowlet_gap_ns", ctypes.c_uint64)]
+                ("flowlet_gap_ns", ctypes.c_uint64), ("group", ctypes.c_uint32),
+                ("groups", ctypes.c_uint32)]
 
 
 class _Port(ctypes.Structure):
@@ -60,12 +70,18 @@ class _Port(ctypes.Structure):
 
 class _Dest(ctypes.Structure):
     _fields_ = [("n", ctypes.c_uint32), ("rr", ctypes.c_uint32),
-                ("slot", ctypes.c_uint32 * MAX_NEXT_HOPS)]
+                ("slot", ctypes.c_uint32 * MAX_NEXT_HOPS), ("group", ctypes.c_uint32),
+                ("hops", ctypes.c_uint32), ("via_hops", ctypes.c_uint8 * GROUP_SLOTS)]
+
+
+class _NhSet(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_uint32), ("slot", ctypes.c_uint32 * MAX_NEXT_HOPS)]
 
 
 class _Stats(ctypes.Structure):
     _fields_ = [("routed", ctypes.c_uint64), ("passed", ctypes.c_uint64),
-                ("flowlets", ctypes.c_uint64), ("per_port", ctypes.c_uint64 * MAX_PORTS)]
+                ("flowlets", ctypes.c_uint64), ("valiant", ctypes.c_uint64),
+                ("minimal", ctypes.c_uint64), ("per_port", ctypes.c_uint64 * MAX_PORTS)]
 
 
 def router_source() -> Path:
@@ -88,11 +104,14 @@ def _update(fd: int, key: Any, value: Any, what: str) -> None:
 @dataclass(frozen=True)
 class RouterCounters:
     """What one switch's router did: frames it forwarded, frames it left to the FIB,
-    flowlets it started and frames per port (by ifname)."""
+    flowlets it started, frames it sent (as their source switch) through an
+    intermediate group or minimally to another group, and frames per port (by ifname)."""
 
     routed: int
     passed: int
     flowlets: int
+    valiant: int
+    minimal: int
     per_port: dict[str, int]
 
 
@@ -112,9 +131,12 @@ class SwitchRouter:
     def configure(self, mode: str, flowlet_gap_emu_ns: int, ifindex: Mapping[str, int],
                   rate_emu_bps: Mapping[str, float], vq_fds: Mapping[str, int]) -> None:
         """Write the mode, every port slot (by ifname: its ifindex, rate, marker map)
-        and the destinations."""
+        and the destinations (and the group tables)."""
+        groups = self.tables.groups
         _update(self._fd("cfg"), ctypes.c_uint32(0),
-                _Cfg(MODE_NUMBER[mode], 0, flowlet_gap_emu_ns), "cfg")
+                _Cfg(MODE_NUMBER[mode], 0, flowlet_gap_emu_ns,
+                     0 if groups is None else groups.group, 0 if groups is None else groups.groups),
+                "cfg")
         for slot, port in enumerate(self.tables.ports):
             rate = rate_emu_bps[port.ifname]
             _update(self._fd("ports"), ctypes.c_uint32(slot),
@@ -123,18 +145,32 @@ class SwitchRouter:
             if port.ifname in vq_fds:
                 _update(self._fd("port_vq"), ctypes.c_uint32(slot),
                         ctypes.c_uint32(vq_fds[port.ifname]), "port_vq")
-        self.set_dests(self.tables.dests)
+        if groups is not None:
+            for slot in groups.host_slots:
+                _update(self._fd("host_ifs"), ctypes.c_uint32(ifindex[self.tables.ports[slot].ifname]),
+                        ctypes.c_uint32(1), "host_ifs")
+        self.set_tables(self.tables)
 
-    def set_dests(self, dests: Mapping[str, tuple[int, ...]]) -> None:
-        """Make ``dests`` the destination table (after a link went down or up)."""
+    def set_tables(self, tables: SwitchTables) -> None:
+        """Make ``tables``' destinations (and group next hops) the switch's, as after
+        a link went down or up."""
         fd = self._fd("dests")
-        for ip, slots in dests.items():
-            dest = _Dest(len(slots), 0, (ctypes.c_uint32 * MAX_NEXT_HOPS)(*slots))
+        groups = tables.groups
+        for ip, slots in tables.dests.items():
+            hops = groups.dests.get(ip) if groups is not None else None
+            dest = _Dest(len(slots), 0, (ctypes.c_uint32 * MAX_NEXT_HOPS)(*slots),
+                         0 if hops is None else hops.group, 0 if hops is None else hops.hops,
+                         (ctypes.c_uint8 * GROUP_SLOTS)(*(hops.via_hops if hops else ())))
             _update(fd, ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip)), dest, "dests")
-        for ip in set(self.tables.dests) - set(dests):
+        for ip in set(self.tables.dests) - set(tables.dests):
             key = ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip))
             libbpf().lib.bpf_map_delete_elem(fd, ctypes.byref(key))
-        self.tables = SwitchTables(self.tables.ports, dict(dests))
+        if groups is not None:
+            for grp in range(groups.groups):
+                slots = groups.to_group.get(grp, ())
+                _update(self._fd("to_group"), ctypes.c_uint32(grp),
+                        _NhSet(len(slots), (ctypes.c_uint32 * MAX_NEXT_HOPS)(*slots)), "to_group")
+        self.tables = tables
 
     def counters(self) -> RouterCounters:
         lb = libbpf()
@@ -145,7 +181,8 @@ class SwitchRouter:
         per_port = {p.ifname: sum(v.per_port[slot] for v in vals)
                     for slot, p in enumerate(self.tables.ports)}
         return RouterCounters(sum(v.routed for v in vals), sum(v.passed for v in vals),
-                              sum(v.flowlets for v in vals), per_port)
+                              sum(v.flowlets for v in vals), sum(v.valiant for v in vals),
+                              sum(v.minimal for v in vals), per_port)
 
     def close(self) -> None:
         if self._fds is None:
@@ -207,7 +244,7 @@ def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, Swi
     socket in ``iprs``). Adaptive routing reads the ECN markers' queues, so it needs
     ``marking`` 'bpf'. A one-line CapabilityError when a router cannot be installed
     (the fabric then stops: never a silent ECMP)."""
-    if mode.startswith("adaptive") and marking != "bpf":
+    if (mode.startswith("adaptive") or mode == "ugal") and marking != "bpf":
         raise CapabilityError(f"routing={mode} reads each port's queue from the eBPF ECN "
                               f"marker, and this fabric marks with {marking!r}: build it with "
                               "marking='bpf' (or 'auto' where bpf works)")
@@ -243,5 +280,5 @@ def probe_router() -> tuple[bool, str]:
         return False, str(e).splitlines()[0]
     for fd in fds:
         os.close(fd)
-    return True, ("the kernel loads it: routing=spray | spray-rr | flowlet work, the "
-                  "adaptive ones with the bpf marker")
+    return True, ("the kernel loads it: routing=spray | spray-rr | flowlet | valiant work, "
+                  "the adaptive ones and ugal with the bpf marker")

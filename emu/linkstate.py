@@ -35,6 +35,7 @@ class LinkState:
     routes: Routes
     namespaces: NamespaceSet
     routers: dict[str, SwitchRouter]
+    routing: str
     down_links: set[frozenset[str]]   # what the routing knows to be down
     dead_links: set[frozenset[str]]   # physically down
     _ifindex: dict[tuple[str, str], int]
@@ -95,8 +96,11 @@ class LinkState:
                 f"route flush exact {'0.0.0.0/0' if prefix == 'default' else prefix}"
                 for prefix in old[node].keys() - new.keys()]
         run_ip_batches(batches)
-        for switch, router in self.routers.items():
-            router.set_dests(loadbalance.switch_tables(self.plan, self.routes, switch).dests)
+        if self.routers:
+            tables = loadbalance.fabric_tables(self.topo, self.plan, self.routes, self.routing,
+                                               frozenset(self.down_links))
+            for switch, router in self.routers.items():
+                router.set_tables(tables[switch])
 
     def _route_specs(self, node: str) -> dict[str, str]:
         dead = {peer for link in self.dead_links if node in link for peer in link - {node}}

@@ -203,7 +203,8 @@ ROUTING = Option("ecmp", f"routing mode of every fabric: {' | '.join(loadbalance
                          "(ecmp: the kernel's per-flow hash; spray: a random path per frame, "
                          "spray-rr: in turn; flowlet: a new random path after an idle "
                          "flowlet_gap; adaptive: the shortest egress queue per frame, adaptive-flowlet: "
-                         "per flowlet)",
+                         "per flowlet; dragonfly only: valiant, through a random intermediate group, "
+                         "ugal, minimal or valiant from the source switch's queues)",
                  parse=loadbalance.parse_routing)
 FLOWLET_GAP = Option(loadbalance.DEFAULT_FLOWLET_GAP_S, "routing=flowlet: the idle gap (real "
                      "time) after which a flow may take a new path; above the paths' delay "

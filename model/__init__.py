@@ -18,5 +18,7 @@ the ECN marking curve and the DCQCN parameters: data and configuration
                   fluid (mean-field) equations and their fixed point;
 * `incast_fluid` -- DCQCN senders into one port as a fluid from the first byte
                   (transient);
-* `incast`     -- incast predictions from those, with C, r and hops from a graph.
+* `incast`     -- incast predictions from those, with C, r and hops from a graph;
+* `ugal`       -- minimal, Valiant and UGAL throughput on a dragonfly (max-min over
+                  the switches' path probabilities).
 """

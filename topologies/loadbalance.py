@@ -17,6 +17,9 @@ decision written here in Python, from the same tables:
 * ``adaptive``: `least_queue_choice` over each member's egress queue now
   (`queue_now_scaled`: the ECN marker's virtual queue drained to now), per frame;
   ``adaptive-flowlet``: the same choice per flowlet (`FlowletTable`).
+* ``valiant`` and ``ugal`` (dragonfly only): through a random intermediate group,
+  always or when UGAL-L's queue-times-hops comparison says so (``topologies.valiant``;
+  `switch_tables` adds each switch's `GroupSlots`).
 
 `DEFAULT_FLOWLET_GAP_S`: 10 µs of real time (dilated by S in the switch). A flowlet
 may take a new path only when the previous one has drained from the old path, so
@@ -37,9 +40,14 @@ from dataclasses import dataclass, field
 from core.errors import ParameterError
 from core.units import parse_time_s
 from topologies.addressing import AddressPlan
-from topologies.routing import Routes
+from topologies.base import FabricTopo
+from topologies.routing import DownLinks, Routes
+from topologies.valiant import MAX_HOPS, GroupRoutes, group_routes
 
-ROUTING_MODES = ("ecmp", "spray", "spray-rr", "flowlet", "adaptive", "adaptive-flowlet")
+ROUTING_MODES = ("ecmp", "spray", "spray-rr", "flowlet", "adaptive", "adaptive-flowlet",
+                 "valiant", "ugal")
+#: The modes that route through intermediate groups (``topologies.valiant``).
+GROUP_MODES = ("valiant", "ugal")
 DEFAULT_FLOWLET_GAP_S = 10e-6
 #: The switch program's table sizes (emu/bpf/router.c: MAX_PORTS, MAX_NH).
 MAX_PORTS = 64
@@ -76,17 +84,52 @@ class PortSlot:
 
 
 @dataclass(frozen=True)
+class DestHops:
+    """valiant / ugal: a destination host's group, the links to it on the fabric's
+    routes, and through each group (`GroupRoutes.via_hops`, 0 for none)."""
+
+    group: int
+    hops: int
+    via_hops: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GroupSlots:
+    """valiant / ugal: a switch's group, the fabric's number of groups, the slots of
+    its host ports (a frame from one is at its source switch), the slots of its next
+    hops toward each other group, and per destination host IP its `DestHops`."""
+
+    group: int
+    groups: int
+    host_slots: tuple[int, ...]
+    to_group: dict[int, tuple[int, ...]]
+    dests: dict[str, DestHops]
+
+
+@dataclass(frozen=True)
 class SwitchTables:
     """A switch's ports in port order (their index is the slot) and, per destination
-    host IP, the slots of its equal-cost next hops in the routes' (sorted) order."""
+    host IP, the slots of its equal-cost next hops in the routes' (sorted) order;
+    under valiant and ugal also its `GroupSlots`."""
 
     ports: tuple[PortSlot, ...]
     dests: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    groups: GroupSlots | None = None
 
 
-def switch_tables(plan: AddressPlan, routes: Routes, switch: str) -> SwitchTables:
-    """``switch``'s tables from the address plan and the routes (ParameterError when
-    it has more ports or next hops than the switch program holds)."""
+def fabric_tables(topo: FabricTopo, plan: AddressPlan, routes: Routes, mode: str,
+                  down: DownLinks = frozenset()) -> dict[str, SwitchTables]:
+    """Every switch's tables under routing ``mode`` (`switch_tables`), around the
+    ``down`` links that ``routes`` avoid."""
+    gr = group_routes(topo, routes, down) if mode in GROUP_MODES else None
+    return {s: switch_tables(plan, routes, s, gr) for s in topo.switch_nodes()}
+
+
+def switch_tables(plan: AddressPlan, routes: Routes, switch: str,
+                  groups: GroupRoutes | None = None) -> SwitchTables:
+    """``switch``'s tables from the address plan and the routes, and its `GroupSlots`
+    from ``groups`` when given (ParameterError when it has more ports or next hops
+    than the switch program holds)."""
     ifaces = plan.interfaces[switch]
     if len(ifaces) > MAX_PORTS:
         raise ParameterError("routing", switch, f"has {len(ifaces)} ports; the switch "
@@ -101,7 +144,22 @@ def switch_tables(plan: AddressPlan, routes: Routes, switch: str) -> SwitchTable
                                                     f"the switch program holds {MAX_NEXT_HOPS}")
         dests[plan.host_ip[dst]] = tuple(slot_of[h] for h in hops)
     return SwitchTables(tuple(PortSlot(i.ifname, i.peer_node, i.mac, i.peer_mac)
-                              for i in ifaces), dests)
+                              for i in ifaces), dests,
+                        None if groups is None else _group_slots(plan, routes, switch, groups, slot_of))
+
+
+def _group_slots(plan: AddressPlan, routes: Routes, switch: str, gr: GroupRoutes,
+                 slot_of: dict[str, int]) -> GroupSlots:
+    to_group = {grp: tuple(slot_of[h] for h in hops[:MAX_NEXT_HOPS])
+                for grp, hops in gr.to_group[switch].items() if hops}
+    dests = {plan.host_ip[dst]: DestHops(
+        gr.group_of[dst], min(MAX_HOPS, gr.hops_to_host[dst][switch]),
+        tuple(gr.via_hops(switch, grp, dst) if grp in to_group else 0
+              for grp in range(gr.groups)))
+        for dst in routes.hosts if routes.next_hops[switch].get(dst)}
+    hosts = set(routes.hosts)
+    return GroupSlots(gr.group_of[switch], gr.groups,
+                      tuple(n for peer, n in slot_of.items() if peer in hosts), to_group, dests)
 
 
 # ----------------------------------------------------------------------------- decisions

@@ -23,6 +23,15 @@
  *             marker map), drained to now as the marker drains it; ties go to the
  *             first from a random starting member.
  *   ADAPTIVE_FLOWLET  as FLOWLET, a new flowlet taking ADAPTIVE's member.
+ *   VALIANT   (dragonfly) at the source switch (the frame came in from a host port,
+ *             `host_ifs`), toward another group: through a random intermediate
+ *             group I, tagged I + 1 in the reserved bits of BTH byte 4 (TAG_*);
+ *             elsewhere a tagged frame follows `to_group[I]` until group I, where
+ *             the tag is cleared, then `dests`. Members drawn at random per frame.
+ *   UGAL      as VALIANT, but the source switch takes the intermediate group only
+ *             when its shortest queue times the Valiant path's hops is below the
+ *             minimal next hops' shortest queue times the minimal path's (UGAL-L).
+ * topologies/valiant.py says why this neither loops nor black-holes.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -41,14 +50,21 @@
 #define MAX_PORTS 64   /* emu/lbrouter.py: MAX_PORTS */
 #define MAX_NH 16      /* emu/lbrouter.py: MAX_NEXT_HOPS */
 #define FLOWLETS 16384  /* per switch (preallocated); beyond, the least recent flow starts anew */
+#define MAX_GROUPS 64   /* table sizes; topologies/valiant.py: at most 62 groups */
+#define TAG_OFFSET 46   /* topologies/valiant.py: BTH byte 4 (FECN, BECN, resv6) */
+#define TAG_MASK 0x3f
+#define TAG_UNDECIDED 0 /* as hosts send it */
+#define TAG_MINIMAL 0x3f /* minimal from here on; 1..62: through group tag - 1 */
 
 enum mode { MODE_SPRAY = 1, MODE_SPRAY_RR = 2, MODE_FLOWLET = 3, MODE_ADAPTIVE = 4,
-	    MODE_ADAPTIVE_FLOWLET = 5 };
+	    MODE_ADAPTIVE_FLOWLET = 5, MODE_VALIANT = 6, MODE_UGAL = 7 };
 
 struct cfg {
 	__u32 mode;
 	__u32 pad;
 	__u64 flowlet_gap_ns;   /* emulated ns: the real gap times S */
+	__u32 group;            /* VALIANT, UGAL: this switch's group */
+	__u32 groups;           /* and the fabric's number of groups */
 };
 
 struct port {
@@ -65,6 +81,14 @@ struct dest {
 	__u32 n;                /* members of the equal-cost set, 1..MAX_NH */
 	__u32 rr;               /* SPRAY_RR's turn */
 	__u32 slot[MAX_NH];     /* each member's index into `ports` */
+	__u32 group;            /* VALIANT, UGAL: the destination's group */
+	__u32 hops;             /* UGAL: links to it on the minimal routes */
+	__u8 via_hops[MAX_GROUPS]; /* UGAL: links to it through each group */
+};
+
+struct nh_set {
+	__u32 n;                /* next hops toward a group, 0..MAX_NH */
+	__u32 slot[MAX_NH];
 };
 
 struct flow_key {
@@ -85,6 +109,8 @@ struct stats {
 	__u64 routed;           /* frames this program forwarded */
 	__u64 passed;           /* frames left to the kernel's FIB */
 	__u64 flowlets;         /* FLOWLET: new flowlets (a path drawn) */
+	__u64 valiant;          /* VALIANT, UGAL: frames this source switch tagged */
+	__u64 minimal;          /* and frames it sent minimally to another group */
 	__u64 per_port[MAX_PORTS]; /* frames sent to each port slot */
 };
 
@@ -124,6 +150,22 @@ struct {
 	__type(value, struct stats);
 } stats SEC(".maps");
 
+/* VALIANT, UGAL: next hops toward each group (n = 0 for none, own group). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_GROUPS);
+	__type(key, __u32);
+	__type(value, struct nh_set);
+} to_group SEC(".maps");
+
+/* VALIANT, UGAL: ifindexes of the ports to hosts (a frame from one is at its source). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} host_ifs SEC(".maps");
+
 /* Each port slot's ECN marker `vq` map (marker.c), for ADAPTIVE. Its entries'
  * layout (struct vq_state) comes from the loader (emu/lbrouter.py), which gives
  * libbpf a marker's map as the template: clang emits no BTF for a struct reached
@@ -155,7 +197,9 @@ static __always_inline __u64 queue_now(__u32 slot, __u64 now)
 	return q > avail ? q - avail : 0;
 }
 
-static __always_inline __u32 least_queue(struct dest *d, __u32 n, __u64 now)
+/* The member of `slot[0..n)` with the shortest queue (ties: the first from a random
+ * start); its queue in *q. */
+static __always_inline __u32 least_queue(const __u32 *slot, __u32 n, __u64 now, __u64 *q_out)
 {
 	__u32 start = bpf_get_prandom_u32() % n;
 	__u32 best = start;
@@ -166,12 +210,13 @@ static __always_inline __u32 least_queue(struct dest *d, __u32 n, __u64 now)
 		__u32 m = start + i;
 		if (m >= n)
 			m -= n;
-		__u64 q = queue_now(d->slot[m & (MAX_NH - 1)], now);
+		__u64 q = queue_now(slot[m & (MAX_NH - 1)], now);
 		if (q < best_q) {
 			best_q = q;
 			best = m;
 		}
 	}
+	*q_out = best_q;
 	return best;
 }
 
@@ -186,11 +231,85 @@ static __always_inline __u32 flowlet_member(struct cfg *c, struct stats *st, str
 		return f->member;
 	}
 	struct flowlet fresh = {.last_ns = now};
-	fresh.member = c->mode == MODE_ADAPTIVE_FLOWLET ? least_queue(d, n, now)
+	__u64 q;
+	fresh.member = c->mode == MODE_ADAPTIVE_FLOWLET ? least_queue(d->slot, n, now, &q)
 						       : bpf_get_prandom_u32() % n;
 	bpf_map_update_elem(&flowlets, &k, &fresh, BPF_ANY);
 	st->flowlets++;
 	return fresh.member;
+}
+
+/* A random member of `slot[0..n)`, 0 < n <= MAX_NH (the mask only convinces the verifier). */
+static __always_inline __u32 any_member(const __u32 *slot, __u32 n)
+{
+	__u32 m = bpf_get_prandom_u32() % n;
+	asm volatile("" : "+r"(m));  /* keep the mask: clang knows m < n <= MAX_NH, the verifier not */
+	return slot[m & (MAX_NH - 1)];
+}
+
+/* VALIANT, UGAL: the port slot for a frame from `saddr` to `d` whose tag is `tag`,
+ * and in *tag_out the tag it leaves with (topologies/valiant.py: outcomes, next_hops).
+ * Its UDP checksum is 0: nothing covers BTH byte 4 but the ICRC, which masks it. */
+static __always_inline __u32 group_slot(struct __sk_buff *skb, struct cfg *c, struct stats *st,
+					struct dest *d, __u32 saddr, __u32 tag, __u64 now,
+					__u32 *tag_out)
+{
+	__u32 n = d->n, ifx = skb->ingress_ifindex;
+	__u32 own = c->group, dg = d->group, g = c->groups;
+	int from_host = bpf_map_lookup_elem(&host_ifs, &ifx) != 0, decide = 0;
+	*tag_out = TAG_MINIMAL;
+	if (from_host) {
+		decide = own != dg && g >= 3 && g <= MAX_GROUPS - 2;
+	} else if (tag == TAG_UNDECIDED) {
+		/* ugal: minimal so far; decide again while in the source group */
+		if (c->mode == MODE_UGAL && own != dg && g >= 3 && g <= MAX_GROUPS - 2) {
+			struct dest *s = bpf_map_lookup_elem(&dests, &saddr);
+			decide = s && s->group == own;
+		}
+	} else if (tag != TAG_MINIMAL) {
+		__u32 grp = tag - 1;
+		struct nh_set *v = grp != own && dg != own ? bpf_map_lookup_elem(&to_group, &grp) : 0;
+		if (v && v->n && v->n <= MAX_NH) {
+			*tag_out = tag;
+			return any_member(v->slot, v->n);
+		}
+		/* in group I or the destination's, or I unreachable: minimal from here */
+	}
+	if (!decide)
+		return any_member(d->slot, n);
+	/* uniform over the groups but own (the source's) and dg (topologies/valiant.py) */
+	__u32 via = bpf_get_prandom_u32() % (g - 2);
+	__u32 lo = own < dg ? own : dg, hi = own < dg ? dg : own;
+	if (via >= lo)
+		via++;
+	if (via >= hi)
+		via++;
+	/* a frame sent minimally by its source switch under ugal: the next switch decides */
+	__u32 minimal_tag = from_host && c->mode == MODE_UGAL ? TAG_UNDECIDED : TAG_MINIMAL;
+	struct nh_set *v = bpf_map_lookup_elem(&to_group, &via);
+	if (!v || v->n == 0 || v->n > MAX_NH) {
+		*tag_out = minimal_tag;
+		st->minimal++;
+		return any_member(d->slot, n);
+	}
+	__u32 vm, mm = 0;
+	int valiant = 1;
+	if (c->mode == MODE_UGAL) {
+		__u64 q_min, q_val;
+		mm = least_queue(d->slot, n, now, &q_min);
+		vm = least_queue(v->slot, v->n, now, &q_val);
+		valiant = q_val * d->via_hops[via & (MAX_GROUPS - 1)] < q_min * d->hops;
+	} else {
+		vm = bpf_get_prandom_u32() % v->n;
+	}
+	if (!valiant) {
+		*tag_out = minimal_tag;
+		st->minimal++;
+		return d->slot[mm & (MAX_NH - 1)];
+	}
+	*tag_out = via + 1;
+	st->valiant++;
+	return v->slot[vm & (MAX_NH - 1)];
 }
 
 SEC("tc")
@@ -201,7 +320,7 @@ int fabricemu_route(struct __sk_buff *skb)
 	struct stats *st = bpf_map_lookup_elem(&stats, &zero);
 	if (!c || !st)
 		return TC_ACT_OK;
-	bpf_skb_pull_data(skb, sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr));
+	bpf_skb_pull_data(skb, TAG_OFFSET + 1);
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
@@ -218,38 +337,66 @@ int fabricemu_route(struct __sk_buff *skb)
 	}
 	__u32 n = d->n;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 member = 0;
-	if (c->mode == MODE_SPRAY)
-		member = bpf_get_prandom_u32() % n;
-	else if (c->mode == MODE_SPRAY_RR)
-		member = d->rr++ % n;  /* unlocked: two CPUs may rarely take one turn twice */
-	else if (c->mode == MODE_FLOWLET || c->mode == MODE_ADAPTIVE_FLOWLET)
-		/* a flowlet table only where there is a choice */
-		member = n > 1 ? flowlet_member(c, st, ip, udp, d, n, now) : 0;
-	else if (c->mode == MODE_ADAPTIVE)
-		member = least_queue(d, n, now);
-	else
-		return TC_ACT_OK;  /* not configured yet */
-	/* member < n <= MAX_NH (a power of two): the mask only convinces the verifier */
-	__u32 slot = d->slot[member & (MAX_NH - 1)];
+	__u32 member = 0, slot;
+	int byte4 = -1, old4 = -1;  /* VALIANT, UGAL: BTH byte 4, with the new tag and before */
+	__u64 q;
+	if ((c->mode == MODE_VALIANT || c->mode == MODE_UGAL) && udp->check) {
+		/* a UDP checksum covers BTH byte 4: no tag, minimal */
+		slot = any_member(d->slot, n);
+	} else if (c->mode == MODE_VALIANT || c->mode == MODE_UGAL) {
+		__u8 *b4 = data + TAG_OFFSET;
+		if ((void *)(b4 + 1) > end) {
+			st->passed++;
+			return TC_ACT_OK;  /* shorter than a BTH: not a RoCE frame after all */
+		}
+		__u32 tag;
+		old4 = *b4;
+		slot = group_slot(skb, c, st, d, ip->saddr, old4 & TAG_MASK, now, &tag);
+		byte4 = (old4 & ~TAG_MASK) | tag;
+	} else {
+		if (c->mode == MODE_SPRAY)
+			member = bpf_get_prandom_u32() % n;
+		else if (c->mode == MODE_SPRAY_RR)
+			member = d->rr++ % n;  /* unlocked: two CPUs may rarely take one turn twice */
+		else if (c->mode == MODE_FLOWLET || c->mode == MODE_ADAPTIVE_FLOWLET)
+			/* a flowlet table only where there is a choice */
+			member = n > 1 ? flowlet_member(c, st, ip, udp, d, n, now) : 0;
+		else if (c->mode == MODE_ADAPTIVE)
+			member = least_queue(d->slot, n, now, &q);
+		else
+			return TC_ACT_OK;  /* not configured yet */
+		/* member < n <= MAX_NH (a power of two): the mask only convinces the verifier */
+		slot = d->slot[member & (MAX_NH - 1)];
+	}
 	struct port *p = bpf_map_lookup_elem(&ports, &slot);
 	if (!p || !p->ifindex) {
 		st->passed++;
 		return TC_ACT_OK;
 	}
+	/* the helpers below invalidate packet pointers: read what they need first */
+	__u8 old_ttl = ip->ttl, proto = ip->protocol;
+	if (byte4 >= 0) {
+		__u32 out = p->ifindex;
+		if (bpf_map_lookup_elem(&host_ifs, &out))
+			byte4 &= ~TAG_MASK;  /* delivered: hosts see no tag */
+		if (byte4 == old4)
+			byte4 = -1;  /* unchanged: nothing to write */
+	}
 
 	/* TTL - 1, with the checksum delta over the 16-bit word holding TTL and protocol */
-	__u8 ttl = ip->ttl - 1;
-	__u16 old_w = bpf_htons(((__u16)ip->ttl << 8) | ip->protocol);
-	__u16 new_w = bpf_htons(((__u16)ttl << 8) | ip->protocol);
+	__u8 ttl = old_ttl - 1;
+	__u16 old_w = bpf_htons(((__u16)old_ttl << 8) | proto);
+	__u16 new_w = bpf_htons(((__u16)ttl << 8) | proto);
 	__u32 ttl_off = sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, ttl);
 	__u32 csum_off = sizeof(struct ethhdr) + __builtin_offsetof(struct iphdr, check);
 	__u8 macs[2 * ETH_ALEN];
 	__builtin_memcpy(macs, p->peer_mac, ETH_ALEN);
 	__builtin_memcpy(macs + ETH_ALEN, p->mac, ETH_ALEN);
+	__u8 new_byte4 = (__u8)byte4;
 	if (bpf_skb_store_bytes(skb, ttl_off, &ttl, 1, 0) < 0 ||
 	    bpf_l3_csum_replace(skb, csum_off, old_w, new_w, 2) < 0 ||
-	    bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0)
+	    bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0 ||
+	    (byte4 >= 0 && bpf_skb_store_bytes(skb, TAG_OFFSET, &new_byte4, 1, 0) < 0))
 		return TC_ACT_SHOT;  /* half rewritten: the frame cannot go on */
 	st->routed++;
 	if (slot < MAX_PORTS)

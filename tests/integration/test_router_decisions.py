@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import os
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -39,7 +40,11 @@ def _frame(plan, dst: str = "h3", *, sport: int = 5000, dport: int = 4791, ttl: 
                  / UDP(sport=sport, dport=dport) / (b"\0" * 64))
 
 
-def _run(prog_fd: int, frame: bytes) -> tuple[int, bytes]:
+#: struct __sk_buff up to cb[], and where its ingress_ifindex sits
+SKB_CTX_BYTES, INGRESS_IFINDEX_OFFSET = 48, 36
+
+
+def _run(prog_fd: int, frame: bytes, ingress_ifindex: int = 0) -> tuple[int, bytes]:
     from emu.bpfload import libbpf
 
     lib = libbpf().lib
@@ -50,24 +55,30 @@ def _run(prog_fd: int, frame: bytes) -> tuple[int, bytes]:
     opts = _TestRun(sz=ctypes.sizeof(_TestRun), data_in=ctypes.cast(data_in, ctypes.c_void_p),
                     data_out=ctypes.cast(data_out, ctypes.c_void_p), data_size_in=len(frame),
                     data_size_out=len(data_out), repeat=1)
+    ctx = ctypes.create_string_buffer(SKB_CTX_BYTES)
+    if ingress_ifindex:  # the port the frame came in by (the kernel allows setting it)
+        ctypes.c_uint32.from_buffer(ctx, INGRESS_IFINDEX_OFFSET).value = ingress_ifindex
+        opts.ctx_in, opts.ctx_size_in = ctypes.cast(ctx, ctypes.c_void_p), SKB_CTX_BYTES
     if lib.bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts)) != 0:
         raise OSError(ctypes.get_errno(), "bpf_prog_test_run_opts")
     return opts.retval, data_out.raw[:opts.data_size_out]
 
 
 @contextlib.contextmanager
-def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = None):
+def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = None,
+            spec: str = "leafspine,2,2,2", switch: str = SWITCH):
+    """``switch``'s router in ``mode``; its port in slot i has ifindex 100 + i."""
     from emu.lbrouter import load_router
     from topologies.addressing import plan_addresses
-    from topologies.loadbalance import switch_tables
+    from topologies.loadbalance import fabric_tables
     from topologies.routing import compute_routes
     from topologies.spec import build_topo
 
-    topo = build_topo("leafspine,2,2,2")
+    topo = build_topo(spec)
     plan = plan_addresses(topo)
-    tables = switch_tables(plan, compute_routes(topo), SWITCH)
+    tables = fabric_tables(topo, plan, compute_routes(topo), mode)[switch]
     ifindex = {p.ifname: 100 + slot for slot, p in enumerate(tables.ports)}
-    router, prog_fd = load_router(SWITCH, tables, mode, gap_emu_ns, ifindex,
+    router, prog_fd = load_router(switch, tables, mode, gap_emu_ns, ifindex,
                                   dict.fromkeys(ifindex, RATE_EMU_BPS), vq_fds or {})
     try:
         yield router, prog_fd, plan, tables
@@ -77,15 +88,15 @@ def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = 
 
 
 @contextlib.contextmanager
-def _markers():
-    """The ``vq`` maps of four ECN markers, one per port of l1 (ifname -> fd)."""
+def _markers(switch: str = SWITCH, ports: int = 4):
+    """The ``vq`` maps of ECN markers, one per port of ``switch`` (ifname -> fd)."""
     from emu.bpfload import load_object
     from emu.ecn.bpf import PROGRAM_NAME, compile_marker
 
     loaded = [load_object(compile_marker(), PROGRAM_NAME, ("vq",), what="marker",
-                          small_maps=("trace",)) for _ in range(4)]
+                          small_maps=("trace",)) for _ in range(ports)]
     try:
-        yield {f"{SWITCH}-eth{i + 1}": fds[1] for i, fds in enumerate(loaded)}
+        yield {f"{switch}-eth{i + 1}": fds[1] for i, fds in enumerate(loaded)}
     finally:
         for fds in loaded:
             for fd in fds:
@@ -192,6 +203,88 @@ def test_what_the_router_leaves_to_the_kernel():
             assert _run(prog_fd, frame) == (TC_ACT_OK, frame)
         assert router.counters().routed == 0
         tables_ip = plan.host_ip["h3"]
-        router.set_dests({ip: s for ip, s in tables.dests.items() if ip != tables_ip})
+        router.set_tables(replace(tables, dests={ip: s for ip, s in tables.dests.items()
+                                                 if ip != tables_ip}))
         assert _run(prog_fd, _frame(plan))[0] == TC_ACT_OK
         assert router.counters().passed == 1
+
+
+DFLY = "dragonfly,p=1,a=2,h=1"  # three groups; h1 on g0r0 sends to h3 on g1r0
+
+
+def _dfly_frame(plan, byte4: int = 0, udp_check: int = 0) -> bytes:
+    """h1 -> h3, UDP checksum ``udp_check`` (RoCEv2 NICs send 0), BTH byte 4 ``byte4``."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+
+    bth = bytes([0, 0, 0, 0, byte4]) + bytes(7)
+    return bytes(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+                 / IP(src=plan.host_ip["h1"], dst=plan.host_ip["h3"], ttl=64)
+                 / UDP(sport=5000, dport=4791, chksum=udp_check) / (bth + bytes(64)))
+
+
+def _forwarded(prog_fd: int, frame: bytes, tables, ingress_slot: int) -> tuple[int, int]:
+    """The slot a frame coming in by ``ingress_slot`` leaves by, and its BTH byte 4."""
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+
+    from topologies.valiant import TAG_OFFSET
+
+    ret, out = _run(prog_fd, frame, 100 + ingress_slot)
+    assert ret == TC_ACT_REDIRECT
+    eth = Ether(out)
+    slot = next(s for s, p in enumerate(tables.ports) if p.peer_mac == eth.dst)
+    assert eth.src == tables.ports[slot].mac and eth[IP].ttl == 63
+    assert out[:TAG_OFFSET][34:] == frame[:TAG_OFFSET][34:]  # UDP header, BTH bytes 0-3
+    assert out[TAG_OFFSET + 1:] == frame[TAG_OFFSET + 1:]
+    return slot, out[TAG_OFFSET]
+
+
+def test_valiant_tags_at_the_source_and_follows_the_tag():
+    from topologies.valiant import TAG_MINIMAL, tag_of
+
+    with _router("valiant", spec=DFLY, switch="g0r0") as (router, fd, plan, tables):
+        h3 = plan.host_ip["h3"]
+        minimal, (toward2,) = tables.dests[h3][0], tables.groups.to_group[2]
+        assert tables.groups.host_slots == (0,) and toward2 != minimal
+        # from the host port: through group 2, the only other one
+        assert {_forwarded(fd, _dfly_frame(plan), tables, 0) for _ in range(20)} == {
+            (toward2, tag_of(2))}
+        assert router.counters().valiant == 20
+        # FECN and BECN stay; a tag a host set is replaced
+        assert _forwarded(fd, _dfly_frame(plan, 0xC0 | 7), tables, 0) == (toward2, 0xC0 | tag_of(2))
+        # from a fabric port: a tagged frame goes on toward its group, an untagged one minimal
+        assert _forwarded(fd, _dfly_frame(plan, tag_of(2)), tables, 2) == (toward2, tag_of(2))
+        assert _forwarded(fd, _dfly_frame(plan), tables, 1) == (minimal, TAG_MINIMAL)
+        # a UDP checksum covers the byte: left alone, minimal
+        assert _forwarded(fd, _dfly_frame(plan, udp_check=0x1234), tables, 0) == (minimal, 0)
+    with _router("valiant", spec=DFLY, switch="g2r0") as (_, fd, plan, tables):
+        # in the intermediate group: minimal from here on
+        assert _forwarded(fd, _dfly_frame(plan, tag_of(2)), tables, 2) == (
+            tables.dests[plan.host_ip["h3"]][0], TAG_MINIMAL)
+    with _router("valiant", spec=DFLY, switch="g1r0") as (_, fd, plan, tables):
+        # delivered: the host sees no tag
+        assert _forwarded(fd, _dfly_frame(plan, 0x40 | TAG_MINIMAL), tables, 2) == (0, 0x40)
+
+
+@pytest.mark.parametrize("switch,ingress_slot", [("g0r0", 0), ("g0r1", 1)])
+def test_ugal_compares_queue_times_hops_from_the_switch_own_queues(switch, ingress_slot):
+    """At the source switch (h1's port) and at the next one in the source group (a
+    frame it left undecided): Valiant exactly when the Python decision says so."""
+    from topologies.valiant import TAG_MINIMAL, TAG_UNDECIDED, tag_of, ugal_prefers_valiant
+
+    with _markers(switch, 3) as vq, _router("ugal", vq_fds=vq, spec=DFLY, switch=switch) as (
+            _, fd, plan, tables):
+        h3 = plan.host_ip["h3"]
+        hops = tables.groups.dests[h3]
+        minimal, (toward2,) = tables.dests[h3][0], tables.groups.to_group[2]
+        stays = TAG_UNDECIDED if ingress_slot == 0 else TAG_MINIMAL
+        decided = []
+        for q_min, q_val in ((0, 0), (200_000, 0), (200_000, 150_000), (200_000, 100_000),
+                             (0, 100_000)):
+            _set_queues(vq, tables, {minimal: q_min, toward2: q_val}, time.monotonic_ns())
+            valiant = ugal_prefers_valiant(q_min, hops.hops, q_val, hops.via_hops[2])
+            assert _forwarded(fd, _dfly_frame(plan), tables, ingress_slot) == (
+                (toward2, tag_of(2)) if valiant else (minimal, stays)), (q_min, q_val)
+            decided.append(valiant)
+        assert True in decided and False in decided

@@ -33,7 +33,7 @@ from topologies.spec import build_topo
 def test_routing_options_parse_and_refuse():
     assert parse_routing(" Spray ") == "spray"
     assert [parse_routing(m) for m in ROUTING_MODES] == list(ROUTING_MODES)
-    for bad in ("valiant", "", None, 3):
+    for bad in ("valiant-ish", "", None, 3):
         with pytest.raises(ParameterError, match="routing"):
             parse_routing(bad)
     assert parse_flowlet_gap_s("10us") == pytest.approx(10e-6)
@@ -129,12 +129,23 @@ def test_switch_tables_refuse_what_the_program_cannot_hold():
 
 
 def test_router_map_layouts_match_the_c_structs():
-    from emu.lbrouter import MAPS, MODE_NUMBER, VQ_STATE_BYTES, _Cfg, _Dest, _Port, _Stats
+    from emu.lbrouter import (
+        GROUP_SLOTS,
+        MAPS,
+        MODE_NUMBER,
+        VQ_STATE_BYTES,
+        _Cfg,
+        _Dest,
+        _NhSet,
+        _Port,
+        _Stats,
+    )
 
-    assert ctypes.sizeof(_Cfg) == 16
+    assert ctypes.sizeof(_Cfg) == 24
     assert ctypes.sizeof(_Port) == 40
-    assert ctypes.sizeof(_Dest) == 8 + 4 * MAX_NEXT_HOPS
-    assert ctypes.sizeof(_Stats) == (3 + MAX_PORTS) * 8
+    assert ctypes.sizeof(_Dest) == 8 + 4 * MAX_NEXT_HOPS + 8 + GROUP_SLOTS
+    assert ctypes.sizeof(_NhSet) == 4 + 4 * MAX_NEXT_HOPS
+    assert ctypes.sizeof(_Stats) == (5 + MAX_PORTS) * 8
     from emu.ecn.bpf import _VqState
     assert ctypes.sizeof(_VqState) == VQ_STATE_BYTES
     assert set(MODE_NUMBER) == set(ROUTING_MODES) - {"ecmp"}
@@ -151,8 +162,13 @@ def test_router_c_compiles_with_the_python_constants():
     assert f"#define MAX_PORTS {MAX_PORTS}" in source
     assert f"#define MAX_NH {MAX_NEXT_HOPS}" in source
     assert "MODE_SPRAY = {spray}, MODE_SPRAY_RR = {spray-rr}, MODE_FLOWLET = {flowlet}, " \
-           "MODE_ADAPTIVE = {adaptive},\n\t    MODE_ADAPTIVE_FLOWLET = {adaptive-flowlet} }}" \
-           .format_map(MODE_NUMBER) in source
+           "MODE_ADAPTIVE = {adaptive},\n\t    MODE_ADAPTIVE_FLOWLET = {adaptive-flowlet}, " \
+           "MODE_VALIANT = {valiant}, MODE_UGAL = {ugal} }}".format_map(MODE_NUMBER) in source
+    from emu.lbrouter import GROUP_SLOTS
+    from topologies.valiant import TAG_MASK, TAG_OFFSET
+    assert f"#define MAX_GROUPS {GROUP_SLOTS}" in source
+    assert f"#define TAG_OFFSET {TAG_OFFSET}" in source
+    assert f"#define TAG_MASK {TAG_MASK:#x}" in source
 
 
 def test_a_router_that_cannot_load_is_a_one_line_error_never_ecmp(monkeypatch):
