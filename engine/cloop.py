@@ -32,7 +32,7 @@ from engine.sources import Host, Nic, Source
 LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR = range(8)
 _MAX_READY = 256
 _LAT_READS = 64                         # latency buffer: this many full reads' samples
-_RX_LAG_READS = 4096                    # receive-lag buffer: (lag, frames) of this many reads
+_RX_LAG_READS = 1000                    # receive-lag buffer: (lag, frames) of this many reads
 _LAT_PER_FRAME = 4
 
 
@@ -53,6 +53,7 @@ class _Loop(ctypes.Structure):
                 ("n_lat", ctypes.c_int64),
                 ("packets_received", ctypes.c_int64), ("wakeups", ctypes.c_int64),
                 ("timer_armed", ctypes.c_int64), ("py_due", ctypes.c_int64),
+                ("house_ns", ctypes.c_int64),
                 ("phase", ctypes.c_int64), ("n_ready", ctypes.c_int64),
                 ("at_ready", ctypes.c_int64), ("fired", ctypes.c_int64), ("now", ctypes.c_int64),
                 ("end", ctypes.c_int64), ("wait_ns", ctypes.c_int64),
@@ -148,9 +149,11 @@ class CompiledLoop:
     def wakeups(self) -> int:
         return self.c.wakeups
 
-    def run_pass(self, by_fd: dict[int, Source]) -> int:
-        """One pass of the loop; returns the time it ended."""
+    def run_pass(self, by_fd: dict[int, Source], house_ns: int) -> int:
+        """Passes of the loop until one ends at or after ``house_ns`` (wall ns), when
+        Python's housekeeping is due; returns the time it ended."""
         c = self.c
+        c.house_ns = house_ns
         addr = self.addr
         pass_ = self.pass_
         deadlines = self.books.deadlines
@@ -179,6 +182,7 @@ class CompiledLoop:
                 self.nics[c.slot].fire(c.now)
             elif answer == LOOP_FD:
                 by_fd[c.slot].fire(mono())
+                c.house_ns = 0  # it may have found everything acknowledged
             elif answer == LOOP_DRAIN:
                 self.drain()
             else:

@@ -349,7 +349,8 @@ class Worker:
         while True:
             passes += 1
             turns[w] = passes
-            now = self._pass(by_fd, timer, ep, ep_io) if cloop is None else cloop.run_pass(by_fd)
+            now = (self._pass(by_fd, timer, ep, ep_io) if cloop is None else
+                   cloop.run_pass(by_fd, 0 if self.completions.all_acked else next_house))
             if self.completions.all_acked or now >= next_house:
                 next_house = now + _IDLE_WAKE_NS
                 if self._over():

@@ -20,7 +20,9 @@
  * The pass returns to Python only for what Python must do, and Python calls it
  * again to go on where it stopped (`phase`, `at_ready`, `fired`):
  *
- *   LOOP_DONE    the pass is over (`now`: when): Python's housekeeping, next pass;
+ *   LOOP_DONE    a pass ended (`now`: when) at or after `house_ns`: Python's
+ *                housekeeping, then the next pass (before it, the next pass
+ *                follows here at once);
  *   LOOP_EVENTS  ring `slot`'s read left events (ACKs for its senders, completions,
  *                replies C could not send): engine/recvpath.py acts on them;
  *   LOOP_FD      file descriptor `slot` (not a ring: the completion eventfd) is ready;
@@ -66,6 +68,7 @@ struct loop {                   /* engine/cloop.py: _Loop */
 	int64_t lat_cap, n_lat;
 	int64_t packets_received, wakeups, timer_armed;
 	int64_t py_due;             /* in: Python's earliest deadline; NEVER: none */
+	int64_t house_ns;           /* in: Python's next housekeeping */
 	/* where the pass is */
 	int64_t phase, n_ready, at_ready, fired, now, end, wait_ns;
 	/* out */
@@ -256,7 +259,7 @@ static int fire_due(struct loop *l)
 }
 
 /* Go on with the pass from where it stopped; one of LOOP_*. */
-int loop_pass(struct loop *l)
+static int one_pass(struct loop *l)
 {
 	if (l->phase == 0) {
 		int err = gather(l);
@@ -278,4 +281,16 @@ int loop_pass(struct loop *l)
 		l->fired = 0;
 	}
 	return fire_due(l);
+}
+
+/* Go on with the pass from where it stopped, and with the next ones until Python
+ * has something to do; one of LOOP_*. */
+int loop_pass(struct loop *l)
+{
+	int r;
+
+	do
+		r = one_pass(l);
+	while (r == LOOP_DONE && l->now < l->house_ns);
+	return r;
 }
