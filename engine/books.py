@@ -14,7 +14,7 @@ from typing import Any
 
 from core.frame import WIRE_FRAME_BYTES
 from engine.plan import Shared, WorkerPlan
-from engine.sources import SendQp
+from engine.sources import Nic, SendQp
 from traffic.ccload import check_read_back
 from traffic.pacing import Deadlines
 
@@ -32,6 +32,7 @@ _EARLY_NS = 20_000                      # the shortest turn: deadlines this clos
 # wake-up serves most of a ring's coincident deadlines (wake-ups and CPU per frame:
 # docs/validation.md).
 TURN_FRAMES = 0.25
+NEVER_NS = 2**63 - 1                    # a NIC slot not armed, in the compiled loop's table
 
 
 class Books:
@@ -44,6 +45,9 @@ class Books:
         self.t0_ns = 0
         self.turn_ns = max(_EARLY_NS, int(TURN_FRAMES * 8 * WIRE_FRAME_BYTES * min_ns_per_bit))
         self.deadlines = Deadlines()
+        # The NICs' pacing slots by NIC slot (wall ns, NEVER_NS: none) where the
+        # compiled loop (engine.cloop) keeps them; None: in ``deadlines``.
+        self.nic_due: Any = None
         self.lat = array("q")          # (index, rx_ns, one_way_ns, ce) flattened
         self.rates: list[tuple[int, int, float, float, float, int, float]] = []
         self.lags = array("q")
@@ -79,6 +83,20 @@ class Books:
         if not 0.0 < rate < math.inf or window is not None and not 0.0 < window < math.inf:
             check_read_back(self.plan.cc.spec, cc, "during the run")  # says why
         return rate, window
+
+    def arm_nic(self, nic: Nic, t_ns: int) -> None:
+        """``nic``'s pacing slot is due at wall time ``t_ns`` (replaces the last one)."""
+        if self.nic_due is None:
+            self.deadlines.arm(nic, t_ns)
+        else:
+            self.nic_due[nic.slot] = t_ns
+
+    def nic_armed(self, nic: Nic) -> int | None:
+        """When ``nic``'s pacing slot is due (wall ns), or None."""
+        if self.nic_due is None:
+            return self.deadlines.armed(nic)
+        t_ns = self.nic_due[nic.slot]
+        return None if t_ns == NEVER_NS else t_ns
 
     def arm_rto(self, qp: SendQp) -> None:
         deadline = qp.gbn.deadline_s

@@ -136,29 +136,34 @@ class CompiledSendPath(SendPath):
         call.nic = nic.c_addr
         call.now = now
         call.horizon = now + self.books.turn_ns
+        self.resume(nic, self.lib.service(self.call_addr))
+
+    def resume(self, nic: Nic, event: int) -> None:
+        """Go on serving ``nic`` from ``event``, tx_service's answer (its call block
+        holds the service's NIC time and horizon): until the NIC is armed or empty."""
+        call = self.call
+        now = call.now
         service = self.lib.service
         addr = self.call_addr
         while True:
-            event = service(addr)
             if event == TX_ARM:
-                self.books.deadlines.arm(nic, call.arm_ns)
+                self.books.arm_nic(nic, call.arm_ns)
                 return
             if event == TX_EMPTY:
                 self.end_period(nic)
                 return
             if event == TX_LAGS:
                 self.drain_lags()
-                continue
-            if event not in (TX_IDLE, TX_AFTER):  # TX_ERROR
+            elif event not in (TX_IDLE, TX_AFTER):  # TX_ERROR
                 raise OSError(call.err, f"sendmmsg: {os.strerror(call.err)}")
-            qp = self.senders[call.qp]
-            if event == TX_IDLE:  # window full or everything sent: wait for ACKs or the RTO
+            elif event == TX_IDLE:  # window full or everything sent: wait for ACKs or the RTO
+                qp = self.senders[call.qp]
                 qp.idle = True
                 nic.qps.remove(qp)  # tx_service took it off the active slots
                 self.books.arm_rto(qp)
-                continue
-            if self._after(nic, qp, now):
+            elif self._after(nic, self.senders[call.qp], now):
                 return
+            event = service(addr)
 
     def _after(self, nic: Nic, qp: SendQp, now: int) -> bool:
         """Python's part of a burst ``tx_service`` returned with (TX_AFTER); True if the

@@ -29,10 +29,9 @@ class Handover:
     def retry_at(self, nic: Nic, now: int) -> None:
         """Serve ``nic`` again about a 1500-byte frame after wall time ``now``."""
         retry = now + int(nic.ns_per_bit * 8 * 1500)
-        deadlines = self.books.deadlines
-        armed = deadlines.armed(nic)
+        armed = self.books.nic_armed(nic)
         if armed is None or armed > retry:
-            deadlines.arm(nic, retry)
+            self.books.arm_nic(nic, retry)
 
     def hand_over(self, nic: Nic, shape: Any, psn: int, n: int, now: int, ts_ns: int,
                   solicit: bool = False) -> int:
@@ -64,7 +63,7 @@ class Handover:
             if not (isinstance(e, BlockingIOError) or e.errno == errno.ENOBUFS):
                 raise
             self.push_back(nic, [bytes(frame)], counted=False)
-            self.books.deadlines.arm(nic, time.monotonic_ns() + int(nic.ns_per_bit * 8 * 1500))
+            self.books.arm_nic(nic, time.monotonic_ns() + int(nic.ns_per_bit * 8 * 1500))
             return
         self.books.packets_sent += 1
         self.books.ctrl_sent += 1

@@ -257,6 +257,11 @@ class CompiledReceivePath(ReceivePath):
             books.rx_lags.extend((now - max(rx.oldest_ns.value, books.t0_ns), n))
         if rx.n_latency.value:
             books.lat.extend(rx.latency[:rx.n_latency.value])
+        self.act(h)
+
+    def act(self, h: Host) -> None:
+        """Act on the events of the last read of ``h``'s ring."""
+        rx = self.rx
         events = rx.events
         for k in range(rx.n_events.value):
             e = events[k]

@@ -137,9 +137,9 @@ class Requester:
             nic.sched.restart(due)
         self.path.activate(qp)
         wall = now + nic.fwd_ns
-        armed = deadlines.armed(nic)
+        armed = self.books.nic_armed(nic)
         if armed is None or armed > wall:
-            deadlines.arm(nic, wall)
+            self.books.arm_nic(nic, wall)
 
     def arm_cc_timer(self, qp: SendQp) -> None:
         """Arm (or disarm) ``qp``'s CC timer at its ``next_timer_s`` (read after its events)."""

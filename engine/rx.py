@@ -164,6 +164,7 @@ class RxState:
                  cnp_interval_s: float):
         assert lib.lib is not None
         self._fn = lib.lib.roce_rx_call
+        self.fn_address = ctypes.cast(self._fn, ctypes.c_void_p).value
         self.qps = (_RxQp * n_qpns)()
         self.n_qpns = n_qpns
         self.budget = budget
@@ -233,6 +234,11 @@ class RxState:
 
     def read(self, ring: RxRing, rt_offset_ns: int, t0_ns: int, sample_every: int) -> int:
         """Read a batch from ``ring``: frames read (events and samples as above)."""
+        return self._fn(self.call_address(ring, rt_offset_ns, t0_ns, sample_every))
+
+    def call_address(self, ring: RxRing, rt_offset_ns: int, t0_ns: int,
+                     sample_every: int) -> int:
+        """The address of ``ring``'s argument block for roce_rx_call (built once)."""
         key = (rt_offset_ns, t0_ns, sample_every)
         call = ring.call
         if call is None or call[0] != key or call[3] is not self:
@@ -247,4 +253,4 @@ class RxState:
                         at(self.ctrl_sent), self.scale_ns, self.cnp_interval_s,
                         at(self.oldest_ns))
             call = ring.call = (key, c, at(c), self)
-        return self._fn(call[2])
+        return call[2]

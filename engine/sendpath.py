@@ -39,7 +39,7 @@ class SendPath:
         """Send every frame of ``nic`` due within a turn of ``now`` (NIC time); re-arm
         its deadline."""
         if nic.backlog and not self.out.flush_backlog(nic):
-            self.books.deadlines.arm(nic, now + nic.fwd_ns + int(nic.ns_per_bit * 8 * 1500))
+            self.books.arm_nic(nic, now + nic.fwd_ns + int(nic.ns_per_bit * 8 * 1500))
             return
         self._serve(nic, now)
 
@@ -92,7 +92,7 @@ class SendPath:
             sched = best.sched.next_ns if best.sched.next_ns > nic.sched.next_ns \
                 else nic.sched.next_ns
             if sched > horizon:
-                books.deadlines.arm(nic, sched + nic.fwd_ns)
+                books.arm_nic(nic, sched + nic.fwd_ns)
                 return
             sent = self._burst(nic, best, now, sched)
             if sent is None:  # window full or everything sent: wait for ACKs or the RTO

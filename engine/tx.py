@@ -155,6 +155,7 @@ class TxLib:
             raise CapabilityError("roce_tx.c's Ethernet overhead differs from core.frame's")
         self.lib = lib
         self.service = lib.tx_service
+        self.service_address = ctypes.cast(lib.tx_service, ctypes.c_void_p).value
 
     def take(self, g: TxGbn | TxSr, now_s: float, max_count: int) -> tuple[int, int] | None:
         psn = ctypes.c_uint32()

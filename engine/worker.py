@@ -95,6 +95,7 @@ from typing import Any
 from core.errors import CapabilityError
 from engine.books import Books
 from engine.burst import Burst
+from engine.cloop import compiled_loop
 from engine.completions import Completions
 from engine.csend import CompiledSendPath
 from engine.handover import Handover
@@ -246,6 +247,8 @@ class Worker:
         self.recv = (ReceivePath(books, out, self.requester, self.completions, hosts)
                      if rx is None else
                      CompiledReceivePath(books, out, self.requester, self.completions, hosts, rx))
+        # The loop in C where both paths are (engine.cloop), else the Python loop below.
+        self.cloop = compiled_loop(books, self.send, self.recv, hosts, nics, _IDLE_WAKE_NS)
         self.wakeups = 0
         self.wait_ns = -1               # a deadline that fired early and waits for its time
         self.cpu0 = 0.0
@@ -334,45 +337,59 @@ class Worker:
         """Passes: the rings and the eventfd first (``ep_io``, without sleeping), then the
         deadlines due within a turn (``_fire_due``). The worker sleeps (``ep``: the
         rings, the eventfd and the timerfd at the next deadline) only when nothing is
-        ready and no deadline is due within a turn."""
+        ready and no deadline is due within a turn. The compiled loop
+        (``engine.cloop``) runs the same passes."""
         by_fd = self._start(t0, timer, ep, ep_io)
-        shared = self.shared
-        mono = time.monotonic_ns
-        deadlines = self.books.deadlines
-        turn_ns = self.books.turn_ns
-        completions = self.completions
-        total = self.plan.n_messages
-        acked = shared.acked
-        turns = shared.turns
+        cloop = self.cloop
+        if cloop is not None:
+            cloop.start(ep, ep_io, timer.fd)
+        turns = self.shared.turns
         w = self.plan.worker
         passes = next_house = 0
         while True:
-            events = ep_io.poll(0)
-            now = mono()
-            due = deadlines.next_ns()
-            if not events and (due is None or due - now > turn_ns
-                               or due == self.wait_ns and due > now):
-                timer.arm(now + _IDLE_WAKE_NS if due is None or due - now > _IDLE_WAKE_NS
-                          else due)
-                events = ep.poll()
-                self.wakeups += 1
             passes += 1
             turns[w] = passes
-            for fd, _ in events:
-                by_fd[fd].fire(mono())
-            now = self._fire_due(mono())
-            if completions.all_acked or now >= next_house:
+            now = (self._pass(by_fd, timer, ep, ep_io) if cloop is None else
+                   cloop.run_pass(by_fd, 0 if self.completions.all_acked else next_house))
+            if self.completions.all_acked or now >= next_house:
                 next_house = now + _IDLE_WAKE_NS
-                if sum(acked) >= total:
+                if self._over():
                     break
-                if shared.stop.value:
-                    self.stop_reason = "stopped"
-                    break
-                if os.getppid() != self.parent_pid:
-                    self.stop_reason = "engine process died"
-                    break
+        if cloop is not None:
+            cloop.drain()
+            self.wakeups = cloop.wakeups
         turns[w] = -1  # the results take a while; the watchdog leaves them be
-        self.wall_ns = mono() - t0
+        self.wall_ns = time.monotonic_ns() - t0
+
+    def _over(self) -> bool:
+        """True when the run is over for this worker (and why, in ``stop_reason``)."""
+        shared = self.shared
+        if sum(shared.acked) >= self.plan.n_messages:
+            return True
+        if shared.stop.value:
+            self.stop_reason = "stopped"
+            return True
+        if os.getppid() != self.parent_pid:
+            self.stop_reason = "engine process died"
+            return True
+        return False
+
+    def _pass(self, by_fd: dict[int, Source], timer: TimerFd, ep: select.epoll,
+              ep_io: select.epoll) -> int:
+        """One pass of the Python loop; returns the time it ended."""
+        mono = time.monotonic_ns
+        events = ep_io.poll(0)
+        now = mono()
+        due = self.books.deadlines.next_ns()
+        if not events and (due is None or due - now > self.books.turn_ns
+                           or due == self.wait_ns and due > now):
+            timer.arm(now + _IDLE_WAKE_NS if due is None or due - now > _IDLE_WAKE_NS
+                      else due)
+            events = ep.poll()
+            self.wakeups += 1
+        for fd, _ in events:
+            by_fd[fd].fire(mono())
+        return self._fire_due(mono())
 
     def _fire_due(self, now: int) -> int:
         """Fire the deadlines due within a turn of ``now``, earliest first, each at the

@@ -14,31 +14,12 @@
  * Indices are 0..total-1; the wire PSN is (start_psn + index) mod 2^24.
  * A NaN timer start means the retransmission timer is not armed (Python: None).
  */
-#include "roce_burst.h"  /* first: it defines _GNU_SOURCE */
+#include "roce_tx.h"
 
 #include <math.h>
 #include <stdint.h>
 
 #define PSN_MASK 0xFFFFFFu
-
-struct tx_gbn {                 /* engine/tx.py: TxGbn */
-	int64_t total_packets;
-	int64_t window;             /* packets in flight at most */
-	double timeout_s;
-	int64_t start_psn;
-	int64_t una;                /* oldest unacknowledged index */
-	int64_t nxt;                /* next index to (re)send */
-	int64_t max_sent;           /* one past the highest index ever sent */
-	double timer_start_s;       /* NaN: not armed */
-	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
-};
-
-struct tx_sched {               /* engine/tx.py: TxSched */
-	int64_t next_ns;
-	int64_t max_catchup_ns;
-	int64_t resets;
-	int64_t dropped_ns;
-};
 
 /* GbnSender.advance: fire the retransmission timer if due (go back to una). */
 static void gbn_advance(struct tx_gbn *g, double now_s)
@@ -76,24 +57,6 @@ int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t 
 }
 
 /* ---- selective repeat: traffic/selective_repeat.py's SrSender ---- */
-
-#define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
-
-struct tx_sr {                  /* engine/tx.py: TxSr */
-	int64_t total_packets;
-	int64_t window;
-	double timeout_s;
-	int64_t start_psn;
-	int64_t una;                /* oldest unacknowledged index */
-	int64_t nxt;                /* next new index */
-	int64_t lost_count;         /* indices marked lost, not yet retransmitted */
-	int64_t rtx;                /* no index below it is marked lost */
-	int64_t heard;              /* one past the highest index the responder holds */
-	int64_t timer_nxt;          /* indices below it were sent when the timer started */
-	double timer_start_s;       /* NaN: not armed */
-	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
-	uint64_t lost[SR_WINDOW / 64];  /* ring: bit index mod SR_WINDOW */
-};
 
 static int sr_lost(const struct tx_sr *s, int64_t i)
 {
@@ -202,55 +165,10 @@ void tx_sched_sent(struct tx_sched *s, int64_t now_ns, int64_t n, int64_t step_n
 
 /* ---- the pacing loop of one NIC: engine/sendpath.py SendPath._serve, compiled (engine/csend.py) ---- */
 
-#define WIRE_OVERHEAD_BYTES 24  /* core/frame.py (checked by engine/tx.py) */
-
-enum { TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR };
-
 int64_t tx_wire_overhead(void)
 {
 	return WIRE_OVERHEAD_BYTES;
 }
-
-struct tx_qp {                  /* engine/tx.py: TxQp */
-	struct tx_gbn gbn;
-	struct tx_sched sched;
-	double rate_bps;            /* the algorithm's, written after each of its events */
-	double window_bytes;        /* <= 0: no window */
-	const struct roce_shape *shape[3];  /* first, middle, last frame */
-	int64_t bits[3];            /* their wire bits */
-	int64_t *tx_ns;             /* latest send time of every packet */
-	int64_t bytes_sent, first_tx_ns, last_tx_ns, next_trace_ns;
-	int64_t calls_on_send;      /* the algorithm's on_send must see every burst */
-	int64_t line_ns;            /* > 0: its bursts wait in Python's delay line first */
-	struct tx_sr *sr;           /* selective repeat's state instead of gbn's, or NULL */
-};
-
-struct tx_nic {                 /* engine/tx.py: TxNic */
-	struct tx_sched sched;
-	int64_t fd;
-	int64_t fwd_ns;
-	double ns_per_bit;
-	int64_t period_start, period_first_out, period_dropped, ideal_end, actual_end;
-	int64_t bits_sent;
-	int64_t n_active;
-	int32_t *active;            /* indices of its busy QPs, in nic.qps order */
-};
-
-struct tx_call {                /* engine/tx.py: TxCall */
-	struct tx_nic *nic;
-	struct tx_qp *qps;
-	uint8_t *buf;               /* the Burst's buffer: frames a short send left */
-	int64_t *lags;
-	int64_t lags_cap, n_lags, lag_total_ns;
-	int64_t now, horizon, t0;
-	double scale_ns;
-	int64_t payload_bytes, max_catchup_ns;
-	int64_t data_sent, packets_sent;
-	/* out */
-	int64_t qp, arm_ns, count, sent, sent_bytes, frame_len, err;
-	double t_real;
-	int64_t hold, which, psn, lag, step, solicit;  /* a burst for the delay line */
-};
 
 /* Python's float floor division a // b for a, b > 0 (Objects/floatobject.c). */
 static double floordiv(double a, double b)

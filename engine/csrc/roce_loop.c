@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fabricemu engine: a worker's loop per wake-up in C (engine/cloop.py drives it;
+ * engine/worker.py's Worker._loop and _fire_due are the Python twin, step for step).
+ *
+ * A pass of the loop, as the Python one runs it:
+ *
+ *   1. the rings and the eventfd that are ready (epoll on `ep_io`, no sleep); if
+ *      none is and no deadline is due within a turn (or the earliest is one that
+ *      fired early and waits for its time, `wait_ns`), sleep in epoll on `ep`
+ *      with the timerfd armed at the earliest deadline (at most `idle_ns` away).
+ *      A ready ring is read here (roce_rx.c through `read`): its replies are
+ *      written and sent there, its latency samples and receive lag are kept here;
+ *   2. the deadlines due within a turn, earliest first, each fired at the time it
+ *      is fired, for at most a turn of wall time. NICs' pacing slots (`due`, by
+ *      NIC slot) are served here through roce_tx.c's tx_service (`service`);
+ *      Python keeps every other deadline (QP timers, delay lines, delayed ACKs)
+ *      and tells the earliest in `py_due`.
+ *
+ * The pass returns to Python only for what Python must do, and Python calls it
+ * again to go on where it stopped (`phase`, `at_ready`, `fired`):
+ *
+ *   LOOP_DONE    a pass ended (`now`: when) at or after `house_ns`: Python's
+ *                housekeeping, then the next pass (before it, the next pass
+ *                follows here at once);
+ *   LOOP_EVENTS  ring `slot`'s read left events (ACKs for its senders, completions,
+ *                replies C could not send): engine/recvpath.py acts on them;
+ *   LOOP_FD      file descriptor `slot` (not a ring: the completion eventfd) is ready;
+ *   LOOP_PY      Python's earliest deadline (`py_due`) is due: fire it at `now`;
+ *   LOOP_TX      NIC `slot`'s tx_service answered `tx_event` (not TX_ARM): Python
+ *                goes on serving it from there (engine/csend.py);
+ *   LOOP_NIC     NIC `slot` is due but Python serves it (it holds a backlog, or no
+ *                QP of this worker sends on it);
+ *   LOOP_DRAIN   the latency or receive-lag buffer is full: Python empties it;
+ *   LOOP_ERROR   epoll or the timerfd failed (`err`: errno).
+ */
+#include "roce_tx.h"    /* first: it defines _GNU_SOURCE */
+#include "roce_rx.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+
+#define NEVER INT64_MAX
+#define MAX_READY 256
+#define LAT_PER_FRAME 4         /* roce_rx.c: int64 per latency sample */
+
+enum { LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR };
+
+struct loop {                   /* engine/cloop.py: _Loop */
+	int (*service)(struct tx_call *);
+	int (*read)(const struct rx_call *);
+	struct tx_call *tx;
+	struct tx_nic **nics;       /* by NIC slot; NULL: no QP of this worker sends on it */
+	const uint8_t *blocked;     /* by NIC slot: Python holds frames pushed back */
+	int64_t *due;               /* by NIC slot: its pacing slot (wall ns); NEVER: none */
+	int64_t n_nics;
+	struct rx_call **rings;     /* by host */
+	int64_t *ring_fd;           /* by host */
+	int64_t n_rings;
+	int64_t ep, ep_io, timer_fd;
+	int64_t turn_ns, t0_ns, idle_ns;
+	int64_t *rx_lags;           /* (lag ns, frames) per ring read */
+	int64_t rx_lags_cap, n_rx_lags;
+	int64_t *lat;               /* the reads' latency samples, one after the other */
+	int64_t lat_cap, n_lat;
+	int64_t packets_received, wakeups, timer_armed;
+	int64_t py_due;             /* in: Python's earliest deadline; NEVER: none */
+	int64_t house_ns;           /* in: Python's next housekeeping */
+	/* where the pass is */
+	int64_t phase, n_ready, at_ready, fired, now, end, wait_ns;
+	/* out */
+	int64_t slot, tx_event, err;
+	int32_t ready[MAX_READY];
+};
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The NIC slot due first (-1: none). */
+static int64_t first_nic(const struct loop *l)
+{
+	int64_t k = -1, best = NEVER;
+
+	for (int64_t i = 0; i < l->n_nics; i++) {
+		if (l->due[i] < best) {
+			best = l->due[i];
+			k = i;
+		}
+	}
+	return k;
+}
+
+static int64_t next_due(const struct loop *l)
+{
+	int64_t k = first_nic(l);
+
+	return k >= 0 && l->due[k] < l->py_due ? l->due[k] : l->py_due;
+}
+
+static int arm_timer(struct loop *l, int64_t at_ns)
+{
+	struct itimerspec spec = {0};
+
+	if (at_ns == l->timer_armed)
+		return 0;
+	if (at_ns < 1)
+		at_ns = 1;
+	spec.it_value.tv_sec = at_ns / 1000000000;
+	spec.it_value.tv_nsec = at_ns % 1000000000;
+	if (timerfd_settime((int)l->timer_fd, TFD_TIMER_ABSTIME, &spec, 0) != 0)
+		return -errno;
+	l->timer_armed = at_ns;
+	return 0;
+}
+
+/* Phase 1's wait: the ready fds into `ready`, sleeping first if nothing is ready
+ * and nothing is due within a turn. 0, or -errno. */
+static int gather(struct loop *l)
+{
+	struct epoll_event evs[MAX_READY];
+	int n = epoll_wait((int)l->ep_io, evs, MAX_READY, 0);
+
+	l->n_ready = l->at_ready = 0;
+
+	if (n == 0) {
+		int64_t now = mono_ns(), due = next_due(l);
+
+		if (due == NEVER || due - now > l->turn_ns || (due == l->wait_ns && due > now)) {
+			int err = arm_timer(l, due == NEVER || due - now > l->idle_ns ?
+					    now + l->idle_ns : due);
+
+			if (err)
+				return err;
+			n = epoll_wait((int)l->ep, evs, MAX_READY, -1);
+			l->wakeups++;
+		}
+	}
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;  /* a signal: Python's handler runs next */
+	for (int i = 0; i < n; i++)
+		l->ready[i] = evs[i].data.fd;
+	l->n_ready = n;
+	return 0;
+}
+
+/* Read ring `h` at `now`; LOOP_EVENTS if the read left events, else -1. */
+static int read_ring(struct loop *l, int64_t h, int64_t now)
+{
+	struct rx_call *c = l->rings[h];
+
+	c->lat = l->lat + l->n_lat;
+	int got = l->read(c);
+
+	l->n_lat += *c->n_lat;
+	if (got) {
+		int64_t oldest = *c->oldest_ns > l->t0_ns ? *c->oldest_ns : l->t0_ns;
+
+		l->packets_received += got;
+		/* what arrived before the run's start waited for the start, not for a read */
+		l->rx_lags[l->n_rx_lags++] = now - oldest;
+		l->rx_lags[l->n_rx_lags++] = got;
+	}
+	if (*c->n_ev) {
+		l->slot = h;
+		return LOOP_EVENTS;
+	}
+	return -1;
+}
+
+/* Phase 1: the ready fds, in epoll's order. */
+static int serve_ready(struct loop *l)
+{
+	while (l->at_ready < l->n_ready) {
+		int fd = l->ready[l->at_ready];
+		int64_t h = 0;
+
+		if (fd == l->timer_fd) {  /* re-armed before the next sleep resets it */
+			l->timer_armed = 0;
+			l->at_ready++;
+			continue;
+		}
+		while (h < l->n_rings && l->ring_fd[h] != fd)
+			h++;
+		if (h == l->n_rings) {
+			l->at_ready++;
+			l->slot = fd;
+			return LOOP_FD;
+		}
+		if (l->lat_cap - l->n_lat < (int64_t)l->rings[h]->budget * LAT_PER_FRAME ||
+		    l->rx_lags_cap - l->n_rx_lags < 2)
+			return LOOP_DRAIN;
+		l->at_ready++;
+		int r = read_ring(l, h, mono_ns());
+
+		if (r >= 0)
+			return r;
+	}
+	return -1;
+}
+
+/* Phase 2: the deadlines due within a turn of the pass, earliest first. */
+static int fire_due(struct loop *l)
+{
+	int64_t now = l->now;
+
+	for (;;) {
+		if (l->fired) {
+			l->fired = 0;
+			now = mono_ns();
+			if (now > l->end)
+				break;
+		}
+		int64_t k = first_nic(l);
+		int64_t nic_due = k >= 0 ? l->due[k] : NEVER;
+		int64_t due = nic_due < l->py_due ? nic_due : l->py_due;
+
+		if (due == NEVER || due > now + l->turn_ns || (due == l->wait_ns && due > now))
+			break;
+		l->now = now;
+		l->fired = 1;
+		if (l->py_due <= nic_due) {
+			l->slot = l->py_due;
+			return LOOP_PY;
+		}
+		l->due[k] = NEVER;
+		l->slot = k;
+		struct tx_nic *nic = l->nics[k];
+
+		if (!nic || l->blocked[k])
+			return LOOP_NIC;
+		struct tx_call *c = l->tx;
+
+		c->nic = nic;
+		c->now = now - nic->fwd_ns;
+		c->horizon = c->now + l->turn_ns;
+		int ev = l->service(c);
+
+		if (ev != TX_ARM) {
+			l->tx_event = ev;
+			return LOOP_TX;
+		}
+		l->due[k] = c->arm_ns;
+		if (due > now && l->due[k] == due) {  /* fired early, re-armed for then */
+			l->wait_ns = due;
+			break;
+		}
+	}
+	l->now = now;
+	l->phase = 0;
+	return LOOP_DONE;
+}
+
+/* Go on with the pass from where it stopped; one of LOOP_*. */
+static int one_pass(struct loop *l)
+{
+	if (l->phase == 0) {
+		int err = gather(l);
+
+		if (err) {
+			l->err = -err;
+			return LOOP_ERROR;
+		}
+		l->phase = 1;
+	}
+	if (l->phase == 1) {
+		int r = serve_ready(l);
+
+		if (r >= 0)
+			return r;
+		l->phase = 2;
+		l->now = mono_ns();
+		l->end = l->now + l->turn_ns;
+		l->fired = 0;
+	}
+	return fire_due(l);
+}
+
+/* Go on with the pass from where it stopped, and with the next ones until Python
+ * has something to do; one of LOOP_*. */
+int loop_pass(struct loop *l)
+{
+	int r;
+
+	do
+		r = one_pass(l);
+	while (r == LOOP_DONE && l->now < l->house_ns);
+	return r;
+}

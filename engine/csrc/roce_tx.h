@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * fabricemu engine: the compiled sender's state (roce_tx.c runs it; roce_loop.c
+ * serves NICs through it). engine/tx.py mirrors every struct with ctypes.
+ */
+#ifndef ROCE_TX_H
+#define ROCE_TX_H
+#include "roce_burst.h"  /* first: it defines _GNU_SOURCE */
+
+#include <stdint.h>
+
+struct tx_gbn {                 /* engine/tx.py: TxGbn */
+	int64_t total_packets;
+	int64_t window;             /* packets in flight at most */
+	double timeout_s;
+	int64_t start_psn;
+	int64_t una;                /* oldest unacknowledged index */
+	int64_t nxt;                /* next index to (re)send */
+	int64_t max_sent;           /* one past the highest index ever sent */
+	double timer_start_s;       /* NaN: not armed */
+	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
+};
+
+struct tx_sched {               /* engine/tx.py: TxSched */
+	int64_t next_ns;
+	int64_t max_catchup_ns;
+	int64_t resets;
+	int64_t dropped_ns;
+};
+
+#define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
+
+struct tx_sr {                  /* engine/tx.py: TxSr */
+	int64_t total_packets;
+	int64_t window;
+	double timeout_s;
+	int64_t start_psn;
+	int64_t una;                /* oldest unacknowledged index */
+	int64_t nxt;                /* next new index */
+	int64_t lost_count;         /* indices marked lost, not yet retransmitted */
+	int64_t rtx;                /* no index below it is marked lost */
+	int64_t heard;              /* one past the highest index the responder holds */
+	int64_t timer_nxt;          /* indices below it were sent when the timer started */
+	double timer_start_s;       /* NaN: not armed */
+	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
+	uint64_t lost[SR_WINDOW / 64];  /* ring: bit index mod SR_WINDOW */
+};
+
+#define WIRE_OVERHEAD_BYTES 24  /* core/frame.py (checked by engine/tx.py) */
+
+enum { TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR };
+
+struct tx_qp {                  /* engine/tx.py: TxQp */
+	struct tx_gbn gbn;
+	struct tx_sched sched;
+	double rate_bps;            /* the algorithm's, written after each of its events */
+	double window_bytes;        /* <= 0: no window */
+	const struct roce_shape *shape[3];  /* first, middle, last frame */
+	int64_t bits[3];            /* their wire bits */
+	int64_t *tx_ns;             /* latest send time of every packet */
+	int64_t bytes_sent, first_tx_ns, last_tx_ns, next_trace_ns;
+	int64_t calls_on_send;      /* the algorithm's on_send must see every burst */
+	int64_t line_ns;            /* > 0: its bursts wait in Python's delay line first */
+	struct tx_sr *sr;           /* selective repeat's state instead of gbn's, or NULL */
+};
+
+struct tx_nic {                 /* engine/tx.py: TxNic */
+	struct tx_sched sched;
+	int64_t fd;
+	int64_t fwd_ns;
+	double ns_per_bit;
+	int64_t period_start, period_first_out, period_dropped, ideal_end, actual_end;
+	int64_t bits_sent;
+	int64_t n_active;
+	int32_t *active;            /* indices of its busy QPs, in nic.qps order */
+};
+
+struct tx_call {                /* engine/tx.py: TxCall */
+	struct tx_nic *nic;
+	struct tx_qp *qps;
+	uint8_t *buf;               /* the Burst's buffer: frames a short send left */
+	int64_t *lags;
+	int64_t lags_cap, n_lags, lag_total_ns;
+	int64_t now, horizon, t0;
+	double scale_ns;
+	int64_t payload_bytes, max_catchup_ns;
+	int64_t data_sent, packets_sent;
+	/* out */
+	int64_t qp, arm_ns, count, sent, sent_bytes, frame_len, err;
+	double t_real;
+	int64_t hold, which, psn, lag, step, solicit;  /* a burst for the delay line */
+};
+
+int tx_service(struct tx_call *c);
+
+#endif /* ROCE_TX_H */
