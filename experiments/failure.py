@@ -42,7 +42,13 @@ from experiments.option_parsers import (
     parse_text,
     parse_topo,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    parse_faults_option,
+    with_common,
+)
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import (
@@ -111,11 +117,12 @@ OPTIONS: dict[str, Option] = with_common({
                             parse=parse_rate_fraction),
     "flap_link": Option("a1-c1", "the link that flaps (A-B)", parse=parse_text),
     "flap": Option("20us/10us", "its flap: UP/DOWN durations (real)", parse=parse_flap),
-    "faults": Option("none", "further faults of your own, one more case at every detection "
-                             "delay: TARGET:ACTION@TIME;... (topologies.faultspec)",
-                     parse=lambda v: format_faults(parse_faults(v))),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-})
+}, faults=Option("none", "further faults of your own, one more case at every detection "
+                         "delay: TARGET:ACTION@TIME;... (topologies.faultspec)",
+                 parse=parse_faults_option),
+   detect_delay=Option(50e-6, "the flapping link's detection delay (real; the other cases "
+                              "take every detect_delays)", parse=parse_time))
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,6 @@ class Options(CommonOptions):
     degraded_rate: float
     flap_link: str
     flap: str
-    faults: str
     cc: str
 
 
@@ -165,9 +171,7 @@ def cases(opts: Options) -> list[Case]:
                            f"rate={opts.degraded_rate}@0", "degraded_link")
     flap = _link_fault(topo, opts.topo, opts.flap_link, f"flap={opts.flap}@0", "flap_link")
     own = tuple(resolve(parse_faults(opts.faults), topo, opts.topo))
-    # The flap meets the first real detection delay (one longer than its down phase
-    # leaves it to the link's ends alone).
-    flap_d = next((d for d in opts.detect_delays if d > 0), opts.detect_delays[0])
+    flap_d = opts.detect_delay
     out = []
     for name in opts.collectives:
         out.append(Case(f"{name} no failure", name, "none", (), 0.0))
