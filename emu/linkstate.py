@@ -69,6 +69,12 @@ class LinkState:
                "nud permanent"] if up else [])] for node, iface in ends})
         if up:  # and the routes whose every next hop was over the link
             self.reroute(touched={a, b})
+            return
+        # The ends' eBPF routers (routing modes other than ecmp) drop the dead port from
+        # every destination's set at once, as the kernel does its dead next hops.
+        for node in (a, b):
+            if node in self.routers:
+                self.routers[node].set_dests(self._live_dests(node))
 
     def _link_ends(self, a: str, b: str) -> list[tuple[str, Any]]:
         try:
@@ -96,7 +102,17 @@ class LinkState:
                 for prefix in old[node].keys() - new.keys()]
         run_ip_batches(batches)
         for switch, router in self.routers.items():
-            router.set_dests(loadbalance.switch_tables(self.plan, self.routes, switch).dests)
+            router.set_dests(self._live_dests(switch))
+
+    def _live_dests(self, switch: str) -> dict[str, tuple[int, ...]]:
+        """``switch``'s router destinations as the routing has them, without the ports
+        whose link is physically down; a destination left with none is not in the table
+        (the router leaves its frames to the kernel, which has no route for them either)."""
+        tables = loadbalance.switch_tables(self.plan, self.routes, switch)
+        dead = {peer for link in self.dead_links if switch in link for peer in link - {switch}}
+        live = {ip: tuple(s for s in slots if tables.ports[s].peer_node not in dead)
+                for ip, slots in tables.dests.items()}
+        return {ip: slots for ip, slots in live.items() if slots}
 
     def _route_specs(self, node: str) -> dict[str, str]:
         dead = {peer for link in self.dead_links if node in link for peer in link - {node}}
