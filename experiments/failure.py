@@ -8,8 +8,8 @@ start; ``flap_link`` flapping (``flap``, with the first non-zero detection delay
 user's own ``faults``, if any, at every detection delay. Engine go-back-N recovers
 what the black hole took.
 
-Per case: completion time and busbw, frames the fabric lost (no route, queues, loss
-filters) and frames retransmitted, the time until every route is on a live path
+Per case: completion time and busbw, frames the fabric lost (no route, the dead
+port's queue flushed with it, loss filters) and frames retransmitted, the time until every route is on a live path
 (from the applied events), the time until the last message hit was delivered, and
 the model (`model.failurecost`): the no-failure and rerouted fabric priced as the
 collective experiment prices them, plus detection and go-back-N recovery.
@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import FabricEmuError, ParameterError
+from core.frame import WIRE_FRAME_BYTES
 from core.scaling import Scale
 from core.units import format_size, format_time, parse_time_s
 from emu.fabric import Fabric
@@ -52,13 +53,20 @@ from experiments.options import (
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import (
+    path_latency_s,
     predict_workload,
     predict_workload_hashed,
     roce_wire_factor,
     workload_bottleneck_rate_bps,
 )
 from model.claims import ALPHABETA, Claim, Kind, estimate, prediction
-from model.failurecost import LinkDownModel, degraded_graph, failed_fabric, ring_slowest_link_s
+from model.failurecost import (
+    LinkDownModel,
+    degraded_graph,
+    failed_fabric,
+    nak_recovery_s,
+    ring_slowest_link_s,
+)
 from topologies.faultspec import Fault, check_times, format_faults, parse_faults, resolve
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
@@ -272,6 +280,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     workload = build_workload(fab.topo, case.collective, opts.size)
     injector = FaultInjector(fab, case.faults, case.detect_s)
     before = noroute_drops(fab)
+    flushed_before = fab.flushed_frames
     try:
         m = measure(fab, workload, engine_config(opts.cc, workers=opts.workers),
                     during=injector.watch)
@@ -281,7 +290,8 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     if injector.error:
         raise FabricEmuError(f"faults {format_faults(case.faults)} could not be applied: "
                              f"{injector.error}")
-    lost = noroute_drops(fab) - before + loss_drops
+    flushed = fab.flushed_frames - flushed_before
+    lost = noroute_drops(fab) - before + loss_drops + flushed
     events = injector.events()
     factor = workload.meta["busbw_factor"]
     time_s = m.completion_s
@@ -297,7 +307,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
            "faults": format_faults(case.faults), "detect_s": case.detect_s,
            "size_bytes": opts.size, "time_s": time_s, "busbw_bps": busbw,
            "time_model_s": model_s, "claim": claim.label, **model_row,
-           "frames_lost": lost, "frames_dropped_queues": int(m.ports.drops.sum()),
+           "frames_lost": lost, "frames_flushed": flushed, "frames_dropped_queues": int(m.ports.drops.sum()),
            "frames_retransmitted": retx, "timeouts": int(m.messages.timeouts.sum()),
            "messages_completed": int(m.messages.completed.sum()),
            "messages": len(workload.messages), "reroute_s": reroute_s(events),
@@ -336,13 +346,33 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
         after_graph, after_routes = failed_fabric(fab.topo, frozenset({frozenset(f.nodes)}))
         model = LinkDownModel(nofail_s, price(workload, after_graph, after_routes, opts.size),
                               f.at_s, case.detect_s, float(m.stats.rto_s or 0.0), lost,
-                              chained=case.collective.startswith("allreduce-ring"))
+                              chained=case.collective.startswith("allreduce-ring"),
+                              nak_s=nak_of(fab, graph, workload, f.nodes))
         claim = LINK_DOWN_RING if model.chained else LINK_DOWN_SPREAD
         return model.completion_s, claim, {
             "model_nofail_s": nofail_s, "model_after_s": model.after_s,
             "model_capacity_s": model.capacity_s, "model_recovery_s": model.recovery_s,
             "model_reroute_s": model.reroute_s}
     return nofail_s, NO_FAILURE_BOUND, {"model_nofail_s": nofail_s}
+
+
+def nak_of(fab: Fabric, graph: Any, workload: Any, link: tuple[str, ...]) -> float:
+    """A priori NAK recovery of a message caught on ``link`` when the fabric reroutes at
+    once (`nak_recovery_s`): the longest round trip of the workload's paths over the
+    link, and one frame per flow that may cross it lost with the port's queue (the
+    model's load on a fabric link of a ring or all-to-all stays under its rate, so no
+    standing queue: only the frames in service)."""
+    crossing = [p for msg in workload.messages if msg.src != msg.dst
+                for p in fab.routes.paths(msg.src, msg.dst) if _uses(p, link)]
+    if not crossing:
+        return 0.0
+    rtt_s = 2 * max(path_latency_s(graph, p) for p in crossing)
+    flows = len({(p[0], p[-1]) for p in crossing})
+    return nak_recovery_s(rtt_s, flows * WIRE_FRAME_BYTES, graph.edges[link]["rate_bps"])
+
+
+def _uses(path: Any, link: tuple[str, ...]) -> bool:
+    return any({u, v} == set(link) for u, v in zip(path[:-1], path[1:], strict=False))
 
 
 def execute(run: Run, opts: Options) -> None:
