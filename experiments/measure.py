@@ -153,14 +153,20 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
     ``during`` is told the engine's shared state (its clock) as the run starts and None
     as it ends (`emu.faultinject.FaultInjector.watch`); without it, the run's ``faults``
     option (`experiments.faultrun`) is applied."""
-    if during is None:
-        with injected(fab, workload, model_graph(fab)) as injector:
-            m = measure(fab, workload, engine_config, watch=watch,
-                        sample_interval_s=sample_interval_s, capture=capture,
-                        during=injector.watch if injector is not None else None)
-        if injector is not None:
-            m.fault_events = injector.events()
-        return m
+    if during is not None:
+        return _measure(fab, workload, engine_config, watch, sample_interval_s, capture, during)
+    with injected(fab, workload, model_graph(fab)) as injector:
+        m = _measure(fab, workload, engine_config, watch, sample_interval_s, capture,
+                     injector.watch if injector is not None else None)
+    if injector is not None:
+        m.fault_events = injector.events()
+    return m
+
+
+def _measure(fab: Fabric, workload: Any, engine_config: Any, watch: Sequence[Any],
+             sample_interval_s: float | None, capture: Sequence[str],
+             during: Callable[[Any], None] | None) -> Measurement:
+    """`measure` with its ``during`` hook settled."""
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()

@@ -74,3 +74,22 @@ def test_a_switch_the_case_fabric_lacks_is_refused_when_measured():
     with planned("a1:down@1us", 0.0), pytest.raises(ParameterError, match="no node 'a1'"), \
             injected(fab, one, topo_graph(fab.topo)):
         pytest.fail("the case must not run")
+
+
+def test_measure_without_faults_or_hook_runs_the_case_once_as_it_is(monkeypatch):
+    from experiments import measure as measure_module
+
+    calls = []
+
+    def run_once(fab, workload, config, watch, interval, capture, during):
+        calls.append(during)
+        return measure_module.Measurement(*([None] * 7))
+
+    monkeypatch.setattr(measure_module, "_measure", run_once)
+    fab = FakeFabric("leafspine,2,2,2")
+    one = Workload("one", [Message(0, "h1", "h4", 1 << 20)], ["h1", "h4"], 1 << 20)
+    m = measure_module.measure(fab, one, None)
+    assert calls == [None] and m.fault_events is None
+    hook = calls.append
+    measure_module.measure(fab, one, None, during=hook)
+    assert calls == [None, hook]
