@@ -79,7 +79,8 @@ NAME = "failure"
 #: kernel's ECMP hash, which cannot be reproduced from outside: the measured run says
 #: (frames lost), and the model prices that branch.
 LINK_DOWN_RING = prediction(0.10, "capacity left + detection + go-back-N timeouts, ring; "
-                                  "black-holed or not as measured")
+                                  "black-holed or not, and without detection delay "
+                                  "recovered by NAK or by a timeout, as measured")
 LINK_DOWN_SPREAD = estimate("capacity left + detection + go-back-N timeouts; an all-to-all "
                             "waits for the black-holed message only")
 #: A ring with one slow link: busbw is the slowest hop's rate (the issue's 5 %).
@@ -347,7 +348,8 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
         model = LinkDownModel(nofail_s, price(workload, after_graph, after_routes, opts.size),
                               f.at_s, case.detect_s, float(m.stats.rto_s or 0.0), lost,
                               chained=case.collective.startswith("allreduce-ring"),
-                              nak_s=nak_of(fab, graph, workload, f.nodes))
+                              nak_s=nak_of(fab, graph, workload, f.nodes),
+                              timed_out=int(m.messages.timeouts.sum()) > 0)
         claim = LINK_DOWN_RING if model.chained else LINK_DOWN_SPREAD
         return model.completion_s, claim, {
             "model_nofail_s": nofail_s, "model_after_s": model.after_s,

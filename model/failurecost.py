@@ -16,7 +16,8 @@
   only the frames queued at the dead port are lost with its queue; the frames after
   them take the new path, the receiver sees the gap and NAKs, and go-back-N resends
   from the first lost frame (`nak_recovery_s`: a round trip, plus the queue that was
-  lost drained again at the port's rate).
+  lost drained again at the port's rate). If the frames lost were a message's last,
+  no later frame shows the gap: one timeout, whose retry takes the new path.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class LinkDownModel:
     lost: bool          # a message was sent into the black hole (lost frames)
     chained: bool       # every step waits for the previous one (a ring)
     nak_s: float = 0.0  # recovery by NAK when the fabric reroutes at once (nak_recovery_s)
+    #: Rerouted at once but the lost frames were a message's last: no later frame for
+    #: the receiver to see the gap by, so one timeout (its retry takes the new path).
+    timed_out: bool = False
 
     @property
     def capacity_s(self) -> float:
@@ -88,7 +92,7 @@ class LinkDownModel:
         if not self.lost:
             return 0.0
         if self.detect_s <= 0:
-            return self.nak_s
+            return self.rto_s if self.timed_out else self.nak_s
         return recovery_timeouts(self.detect_s, self.rto_s) * self.rto_s
 
     @property

@@ -45,6 +45,9 @@ def test_rerouted_at_once_a_lost_queue_costs_a_round_trip_and_its_resending():
     ring = LinkDownModel(100e-6, 100e-6, 50e-6, 0.0, 500e-6, lost=True, chained=True,
                          nak_s=5e-6)
     assert ring.recovery_s == 5e-6 and ring.completion_s == pytest.approx(105e-6)
+    tail = LinkDownModel(100e-6, 100e-6, 50e-6, 0.0, 500e-6, lost=True, chained=True,
+                         nak_s=5e-6, timed_out=True)  # no frame after the lost ones
+    assert tail.completion_s == pytest.approx(600e-6)
     assert LinkDownModel(100e-6, 100e-6, 50e-6, 0.0, 500e-6, lost=False, chained=True,
                          nak_s=5e-6).completion_s == pytest.approx(100e-6)
 
