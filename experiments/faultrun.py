@@ -1,16 +1,17 @@
 """The common ``faults`` option at work: every case of a run fails as ``faults`` says.
 
 `planned` (the runner, around an experiment's execute) names the run's faults and
-detection delay; `injected` (``experiments.measure.measure``, around each case it runs)
+detection delay; `with_faults` (``experiments.measure.measure``, for each case it runs)
 checks them against the case (nodes and links on its fabric, every fault starting
 before the case's modelled end) and applies them with an `emu.faultinject.FaultInjector`
-whose ``watch`` is the run's ``during`` hook. A caller that brings its own injector
+whose ``watch`` is the run's ``during`` hook, and keeps the applied events with what
+the case measured. A caller that brings its own injector
 (`emu run failure`, one per case) passes ``during`` itself and the plan stays out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -57,3 +58,13 @@ def injected(fab: Any, workload: Any, graph: Any) -> Iterator[FaultInjector | No
     if injector.error:
         raise FabricEmuError(f"faults {format_faults(resolved)} could not be applied: "
                              f"{injector.error}")
+
+
+def with_faults(fab: Any, workload: Any, graph: Any, run: Callable[[Any], Any]) -> Any:
+    """``run(hook)``'s measurement of one case of ``workload`` with the planned faults
+    applied through ``hook`` (None: none planned), their events in its ``fault_events``."""
+    with injected(fab, workload, graph) as injector:
+        m = run(injector.watch if injector is not None else None)
+    if injector is not None:
+        m.fault_events = injector.events()
+    return m

@@ -29,7 +29,7 @@ from engine.rawsock import realtime_offset_ns
 from engine.run import EngineConfig, first_frame_bytes, run_workload
 from engine.stats import EngineStats
 from experiments.exporter import Exporter, current
-from experiments.faultrun import injected
+from experiments.faultrun import with_faults
 from experiments.fidelity import (
     Check,
     FidelityReport,
@@ -152,21 +152,15 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
     ``capture`` (``engine.capture``), and difference the port counters around the run.
     ``during`` is told the engine's shared state (its clock) as the run starts and None
     as it ends (`emu.faultinject.FaultInjector.watch`); without it, the run's ``faults``
-    option (`experiments.faultrun`) is applied."""
-    if during is not None:
-        return _measure(fab, workload, engine_config, watch, sample_interval_s, capture, during)
-    with injected(fab, workload, model_graph(fab)) as injector:
-        m = _measure(fab, workload, engine_config, watch, sample_interval_s, capture,
-                     injector.watch if injector is not None else None)
-    if injector is not None:
-        m.fault_events = injector.events()
-    return m
+    option is (`experiments.faultrun`)."""
+    def run(hook: Callable[[Any], None] | None) -> Measurement:
+        return _measure(fab, workload, engine_config, watch, sample_interval_s, capture, hook)
+    return run(during) if during is not None else with_faults(fab, workload, model_graph(fab), run)
 
 
 def _measure(fab: Fabric, workload: Any, engine_config: Any, watch: Sequence[Any],
              sample_interval_s: float | None, capture: Sequence[str],
              during: Callable[[Any], None] | None) -> Measurement:
-    """`measure` with its ``during`` hook settled."""
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
