@@ -8,8 +8,8 @@ start; ``flap_link`` flapping (``flap``, with the first non-zero detection delay
 user's own ``faults``, if any, at every detection delay. Engine go-back-N recovers
 what the black hole took.
 
-Per case: completion time and busbw, frames the fabric lost (no route, queues, loss
-filters) and frames retransmitted, the time until every route is on a live path
+Per case: completion time and busbw, frames the fabric lost (no route, the dead
+port's queue flushed with it, loss filters) and frames retransmitted, the time until every route is on a live path
 (from the applied events), the time until the last message hit was delivered, and
 the model (`model.failurecost`): the no-failure and rerouted fabric priced as the
 collective experiment prices them, plus detection and go-back-N recovery.
@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from core.errors import FabricEmuError, ParameterError
+from core.frame import WIRE_FRAME_BYTES
 from core.scaling import Scale
 from core.units import format_size, format_time, parse_time_s
 from emu.fabric import Fabric
@@ -42,17 +43,30 @@ from experiments.option_parsers import (
     parse_text,
     parse_topo,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    parse_faults_option,
+    with_common,
+)
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import (
+    path_latency_s,
     predict_workload,
     predict_workload_hashed,
     roce_wire_factor,
     workload_bottleneck_rate_bps,
 )
 from model.claims import ALPHABETA, Claim, Kind, estimate, prediction
-from model.failurecost import LinkDownModel, degraded_graph, failed_fabric, ring_slowest_link_s
+from model.failurecost import (
+    LinkDownModel,
+    degraded_graph,
+    failed_fabric,
+    nak_recovery_s,
+    ring_slowest_link_s,
+)
 from topologies.faultspec import Fault, check_times, format_faults, parse_faults, resolve
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
@@ -65,7 +79,8 @@ NAME = "failure"
 #: kernel's ECMP hash, which cannot be reproduced from outside: the measured run says
 #: (frames lost), and the model prices that branch.
 LINK_DOWN_RING = prediction(0.10, "capacity left + detection + go-back-N timeouts, ring; "
-                                  "black-holed or not as measured")
+                                  "black-holed or not, and without detection delay "
+                                  "recovered by NAK or by a timeout, as measured")
 LINK_DOWN_SPREAD = estimate("capacity left + detection + go-back-N timeouts; an all-to-all "
                             "waits for the black-holed message only")
 #: A ring with one slow link: busbw is the slowest hop's rate (the issue's 5 %).
@@ -111,11 +126,12 @@ OPTIONS: dict[str, Option] = with_common({
                             parse=parse_rate_fraction),
     "flap_link": Option("a1-c1", "the link that flaps (A-B)", parse=parse_text),
     "flap": Option("20us/10us", "its flap: UP/DOWN durations (real)", parse=parse_flap),
-    "faults": Option("none", "further faults of your own, one more case at every detection "
-                             "delay: TARGET:ACTION@TIME;... (topologies.faultspec)",
-                     parse=lambda v: format_faults(parse_faults(v))),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-})
+}, faults=Option("none", "further faults of your own, one more case at every detection "
+                         "delay: TARGET:ACTION@TIME;... (topologies.faultspec)",
+                 parse=parse_faults_option),
+   detect_delay=Option(50e-6, "the flapping link's detection delay (real; the other cases "
+                              "take every detect_delays)", parse=parse_time))
 
 
 @dataclass(frozen=True)
@@ -132,7 +148,6 @@ class Options(CommonOptions):
     degraded_rate: float
     flap_link: str
     flap: str
-    faults: str
     cc: str
 
 
@@ -165,9 +180,7 @@ def cases(opts: Options) -> list[Case]:
                            f"rate={opts.degraded_rate}@0", "degraded_link")
     flap = _link_fault(topo, opts.topo, opts.flap_link, f"flap={opts.flap}@0", "flap_link")
     own = tuple(resolve(parse_faults(opts.faults), topo, opts.topo))
-    # The flap meets the first real detection delay (one longer than its down phase
-    # leaves it to the link's ends alone).
-    flap_d = next((d for d in opts.detect_delays if d > 0), opts.detect_delays[0])
+    flap_d = opts.detect_delay
     out = []
     for name in opts.collectives:
         out.append(Case(f"{name} no failure", name, "none", (), 0.0))
@@ -268,6 +281,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     workload = build_workload(fab.topo, case.collective, opts.size)
     injector = FaultInjector(fab, case.faults, case.detect_s)
     before = noroute_drops(fab)
+    flushed_before = fab.flushed_frames
     try:
         m = measure(fab, workload, engine_config(opts.cc, workers=opts.workers),
                     during=injector.watch)
@@ -277,7 +291,8 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     if injector.error:
         raise FabricEmuError(f"faults {format_faults(case.faults)} could not be applied: "
                              f"{injector.error}")
-    lost = noroute_drops(fab) - before + loss_drops
+    flushed = fab.flushed_frames - flushed_before
+    lost = noroute_drops(fab) - before + loss_drops + flushed
     events = injector.events()
     factor = workload.meta["busbw_factor"]
     time_s = m.completion_s
@@ -293,7 +308,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
            "faults": format_faults(case.faults), "detect_s": case.detect_s,
            "size_bytes": opts.size, "time_s": time_s, "busbw_bps": busbw,
            "time_model_s": model_s, "claim": claim.label, **model_row,
-           "frames_lost": lost, "frames_dropped_queues": int(m.ports.drops.sum()),
+           "frames_lost": lost, "frames_flushed": flushed, "frames_dropped_queues": int(m.ports.drops.sum()),
            "frames_retransmitted": retx, "timeouts": int(m.messages.timeouts.sum()),
            "messages_completed": int(m.messages.completed.sum()),
            "messages": len(workload.messages), "reroute_s": reroute_s(events),
@@ -332,13 +347,34 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
         after_graph, after_routes = failed_fabric(fab.topo, frozenset({frozenset(f.nodes)}))
         model = LinkDownModel(nofail_s, price(workload, after_graph, after_routes, opts.size),
                               f.at_s, case.detect_s, float(m.stats.rto_s or 0.0), lost,
-                              chained=case.collective.startswith("allreduce-ring"))
+                              chained=case.collective.startswith("allreduce-ring"),
+                              nak_s=nak_of(fab, graph, workload, f.nodes),
+                              timed_out=int(m.messages.timeouts.sum()) > 0)
         claim = LINK_DOWN_RING if model.chained else LINK_DOWN_SPREAD
         return model.completion_s, claim, {
             "model_nofail_s": nofail_s, "model_after_s": model.after_s,
             "model_capacity_s": model.capacity_s, "model_recovery_s": model.recovery_s,
             "model_reroute_s": model.reroute_s}
     return nofail_s, NO_FAILURE_BOUND, {"model_nofail_s": nofail_s}
+
+
+def nak_of(fab: Fabric, graph: Any, workload: Any, link: tuple[str, ...]) -> float:
+    """A priori NAK recovery of a message caught on ``link`` when the fabric reroutes at
+    once (`nak_recovery_s`): the longest round trip of the workload's paths over the
+    link, and one frame per flow that may cross it lost with the port's queue (the
+    model's load on a fabric link of a ring or all-to-all stays under its rate, so no
+    standing queue: only the frames in service)."""
+    crossing = [p for msg in workload.messages if msg.src != msg.dst
+                for p in fab.routes.paths(msg.src, msg.dst) if _uses(p, link)]
+    if not crossing:
+        return 0.0
+    rtt_s = 2 * max(path_latency_s(graph, p) for p in crossing)
+    flows = len({(p[0], p[-1]) for p in crossing})
+    return nak_recovery_s(rtt_s, flows * WIRE_FRAME_BYTES, graph.edges[link]["rate_bps"])
+
+
+def _uses(path: Any, link: tuple[str, ...]) -> bool:
+    return any({u, v} == set(link) for u, v in zip(path[:-1], path[1:], strict=False))
 
 
 def execute(run: Run, opts: Options) -> None:

@@ -29,6 +29,7 @@ from engine.rawsock import realtime_offset_ns
 from engine.run import EngineConfig, first_frame_bytes, run_workload
 from engine.stats import EngineStats
 from experiments.exporter import Exporter, current
+from experiments.faultrun import with_faults
 from experiments.fidelity import (
     Check,
     FidelityReport,
@@ -94,6 +95,7 @@ class Measurement:
     stats: EngineStats           # the engine's report (engine/stats.py)
     wall_s: float
     captures: dict[str, Captured] = field(default_factory=dict)  # host -> its NIC's frames
+    fault_events: pd.DataFrame | None = None  # the run's faults as applied (faults option)
 
     @property
     def completion_s(self) -> float:
@@ -150,7 +152,16 @@ def measure(fab: Fabric, workload: Any, engine_config: Any, *, watch: Sequence[A
     slowest watched port), capturing the RoCEv2 frames at the NICs of the hosts in
     ``capture`` (``engine.capture``), and difference the port counters around the run.
     ``during`` is told the engine's shared state (its clock) as the run starts and None
-    as it ends (`emu.faultinject.FaultInjector.watch`)."""
+    as it ends (`emu.faultinject.FaultInjector.watch`); without it, the run's ``faults``
+    option is (`experiments.faultrun`)."""
+    def run(hook: Callable[[Any], None] | None) -> Measurement:
+        return _measure(fab, workload, engine_config, watch, sample_interval_s, capture, hook)
+    return run(during) if during is not None else with_faults(fab, workload, model_graph(fab), run)
+
+
+def _measure(fab: Fabric, workload: Any, engine_config: Any, watch: Sequence[Any],
+             sample_interval_s: float | None, capture: Sequence[str],
+             during: Callable[[Any], None] | None) -> Measurement:
     if sample_interval_s is None and watch:
         sample_interval_s = packet_time_s(min(p.rate_bps for p in watch))
     before = fab.port_stats()
@@ -347,6 +358,8 @@ def record_case(run: Run, fab: Fabric, case: str, m: Measurement, workload: Any,
     for verdict in ([case] if verdicts is None else verdicts):
         run.fidelity(verdict, report)
     run.pcaps(case, m.captures)
+    if m.fault_events is not None:
+        run.frame("fault_events", m.fault_events, case=case)
     run.deviations([{**d, "effect": effect} for d in
                     measure_deviations(fab, m, deviation_case or case, graph)])
     return report

@@ -19,7 +19,7 @@ from typing import Any, Self, TypeVar
 from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.scaling import DEFAULT_SCALE, Scale
-from core.units import format_size, parse_size_bytes
+from core.units import format_size, parse_size_bytes, parse_time_s
 from experiments.option_parsers import (
     Parser,
     format_value,
@@ -32,6 +32,7 @@ from experiments.option_parsers import (
     split_topo_at,
 )
 from topologies import loadbalance
+from topologies.faultspec import format_faults, parse_faults, resolve
 from topologies.spec import build_topo
 from traffic.transport import TRANSPORTS
 
@@ -92,6 +93,7 @@ def resolve_options(spec: Mapping[str, Option], quick: bool, overrides: Mapping[
     if check is not None:
         check(opts)
     check_capture(opts)
+    check_faults(opts)
     return opts
 
 
@@ -163,13 +165,17 @@ def parse_capture(value: Any) -> list[str]:
     return hosts
 
 
+def _fabric_specs(opts: Mapping[str, Any]) -> list[str]:
+    """The topology of every fabric of the run (``topo``, ``topos``)."""
+    return ([split_topo_at(opts["topo"], 1.0)[0]] if "topo" in opts else []) + [
+        split_topo_at(entry, 1.0)[0] for entry in opts.get("topos", [])]
+
+
 def check_capture(opts: Mapping[str, Any]) -> None:
     """Every host of the ``capture`` option is on every fabric of the run (``topo``,
     ``topos``)."""
     hosts = opts.get("capture") or []
-    specs = ([split_topo_at(opts["topo"], 1.0)[0]] if "topo" in opts else []) + [
-        split_topo_at(entry, 1.0)[0] for entry in opts.get("topos", [])]
-    for spec in specs:
+    for spec in _fabric_specs(opts):
         known = build_topo(spec).host_nodes()
         unknown = [h for h in hosts if h not in set(known)]
         if unknown:
@@ -190,6 +196,31 @@ def parse_metrics_port(value: Any) -> int | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None
     return parse_int(1, 65535)(value)
+
+
+def parse_faults_option(value: Any) -> str:
+    """``faults``' text, parsed and written back in its normal form ('none': no fault)."""
+    return format_faults(parse_faults(value))
+
+
+def check_faults(opts: Mapping[str, Any]) -> None:
+    """Every node and link the ``faults`` option names is on every fabric of the run
+    (its times are checked against each case's modelled length when it is measured)."""
+    faults = parse_faults(opts.get("faults"))
+    for spec in _fabric_specs(opts) if faults else []:
+        resolve(faults, build_topo(spec), spec)
+
+
+#: Every experiment's ``faults`` and ``detect_delay`` (``emu.faultinject``).
+FAULTS = Option("none", "failures during every measured case, in real time after its start: "
+                        "TARGET:ACTION@TIME;... e.g. 'agg1-core2:down@50us;edge3:down@80us;"
+                        "agg2-core1:rate=25%@0;agg3-core3:flap=20us/10us@0' "
+                        "(topologies/faultspec.py); none: no failure",
+                parse=parse_faults_option)
+DETECT_DELAY = Option(50e-6, "faults: real time until the fabric beyond a link's ends learns "
+                             "that it went down or up and reroutes (BFD-like; the ends "
+                             "drop or take back their next hop at once)",
+                      parse=lambda v: parse_time_s(v, "detect_delay"))
 
 
 #: Every experiment's ``metrics_port`` option (``experiments.exporter``).
@@ -224,7 +255,8 @@ WATCH_OPTIONS = ("metrics_port",)
 
 #: The options every experiment takes, declared once (`with_common` adds them): S,
 #: how each case is measured (attempts, workers, capture, transport) and watched
-#: (metrics_port), and how its fabrics route (routing, flowlet_gap).
+#: (metrics_port), how its fabrics route (routing, flowlet_gap) and what fails during
+#: each case (faults, detect_delay).
 COMMON_OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
@@ -234,6 +266,8 @@ COMMON_OPTIONS: dict[str, Option] = {
     "routing": ROUTING,
     "flowlet_gap": FLOWLET_GAP,
     "transport": TRANSPORT,
+    "faults": FAULTS,
+    "detect_delay": DETECT_DELAY,
 }
 
 
@@ -277,6 +311,8 @@ class CommonOptions(ExperimentOptions):
     routing: str
     flowlet_gap: float
     transport: str
+    faults: str
+    detect_delay: float
 
     def fabric_routing(self) -> dict[str, Any]:
         """The routing options as ``emu.fabric.Fabric``'s keyword arguments."""

@@ -18,6 +18,7 @@ from core import safefile
 from core.errors import FabricEmuError, ParameterError
 from core.scaling import DEFAULT_SCALE, Scale
 from experiments.exporter import serving
+from experiments.faultrun import planned
 from experiments.options import (
     WATCH_OPTIONS,
     Option,
@@ -107,7 +108,8 @@ def run_experiment(name: str, options: Mapping[str, Option],
             if resume:
                 rec.resume()
             rec.start()
-            execute(rec, typed)
+            with planned(opts.get("faults"), opts.get("detect_delay", 0.0)):
+                execute(rec, typed)
         except BaseException as e:
             # A long sweep keeps what its finished cases measured: the run directory is
             # written, marked invalid with the reason, and the error still propagates.

@@ -12,6 +12,12 @@
   RTO from its last frame until one retry falls after the reroute, so
   ``ceil(detect / rto)`` timeouts (at least one), during which a ring, a chain of
   steps, waits whole; an all-to-all only waits for that message.
+* The same link down with the whole fabric rerouting at once (no detection delay):
+  only the frames queued at the dead port are lost with its queue; the frames after
+  them take the new path, the receiver sees the gap and NAKs, and go-back-N resends
+  from the first lost frame (`nak_recovery_s`: a round trip, plus the queue that was
+  lost drained again at the port's rate). If the frames lost were a message's last,
+  no later frame shows the gap: one timeout, whose retry takes the new path.
 """
 
 from __future__ import annotations
@@ -47,6 +53,13 @@ def recovery_timeouts(detect_s: float, rto_s: float) -> int:
     return max(1, math.ceil(detect_s / rto_s))
 
 
+def nak_recovery_s(rtt_s: float, queued_bytes: float, rate_bps: float) -> float:
+    """What a message loses when ``queued_bytes`` queued at a port of ``rate_bps`` are
+    dropped with the port and the next frames arrive by another path: the NAK's round
+    trip (``rtt_s``), then the lost bytes sent again."""
+    return rtt_s + 8.0 * queued_bytes / rate_bps
+
+
 @dataclass(frozen=True)
 class LinkDownModel:
     """Completion of a collective with one link down mid-run (real seconds)."""
@@ -58,6 +71,10 @@ class LinkDownModel:
     rto_s: float
     lost: bool          # a message was sent into the black hole (lost frames)
     chained: bool       # every step waits for the previous one (a ring)
+    nak_s: float = 0.0  # recovery by NAK when the fabric reroutes at once (nak_recovery_s)
+    #: Rerouted at once but the lost frames were a message's last: no later frame for
+    #: the receiver to see the gap by, so one timeout (its retry takes the new path).
+    timed_out: bool = False
 
     @property
     def capacity_s(self) -> float:
@@ -70,8 +87,13 @@ class LinkDownModel:
 
     @property
     def recovery_s(self) -> float:
-        """Time a lost message waits for go-back-N (0 when nothing was lost)."""
-        return recovery_timeouts(self.detect_s, self.rto_s) * self.rto_s if self.lost else 0.0
+        """Time a lost message waits for go-back-N (0 when nothing was lost): a NAK's
+        recovery when the fabric rerouted at once, else whole timeouts."""
+        if not self.lost:
+            return 0.0
+        if self.detect_s <= 0:
+            return self.rto_s if self.timed_out else self.nak_s
+        return recovery_timeouts(self.detect_s, self.rto_s) * self.rto_s
 
     @property
     def completion_s(self) -> float:

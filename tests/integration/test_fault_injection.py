@@ -1,7 +1,13 @@
 """Failures during a run on real namespaces (emu.faultinject): a link down with and without
 a detection delay and a switch down, each back up before the traffic ends; every
 message arrives, nothing is lost for good, and the kernel's routes are the ones the
-fabric was built with once the links are back. A degraded host link sets the pace."""
+fabric was built with once the links are back. A degraded host link sets the pace.
+The degraded link is the common ``faults`` option's (`experiments.faultrun`), as any
+experiment's case takes it.
+
+One fabric for the module, flows of 1 MiB (a few tens of us real, a second of wall
+time at S) and a retransmission timeout of 100 us real instead of the engine's
+derived 500 us: what was black-holed comes back by timeout in 1 s of wall time, not 5."""
 
 from __future__ import annotations
 
@@ -10,9 +16,13 @@ import pytest
 pytestmark = pytest.mark.root
 
 SCALE = 10_000
-#: Each cross-leaf flow: 4 MiB at 400 Gb/s; each host sends two, about 170 us real
-#: (1.7 s at S): the faults at 20 and 90 us fall inside.
-FLOW_BYTES = 4 << 20
+#: Each cross-leaf flow: 1 MiB at 400 Gb/s; each host sends two, about 67 us real
+#: (0.7 s at S) without failure: the faults at 10 and 35 us (learned by 50 us) fall inside.
+FLOW_BYTES = 1 << 20
+#: Retransmission timeout (real s), a fifth of the engine's default: a spurious timeout
+#: (a frame queued longer) would only resend frames, and every check here holds either way.
+RTO_S = 100e-6
+DOWN_UP = "l1-s1:down@10us;l1-s1:up@35us"
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +51,21 @@ def cross_leaf(fab, size_bytes: int = FLOW_BYTES):
     return Workload("cross-leaf", msgs, list(hosts), size_bytes)
 
 
+def config():
+    from experiments.measure import engine_config
+
+    return engine_config("off", rto_s=RTO_S)
+
+
 def run_with(fab, text: str, detect_s: float):
     from emu.faultinject import FaultInjector
-    from experiments.measure import engine_config, measure
+    from experiments.measure import measure
     from topologies.faultspec import parse_faults
 
     injector = FaultInjector(fab, parse_faults(text), detect_s)
     workload = cross_leaf(fab)
     try:
-        m = measure(fab, workload, engine_config("off"), during=injector.watch)
+        m = measure(fab, workload, config(), during=injector.watch)
         routes_at_end = kernel_routes(fab)
         state = (set(fab.dead_links), set(fab.down_links))
     finally:
@@ -58,11 +74,10 @@ def run_with(fab, text: str, detect_s: float):
     return m, injector.events(), routes_at_end, state, len(workload.messages)
 
 
-@pytest.mark.parametrize("detect_s", [0.0, 30e-6])
+@pytest.mark.parametrize("detect_s", [0.0, 15e-6])
 def test_a_link_down_and_up_recovers_everything(fab, detect_s):
     before = kernel_routes(fab)
-    m, events, after, (dead, known), n = run_with(fab, "l1-s1:down@20us;l1-s1:up@90us",
-                                                  detect_s)
+    m, events, after, (dead, known), n = run_with(fab, DOWN_UP, detect_s)
     assert int(m.messages.completed.sum()) == n  # every message arrived: none lost for good
     ops = [(e.op, bool(e.up)) for e in events.itertuples()]
     assert ops == [("link", False), ("learn", False), ("link", True), ("learn", True)]
@@ -77,7 +92,7 @@ def test_a_link_down_and_up_recovers_everything(fab, detect_s):
 
 def test_a_switch_down_and_up_recovers_everything(fab):
     before = kernel_routes(fab)
-    m, events, after, (dead, known), n = run_with(fab, "s1:down@20us;s1:up@90us", 10e-6)
+    m, events, after, (dead, known), n = run_with(fab, "s1:down@10us;s1:up@35us", 10e-6)
     assert int(m.messages.completed.sum()) == n
     downs = events[(events.op == "link") & ~events.up.astype(bool)]
     assert set(downs.link) == {"l1-s1", "l2-s1"}
@@ -86,21 +101,19 @@ def test_a_switch_down_and_up_recovers_everything(fab):
 
 
 def test_a_host_link_at_a_quarter_of_its_rate_takes_four_times_as_long(fab):
+    """Through the common ``faults`` option: measure() applies it and restores the rate."""
     from core.messages import Message, Workload
-    from emu.faultinject import FaultInjector
-    from experiments.measure import engine_config, measure
-    from topologies.faultspec import parse_faults
+    from experiments.faultrun import planned
+    from experiments.measure import measure
 
     host, peer = fab.hosts[0], fab.hosts[-1]
     one = Workload("one", [Message(0, host, peer, 2 << 20)], [host, peer], 2 << 20)
-    alone = measure(fab, one, engine_config("off")).completion_s
-    injector = FaultInjector(fab, parse_faults(f"{host}-l1:rate=25%@0"), 0.0)
-    try:
-        slow = measure(fab, one, engine_config("off"), during=injector.watch).completion_s
-    finally:
-        injector.restore()
-    assert slow / alone == pytest.approx(4.0, rel=0.1)
-    assert measure(fab, one, engine_config("off")).completion_s == pytest.approx(alone, rel=0.05)
+    alone = measure(fab, one, config()).completion_s
+    with planned(f"{host}-l1:rate=25%@0", 0.0):
+        slow = measure(fab, one, config())
+    assert slow.completion_s / alone == pytest.approx(4.0, rel=0.1)
+    assert list(slow.fault_events.op) == ["rate"]
+    assert measure(fab, one, config()).completion_s == pytest.approx(alone, rel=0.05)
 
 
 def test_random_loss_on_both_uplinks_is_recovered(fab):
@@ -109,17 +122,18 @@ def test_random_loss_on_both_uplinks_is_recovered(fab):
     if not LinkLoss.available():
         pytest.skip("loss faults need clang for their BPF filter")
     from emu.faultinject import FaultInjector
-    from experiments.measure import engine_config, measure
+    from experiments.measure import measure
     from topologies.faultspec import parse_faults
 
     injector = FaultInjector(fab, parse_faults("l1-s1:loss=2%@0;l1-s2:loss=2%@0"), 0.0)
     workload = cross_leaf(fab)
     try:
-        m = measure(fab, workload, engine_config("off"), during=injector.watch)
+        m = measure(fab, workload, config(), during=injector.watch)
         dropped = injector.loss.drops()
     finally:
         injector.restore()
     assert int(m.messages.completed.sum()) == len(workload.messages)
-    # Every cross-leaf frame crosses one of the two links: about 2 % of some 8,000.
+    # Every cross-leaf frame crosses one of the two links: 2 % of 8 MiB of data frames,
+    # of their retransmissions and of the ACKs (measured 96; 16 with 512 KiB flows).
     assert dropped > 20
     assert int(m.messages.retransmitted.sum()) > 0  # go-back-N resent what was lost

@@ -37,6 +37,21 @@ def test_a_ring_waits_whole_for_the_lost_message_an_all_to_all_does_not():
     assert late.completion_s == 100e-6
 
 
+def test_rerouted_at_once_a_lost_queue_costs_a_round_trip_and_its_resending():
+    from model.failurecost import nak_recovery_s
+
+    # 64 KiB lost at an 800 Gb/s port, 4 us round trip: 4 us + 0.66 us.
+    assert nak_recovery_s(4e-6, 65536, 800e9) == pytest.approx(4e-6 + 65536 * 8 / 800e9)
+    ring = LinkDownModel(100e-6, 100e-6, 50e-6, 0.0, 500e-6, lost=True, chained=True,
+                         nak_s=5e-6)
+    assert ring.recovery_s == 5e-6 and ring.completion_s == pytest.approx(105e-6)
+    tail = LinkDownModel(100e-6, 100e-6, 50e-6, 0.0, 500e-6, lost=True, chained=True,
+                         nak_s=5e-6, timed_out=True)  # no frame after the lost ones
+    assert tail.completion_s == pytest.approx(600e-6)
+    assert LinkDownModel(100e-6, 100e-6, 50e-6, 0.0, 500e-6, lost=False, chained=True,
+                         nak_s=5e-6).completion_s == pytest.approx(100e-6)
+
+
 def test_degraded_and_failed_graphs():
     topo = FatTree(4)
     graph = topo_graph(topo)
