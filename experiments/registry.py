@@ -29,6 +29,7 @@ from experiments import (
     failure,
     fairness,
     incast,
+    inference,
     ratios,
     sweep,
     training,
@@ -47,6 +48,7 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
     "workload": workload, "training": training, "failure": failure,
+    "inference": inference,
 }
 
 
