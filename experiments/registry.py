@@ -23,6 +23,7 @@ import tomllib
 from core import safefile
 from core.errors import FabricEmuError, ParameterError
 from experiments import (
+    bimodal,
     cc_compare,
     collective,
     ecmp,
@@ -48,7 +49,7 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
     "workload": workload, "training": training, "failure": failure,
-    "inference": inference,
+    "inference": inference, "bimodal": bimodal,
 }
 
 
