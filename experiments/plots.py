@@ -48,7 +48,7 @@ from experiments.plotkit import (  # noqa: E402
 )
 from experiments.plots_collective import plot_busbw, plot_nccl  # noqa: E402
 from experiments.plots_failure import plot_flow_rates  # noqa: E402
-from experiments.plots_workload import plot_layouts, plot_timeline  # noqa: E402
+from experiments.plots_workload import plot_layouts, plot_timeline, plot_tokens  # noqa: E402
 from experiments.storage import MAX_RUN_JSON_BYTES  # noqa: E402
 
 #: Threshold lines of the queue plot: ports.csv column, label, line style.
@@ -296,7 +296,7 @@ PLOTS: dict[str, Callable[[PlotContext, pd.DataFrame], Path | None]] = {
     "collective.csv": plot_busbw, "flows.csv": plot_flows, "tiers.csv": plot_tiers,
     "nccl.csv": plot_nccl, "fct_slowdown.csv": plot_slowdown,
     "timeline.csv": plot_timeline, "layouts.csv": plot_layouts,
-    "flow_rates.csv": plot_flow_rates,
+    "flow_rates.csv": plot_flow_rates, "tokens.csv": plot_tokens,
 }
 
 def _scales(config: Mapping[str, Any]) -> tuple[float, ...]:
