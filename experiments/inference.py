@@ -50,6 +50,7 @@ from model.claims import DAG_LOWER_BOUND, INFER_LATENCY, INFER_SHARE
 from model.dag import critical_path
 from topologies.spec import build_topo
 from traffic.inference import (
+    MAX_STEPS,
     Latencies,
     ServedModel,
     Serving,
@@ -66,6 +67,8 @@ NAME = "inference"
 DEFAULT_TOPO = "leafspine,4,hosts_per_leaf=4,oversub=2"
 #: Most back-to-back background iterations one case runs.
 MAX_REPEATS = 200
+#: The largest model dimension, rank count or batch an option takes.
+MAX_DIM = 1 << 20
 _MODEL = {"layers": (4, 2), "hidden": (2048, 1024), "kv_heads": (8, 8), "head_dim": (128, 128),
           "prompt": (512, 256), "vocab": (32000, 32000), "precision_bytes": (2, 2),
           "experts": (8, 8), "top_k": (2, 2)}
@@ -86,13 +89,14 @@ def parse_background(value: Any) -> str:
 OPTIONS: dict[str, Option] = with_common({
     "topo": Option(DEFAULT_TOPO, "the fabric, NAME,ARG,KEY=VALUE, optionally @S (its own S)",
                    parse=parse_topo_at),
-    **{k: Option(v, f"model: {k.replace('_', ' ')}", quick=q, parse=parse_int(1))
+    **{k: Option(v, f"model: {k.replace('_', ' ')}", quick=q, parse=parse_int(1, MAX_DIM))
        for k, (v, q) in _MODEL.items()},
-    **{k: Option(v, text, quick=q, parse=parse_int(1)) for k, (v, q, text) in _SERVING.items()},
+    **{k: Option(v, text, quick=q, parse=parse_int(1, MAX_DIM))
+       for k, (v, q, text) in _SERVING.items()},
     "load": Option(0.8, "prefill utilisation: a request every prefill time / load",
                    parse=parse_float(0.0, 1.0, open_low=True)),
     "steps": Option(0, "decode steps (0: enough to serve every request)",
-                    parse=parse_int(0, 10_000)),
+                    parse=parse_int(0, MAX_STEPS)),
     "peak_tflops": Option(989.0, "GPU peak (TFLOP/s, dense, at the precision)",
                           parse=parse_float(1e-3, 1e6)),
     "mfu": Option(0.4, "model FLOPs utilisation: compute = FLOPs / (peak x MFU)",

@@ -46,6 +46,12 @@ from traffic.iteration import DagBuilder, Gpu, Transformer, layer_flops
 DEFAULT_GPU = Gpu()
 #: Most decode steps one DAG holds (each is 2 x layers all-to-alls of D (D - 1) messages).
 MAX_STEPS = 10_000
+#: Most messages one serving DAG holds: the engine runs one QP per message.
+MAX_MESSAGES = 200_000
+#: The largest message: one RDMA WRITE's length (RETH's 32-bit DMA length).
+MAX_MESSAGE_BYTES = (1 << 32) - 1
+#: The last request's prefill must end this soon (real s): longer is hours at S.
+MAX_SPAN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -169,8 +175,8 @@ def steps_for(model: ServedModel, serving: Serving, gpu: Gpu) -> int:
     if serving.steps:
         return serving.steps
     step = decode_compute(model, serving, gpu).step_s
-    last = arrivals(model, serving, gpu)[1][-1]
-    return min(MAX_STEPS, math.ceil(1.25 * last / step) + 4)
+    steps = 1.25 * arrivals(model, serving, gpu)[1][-1] / step
+    return MAX_STEPS if not steps < MAX_STEPS else min(MAX_STEPS, math.ceil(steps) + 4)
 
 
 def inference(model: ServedModel, serving: Serving, hosts: Sequence[str], *,
@@ -187,9 +193,24 @@ def inference(model: ServedModel, serving: Serving, hosts: Sequence[str], *,
     n = serving.prefill + serving.decode
     if n > len(hosts):
         raise ParameterError("prefill + decode", n, f"more than the fabric's {len(hosts)} hosts")
-    g = DagBuilder(list(hosts[:n]), size_scale)
     arrive, ends = arrivals(model, serving, gpu)
+    if not ends[-1] <= MAX_SPAN_S:
+        raise ParameterError("load", serving.load, f"the last prefill would end "
+                             f"{ends[-1]:.3g} s in; at most {MAX_SPAN_S:g} s")
+    n_steps = steps_for(model, serving, gpu)
+    count = (serving.requests * serving.prefill
+             + n_steps * model.layers * 2 * serving.decode * (serving.decode - 1))
+    if count > MAX_MESSAGES:
+        raise ParameterError("steps", n_steps, f"{count:,} messages; at most {MAX_MESSAGES:,} "
+                             "(fewer steps, layers, decode ranks or requests)")
     share = model.kv_bytes / serving.prefill
+    a2a = serving.batch * model.top_k * model.hidden * model.precision_bytes
+    for what, value, size in (("prompt", model.prompt, share),
+                              ("batch", serving.batch, a2a / serving.decode)):
+        if size * size_scale > MAX_MESSAGE_BYTES:
+            raise ParameterError(what, value, f"a message of {size:.3g} B: more than one "
+                                 f"RDMA WRITE's {MAX_MESSAGE_BYTES:,} B (or lower size_scale)")
+    g = DagBuilder(list(hosts[:n]), size_scale)
     kv: dict[int, list[int]] = {}
     for r, end in enumerate(ends):
         dst = serving.prefill + r % serving.decode
@@ -197,9 +218,8 @@ def inference(model: ServedModel, serving: Serving, hosts: Sequence[str], *,
                  for i in range(serving.prefill)]
     compute = decode_compute(model, serving, gpu)
     ranks = list(range(serving.prefill, n))
-    a2a = serving.batch * model.top_k * model.hidden * model.precision_bytes
     steps: dict[int, dict[int, list[int]]] = {}
-    for k in range(steps_for(model, serving, gpu)):
+    for k in range(n_steps):
         for layer in range(model.layers):
             for r in ranks:
                 g.work(r, compute.attention_s, f"step {k} L{layer} attention")

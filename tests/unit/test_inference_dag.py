@@ -148,6 +148,10 @@ def test_beside_renumbers_and_chains_the_background() -> None:
     (MODEL, Serving(steps=-1), "steps"),
     (ServedModel(experts=2, top_k=3), Serving(decode=2), "top_k"),
     (ServedModel(prompt=0), Serving(), "prompt"),
+    (MODEL, Serving(decode=4, steps=10_000, batch=2), "steps"),   # about 480,000 messages
+    (MODEL, Serving(load=1e-12), "load"),                              # arrivals days apart
+    (ServedModel(layers=64, kv_heads=4096, head_dim=4096, prompt=64), Serving(prefill=1),
+     "prompt"),                                                    # a 256 GiB KV share
 ])
 def test_bad_deployments_are_one_line_errors(model: ServedModel, serving: Serving,
                                              what: str) -> None:
