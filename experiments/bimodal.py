@@ -1,7 +1,7 @@
 """Bimodal traffic: bulk collectives and small latency-sensitive messages on one fabric,
 each class's tail.
 
-``emu run bimodal``: `traffic.bimodal`'s two classes on every host of the fabric, as two
+``emu run bimodal``: `traffic.bulk_small`'s two classes on every host of the fabric, as two
 cases: the small messages alone, then the same small messages (same pairs, same post
 times) beside ``rounds`` back-to-back runs of a bulk collective. The small messages are
 spread over the bulk's no-sharing time (`model.dag.critical_path`), so they all meet
@@ -54,7 +54,7 @@ from model.claims import BIMODAL_SLOWDOWN, DAG_TIME
 from model.dag import critical_path
 from topologies.spec import build_topo
 from traffic import collectives
-from traffic.bimodal import MAX_ROUNDS, MAX_SMALL, bimodal
+from traffic.bulk_small import MAX_ROUNDS, MAX_SMALL, bimodal
 
 NAME = "bimodal"
 

@@ -1,18 +1,18 @@
 """Disaggregated inference on a fabric: the network's share of time to first token and of
 time per output token, alone and beside a background training job, beside the model.
 
-``emu run inference``: the serving DAG of `traffic.inference` (KV-cache transfers from
+``emu run inference``: the serving DAG of `traffic.serving` (KV-cache transfers from
 a prefill instance to a decode instance, the decode steps' MoE all-to-alls) on the
 fabric's first hosts, prefill ranks first. With ``background`` (a training layout,
 `experiments.training.layout_of`), a second case adds that job's iterations
 (`traffic.iteration`, a 2-layer GPT per pipeline stage) on the next hosts, run back to
-back for as long as the inference lasts (``traffic.inference.beside``), sharing the
+back for as long as the inference lasts (``traffic.serving.beside``), sharing the
 fabric's links.
 
 Per case, measured and modelled (`model.alphabeta.predict_workload_hashed` over the
 same DAG, every draw's samples pooled): p50 and p99 of TTFT over requests and of the
 time per output token over decode steps, and of the network's share of each
-(`traffic.inference.decode_timeline`: a request's KV transfer plus its first step's
+(`traffic.serving.decode_timeline`: a request's KV transfer plus its first step's
 network time, over its TTFT; a step's time beyond its compute, over the step). The
 fluid model's percentiles are estimates; the no-sharing critical path
 (`model.dag.critical_path`) gives lower bounds.
@@ -49,7 +49,8 @@ from model.alphabeta import predict_workload_hashed
 from model.claims import DAG_LOWER_BOUND, INFER_LATENCY, INFER_SHARE
 from model.dag import critical_path
 from topologies.spec import build_topo
-from traffic.inference import (
+from traffic.iteration import Gpu, Transformer, iteration
+from traffic.serving import (
     MAX_STEPS,
     Latencies,
     ServedModel,
@@ -59,7 +60,6 @@ from traffic.inference import (
     inference,
     quantile,
 )
-from traffic.iteration import Gpu, Transformer, iteration
 
 NAME = "inference"
 #: Hosts share leaves, and a leaf's uplinks are 2:1 oversubscribed: on a rail-optimised

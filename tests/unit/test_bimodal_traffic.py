@@ -1,4 +1,4 @@
-"""traffic.bimodal's two classes, and the report title's S, by hand."""
+"""traffic.bulk_small's two classes, and the report title's S, by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from core.errors import ParameterError
 from experiments.report import title_scales
-from traffic.bimodal import bimodal, bulk, small
+from traffic.bulk_small import bimodal, bulk, small
 
 HOSTS = ["a", "b", "c", "d"]
 

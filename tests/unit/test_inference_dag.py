@@ -1,4 +1,4 @@
-"""The serving DAG of traffic.inference, its sizes and times computed by hand."""
+"""The serving DAG of traffic.serving, its sizes and times computed by hand."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from core.errors import ParameterError
 from core.messages import Message, Workload
-from traffic.inference import (
+from traffic.iteration import Gpu
+from traffic.serving import (
     ServedModel,
     Serving,
     arrivals,
@@ -19,7 +20,6 @@ from traffic.inference import (
     prefill_s,
     quantile,
 )
-from traffic.iteration import Gpu
 
 HOSTS = [f"h{i}" for i in range(1, 17)]
 MODEL = ServedModel(layers=2, hidden=256, kv_heads=4, head_dim=64, prompt=128, vocab=1000,
