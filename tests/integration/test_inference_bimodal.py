@@ -20,7 +20,8 @@ def _rows(result) -> dict[tuple[str, str], dict]:
 
 def test_inference_quick_alone_and_beside_a_training_job(tmp_path):
     result = run_judged(registry.cli_run, "inference", tmp_path / "run", quick=True,
-                        scale=SUITE_SCALE, overrides={"requests": 2}, show=False)
+                        scale=SUITE_SCALE, overrides={"requests": 2, "layers": 1},
+                        show=False)
     assert result.valid, result.fidelity.reasons
     rows = _rows(result)
     cases = sorted({case for case, _ in rows})
