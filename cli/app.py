@@ -289,7 +289,7 @@ ResumeOpt = Annotated[bool, typer.Option("--resume", help="keep the finished cas
 #: What ``emu run`` runs: experiments.registry.EXPERIMENTS's names (a unit test keeps
 #: them equal; the registry is imported only when a command needs it).
 EXPERIMENT_NAMES = ("incast", "collective", "ratios", "ecmp", "fairness", "sweep", "cc", "demo",
-                    "workload", "training", "failure", "routing")
+                    "workload", "training", "failure", "routing", "inference", "bimodal")
 
 
 # Its own --help: with NAME it also lists that experiment's options.

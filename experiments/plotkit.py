@@ -236,6 +236,7 @@ CSV_COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                      ("start_s", "end_s")),
     "layouts.csv": (("layout", "iteration_s", "iteration_model_s", "iteration_lower_s"),
                     ("iteration_s", "iteration_model_s", "iteration_lower_s")),
+    "tokens.csv": (("case", "source", "kind", "time_s", "network_s"), ("time_s", "network_s")),
     "flow_rates.csv": (("case", "flow", "start_s", "end_s", "rate_bps", "fail_at_s", "detect_s"),
                        ("start_s", "end_s", "rate_bps", "fail_at_s", "detect_s")),
     "routing.csv": (("case", "workload", "mode", "busbw_bps", "ideal_busbw_bps",

@@ -49,7 +49,7 @@ from experiments.plotkit import (  # noqa: E402
 from experiments.plots_collective import plot_busbw, plot_nccl  # noqa: E402
 from experiments.plots_failure import plot_flow_rates  # noqa: E402
 from experiments.plots_routing import plot_link_load, plot_routing  # noqa: E402
-from experiments.plots_workload import plot_layouts, plot_timeline  # noqa: E402
+from experiments.plots_workload import plot_layouts, plot_timeline, plot_tokens  # noqa: E402
 from experiments.storage import MAX_RUN_JSON_BYTES  # noqa: E402
 
 #: Threshold lines of the queue plot: ports.csv column, label, line style.
@@ -299,6 +299,7 @@ PLOTS: dict[str, Callable[[PlotContext, pd.DataFrame], Path | None]] = {
     "timeline.csv": plot_timeline, "layouts.csv": plot_layouts,
     "flow_rates.csv": plot_flow_rates, "routing.csv": plot_routing,
     "link_load.csv": plot_link_load,
+    "tokens.csv": plot_tokens,
 }
 
 def _scales(config: Mapping[str, Any]) -> tuple[float, ...]:

@@ -1,7 +1,8 @@
-"""The plots of a workload or training run: every rank's timeline (compute and each
-dimension's waits, measured beside the model; ``plot_timeline``, timeline.csv) and the
-iteration time of every layout, measured beside the model and its no-sharing lower
-bound (``plot_layouts``, layouts.csv). `experiments.plots` draws them with the others."""
+"""The plots of a workload, training or inference run: every rank's timeline (compute
+and each dimension's waits, measured beside the model; ``plot_timeline``, timeline.csv),
+the iteration time of every layout, measured beside the model and its no-sharing lower
+bound (``plot_layouts``, layouts.csv), and inference's TTFT and time per output token
+(``plot_tokens``, tokens.csv). `experiments.plots` draws them with the others."""
 
 from __future__ import annotations
 
@@ -63,3 +64,29 @@ def plot_layouts(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
     ax.set_ylim(0, 1.35 * top)   # room for the legend above the bars
     ax.legend(fontsize=7, loc="upper left")
     return save_plot(fig, ctx.run_dir / "layouts.png", ctx, "iteration time per layout")
+
+
+def plot_tokens(ctx: PlotContext, df: pd.DataFrame) -> Path | None:
+    """Inference: the distribution (CDF) of TTFT over requests and of the time per output
+    token over decode steps, per case, measured (solid) beside the model (dashed), and
+    the network's share of each at its p50 in the legend."""
+    fig, axes = plt.subplots(1, 2, figsize=(min(MAX_FIG_IN[0], 11.0), 4.2))
+    for ax, (kind, title) in zip(axes, (("ttft", "time to first token"),
+                                        ("tpot", "time per output token")), strict=True):
+        for i, (case, g) in enumerate(df[df.kind == kind].groupby("case", sort=False)):
+            for source, style in (("measured", "-"), ("model", "--")):
+                x = g[g.source == source]
+                if x.empty:
+                    continue
+                times = np.sort(x.time_s.to_numpy(dtype=float)) * US
+                share = float(np.median(x.network_s / x.time_s)) * 100
+                ax.step(times, np.arange(1, len(times) + 1) / len(times), style,
+                        where="post", color=f"C{i % 10}", lw=1.2 if source == "measured" else 0.9,
+                        label=f"{case}, {source} (network p50 {share:.0f} %)"
+                        + ("" if source == "model" or ctx.valid(case) else " (refused)"))
+        ax.set_xlabel(f"{title} (us)")
+        ax.set_ylabel("fraction")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=6, loc="lower right")
+    return save_plot(fig, ctx.run_dir / "tokens.png", ctx,
+                     "TTFT and time per output token, measured (solid) and model (dashed)")

@@ -23,12 +23,14 @@ import tomllib
 from core import safefile
 from core.errors import FabricEmuError, ParameterError
 from experiments import (
+    bimodal,
     cc_compare,
     collective,
     ecmp,
     failure,
     fairness,
     incast,
+    inference,
     ratios,
     routing_compare,
     sweep,
@@ -48,6 +50,7 @@ EXPERIMENTS: dict[str, ModuleType] = {
     "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
     "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
     "workload": workload, "training": training, "failure": failure, "routing": routing_compare,
+    "inference": inference, "bimodal": bimodal,
 }
 
 

@@ -369,6 +369,17 @@ def _print_case_verdicts(summary: Mapping[str, Any]) -> None:
         console.print("\n".join(lines), soft_wrap=len(lines) > MAX_TABLE_ROWS)
 
 
+def title_scales(config: Mapping[str, Any]) -> str:
+    """The S the run's fabrics ran at ('10000', '10000, 90000'): a fabric given as
+    ``SPEC@S`` runs at its own S, not the run's; the run's without a fabric recorded."""
+    found = {f.get("scale") for f in (config.get("fabrics") or {}).values() if isinstance(f, dict)}
+    scales = sorted(float(s) for s in found if isinstance(s, (int, float))
+                    and not isinstance(s, bool))
+    if not scales:
+        return str(config.get("scale"))
+    return ", ".join(f"{s:g}" for s in scales)
+
+
 def render_report(run_dir: str | Path, show: bool = True,
                   predictions: str | Path | None = None) -> list[Path]:
     """Re-render a finished run: plots from its CSVs and the summary table, and with
@@ -392,7 +403,7 @@ def render_report(run_dir: str | Path, show: bool = True,
     if not show:
         return made
     title = (f"{summary['experiment']}: measured vs model (real-fabric units, "
-             f"S = {config.get('scale')})")
+             f"S = {title_scales(config)})")
     if len(summary["metrics"]) > MAX_TABLE_ROWS:
         console.print(summary_lines(summary, title), markup=False, highlight=False,
                       soft_wrap=True)

@@ -104,6 +104,14 @@ ALPHABETA = prediction(0.05, "alpha-beta message DAG, fluid max-min, real fixed 
 DAG_TIME = prediction(0.10, "message DAG with compute gaps, fluid max-min, real fixed delays")
 DAG_EXPOSED = estimate("waiting time by dimension: rank end minus its compute")
 DAG_LOWER_BOUND = Claim(Kind.LOWER_BOUND, None, "message DAG's critical path, no link shared")
+#: Inference (experiments.inference): percentiles of per-request TTFT and per-step time
+#: per output token from the same fluid DAG model, every hash draw's samples pooled; the
+#: step a request joins is quantised, so a percentile can move by a step: estimates.
+INFER_LATENCY = estimate("serving DAG, fluid max-min, percentiles over hash draws pooled")
+INFER_SHARE = estimate("network time (KV transfer, steps beyond compute) over the latency")
+#: Bimodal traffic (experiments.bimodal): the fluid model gives a small message its fair
+#: share at once, where a FIFO port makes it wait behind the bulk's queued frames.
+BIMODAL_SLOWDOWN = estimate("fluid max-min FCT over hash draws / FCT alone (no FIFO wait)")
 #: Link utilisation of each tier from the same model's bytes per link and time.
 TIER_UTILISATION = prediction(0.05, "alpha-beta model's bytes per link over its time")
 #: ECMP's per-flow rates pooled over random hash outcomes: their mean and p10 (5 %, the

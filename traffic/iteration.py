@@ -150,7 +150,10 @@ class _Cursor:
 
 
 @dataclass
-class _Builder:
+class DagBuilder:
+    """A DAG under construction, one cursor per rank (module doc): compute, sends and
+    collectives appended in each rank's program order."""
+
     hosts: list[str]
     size_scale: float
     messages: list[Message] = field(default_factory=list)
@@ -221,12 +224,15 @@ class _Builder:
             for r in ranks:
                 self.joined(r, ended[r])
 
-    def send(self, src: int, dst: int, size_bytes: float, tag: str, op: str) -> int:
+    def send(self, src: int, dst: int, size_bytes: float, tag: str, op: str,
+             start_s: float = 0.0) -> int:
+        """One message at ``src``'s cursor, not before ``start_s`` (open loop); its id."""
         c = self.cursor(src)
         msg_id = len(self.messages)
         size = self.scaled(size_bytes)
         self.messages.append(Message(msg_id, self.hosts[src], self.hosts[dst], size,
-                                     tuple(sorted(c.deps)), gap_s=c.offset_s, tag=tag))
+                                     tuple(sorted(c.deps)), start_s=start_s,
+                                     gap_s=c.offset_s, tag=tag))
         self.op_of[msg_id] = op
         self.ops[op] = {"collective": "sendrecv", "size_bytes": size, "ranks": 2, "tag": tag}
         return msg_id
@@ -270,7 +276,7 @@ class _Iteration:
     def __init__(self, model: Transformer, layout: Layout, hosts: Sequence[str], gpu: Gpu,
                  size_scale: float) -> None:
         self.model, self.layout = model, layout
-        self.g = _Builder(list(hosts[:layout.ranks]), size_scale)
+        self.g = DagBuilder(list(hosts[:layout.ranks]), size_scale)
         self.tp, self.pp, self.dp, self.ep = layout.tp, layout.pp, layout.dp, layout.ep
         b, s, h = model.micro_batch, model.seq, model.hidden
         self.prec = model.precision_bytes
