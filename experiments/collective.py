@@ -69,13 +69,22 @@ from model.claims import ALPHABETA
 from topologies.base import NVLINK_RATE_BPS
 from topologies.routing import Routes, compute_routes, topo_graph
 from topologies.spec import build_topo
+from topologies.wan import parse_wan, two_dcs
 from traffic import collectives
 
 NAME = "collective"
 
+#: The ``wan`` option's value for one data centre.
+WAN_OFF = "off"
 #: The model prices the whole DAG once per hash draw; beyond this it would run longer
 #: than the measurement it is compared with.
 MAX_HASH_DRAWS = 1000
+
+def parse_wan_text(value: Any) -> str:
+    """The ``wan`` option: 'off' or a `topologies.wan.parse_wan` text, checked."""
+    text = str(value).strip()
+    return WAN_OFF if parse_wan(text) is None else text
+
 
 OPTIONS: dict[str, Option] = with_common({
     # The rail-optimised fabric's GPUs also send on 3.6 Tb/s NVLink: it runs at the S
@@ -96,6 +105,10 @@ OPTIONS: dict[str, Option] = with_common({
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
+    "wan": Option(WAN_OFF, "two data centres: each fabric twice, joined by gateway switches "
+                           "over a long link, DISTANCE[,rate=R][,buffer=B] (e.g. 100km,"
+                           "rate=400G; 5 us/km, dilated by S); allreduce-hier then groups "
+                           "ranks by DC; off: one DC", parse=parse_wan_text),
 })
 
 
@@ -108,17 +121,23 @@ class Options(CommonOptions):
     sizes: list[int]
     cc: str
     hash_draws: int
+    wan: str = WAN_OFF
 
 
-def check_fabrics(topos: Sequence[str], scale: float) -> None:
+def check_fabrics(topos: Sequence[str], scale: float, wan: str = WAN_OFF) -> None:
     """Every fabric has ranks to run on and is shaped accurately at its S (the run's
-    ``scale`` unless the entry gives its own)."""
+    ``scale`` unless the entry gives its own), joined with its copy if ``wan`` says so."""
+    link = parse_wan(wan)
     for entry in topos:
-        check_topology(*split_topo_at(entry, scale), option="topos")
+        spec, at_scale = split_topo_at(entry, scale)
+        check_topology(spec, at_scale, option="topos")
+        if link is not None:
+            two_dcs(spec, link)
+            Scale(at_scale).rate_emu_bps(link.rate_bps)
 
 
 def check(opts: Options) -> None:
-    check_fabrics(opts.topos, opts.scale)
+    check_fabrics(opts.topos, opts.scale, opts.wan)
 
 
 @dataclass
@@ -147,10 +166,17 @@ class CollectiveRun:
         return float(np.quantile(8.0 * self.workload.size_bytes / times_s, q)) * self.factor
 
 
+def fabric_topo(spec: str, wan: str = WAN_OFF) -> Any:
+    """The topology of ``spec``, or two copies of it over the long link ``wan``."""
+    link = parse_wan(wan)
+    return build_topo(spec) if link is None else two_dcs(spec, link)
+
+
 def servers_of(topo: Any, routes: Routes) -> list[Any]:
-    """Server of every host: its 'server' node info, else the switch it hangs off."""
-    return [topo.nodeInfo(h).get("server", next(iter(routes.next_hops[h].values()))[0])
-            for h in topo.host_nodes()]
+    """Group of every host for the hierarchical all-reduce: its data centre ('dc' node
+    info, two DCs over a long link), else its 'server', else the switch it hangs off."""
+    return [topo.nodeInfo(h).get("dc", topo.nodeInfo(h).get(
+        "server", next(iter(routes.next_hops[h].values()))[0])) for h in topo.host_nodes()]
 
 
 def build_workload(topo: Any, routes: Routes, name: str, size_bytes: int) -> Any:
@@ -164,13 +190,14 @@ def build_workload(topo: Any, routes: Routes, name: str, size_bytes: int) -> Any
 CURVE_MARGIN = 4
 
 
-def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int) -> pd.DataFrame:
+def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int,
+                wan: str = WAN_OFF) -> pd.DataFrame:
     """The model's time and busbw of ``name`` on topology ``spec`` over a dense size
     grid (every power of two from the smallest measured size / CURVE_MARGIN to the
     largest x CURVE_MARGIN, and the measured sizes), each priced as a measured case is
     (`run_collective`: the mean over ``hash_draws`` hash outcomes seeded by the size):
     the model's own curve, not a line through its values at the measured sizes."""
-    topo = build_topo(spec)
+    topo = fabric_topo(spec, wan)
     graph, routes = topo_graph(topo), compute_routes(topo)
     lo = max(1, min(sizes) // CURVE_MARGIN)
     hi = max(sizes) * CURVE_MARGIN
@@ -321,7 +348,7 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance(case)
             if all(run.finished(case) for case in cases.values()):
                 continue
-            with Fabric(build_topo(spec), Scale(scale), marking="auto",
+            with Fabric(fabric_topo(spec, opts.wan), Scale(scale), marking="auto",
                         **opts.fabric_routing()) as fab:
                 run.fabric(entry, fab)
                 for (name, size), case in cases.items():
@@ -336,14 +363,14 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance(case)
     record_model_curves(run, {prefix + entry: split_topo_at(entry, opts.scale)[0]
                               for entry in opts.topos},
-                        opts.collectives, opts.sizes, opts.hash_draws)
+                        opts.collectives, opts.sizes, opts.hash_draws, opts.wan)
 
 
 def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],
-                        sizes: Sequence[int], hash_draws: int) -> None:
+                        sizes: Sequence[int], hash_draws: int, wan: str = WAN_OFF) -> None:
     """busbw_model.csv: the model's own curve (`model_curve`) of every collective on
     every fabric ({label in collective.csv: topology spec}); no fabric is built."""
     for label, spec in fabrics.items():
         for name in names:
-            run.frame("busbw_model", model_curve(spec, name, sizes, hash_draws),
+            run.frame("busbw_model", model_curve(spec, name, sizes, hash_draws, wan),
                       fabric=label, collective=name)
