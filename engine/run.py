@@ -414,7 +414,7 @@ def _auto_rto_s(fab: LiveFabric) -> float:
     lossless run must not retransmit because its frames were paused. Plus a bound on
     the longest unloaded round trip's propagation (the longest path's hops, there and
     back, at the longest link delay): on a fabric with a long link (two data centres,
-    `topologies.wan`) the round trip alone exceeds the queueing wait, and a timer
+    `topologies.twodc`) the round trip alone exceeds the queueing wait, and a timer
     shorter than it would fire before the first ACK could arrive."""
     drain_s = max(p.buffer_bytes * 8 / p.rate_bps for p in fab.ports())
     hops = max((max(fab.routes.distances_to(h).values(), default=1) for h in fab.hosts),

@@ -57,6 +57,7 @@ from experiments.option_parsers import (
 from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
+from experiments.wanmodel import record_wan
 from model.alphabeta import (
     DEFAULT_OVERHEAD_S,
     WorkloadPrediction,
@@ -69,7 +70,7 @@ from model.claims import ALPHABETA
 from topologies.base import NVLINK_RATE_BPS
 from topologies.routing import Routes, compute_routes, topo_graph
 from topologies.spec import build_topo
-from topologies.wan import parse_wan, two_dcs
+from topologies.twodc import parse_wan, two_dcs
 from traffic import collectives
 
 NAME = "collective"
@@ -81,7 +82,7 @@ WAN_OFF = "off"
 MAX_HASH_DRAWS = 1000
 
 def parse_wan_text(value: Any) -> str:
-    """The ``wan`` option: 'off' or a `topologies.wan.parse_wan` text, checked."""
+    """The ``wan`` option: 'off' or a `topologies.twodc.parse_wan` text, checked."""
     text = str(value).strip()
     return WAN_OFF if parse_wan(text) is None else text
 
@@ -274,11 +275,13 @@ def case_name(fabric: str, name: str, size_bytes: int) -> str:
 
 
 def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
-           fab: Fabric, cc: str) -> str:
-    """Summary metric, table row and fidelity of one collective run; returns the case."""
+           fab: Fabric, cc: str, transport: str = "gbn") -> str:
+    """Summary metric, table row and fidelity of one collective run (on two DCs also
+    `experiments.wanmodel`'s); returns the case."""
     case = case_name(fabric, name, size_bytes)
     run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6, ALPHABETA)
     run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9, ALPHABETA)
+    record_wan(run, case, fab, name, size_bytes, transport, r.time_s, r.measurement.ports)
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
@@ -330,7 +333,7 @@ def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc:
     record it, gated."""
     r = run_collective(fab, name, size_bytes, cc, hash_draws, capture, workers=workers,
                        transport=transport)
-    record(run, fabric, name, size_bytes, r, fab, cc)
+    record(run, fabric, name, size_bytes, r, fab, cc, transport)
 
 
 def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> None:

@@ -10,7 +10,7 @@ from engine.run import _auto_rto_s
 from topologies.base import FABRIC_LINK_DELAY_S
 from topologies.fattree import LeafSpine
 from topologies.routing import compute_routes
-from topologies.wan import WanLink, two_dcs
+from topologies.twodc import WanLink, two_dcs
 
 
 def _fabric(pfc: object, topo: object = None) -> SimpleNamespace:
