@@ -21,7 +21,7 @@ from model.alphabeta import DEFAULT_OVERHEAD_S, roce_wire_factor
 from model.claims import WAN_CLOSED_FORM
 from model.wan import Edge, bdp_bytes, hierarchical_allreduce_s, ring_allreduce_s, ring_crossings
 from topologies.routing import topo_graph
-from topologies.twodc import WAN_TIER, TwoDcs
+from topologies.twodc import GATEWAY_TIER, WAN_TIER, TwoDcs
 from traffic.fixeddelay import hops, mean_delay, path_delay, round_trip_s
 from traffic.gbn import MAX_WINDOW
 from traffic.selective_repeat import WINDOW_PACKETS
@@ -68,36 +68,46 @@ def closed_form_s(fab: Any, name: str, size_bytes: int, transport: str) -> float
 def gateway_row(fab: Any, name: str, size_bytes: int, transport: str, ports: pd.DataFrame,
                 measured_s: float, closed_s: float | None) -> dict[str, Any]:
     """The long link's numbers for one case: round trip, BDP, the window, the closed
-    form, and the gateway port's buffer, the burst it must absorb (one ring step's
-    message, or the hierarchical step's messages, sent at line rate into the long link
-    before any feedback can return: the whole message when it is shorter than the BDP)
-    and what it measured (most queued, drops)."""
+    form, and the gateway's long-link port: its buffer, the burst it must absorb and
+    what it measured (most queued, drops; the uplinks into the gateway beside it).
+
+    The burst: the messages that cross at once (one per ring step, or the L pairs of the
+    hierarchical step) each put min(message, window) into the fabric before any feedback
+    can return from the far DC, arriving at the gateway at up to its uplinks' rate A and
+    leaving at the long link's C, so the port holds (1 - C/A) of them; a buffer smaller
+    than that drops, and go-back-N or selective repeat resends a round trip later."""
     topo: TwoDcs = fab.topo
     graph = topo_graph(topo)
     hosts = list(topo.host_nodes())
     half = len(hosts) // 2
     across = edge(fab, graph, hosts[half - 1], hosts[half])
-    sender_bps = min(graph.edges[u, v]["rate_bps"]
-                     for p in fab.routes.paths(hosts[half - 1], hosts[half]) for u, v in hops(p)
-                     if graph.edges[u, v]["tier"] != WAN_TIER)
     senders, message = ((1, size_bytes / len(hosts)) if name != "allreduce-hier"
                         else (half, size_bytes / half / 2))
+    window = transport_window_bytes(transport)
+    uplinks = [info["rate_bps"] for a, b, info in topo.fabric_links()
+               if info["tier"] == GATEWAY_TIER and "gwa" in (a, b)]
+    arrive_bps = min(senders * across.rate_bps, sum(uplinks))
     wan_bps = topo.wan.rate_bps
-    burst = max(0.0, senders * message * (1.0 - wan_bps / (senders * sender_bps)))
-    gate = ports[ports.tier == WAN_TIER]
-    most = gate.max_queue_hi_bytes.max() if "max_queue_hi_bytes" in gate else math.nan
-    return {"collective": name, "size_bytes": size_bytes, "distance_km": topo.wan.distance_m / 1e3,
-            "wan_rate_bps": wan_bps, "rtt_s": across.rtt_s,
-            "bdp_bytes": bdp_bytes(wan_bps, across.rtt_s),
-            "window_bytes": transport_window_bytes(transport),
-            "ring_crossings": (ring_crossings([i in (half - 1, len(hosts) - 1)
-                                               for i in range(len(hosts))])
-                               if name == "allreduce-ring" else 2),
-            "time_s": measured_s, "time_closed_form_s": closed_s,
-            "gateway_buffer_bytes": topo.wan.gateway_buffer_bytes,
-            "gateway_burst_bytes": burst,
-            "gateway_max_queue_bytes": float(most) if pd.notna(most) else None,
-            "gateway_drops": int(gate.drops.sum())}
+    burst = max(0.0, senders * min(message, window) * (1.0 - wan_bps / arrive_bps))
+    row = {"collective": name, "size_bytes": size_bytes,
+           "distance_km": topo.wan.distance_m / 1e3, "wan_rate_bps": wan_bps,
+           "rtt_s": across.rtt_s, "bdp_bytes": bdp_bytes(wan_bps, across.rtt_s),
+           "window_bytes": window,
+           "ring_crossings": (ring_crossings([i in (half - 1, len(hosts) - 1)
+                                              for i in range(len(hosts))])
+                              if name == "allreduce-ring" else 2),
+           "time_s": measured_s, "time_closed_form_s": closed_s,
+           "gateway_buffer_bytes": topo.wan.gateway_buffer_bytes,
+           "gateway_burst_bytes": burst}
+    gateways = ("gwa", "gwb")
+    for label, out in (("gateway", ports[ports.tier == WAN_TIER]),   # both directions
+                       ("uplink", ports[(ports.tier == GATEWAY_TIER)
+                                        & ports.peer.isin(gateways)])):
+        most = (out.max_queue_hi_bytes.max() if "max_queue_hi_bytes" in out
+                and out.max_queue_hi_bytes.notna().any() else math.nan)
+        row[f"{label}_max_queue_bytes"] = float(most)
+        row[f"{label}_drops"] = int(out.drops.sum())
+    return row
 
 
 def record_wan(run: Any, case: str, fab: Any, name: str, size_bytes: int, transport: str,

@@ -3,8 +3,9 @@
 ``two_dcs("leafspine,2,2,2", WanLink(100e3))`` builds DC ``a`` and DC ``b``, each a
 copy of the fabric with its node names prefixed (``ah1``, ``bs2``), every node's info
 carrying ``dc`` (0 or 1). Each DC gets a gateway switch (``gwa``, ``gwb``) linked to
-every switch of the fabric's top tier (its spines or cores: a border leaf's place),
-and the two gateways share the long link:
+every switch of the fabric's top tier (its spines or cores: a border leaf's place) at
+that tier's fastest link rate (at least the long link's), so that where traffic between
+the DCs queues is the gateway's long-link port, and the two gateways share the long link:
 
 * propagation ``distance_m`` x 5 ns/m (5 µs/km, light in fibre), a fixed link delay
   like every other (`emu.delay` puts it in netem where the kernel has it, the engine
@@ -137,13 +138,15 @@ class TwoDcs(FabricTopo):
         self.link_costs = {**inner.link_costs, GATEWAY_TIER: GATEWAY_COST}
         top = _top_tier_switches(inner)
         gateway_tier = 1 + max(inner.nodeInfo(s)["tier"] for s in top)
+        uplink_bps = max(wan.rate_bps, *(info["rate_bps"] for a, b, info in inner.fabric_links()
+                                         if a in top or b in top))
         gateways = []
         for dc, prefix in enumerate(DCS):
             self._copy(inner, prefix, dc)
             gateway = self.add_switch(f"gw{prefix}", "gateway", gateway_tier, dc=dc)
             gateways.append(gateway)
             for switch in top:
-                self.add_link(prefix + switch, gateway, rate_bps=wan.rate_bps,
+                self.add_link(prefix + switch, gateway, rate_bps=uplink_bps,
                               delay_s=CORE_LINK_DELAY_S, tier=GATEWAY_TIER)
         self.add_link(*gateways, rate_bps=wan.rate_bps, delay_s=wan.delay_s, tier=WAN_TIER,
                       buffer_bytes=wan.gateway_buffer_bytes)
