@@ -18,6 +18,11 @@ hash outcomes (`predict_workload_hashed`), with their p10-p90 busbw and the idea
 ECMP spread evenly beside it. The bottleneck rate is the smallest per-flow max-min
 rate of the DAG's steps (`workload_bottleneck_rate_bps`).
 
+With ``wan`` each fabric runs as two data centres over a long link
+(`topologies.twodc`, docs/wan.md): the hierarchical all-reduce then groups ranks by DC,
+and `experiments.wanmodel` adds `model.wan`'s closed form of the ring and hierarchical
+all-reduce (the transport's window against the long round trip) and wan.csv.
+
 The table is NCCL-tests' (nccl.csv, printed by the report): size (B), count (float32
 elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 """
