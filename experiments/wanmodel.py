@@ -12,6 +12,7 @@ prediction of the same time.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -61,8 +62,13 @@ def closed_form_s(fab: Any, name: str, size_bytes: int, transport: str) -> float
         return ring_allreduce_s(ring, size_bytes, **common)
     local = hosts[:len(hosts) // 2]
     ring = [edge(fab, graph, a, b) for a, b in zip(local, local[1:] + local[:1], strict=True)]
-    return hierarchical_allreduce_s(ring, edge(fab, graph, local[0], hosts[len(local)]),
-                                    size_bytes, **common)
+    # The L pairs share the long link and nothing else: each pair's rate is the smaller
+    # of its own path's and the long link's L-th (the model divides the edge's rate by L).
+    across = edge(fab, graph, local[0], hosts[len(local)])
+    own_bps = min(graph.edges[u, v]["rate_bps"] for p in fab.routes.paths(local[0], hosts[len(local)])
+                  for u, v in hops(p) if graph.edges[u, v]["tier"] != WAN_TIER)
+    across = replace(across, rate_bps=min(own_bps * len(local), fab.topo.wan.rate_bps))
+    return hierarchical_allreduce_s(ring, across, size_bytes, **common)
 
 
 def gateway_row(fab: Any, name: str, size_bytes: int, transport: str, ports: pd.DataFrame,
