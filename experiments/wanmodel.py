@@ -20,7 +20,15 @@ import pandas as pd
 from core.frame import MTU_PAYLOAD_BYTES
 from model.alphabeta import DEFAULT_OVERHEAD_S, roce_wire_factor
 from model.claims import WAN_CLOSED_FORM
-from model.wan import Edge, bdp_bytes, hierarchical_allreduce_s, ring_allreduce_s, ring_crossings
+from model.wan import (
+    Edge,
+    bdp_bytes,
+    burst_queue_bytes,
+    hierarchical_allreduce_s,
+    ring_allreduce_s,
+    ring_crossings,
+    ring_long_starts_s,
+)
 from topologies.routing import topo_graph
 from topologies.twodc import GATEWAY_TIER, WAN_TIER, TwoDcs
 from traffic.fixeddelay import hops, mean_delay, path_delay, round_trip_s
@@ -65,36 +73,45 @@ def closed_form_s(fab: Any, name: str, size_bytes: int, transport: str) -> float
     # The L pairs share the long link and nothing else: each pair's rate is the smaller
     # of its own path's and the long link's L-th (the model divides the edge's rate by L).
     across = edge(fab, graph, local[0], hosts[len(local)])
-    own_bps = min(graph.edges[u, v]["rate_bps"] for p in fab.routes.paths(local[0], hosts[len(local)])
-                  for u, v in hops(p) if graph.edges[u, v]["tier"] != WAN_TIER)
+    own_bps = _own_rate_bps(fab, graph, local[0], hosts[len(local)])
     across = replace(across, rate_bps=min(own_bps * len(local), fab.topo.wan.rate_bps))
     return hierarchical_allreduce_s(ring, across, size_bytes, **common)
+
+
+def _own_rate_bps(fab: Any, graph: Any, src: str, dst: str) -> float:
+    """The slowest link of the path from ``src`` to ``dst`` other than the long link."""
+    return min(graph.edges[u, v]["rate_bps"] for p in fab.routes.paths(src, dst)
+               for u, v in hops(p) if graph.edges[u, v]["tier"] != WAN_TIER)
 
 
 def gateway_row(fab: Any, name: str, size_bytes: int, transport: str, ports: pd.DataFrame,
                 measured_s: float, closed_s: float | None) -> dict[str, Any]:
     """The long link's numbers for one case: round trip, BDP, the window, the closed
-    form, and the gateway's long-link port: its buffer, the burst it must absorb and
-    what it measured (most queued, drops; the uplinks into the gateway beside it).
-
-    The burst: the messages that cross at once (one per ring step, or the L pairs of the
-    hierarchical step) each put min(message, window) into the fabric before any feedback
-    can return from the far DC, arriving at the gateway at up to its uplinks' rate A and
-    leaving at the long link's C, so the port holds (1 - C/A) of them; a buffer smaller
-    than that drops, and go-back-N or selective repeat resends a round trip later."""
+    form, and the gateway's long-link port: its buffer, the queue the model says the
+    crossing messages build there (`model.wan.burst_queue_bytes`: the ring's, at the
+    starts its closed form gives them, or the hierarchical step's L at once, each at
+    most a window, arriving at the senders' rate and leaving at the long link's) and
+    what it measured (most queued where a marker watched it, drops; the
+    uplinks into the gateways beside it). A buffer below the burst drops, and the
+    transport resends a round trip later."""
     topo: TwoDcs = fab.topo
     graph = topo_graph(topo)
     hosts = list(topo.host_nodes())
     half = len(hosts) // 2
     across = edge(fab, graph, hosts[half - 1], hosts[half])
-    senders, message = ((1, size_bytes / len(hosts)) if name != "allreduce-hier"
-                        else (half, size_bytes / half / 2))
     window = transport_window_bytes(transport)
-    uplinks = [info["rate_bps"] for a, b, info in topo.fabric_links()
-               if info["tier"] == GATEWAY_TIER and "gwa" in (a, b)]
-    arrive_bps = min(senders * across.rate_bps, sum(uplinks))
     wan_bps = topo.wan.rate_bps
-    burst = max(0.0, senders * min(message, window) * (1.0 - wan_bps / arrive_bps))
+    sender_bps = _own_rate_bps(fab, graph, hosts[half - 1], hosts[half])
+    if name == "allreduce-hier":
+        uplinks = sum(info["rate_bps"] for a, b, info in topo.fabric_links()
+                      if info["tier"] == GATEWAY_TIER and "gwa" in (a, b))
+        burst = burst_queue_bytes([0.0] * half, size_bytes / half / 2,
+                                  min(half * sender_bps, uplinks), wan_bps, window)
+    else:
+        ring = [edge(fab, graph, a, b) for a, b in zip(hosts, hosts[1:] + hosts[:1], strict=True)]
+        starts = ring_long_starts_s(ring, size_bytes, wire_factor=roce_wire_factor(),
+                                    overhead_s=DEFAULT_OVERHEAD_S, window_bytes=window)
+        burst = burst_queue_bytes(starts, size_bytes / len(hosts), sender_bps, wan_bps, window)
     row = {"collective": name, "size_bytes": size_bytes,
            "distance_km": topo.wan.distance_m / 1e3, "wan_rate_bps": wan_bps,
            "rtt_s": across.rtt_s, "bdp_bytes": bdp_bytes(wan_bps, across.rtt_s),
@@ -104,7 +121,7 @@ def gateway_row(fab: Any, name: str, size_bytes: int, transport: str, ports: pd.
                               if name == "allreduce-ring" else 2),
            "time_s": measured_s, "time_closed_form_s": closed_s,
            "gateway_buffer_bytes": topo.wan.gateway_buffer_bytes,
-           "gateway_burst_bytes": burst}
+           "gateway_burst_queue_bytes": burst}
     gateways = ("gwa", "gwb")
     for label, out in (("gateway", ports[ports.tier == WAN_TIER]),   # both directions
                        ("uplink", ports[(ports.tier == GATEWAY_TIER)

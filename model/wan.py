@@ -126,6 +126,41 @@ def hierarchical_allreduce_s(local: Sequence[Edge], long: Edge, size_bytes: floa
     return local_chain + 2 * across
 
 
+def ring_long_starts_s(edges: Sequence[Edge], size_bytes: float, *, wire_factor: float,
+                       overhead_s: float, window_bytes: float | None = None) -> list[float]:
+    """When each step's message on the ring's first long edge can start, every message
+    alone: step s's waits for the chain of the s edges before it (a slow long link sees
+    the next steps' messages arrive while it still carries the first)."""
+    n = len(edges)
+    first = next(i for i, e in enumerate(edges) if e.long)
+    times = [edge_time_s(e, size_bytes / n, wire_factor=wire_factor, overhead_s=overhead_s,
+                         window_bytes=window_bytes) for e in edges]
+    return [sum(times[(first - k) % n] for k in range(1, s + 1)) for s in range(2 * (n - 1))]
+
+
+def burst_queue_bytes(starts_s: Sequence[float], message_bytes: float, arrive_bps: float,
+                      link_bps: float, window_bytes: float | None = None) -> float:
+    """The most a port of ``link_bps`` holds of messages released at ``starts_s``, each
+    putting at most a window into the fabric, sent one after another at ``arrive_bps``
+    (a sender's NIC) and drained at ``link_bps``. Each message is its own QP and starts
+    at line rate, so a congestion control's cut on one never slows the next: a burst of
+    messages shorter than the round trip is beyond DCQCN's reach, whatever its rate."""
+    each = message_bytes if window_bytes is None else min(message_bytes, window_bytes)
+    busy: list[list[float]] = []          # the sender's busy periods [start, end]
+    for start in sorted(starts_s):
+        if busy and start <= busy[-1][1]:
+            busy[-1][1] += 8.0 * each / arrive_bps
+        else:
+            busy.append([start, start + 8.0 * each / arrive_bps])
+    queue = peak = 0.0
+    last_s = -math.inf
+    for start, end in busy:
+        queue = max(0.0, queue - link_bps / 8.0 * (start - last_s))
+        queue += max(0.0, arrive_bps - link_bps) / 8.0 * (end - start)
+        peak, last_s = max(peak, queue), end
+    return peak
+
+
 @dataclass(frozen=True)
 class WanFeedback:
     """What a sender faster than the long link asks of DCQCN and the gateway's buffer."""

@@ -13,9 +13,11 @@ from model.alphabeta import predict_workload
 from model.wan import (
     Edge,
     bdp_bytes,
+    burst_queue_bytes,
     hierarchical_allreduce_s,
     ring_allreduce_s,
     ring_crossings,
+    ring_long_starts_s,
     send_time_s,
     wan_feedback,
     window_rate_bps,
@@ -99,3 +101,22 @@ def test_a_long_flow_needs_the_excess_over_a_round_trip_and_drops_without_it():
     assert deep.peak_queue_bytes > 0.9 * need
     assert local.dropped_bytes == 0 and local.peak_queue_bytes < 2 << 20
     assert shallow.cuts_per_rtt == pytest.approx(1e-3 / prm.cnp_interval_s)
+
+
+def test_the_burst_a_port_holds_by_hand():
+    # four 2 MB messages back to back at 400G into 100G: 8 MB in 160 us, 6 MB left
+    assert burst_queue_bytes([0.0, 40e-6, 80e-6, 120e-6], 2e6, 400e9, 100e9) == \
+        pytest.approx(6e6)
+    # a second burst after the first drained adds nothing
+    assert burst_queue_bytes([0.0, 1e-3], 2e6, 400e9, 100e9) == pytest.approx(1.5e6)
+    # a window caps what each message puts in; a port as fast as the sender holds none
+    assert burst_queue_bytes([0.0], 8e6, 400e9, 100e9, window_bytes=4e6) == pytest.approx(3e6)
+    assert burst_queue_bytes([0.0, 0.0], 2e6, 400e9, 400e9) == 0.0
+
+
+def test_a_slow_long_link_sees_the_next_steps_before_the_first_is_through():
+    short, long = Edge(400e9, 1e-6, 3e-6), Edge(100e9, 500e-6, 1e-3, long=True)
+    starts = ring_long_starts_s([short, long, short, long], 4e6, **BARE)
+    local_s = 1e-6 + 8 * 1e6 / 400e9
+    long_s = 500e-6 + 8 * 1e6 / 100e9
+    assert starts[:3] == pytest.approx([0.0, local_s, local_s + long_s])
