@@ -418,13 +418,17 @@ def _auto_rto_s(fab: LiveFabric) -> float:
     """Three times the longest a frame can wait at a port (a full buffer drained at the
     port's rate). With PFC a frame is held, not dropped, behind a full buffer at every
     hop of its path, so three times that wait at each hop of the longest path: a
-    lossless run must not retransmit because its frames were paused."""
+    lossless run must not retransmit because its frames were paused. Plus a bound on
+    the longest unloaded round trip's propagation (the longest path's hops, there and
+    back, at the longest link delay): on a fabric with a long link (two data centres,
+    `topologies.twodc`) the round trip alone exceeds the queueing wait, and a timer
+    shorter than it would fire before the first ACK could arrive."""
     drain_s = max(p.buffer_bytes * 8 / p.rate_bps for p in fab.ports())
-    if fab.pfc is None:
-        return 3 * drain_s
     hops = max((max(fab.routes.distances_to(h).values(), default=1) for h in fab.hosts),
                default=1)
-    return 3 * drain_s * hops
+    longest_delay_s = max((info["delay_s"] for *_, info in fab.topo.fabric_links()),
+                          default=0.0)
+    return 3 * drain_s * (hops if fab.pfc is not None else 1) + 2 * hops * longest_delay_s
 
 
 def first_frame_bytes(size_bytes: int, payload_bytes: int) -> int:

@@ -18,6 +18,11 @@ hash outcomes (`predict_workload_hashed`), with their p10-p90 busbw and the idea
 ECMP spread evenly beside it. The bottleneck rate is the smallest per-flow max-min
 rate of the DAG's steps (`workload_bottleneck_rate_bps`).
 
+With ``wan`` each fabric runs as two data centres over a long link
+(`topologies.twodc`, docs/wan.md): the hierarchical all-reduce then groups ranks by DC,
+and `experiments.wanmodel` adds `model.wan`'s closed form of the ring and hierarchical
+all-reduce (the transport's window against the long round trip) and wan.csv.
+
 The table is NCCL-tests' (nccl.csv, printed by the report): size (B), count (float32
 elements), type, redop, time (us), algbw and busbw in GB/s, beside the model's.
 """
@@ -57,6 +62,7 @@ from experiments.option_parsers import (
 from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
+from experiments.wanmodel import record_wan
 from model.alphabeta import (
     DEFAULT_OVERHEAD_S,
     WorkloadPrediction,
@@ -69,13 +75,22 @@ from model.claims import ALPHABETA
 from topologies.base import NVLINK_RATE_BPS
 from topologies.routing import Routes, compute_routes, topo_graph
 from topologies.spec import build_topo
+from topologies.twodc import parse_wan, two_dcs
 from traffic import collectives
 
 NAME = "collective"
 
+#: The ``wan`` option's value for one data centre.
+WAN_OFF = "off"
 #: The model prices the whole DAG once per hash draw; beyond this it would run longer
 #: than the measurement it is compared with.
 MAX_HASH_DRAWS = 1000
+
+def parse_wan_text(value: Any) -> str:
+    """The ``wan`` option: 'off' or a `topologies.twodc.parse_wan` text, checked."""
+    text = str(value).strip()
+    return WAN_OFF if parse_wan(text) is None else text
+
 
 OPTIONS: dict[str, Option] = with_common({
     # The rail-optimised fabric's GPUs also send on 3.6 Tb/s NVLink: it runs at the S
@@ -96,6 +111,10 @@ OPTIONS: dict[str, Option] = with_common({
     "cc": Option("off", CC_HELP, parse=parse_cc),
     "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
                          parse=parse_int(1, MAX_HASH_DRAWS)),
+    "wan": Option(WAN_OFF, "two data centres: each fabric twice, joined by gateway switches "
+                           "over a long link, DISTANCE[,rate=R][,buffer=B] (e.g. 100km,"
+                           "rate=400G; 5 us/km, dilated by S); allreduce-hier then groups "
+                           "ranks by DC; off: one DC", parse=parse_wan_text),
 })
 
 
@@ -108,17 +127,23 @@ class Options(CommonOptions):
     sizes: list[int]
     cc: str
     hash_draws: int
+    wan: str = WAN_OFF
 
 
-def check_fabrics(topos: Sequence[str], scale: float) -> None:
+def check_fabrics(topos: Sequence[str], scale: float, wan: str = WAN_OFF) -> None:
     """Every fabric has ranks to run on and is shaped accurately at its S (the run's
-    ``scale`` unless the entry gives its own)."""
+    ``scale`` unless the entry gives its own), joined with its copy if ``wan`` says so."""
+    link = parse_wan(wan)
     for entry in topos:
-        check_topology(*split_topo_at(entry, scale), option="topos")
+        spec, at_scale = split_topo_at(entry, scale)
+        check_topology(spec, at_scale, option="topos")
+        if link is not None:
+            two_dcs(spec, link)
+            Scale(at_scale).rate_emu_bps(link.rate_bps)
 
 
 def check(opts: Options) -> None:
-    check_fabrics(opts.topos, opts.scale)
+    check_fabrics(opts.topos, opts.scale, opts.wan)
 
 
 @dataclass
@@ -147,10 +172,17 @@ class CollectiveRun:
         return float(np.quantile(8.0 * self.workload.size_bytes / times_s, q)) * self.factor
 
 
+def fabric_topo(spec: str, wan: str = WAN_OFF) -> Any:
+    """The topology of ``spec``, or two copies of it over the long link ``wan``."""
+    link = parse_wan(wan)
+    return build_topo(spec) if link is None else two_dcs(spec, link)
+
+
 def servers_of(topo: Any, routes: Routes) -> list[Any]:
-    """Server of every host: its 'server' node info, else the switch it hangs off."""
-    return [topo.nodeInfo(h).get("server", next(iter(routes.next_hops[h].values()))[0])
-            for h in topo.host_nodes()]
+    """Group of every host for the hierarchical all-reduce: its data centre ('dc' node
+    info, two DCs over a long link), else its 'server', else the switch it hangs off."""
+    return [topo.nodeInfo(h).get("dc", topo.nodeInfo(h).get(
+        "server", next(iter(routes.next_hops[h].values()))[0])) for h in topo.host_nodes()]
 
 
 def build_workload(topo: Any, routes: Routes, name: str, size_bytes: int) -> Any:
@@ -164,13 +196,14 @@ def build_workload(topo: Any, routes: Routes, name: str, size_bytes: int) -> Any
 CURVE_MARGIN = 4
 
 
-def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int) -> pd.DataFrame:
+def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int,
+                wan: str = WAN_OFF) -> pd.DataFrame:
     """The model's time and busbw of ``name`` on topology ``spec`` over a dense size
     grid (every power of two from the smallest measured size / CURVE_MARGIN to the
     largest x CURVE_MARGIN, and the measured sizes), each priced as a measured case is
     (`run_collective`: the mean over ``hash_draws`` hash outcomes seeded by the size):
     the model's own curve, not a line through its values at the measured sizes."""
-    topo = build_topo(spec)
+    topo = fabric_topo(spec, wan)
     graph, routes = topo_graph(topo), compute_routes(topo)
     lo = max(1, min(sizes) // CURVE_MARGIN)
     hi = max(sizes) * CURVE_MARGIN
@@ -247,11 +280,13 @@ def case_name(fabric: str, name: str, size_bytes: int) -> str:
 
 
 def record(run: Run, fabric: str, name: str, size_bytes: int, r: CollectiveRun,
-           fab: Fabric, cc: str) -> str:
-    """Summary metric, table row and fidelity of one collective run; returns the case."""
+           fab: Fabric, cc: str, transport: str = "gbn") -> str:
+    """Summary metric, table row and fidelity of one collective run (on two DCs also
+    `experiments.wanmodel`'s); returns the case."""
     case = case_name(fabric, name, size_bytes)
     run.metric(case, "time", "us", r.time_s * 1e6, r.time_model_s * 1e6, ALPHABETA)
     run.metric(case, "busbw", "GB/s", r.busbw_bps / 8e9, r.busbw_model_bps / 8e9, ALPHABETA)
+    record_wan(run, case, fab, name, size_bytes, transport, r.time_s, r.measurement.ports)
     effect = (f"{name} {format_size(size_bytes)}: real-fabric model {r.time_model_s * 1e6:.2f} "
               f"us, {r.time_model_emulable_s * 1e6:.2f} us without the fixed delays the "
               f"emulator lacks; measured {r.time_s * 1e6:.2f} us")
@@ -303,7 +338,7 @@ def _measure(run: Run, fab: Fabric, fabric: str, name: str, size_bytes: int, cc:
     record it, gated."""
     r = run_collective(fab, name, size_bytes, cc, hash_draws, capture, workers=workers,
                        transport=transport)
-    record(run, fabric, name, size_bytes, r, fab, cc)
+    record(run, fabric, name, size_bytes, r, fab, cc, transport)
 
 
 def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> None:
@@ -321,7 +356,7 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance(case)
             if all(run.finished(case) for case in cases.values()):
                 continue
-            with Fabric(build_topo(spec), Scale(scale), marking="auto",
+            with Fabric(fabric_topo(spec, opts.wan), Scale(scale), marking="auto",
                         **opts.fabric_routing()) as fab:
                 run.fabric(entry, fab)
                 for (name, size), case in cases.items():
@@ -336,14 +371,14 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance(case)
     record_model_curves(run, {prefix + entry: split_topo_at(entry, opts.scale)[0]
                               for entry in opts.topos},
-                        opts.collectives, opts.sizes, opts.hash_draws)
+                        opts.collectives, opts.sizes, opts.hash_draws, opts.wan)
 
 
 def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],
-                        sizes: Sequence[int], hash_draws: int) -> None:
+                        sizes: Sequence[int], hash_draws: int, wan: str = WAN_OFF) -> None:
     """busbw_model.csv: the model's own curve (`model_curve`) of every collective on
     every fabric ({label in collective.csv: topology spec}); no fabric is built."""
     for label, spec in fabrics.items():
         for name in names:
-            run.frame("busbw_model", model_curve(spec, name, sizes, hash_draws),
+            run.frame("busbw_model", model_curve(spec, name, sizes, hash_draws, wan),
                       fabric=label, collective=name)
