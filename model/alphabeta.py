@@ -247,20 +247,48 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     return pred
 
 
-def per_hop_hash_choice(rng: random.Random) -> Choice:
+#: A host pair's routes as the per-hop hash walks them: a leaf is the chosen path (a
+#: tuple), a branch the list of its subtrees in sorted next-hop order.
+HashTree = list | tuple
+
+
+def hash_tree(paths: Sequence[Path]) -> HashTree:
+    """The decisions `per_hop_hash_choice` makes for ``paths``, laid out once: the
+    source host's first next hop taken, then at every switch with more than one
+    remaining path the subtrees of its next hops, sorted."""
+    cands, depth = list(paths), 1
+    while len(cands) > 1 and depth == 1:
+        first = min(p[1] for p in cands)
+        cands, depth = [p for p in cands if p[1] == first], 2
+
+    def branch(cands: list, depth: int) -> HashTree:
+        if len(cands) == 1:
+            return tuple(cands[0])
+        hops = sorted({p[depth] for p in cands})
+        return [branch([p for p in cands if p[depth] == h], depth + 1) for h in hops]
+    return branch(cands, depth)
+
+
+def per_hop_hash_choice(rng: random.Random, trees: dict[int, tuple[Any, HashTree]] | None = None
+                        ) -> Choice:
     """A 'hashed' ECMP draw as independently seeded switches make it: at every switch
     a uniform pick among the next hops of the flow's remaining paths (not a uniform
     pick among whole paths, which differs where branches have unequal path counts);
-    the source host sends on its first next hop, as the engine does."""
+    the source host sends on its first next hop, as the engine does.
+
+    Each host pair's decisions are laid out once (`hash_tree`, kept in ``trees``,
+    which draws over the same routes may share); a draw walks them with one
+    ``rng.choice`` per switch that has a choice, as the walk over the paths did."""
+    known = {} if trees is None else trees
+
     def choose(flow_id: Hashable, paths: Sequence[Path]) -> Path:
-        cands = list(paths)
-        depth = 1
-        while len(cands) > 1:
-            hops = sorted({p[depth] for p in cands})
-            pick = hops[0] if depth == 1 else rng.choice(hops)
-            cands = [p for p in cands if p[depth] == pick]
-            depth += 1
-        return tuple(cands[0])
+        entry = known.get(id(paths))
+        if entry is None or entry[0] is not paths:  # kept with it: its id stays its own
+            entry = known[id(paths)] = (paths, hash_tree(paths))
+        node = entry[1]
+        while type(node) is list:
+            node = rng.choice(node)
+        return node
     return choose
 
 
@@ -274,8 +302,10 @@ def predict_workload_hashed(workload: Workload, graph: nx.Graph, paths: PathsLik
     if all(len(route(m.src, m.dst)) <= 1 for m in workload.messages if m.src != m.dst):
         return [predict_workload(workload, graph, route, mode="hashed", **kw)]
     rng = random.Random(seed)
+    trees: dict[int, tuple[Any, HashTree]] = {}
     return [predict_workload(workload, graph, route, mode="hashed",
-                             choice=per_hop_hash_choice(rng), **kw) for _ in range(samples)]
+                             choice=per_hop_hash_choice(rng, trees), **kw)
+            for _ in range(samples)]
 
 
 # ---------------------------------------------------------------- closed forms
