@@ -744,7 +744,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     conns: list[Any] = []
     reports: dict[int, WorkerStats] = {}
     error: str | None = None
-    started_s = 0.0
+    started_s = setup_s = 0.0
     rx: dict[str, socket.socket] = {}
     tx: dict[tuple[str, str], socket.socket] = {}
     wall0 = time.perf_counter()
@@ -754,6 +754,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         # Kept open here until the workers are gone, then closed in parallel: a
         # worker's exit only drops its references instead of closing them one by one.
         rx, tx = _open_sockets(fab, plans, ring)
+        forked = time.perf_counter()
         for wp in plans:
             reader, writer = ctx.Pipe(duplex=False)
             mine_rx = {h: rx[h] for h in wp.hosts}
@@ -770,6 +771,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         error = _start_clock(shared, procs, conns, reports)
         if error is None:
             started_s = time.perf_counter() - called
+            setup_s = time.perf_counter() - forked
             cpu_marks.append(cpu_ticks())
             error = _collect(shared, procs, conns, reports, wall0 + config.timeout_s,
                              config.timeout_s)
@@ -805,6 +807,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     st.steal_s = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
     st.quiet_wait_s = quiet_wait_s
     st.start_wall_s = started_s
+    st.setup_wall_s = setup_s
     st.send_path = burst.detail
     st.receive_path = rx_lib.detail
     # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,

@@ -24,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import multiprocessing
 import os
+import signal
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,9 @@ from model.alphabeta import (
     PathsLike,
     Workload,
     WorkloadPrediction,
+    hash_draws,
     memo_paths,
+    predict_workload,
     predict_workload_hashed,
 )
 
@@ -120,6 +124,45 @@ def _prune(directory: Path) -> None:
             old.unlink()
 
 
+#: What the forked pricers read: set before the fork, never pickled.
+_job: tuple[Workload, nx.Graph, Any, list[dict], dict[str, Any]] | None = None
+
+
+def _price_draw(k: int) -> dict[str, Any]:
+    assert _job is not None
+    workload, graph, route, choices, options = _job
+    return _compact(predict_workload(workload, graph, route, mode="hashed", choice=choices[k],
+                                     **options))
+
+
+def _quiet_child() -> None:
+    """A pricer leaves Ctrl-C and SIGTERM to the parent, which ends the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, seed: int,
+           options: dict[str, Any]) -> list[dict[str, Any]]:
+    """`predict_workload_hashed`'s draws, compacted; the draws' paths are drawn here, in
+    order, and the draws priced in forked processes, one per CPU (the model runs
+    outside the measured window: the machine is ours)."""
+    global _job
+    route = memo_paths(paths)
+    choices = hash_draws(workload, route, samples=samples, seed=seed)
+    cpus = len(os.sched_getaffinity(0))
+    if choices is None or cpus < 2 or samples < 2:
+        return [_compact(p) for p in predict_workload_hashed(workload, graph, route,
+                                                              samples=samples, seed=seed,
+                                                              **options)]
+    _job = (workload, graph, route, choices, options)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(cpus, samples),
+                                                      initializer=_quiet_child) as pool:
+            return pool.map(_price_draw, range(samples), chunksize=1)
+    finally:
+        _job = None
+
+
 def hashed_draws(workload: Workload, graph: nx.Graph, paths: PathsLike, *, samples: int,
                  seed: int, **options: Any) -> list[WorkloadPrediction]:
     """`predict_workload_hashed`'s draws, from the cache when this call was priced
@@ -130,8 +173,7 @@ def hashed_draws(workload: Workload, graph: nx.Graph, paths: PathsLike, *, sampl
     path = None if directory is None else directory / f"{key[:32]}.json"
     if path is not None and (found := _read(path, key)) is not None:
         return found
-    draws = [_compact(p) for p in predict_workload_hashed(workload, graph, paths,
-                                                          samples=samples, seed=seed, **options)]
+    draws = _price(workload, graph, paths, samples, seed, options)
     if path is not None:
         with contextlib.suppress(OSError):
             safefile.write_json(path, {"key": key, "draws": draws}, indent=None)

@@ -292,20 +292,39 @@ def per_hop_hash_choice(rng: random.Random, trees: dict[int, tuple[Any, HashTree
     return choose
 
 
+def hash_draws(workload: Workload, paths: PathsLike, *, samples: int,
+               seed: int = 0) -> list[dict[Hashable, Path]] | None:
+    """The path of every message with a choice of path (``{msg_id: path}``) under each
+    of ``samples`` independent draws (`per_hop_hash_choice`, one generator seeded
+    with ``seed``, draw after draw); None when no message has a choice."""
+    route = memo_paths(paths)
+    choosing = [m for m in workload.messages if m.src != m.dst]
+    if all(len(route(m.src, m.dst)) <= 1 for m in choosing):
+        return None
+    for m in choosing:
+        if not route(m.src, m.dst):
+            raise ValueError(f"flow {m.msg_id!r} has no routed path")
+    rng = random.Random(seed)
+    trees: dict[int, tuple[Any, HashTree]] = {}
+    draws = []
+    for _ in range(samples):
+        choose = per_hop_hash_choice(rng, trees)
+        draws.append({m.msg_id: choose(m.msg_id, route(m.src, m.dst)) for m in choosing})
+    return draws
+
+
 def predict_workload_hashed(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                             samples: int, seed: int = 0, **kw: Any) -> list[WorkloadPrediction]:
     """`predict_workload` with every message hashed onto one path, under ``samples``
-    independent draws (`per_hop_hash_choice`): the kernel's hash cannot be reproduced
+    independent draws (`hash_draws`): the kernel's hash cannot be reproduced
     from outside, so the model gives the distribution over hash outcomes. One
     prediction when no message has a choice of path."""
     route = memo_paths(paths)
-    if all(len(route(m.src, m.dst)) <= 1 for m in workload.messages if m.src != m.dst):
+    draws = hash_draws(workload, route, samples=samples, seed=seed)
+    if draws is None:
         return [predict_workload(workload, graph, route, mode="hashed", **kw)]
-    rng = random.Random(seed)
-    trees: dict[int, tuple[Any, HashTree]] = {}
-    return [predict_workload(workload, graph, route, mode="hashed",
-                             choice=per_hop_hash_choice(rng, trees), **kw)
-            for _ in range(samples)]
+    return [predict_workload(workload, graph, route, mode="hashed", choice=draw, **kw)
+            for draw in draws]
 
 
 # ---------------------------------------------------------------- closed forms

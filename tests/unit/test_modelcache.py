@@ -29,6 +29,7 @@ def summary(draws):
 
 
 def test_cached_draws_are_the_computed_ones(case, monkeypatch):
+    # Priced in forked processes where there are two CPUs: the same floats.
     workload, graph, paths, directory = case
     fresh = predict_workload_hashed(workload, graph, paths, samples=3, seed=5, overhead_s=0.0)
     first = mc.hashed_draws(workload, graph, paths, samples=3, seed=5, overhead_s=0.0)
@@ -36,7 +37,7 @@ def test_cached_draws_are_the_computed_ones(case, monkeypatch):
 
     def priced_again(*args, **kwargs):
         raise AssertionError("priced again instead of read from the cache")
-    monkeypatch.setattr(mc, "predict_workload_hashed", priced_again)
+    monkeypatch.setattr(mc, "_price", priced_again)
     again = mc.hashed_draws(workload, graph, paths, samples=3, seed=5, overhead_s=0.0)
     assert summary(again) == summary(first) == summary(fresh)
     assert all(not p.finish_s for p in again + first)  # never the per-message times
