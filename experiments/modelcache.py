@@ -150,7 +150,8 @@ def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, 
     route = memo_paths(paths)
     choices = hash_draws(workload, route, samples=samples, seed=seed)
     cpus = len(os.sched_getaffinity(0))
-    if choices is None or cpus < 2 or samples < 2:
+    # A daemonic process may not fork a pool: it prices in turn.
+    if choices is None or cpus < 2 or samples < 2 or multiprocessing.current_process().daemon:
         return [_compact(p) for p in predict_workload_hashed(workload, graph, route,
                                                               samples=samples, seed=seed,
                                                               **options)]
