@@ -23,13 +23,17 @@ Printed side by side:
   share;
 * the smallest S at which the run is VALID and within 5 % of that model, and the
   engine's frames/s there divided by the kernel capacity;
-* **whole case**: each ring case's wall time from building its fabric to tearing it
-  down, and its parts: the fabric build, the model pricing the case
-  (``experiments.collective.run_collective``: 16 hashed-ECMP draws on the real and
-  the emulable fabric), the engine's start (plans, sockets, the workers building
-  their QPs' frame templates), the run itself (the longest worker's loop) and the
-  rest (reading counters, the gate, the teardown), beside the CPU and wake-ups per
-  frame and the share of the kernel's capacity;
+* **whole process**: what ``emu run collective`` spends on each ring case, from
+  building its fabric to the model's curve after the teardown, and its parts: the
+  fabric build, the model pricing the case (``experiments.collective.run_collective``:
+  16 hashed-ECMP draws on the real and the emulable fabric), the engine's start
+  (plans and sockets), the workers' set-up (their QPs' frame templates and compiled
+  views), the run itself (the longest worker's loop), the rest (reading counters, the
+  gate, the teardown) and the model's curve (``model_curve``: 16 draws at each power
+  of two from a quarter to four times the size), beside the CPU and wake-ups per
+  frame and the share of the kernel's capacity. The model's draws are kept across
+  runs (``experiments.modelcache``): the first S of a topology prices them, the
+  others read them (set FABRICEMU_MODEL_CACHE=off to price every time);
 * with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
   frame costs with each algorithm (its per-ACK and per-CNP Python work, and HPCC's
   ACK per frame and in-band telemetry);
@@ -65,7 +69,7 @@ from emu.fabric import Fabric
 from emu.netns import in_netns
 from engine.burst import MAX_BURST, Burst
 from engine.rawsock import WAKE_SLEEP_S, open_tx_socket, wakeup_cpu_us
-from experiments.collective import run_collective
+from experiments.collective import model_curve, run_collective
 from experiments.measure import fidelity_of
 from experiments.option_parsers import (
     arg_type,
@@ -144,6 +148,9 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
         built_s = time.perf_counter() - began
         r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16, workers=workers)
         report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
+    curve_began = time.perf_counter()
+    model_curve(spec, "allreduce-ring", [RING_BYTES], 16)
+    curve_s = time.perf_counter() - curve_began
     whole_s = time.perf_counter() - began
     st = r.measurement.stats
     frames = st.data_packets_sent
@@ -167,7 +174,8 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
         "machine_busy": st.machine_busy, "wall_s": st.run_wall_s,
         # Where the case's wall time went (module doc, "whole case").
         "whole_s": whole_s, "build_s": built_s, "model_s": r.model_wall_s,
-        "start_s": st.start_wall_s,
+        "start_s": st.start_wall_s - st.setup_wall_s, "setup_s": st.setup_wall_s,
+        "curve_s": curve_s,
     }
 
 
@@ -226,17 +234,20 @@ def _time_parts(rows: list[dict[str, Any]], spec: str, cap: dict[bool, dict[str,
                 ) -> Table:
     """Each ring case's wall time, fabric build to teardown, and its parts, beside what
     a frame costs."""
-    table = Table(title=f"where a ring case's time goes, {spec} (wall s)")
+    table = Table(title=f"where a ring case's time goes, {spec} (wall s; module doc, "
+                        "'whole process')")
     for col in ("steering", "cc", "workers", "S", "whole", "fabric build", "model",
-                "engine start (templates)", "run", "rest", "run ÷ whole", "CPU/frame",
-                "wake-ups/frame", "÷ kernel"):
+                "engine start", "workers' set-up (templates)", "run", "rest", "model curve",
+                "run ÷ whole", "CPU/frame", "wake-ups/frame", "÷ kernel"):
         table.add_column(col)
     for r in rows:
-        parts = r["build_s"] + r["model_s"] + r["start_s"] + r["wall_s"]
+        parts = (r["build_s"] + r["model_s"] + r["start_s"] + r["setup_s"] + r["wall_s"]
+                 + r["curve_s"])
         table.add_row("on" if r["in_order"] else "off", r["cc"], str(r["workers"]),
                       f"{r['scale']:g}", f"{r['whole_s']:.1f}", f"{r['build_s']:.1f}",
-                      f"{r['model_s']:.1f}", f"{r['start_s']:.1f}", f"{r['wall_s']:.1f}",
-                      f"{r['whole_s'] - parts:.1f}", f"{r['wall_s'] / r['whole_s']:.0%}",
+                      f"{r['model_s']:.1f}", f"{r['start_s']:.1f}", f"{r['setup_s']:.1f}",
+                      f"{r['wall_s']:.1f}", f"{r['whole_s'] - parts:.1f}",
+                      f"{r['curve_s']:.1f}", f"{r['wall_s'] / r['whole_s']:.0%}",
                       f"{r['cpu_per_frame_us']:.1f} µs", f"{r['wakeups_per_frame']:.2f}",
                       f"{r['fps'] / cap[r['in_order']]['delivered_fps']:.3f}")
     return table

@@ -670,20 +670,35 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
 
 def _open_sockets(fab: LiveFabric, plans: list[plan.WorkerPlan], ring: rawsock.RingSpec
                   ) -> tuple[dict[str, socket.socket], dict[tuple[str, str], socket.socket]]:
+    """Every host's receive ring and its NICs' send sockets, opened in parallel threads
+    (`rawsock.SOCKET_THREADS`: each open waits out a kernel grace period)."""
+    ifnames = {(wp.worker, h): [n.ifname for n in wp.nics if n.host == h]
+               for wp in plans for h in wp.hosts}
+
+    def open_host(key: tuple[int, str]) -> list[socket.socket]:
+        host = key[1]
+        socks: list[socket.socket] = []
+        try:
+            with in_netns(fab.endpoint(host).netns_path):
+                socks.append(rawsock.open_rx_ring(ring))
+                socks.extend(rawsock.open_tx_socket(ifname) for ifname in ifnames[key])
+        except BaseException:
+            rawsock.close_all(socks)
+            raise
+        return socks
+
+    opened = rawsock.in_threads(open_host, list(ifnames))
     rx: dict[str, socket.socket] = {}
     tx: dict[tuple[str, str], socket.socket] = {}
-    try:
-        for wp in plans:
-            for host in wp.hosts:
-                with in_netns(fab.endpoint(host).netns_path):
-                    rx[host] = rawsock.open_rx_ring(ring)
-                    for n in wp.nics:
-                        if n.host == host:
-                            tx[(host, n.ifname)] = rawsock.open_tx_socket(n.ifname)
-    except BaseException:
-        for s in [*rx.values(), *tx.values()]:
-            s.close()
-        raise
+    for key, got in zip(ifnames, opened, strict=True):
+        if not isinstance(got, BaseException):
+            rx[key[1]] = got[0]
+            tx.update(((key[1], ifname), s) for ifname, s in zip(ifnames[key], got[1:],
+                                                                 strict=True))
+    failed = next((got for got in opened if isinstance(got, BaseException)), None)
+    if failed is not None:
+        rawsock.close_all([*rx.values(), *tx.values()])
+        raise failed
     return rx, tx
 
 
@@ -746,32 +761,34 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     conns: list[Any] = []
     reports: dict[int, WorkerStats] = {}
     error: str | None = None
-    started_s = 0.0
+    started_s = setup_s = 0.0
+    rx: dict[str, socket.socket] = {}
+    tx: dict[tuple[str, str], socket.socket] = {}
     wall0 = time.perf_counter()
     try:
         shared.wake_fds.extend(os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
                                for _ in range(n_workers))
+        # Kept open here until the workers are gone, then closed in parallel: a
+        # worker's exit only drops its references instead of closing them one by one.
         rx, tx = _open_sockets(fab, plans, ring)
-        try:
-            for wp in plans:
-                reader, writer = ctx.Pipe(duplex=False)
-                mine_rx = {h: rx[h] for h in wp.hosts}
-                mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in wp.nics}
-                proc = ctx.Process(target=worker.worker_main, name=f"fabricemu-engine-{wp.worker}",
-                                   args=(wp, shared, writer, mine_rx, mine_tx, ring,
-                                         burst, rx_lib, os.getpid()), daemon=True)
-                proc.start()
-                writer.close()
-                procs.append(proc)
-                conns.append(reader)
-        finally:
-            for s in [*rx.values(), *tx.values()]:  # the workers hold their own copies
-                s.close()
+        forked = time.perf_counter()
+        for wp in plans:
+            reader, writer = ctx.Pipe(duplex=False)
+            mine_rx = {h: rx[h] for h in wp.hosts}
+            mine_tx = {(n.host, n.ifname): tx[(n.host, n.ifname)] for n in wp.nics}
+            proc = ctx.Process(target=worker.worker_main, name=f"fabricemu-engine-{wp.worker}",
+                               args=(wp, shared, writer, mine_rx, mine_tx, ring,
+                                     burst, rx_lib, os.getpid()), daemon=True)
+            proc.start()
+            writer.close()
+            procs.append(proc)
+            conns.append(reader)
         if live is not None:
             live(shared)
         error = _start_clock(shared, procs, conns, reports)
         if error is None:
             started_s = time.perf_counter() - called
+            setup_s = time.perf_counter() - forked
             cpu_marks.append(cpu_ticks())
             error = _collect(shared, procs, conns, reports, wall0 + config.timeout_s,
                              config.timeout_s)
@@ -783,6 +800,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         raise
     finally:
         _reap(procs)
+        rawsock.close_all([*rx.values(), *tx.values()])
         if live is not None:  # after the workers ended: the values are their last
             live(None)
         for c in conns:
@@ -806,6 +824,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     st.steal_s = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
     st.quiet_wait_s = quiet_wait_s
     st.start_wall_s = started_s
+    st.setup_wall_s = setup_s
     st.send_path = burst.detail
     st.receive_path = rx_lib.detail
     # Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,

@@ -214,6 +214,9 @@ class EngineStats:
     #: From the engine's call to its clock's start: plans, sockets, and the workers
     #: building their QPs (frame templates, compiled views); 0 if the clock never started.
     start_wall_s: float = 0.0
+    #: Of start_wall_s: from forking the workers to all of them ready (their QPs' frame
+    #: templates and compiled views built).
+    setup_wall_s: float = 0.0
     send_path: str = ""
     receive_path: str = ""
     #: Every time in the result is relative to this clock reading (CLOCK_MONOTONIC,

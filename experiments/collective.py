@@ -49,6 +49,7 @@ from experiments.measure import (
     model_graph,
     record_case,
 )
+from experiments.modelcache import hashed_draws
 from experiments.option_parsers import (
     CC_HELP,
     parse_cc,
@@ -67,7 +68,6 @@ from model.alphabeta import (
     DEFAULT_OVERHEAD_S,
     WorkloadPrediction,
     predict_workload,
-    predict_workload_hashed,
     roce_wire_factor,
     workload_bottleneck_rate_bps,
 )
@@ -161,7 +161,7 @@ class CollectiveRun:
     bottleneck_bps: float
     bottleneck_tier: str
     factor: float
-    model: list[WorkloadPrediction]      # one per hash draw
+    model: list[WorkloadPrediction]      # one per hash draw (experiments.modelcache)
     busbw_model_spread_bps: float        # ECMP spread evenly: the ideal
     time_model_emulable_s: float         # the model without the delays not emulated
     time_model_emulable_range_s: tuple[float, float]  # its fastest and slowest hash draw
@@ -212,8 +212,7 @@ def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int,
     rows = []
     for size in grid:
         workload = build_workload(topo, routes, name, size)
-        draws = predict_workload_hashed(workload, graph, routes.paths, samples=hash_draws,
-                                        seed=size)
+        draws = hashed_draws(workload, graph, routes.paths, samples=hash_draws, seed=size)
         time_s = float(np.mean([p.completion_s for p in draws]))
         rows.append({"size_bytes": size, "time_model_s": time_s,
                      "busbw_model_bps": 8.0 * size / time_s * workload.meta["busbw_factor"]})
@@ -228,12 +227,12 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
     workload = build_workload(fab.topo, fab.routes, name, size_bytes)
     priced = time.perf_counter()
     graph = model_graph(fab)
-    draws = predict_workload_hashed(workload, graph, fab.routes.paths, samples=hash_draws,
-                                    seed=size_bytes)
+    draws = hashed_draws(workload, graph, fab.routes.paths, samples=hash_draws,
+                         seed=size_bytes)
     spread = predict_workload(workload, graph, fab.routes.paths, mode="spread")
     bare_graph, bare = emulable_pricing(fab, graph)
-    emulable = predict_workload_hashed(workload, bare_graph, fab.routes.paths,
-                                       samples=hash_draws, seed=size_bytes, **bare)
+    emulable = hashed_draws(workload, bare_graph, fab.routes.paths, samples=hash_draws,
+                            seed=size_bytes, **bare)
     bottleneck_bps = workload_bottleneck_rate_bps(workload, graph, fab.routes.paths,
                                                   mode="spread")
     model_wall_s = time.perf_counter() - priced

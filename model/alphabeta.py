@@ -247,35 +247,84 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     return pred
 
 
-def per_hop_hash_choice(rng: random.Random) -> Choice:
+#: A host pair's routes as the per-hop hash walks them: a leaf is the chosen path (a
+#: tuple), a branch the list of its subtrees in sorted next-hop order.
+HashTree = list | tuple
+
+
+def hash_tree(paths: Sequence[Path]) -> HashTree:
+    """The decisions `per_hop_hash_choice` makes for ``paths``, laid out once: the
+    source host's first next hop taken, then at every switch with more than one
+    remaining path the subtrees of its next hops, sorted."""
+    cands, depth = list(paths), 1
+    while len(cands) > 1 and depth == 1:
+        first = min(p[1] for p in cands)
+        cands, depth = [p for p in cands if p[1] == first], 2
+
+    def branch(cands: list, depth: int) -> HashTree:
+        if len(cands) == 1:
+            return tuple(cands[0])
+        hops = sorted({p[depth] for p in cands})
+        return [branch([p for p in cands if p[depth] == h], depth + 1) for h in hops]
+    return branch(cands, depth)
+
+
+def per_hop_hash_choice(rng: random.Random, trees: dict[int, tuple[Any, HashTree]] | None = None
+                        ) -> Choice:
     """A 'hashed' ECMP draw as independently seeded switches make it: at every switch
     a uniform pick among the next hops of the flow's remaining paths (not a uniform
     pick among whole paths, which differs where branches have unequal path counts);
-    the source host sends on its first next hop, as the engine does."""
+    the source host sends on its first next hop, as the engine does.
+
+    Each host pair's decisions are laid out once (`hash_tree`, kept in ``trees``,
+    which draws over the same routes may share); a draw walks them with one
+    ``rng.choice`` per switch that has a choice, as the walk over the paths did."""
+    known = {} if trees is None else trees
+
     def choose(flow_id: Hashable, paths: Sequence[Path]) -> Path:
-        cands = list(paths)
-        depth = 1
-        while len(cands) > 1:
-            hops = sorted({p[depth] for p in cands})
-            pick = hops[0] if depth == 1 else rng.choice(hops)
-            cands = [p for p in cands if p[depth] == pick]
-            depth += 1
-        return tuple(cands[0])
+        entry = known.get(id(paths))
+        if entry is None or entry[0] is not paths:  # kept with it: its id stays its own
+            entry = known[id(paths)] = (paths, hash_tree(paths))
+        node = entry[1]
+        while type(node) is list:
+            node = rng.choice(node)
+        return node
     return choose
+
+
+def hash_draws(workload: Workload, paths: PathsLike, *, samples: int,
+               seed: int = 0) -> list[dict[Hashable, Path]] | None:
+    """The path of every message with a choice of path (``{msg_id: path}``) under each
+    of ``samples`` independent draws (`per_hop_hash_choice`, one generator seeded
+    with ``seed``, draw after draw); None when no message has a choice."""
+    route = memo_paths(paths)
+    choosing = [m for m in workload.messages if m.src != m.dst]
+    if all(len(route(m.src, m.dst)) <= 1 for m in choosing):
+        return None
+    for m in choosing:
+        if not route(m.src, m.dst):
+            raise ValueError(f"flow {m.msg_id!r} has no routed path")
+    rng = random.Random(seed)
+    trees: dict[int, tuple[Any, HashTree]] = {}
+    draws = []
+    for _ in range(samples):
+        choose = per_hop_hash_choice(rng, trees)
+        draws.append({m.msg_id: choose(m.msg_id, route(m.src, m.dst)) for m in choosing})
+    return draws
 
 
 def predict_workload_hashed(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                             samples: int, seed: int = 0, **kw: Any) -> list[WorkloadPrediction]:
     """`predict_workload` with every message hashed onto one path, under ``samples``
-    independent draws (`per_hop_hash_choice`): the kernel's hash cannot be reproduced
+    independent draws (`hash_draws`): the kernel's hash cannot be reproduced
     from outside, so the model gives the distribution over hash outcomes. One
     prediction when no message has a choice of path."""
     route = memo_paths(paths)
-    if all(len(route(m.src, m.dst)) <= 1 for m in workload.messages if m.src != m.dst):
+    draws = hash_draws(workload, route, samples=samples, seed=seed)
+    if draws is None:
         return [predict_workload(workload, graph, route, mode="hashed", **kw)]
-    rng = random.Random(seed)
-    return [predict_workload(workload, graph, route, mode="hashed",
-                             choice=per_hop_hash_choice(rng), **kw) for _ in range(samples)]
+    return [predict_workload(workload, graph, route, mode="hashed", choice=draw, **kw)
+            for draw in draws]
 
 
 # ---------------------------------------------------------------- closed forms

@@ -81,14 +81,14 @@ def test_bench_capacity_splits_a_case_into_its_parts():
 
     from bench.capacity import _time_parts
     row = {"in_order": False, "cc": "off", "workers": 2, "scale": 15000.0, "whole_s": 40.0,
-           "build_s": 6.0, "model_s": 12.0, "start_s": 2.0, "wall_s": 10.0,
-           "cpu_per_frame_us": 41.5, "wakeups_per_frame": 0.5, "fps": 30_000.0}
+           "build_s": 6.0, "model_s": 12.0, "start_s": 0.5, "setup_s": 1.5, "wall_s": 10.0,
+           "curve_s": 3.0, "cpu_per_frame_us": 41.5, "wakeups_per_frame": 0.5, "fps": 30_000.0}
     console = Console(record=True, width=250)
     console.print(_time_parts([row], "fattree,8", {False: {"delivered_fps": 100_000.0}}))
     line = console.export_text().splitlines()[-2]
     cells = [c.strip() for c in line.split("│") if c.strip()]
-    assert cells == ["off", "off", "2", "15000", "40.0", "6.0", "12.0", "2.0", "10.0", "10.0",
-                     "25%", "41.5 µs", "0.50", "0.300"]
+    assert cells == ["off", "off", "2", "15000", "40.0", "6.0", "12.0", "0.5", "1.5", "10.0",
+                     "7.0", "3.0", "25%", "41.5 µs", "0.50", "0.300"]
 
 
 @pytest.mark.parametrize("argv", [

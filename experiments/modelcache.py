@@ -1,0 +1,183 @@
+"""The model's hashed-ECMP pricing of a case, kept across runs per topology and seed.
+
+`model.alphabeta.predict_workload_hashed` prices a fattree,8 ring all-reduce in
+about half a second per hash draw, and a collective case asks for 16 draws on the
+real-fabric graph, 16 on the graph without the fixed delays the emulator lacks and
+16 per point of the model's curve. The answer is in real-fabric units: it does not
+depend on S, so a rerun of the same case at another S (finding the smallest valid
+S) would price it all again. `hashed_draws` keeps what the experiments read of the
+draws (each draw's completion time, rates, recomputations and per-link bits; not the
+per-message times) in a file named by a hash of everything the answer depends on:
+the messages, the graph's nodes and links with their attributes, the routes of the
+host pairs the messages use, the seed, the number of draws, the options, and the
+source of the model package. A cached answer is the computed one, float for float
+(JSON keeps a float's shortest repr, which reads back exactly).
+
+The files live in the C build cache's directory (`emu.cbuild.cache_dir`)/model,
+under the same rule: the directory and every directory above it writable by no one
+but root (or us), else nothing is cached. Set FABRICEMU_MODEL_CACHE=off to price
+every time. At most MAX_FILES are kept, the oldest removed first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import signal
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+import model
+from core import safefile
+from emu import cbuild
+from model.alphabeta import (
+    PathsLike,
+    Workload,
+    WorkloadPrediction,
+    hash_draws,
+    memo_paths,
+    predict_workload,
+    predict_workload_hashed,
+)
+
+#: Files kept; a case's pricing is one file of a few hundred kB at most.
+MAX_FILES = 256
+#: Larger files are not read (a draw's per-link bits: a few thousand links).
+MAX_FILE_BYTES = 64 << 20
+
+
+@cache
+def _model_source_sha256() -> str:
+    """Hash of the model package's source: a changed model prices anew."""
+    h = hashlib.sha256()
+    for path in sorted(Path(model.__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def case_key(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, seed: int,
+             options: dict[str, Any]) -> str:
+    """Hash of everything `predict_workload_hashed` reads for this call."""
+    h = hashlib.sha256(_model_source_sha256().encode())
+    h.update(repr((workload.name, workload.size_bytes, tuple(workload.ranks),
+                   sorted((str(k), repr(v)) for k, v in workload.meta.items()))).encode())
+    for m in workload.messages:
+        h.update(repr((m.msg_id, m.src, m.dst, m.size_bytes, m.start_s, tuple(m.deps),
+                       getattr(m, "gap_s", 0.0))).encode())
+    h.update(repr(sorted((repr(n), sorted(d.items())) for n, d in graph.nodes(data=True)))
+             .encode())
+    h.update(repr(sorted((repr(u), repr(v), sorted(d.items()))
+                         for u, v, d in graph.edges(data=True))).encode())
+    route = memo_paths(paths)
+    for src, dst in sorted({(m.src, m.dst) for m in workload.messages if m.src != m.dst}):
+        h.update(repr((src, dst, route(src, dst))).encode())
+    h.update(repr((samples, seed, sorted(options.items()))).encode())
+    return h.hexdigest()
+
+
+def _directory() -> Path | None:
+    """The cache directory, or None when caching is off or the directory is unsafe."""
+    if os.environ.get("FABRICEMU_MODEL_CACHE", "on") == "off":
+        return None
+    directory = cbuild.cache_dir() / "model"
+    try:
+        safefile.make_dir(directory, mode=0o700)
+        return cbuild.check_dir_chain(directory)
+    except (cbuild.UnsafePathError, OSError):
+        return None
+
+
+def _compact(p: WorkloadPrediction) -> dict[str, Any]:
+    return {"completion_s": p.completion_s, "algbw_bps": p.algbw_bps, "busbw_bps": p.busbw_bps,
+            "recomputations": p.recomputations,
+            "link_bits": [[u, v, bits] for (u, v), bits in p.link_bits.items()]}
+
+
+def _prediction(d: dict[str, Any]) -> WorkloadPrediction:
+    return WorkloadPrediction(
+        completion_s=float(d["completion_s"]), algbw_bps=d["algbw_bps"], busbw_bps=d["busbw_bps"],
+        recomputations=int(d["recomputations"]),
+        link_bits={(u, v): float(bits) for u, v, bits in d["link_bits"]})
+
+
+def _read(path: Path, key: str) -> list[WorkloadPrediction] | None:
+    try:
+        cbuild.check_trusted_file(path)
+        record = json.loads(safefile.read_regular(path, MAX_FILE_BYTES))
+        if record["key"] != key:
+            return None
+        return [_prediction(d) for d in record["draws"]]
+    except (OSError, ValueError, KeyError, TypeError, cbuild.UnsafePathError):
+        return None
+
+
+def _prune(directory: Path) -> None:
+    files = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    for old in files[:-MAX_FILES]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
+#: What the forked pricers read: set before the fork, never pickled.
+_job: tuple[Workload, nx.Graph, Any, list[dict], dict[str, Any]] | None = None
+
+
+def _price_draw(k: int) -> dict[str, Any]:
+    assert _job is not None
+    workload, graph, route, choices, options = _job
+    return _compact(predict_workload(workload, graph, route, mode="hashed", choice=choices[k],
+                                     **options))
+
+
+def _quiet_child() -> None:
+    """A pricer leaves Ctrl-C and SIGTERM to the parent, which ends the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, seed: int,
+           options: dict[str, Any]) -> list[dict[str, Any]]:
+    """`predict_workload_hashed`'s draws, compacted; the draws' paths are drawn here, in
+    order, and the draws priced in forked processes, one per CPU (the model runs
+    outside the measured window: the machine is ours)."""
+    global _job
+    route = memo_paths(paths)
+    choices = hash_draws(workload, route, samples=samples, seed=seed)
+    cpus = len(os.sched_getaffinity(0))
+    # A daemonic process may not fork a pool: it prices in turn.
+    if choices is None or cpus < 2 or samples < 2 or multiprocessing.current_process().daemon:
+        return [_compact(p) for p in predict_workload_hashed(workload, graph, route,
+                                                              samples=samples, seed=seed,
+                                                              **options)]
+    _job = (workload, graph, route, choices, options)
+    try:
+        with multiprocessing.get_context("fork").Pool(min(cpus, samples),
+                                                      initializer=_quiet_child) as pool:
+            return pool.map(_price_draw, range(samples), chunksize=1)
+    finally:
+        _job = None
+
+
+def hashed_draws(workload: Workload, graph: nx.Graph, paths: PathsLike, *, samples: int,
+                 seed: int, **options: Any) -> list[WorkloadPrediction]:
+    """`predict_workload_hashed`'s draws, from the cache when this call was priced
+    before: each with its completion time, algbw, busbw, recomputations and link bits
+    (its per-message times left empty, whether cached or not)."""
+    directory = _directory()
+    key = case_key(workload, graph, paths, samples, seed, options)
+    path = None if directory is None else directory / f"{key[:32]}.json"
+    if path is not None and (found := _read(path, key)) is not None:
+        return found
+    draws = _price(workload, graph, paths, samples, seed, options)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            safefile.write_json(path, {"key": key, "draws": draws}, indent=None)
+            _prune(directory)
+    return [_prediction(d) for d in draws]
+
