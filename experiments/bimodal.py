@@ -6,7 +6,7 @@ cases: the small messages alone, then the same small messages (same pairs, same 
 times) beside ``rounds`` back-to-back runs of a bulk collective. The small messages are
 spread over the bulk's no-sharing time (`model.dag.critical_path`), so they all meet
 it. Reported per case: FCT slowdown (FCT over that message alone on the idle fabric,
-`experiments.measure.fct_slowdown`) p50/p95/p99 per size bucket, measured beside the
+`experiments.slowdown.fct_slowdown`) p50/p95/p99 per size bucket, measured beside the
 fluid model's (`model.alphabeta.predict_workload_hashed`, hash draws pooled), and the
 bulk's completion beside the model. The classes' sizes fall in different buckets
 (checked), so the buckets are the classes' tails.
@@ -28,13 +28,9 @@ from emu.fabric import Fabric
 from experiments.inference import DEFAULT_TOPO
 from experiments.measure import (
     engine_config,
-    fct_slowdown,
-    ideal_fct_s,
     measure,
     model_graph,
     record_case,
-    record_slowdown,
-    size_bucket,
 )
 from experiments.option_parsers import (
     CC_HELP,
@@ -48,6 +44,7 @@ from experiments.option_parsers import (
 from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
+from experiments.slowdown import fct_slowdown, ideal_fct_s, record_slowdown, size_bucket
 from experiments.workload import MAX_HASH_DRAWS
 from model.alphabeta import predict_workload_hashed
 from model.claims import BIMODAL_SLOWDOWN, DAG_TIME

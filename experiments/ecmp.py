@@ -30,12 +30,9 @@ from core.scaling import Scale
 from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
-    fct_slowdown,
-    ideal_fct_s,
     measure,
     model_graph,
     record_case,
-    record_slowdown,
 )
 from experiments.option_parsers import (
     CC_HELP,
@@ -48,6 +45,7 @@ from experiments.option_parsers import (
 from experiments.options import CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
+from experiments.slowdown import fct_slowdown, ideal_fct_s, record_slowdown
 from model.alphabeta import DEFAULT_OVERHEAD_S, path_latency_s, roce_wire_factor
 from model.claims import ECMP_DRAW, ECMP_RATE, ECMP_SLOWDOWN
 from model.fluid import flow_completion_times

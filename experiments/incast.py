@@ -36,12 +36,9 @@ from core.units import format_size
 from emu.fabric import Fabric
 from experiments.measure import (
     engine_config,
-    fct_slowdown,
-    ideal_fct_s,
     measure,
     model_graph,
     record_case,
-    record_slowdown,
 )
 from experiments.option_parsers import (
     CC_CHOICES,
@@ -57,6 +54,7 @@ from experiments.option_parsers import (
 from experiments.options import CommonOptions, Option, check_senders, check_thresholds, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
+from experiments.slowdown import fct_slowdown, ideal_fct_s, record_slowdown
 from model.alphabeta import roce_wire_factor
 from model.claims import FAIR_SHARE, INCAST_SLOWDOWN, Claim, incast_claims
 from model.fairshare import FlowSpec, fair_share_schedule

@@ -16,16 +16,14 @@ from experiments.fidelity import FidelityReport, queue_divergence_checks
 from experiments.measure import (
     Measurement,
     emulated_fixed_delays,
-    fct_slowdown,
-    ideal_fct_s,
     measure_deviations,
     model_graph,
-    size_bucket,
 )
 from experiments.plots_collective import crossover_bytes
 from experiments.registry import EXPERIMENTS
 from experiments.report import render_report
 from experiments.rundir import Run
+from experiments.slowdown import fct_slowdown, ideal_fct_s, size_bucket
 from model.claims import ALPHABETA
 from topologies.routing import compute_routes
 from topologies.spec import build_topo
