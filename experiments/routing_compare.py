@@ -66,17 +66,17 @@ from experiments.routing_model import (
 from experiments.rundir import Run
 from model.alphabeta import roce_wire_factor
 from model.busbw import busbw_bps
-from topologies.loadbalance import ROUTING_MODES, parse_routing
+from topologies.loadbalance import GROUP_MODES, ROUTING_MODES
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
 
 NAME = "routing"
 
-#: The dragonfly's non-minimal modes (agreed names; the router provides them).
-NON_MINIMAL = ("valiant", "ugal")
+#: The modes of the Clos workloads: every mode but those routing through dragonfly groups.
+CLOS_MODES = tuple(m for m in ROUTING_MODES if m not in GROUP_MODES)
 WORKLOADS = ("permutation", "alltoall", "allreduce-ring")
-_MODE = parse_choice(*ROUTING_MODES, *NON_MINIMAL)
+_MODE = parse_choice(*ROUTING_MODES)
 
 
 def _parse_dragonfly(value: Any) -> str:
@@ -92,7 +92,7 @@ def _parse_dragonfly(value: Any) -> str:
 OPTIONS: dict[str, Option] = with_common({
     "topo": Option("fattree,4,fabric_rate=400G,core_rate=400G", "the Clos of the three workloads",
                    quick="leafspine,2,2,1", parse=parse_topo),
-    "modes": Option(list(ROUTING_MODES), "routing modes on topo (';'-separated)",
+    "modes": Option(list(CLOS_MODES), "routing modes on topo (';'-separated)",
                     quick=["ecmp", "spray"], parse=parse_list(_MODE)),
     "workloads": Option(list(WORKLOADS), "workloads on topo (';'-separated)",
                         quick=["permutation"], parse=parse_list(parse_choice(*WORKLOADS))),
@@ -104,7 +104,7 @@ OPTIONS: dict[str, Option] = with_common({
                         "dragonfly of the adversarial case (one 400G global link per pair of "
                         "groups: minimal routing halves the rate), or none",
                         quick="none", parse=_parse_dragonfly),
-    "dragonfly_modes": Option(["ecmp", *NON_MINIMAL], "routing modes on the dragonfly",
+    "dragonfly_modes": Option(["ecmp", *GROUP_MODES], "routing modes on the dragonfly",
                               parse=parse_list(_MODE)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
 })
@@ -133,20 +133,15 @@ def check(opts: Options) -> None:
     if opts.routing != "ecmp":
         raise ParameterError("routing", opts.routing,
                              "emu run routing builds one fabric per mode: use --set modes=...")
+    grouped = [m for m in opts.modes if m in GROUP_MODES]
+    if grouped and build_topo(opts.topo).family != "dragonfly":
+        raise ParameterError("modes", ";".join(opts.modes),
+                             f"{', '.join(grouped)} route through dragonfly groups and topo "
+                             f"{opts.topo} is not a dragonfly: give them in dragonfly_modes")
 
 
 def _workload(name: str, hosts: list[str], opts: Options) -> Any:
     return collectives.build(name, hosts, opts.size, seed=opts.seed)
-
-
-def _available(mode: str) -> bool:
-    """Does this build's router know ``mode``? (valiant and ugal come with the dragonfly
-    router.)"""
-    try:
-        parse_routing(mode)
-    except ParameterError:
-        return False
-    return True
 
 
 def execute(run: Run, opts: Options, prefix: str = "") -> None:
@@ -154,10 +149,6 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
                                         for w in opts.workloads]
     if opts.dragonfly != "none":
         plan += [(opts.dragonfly, mode, "group-shift") for mode in opts.dragonfly_modes]
-    missing = sorted({mode for _, mode, _ in plan if not _available(mode)})
-    if missing:
-        run.note(f"routing {', '.join(missing)}: not in this build's router; left out")
-        plan = [p for p in plan if p[1] not in missing]
     cases = {p: f"{prefix}{p[2]} {p[1]}" for p in plan}
     ecmp_cpu: dict[str, float] = {}  # workload -> ECMP's engine CPU per frame (s)
     with progress(len(cases), f"{prefix}routing") as advance:
@@ -205,7 +196,7 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     msgs = m.messages
     retx, ooo = int(msgs.retransmitted.sum()), int(msgs.out_of_sequence.sum())
     cpu_per_frame_s = m.stats.cpu_s_total / max(1, m.stats.data_packets_sent)
-    minimal = mode not in NON_MINIMAL
+    minimal = mode not in GROUP_MODES
     run.metric(case, "completion time", "µs", done_s * 1e6, model.ideal.completion_s * 1e6,
                IDEAL_TIME if minimal else MINIMAL_IDEAL)
     run.metric(case, "busbw", "Gb/s", busbw * 1e-9, (model.ideal.busbw_bps or 0) * 1e-9,

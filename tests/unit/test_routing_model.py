@@ -43,3 +43,19 @@ def test_ideal_bound_beats_every_hash_draw_on_a_fattree_permutation():
     assert sum(e.ecmp_busbw_bps) / len(e.ecmp_busbw_bps) < 0.8 * e.ideal.busbw_bps
     assert min(e.ecmp_load) > e.ideal_load
     assert e.latency_p99_s > 0
+
+
+def test_the_routing_experiments_defaults_pass_its_check_and_group_modes_need_a_dragonfly():
+    import pytest
+
+    from core.errors import ParameterError
+    from experiments import routing_compare as rc
+    from experiments.options import resolve_typed
+
+    _, opts = resolve_typed(rc.Options, rc.OPTIONS, False, {}, rc.check)
+    assert "valiant" not in opts.modes and "valiant" in opts.dragonfly_modes
+    with pytest.raises(ParameterError, match="dragonfly"):
+        resolve_typed(rc.Options, rc.OPTIONS, True, {"modes": "ecmp;valiant"}, rc.check)
+    _, ok = resolve_typed(rc.Options, rc.OPTIONS, True,
+                          {"modes": "ecmp;ugal", "topo": "dragonfly,1,2,2"}, rc.check)
+    assert ok.modes == ["ecmp", "ugal"]
