@@ -11,6 +11,7 @@ from model.failurecost import (
     degraded_graph,
     failed_fabric,
     recovery_timeouts,
+    ring_flows_on_link,
     ring_slowest_link_s,
 )
 from topologies.fattree import FatTree
@@ -85,3 +86,12 @@ def test_the_experiment_refuses_bad_faults_before_building_anything():
         resolve(faults="x1-c1:down@1us")
     with pytest.raises(ParameterError, match="flap"):
         resolve(flap="20us")
+
+
+def test_ring_flows_on_a_link_from_its_bytes():
+    # 16 ranks, 4 MiB: each flow carries 2 * 15/16 * 4 MiB = 7.5 MiB (wire factor 1.0).
+    per_flow = 7.5 * 2**20
+    assert ring_flows_on_link(0.0, 16, 4 << 20, 1.0) == 0
+    assert ring_flows_on_link(per_flow * 1.01, 16, 4 << 20, 1.0) == 1  # plus its ACKs
+    assert ring_flows_on_link(2 * per_flow, 16, 4 << 20, 1.0) == 2
+    assert ring_flows_on_link(2 * per_flow * 1.1, 16, 4 << 20, 1.1) == 2
