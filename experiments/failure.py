@@ -65,7 +65,6 @@ from model.failurecost import (
     degraded_graph,
     failed_fabric,
     nak_recovery_s,
-    ring_flows_on_link,
     ring_slowest_link_s,
 )
 from topologies.faultspec import Fault, check_times, format_faults, parse_faults, resolve
@@ -84,13 +83,16 @@ LINK_DOWN_RING = prediction(0.10, "capacity left + detection + go-back-N timeout
                                   "recovered by NAK or by a timeout, as measured")
 LINK_DOWN_SPREAD = estimate("capacity left + detection + go-back-N timeouts; an all-to-all "
                             "waits for the black-holed message only")
-#: A ring with one slow link: busbw is the slowest hop's rate (the issue's 5 %). A flow
-#: crosses a fabric link whole or not at all, as the kernel's ECMP hash (whose key is
-#: random per boot) put it: how many ring flows it put on the slow link is read from
-#: the link's port counters, and the model prices that branch.
+#: A ring with one slow link that its flows cannot avoid (a host's link, or any link
+#: on every path of the flows that may cross it): busbw is the slowest hop's rate (the
+#: issue's 5 %).
 SLOWEST_LINK = prediction(0.05, "slowest-link model: the ring at its slowest hop's rate, "
-                                "the slow link shared by the ring flows hashed onto it "
-                                "(as measured), step latency hidden")
+                                "step latency hidden")
+#: A slow link the ECMP hash may or may not put a message on: every message is its own
+#: QP and hashes anew, by a kernel key that is random per boot, so a run is one draw of
+#: the hash; the model is the mean over draws, an estimate of any one run.
+SLOW_LINK_HASHED = estimate("the collective's DAG on the fabric with the slow link, the "
+                            "mean over ECMP hash draws (a run is one draw)")
 #: A flap or a user's faults: never faster than without failure.
 NO_FAILURE_BOUND = Claim(Kind.LOWER_BOUND, None, "the same collective without failure")
 HASH_DRAWS = 16
@@ -341,7 +343,9 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
         t = price(workload, slow, fab.routes, opts.size)
         if not case.collective.startswith("allreduce-ring"):
             return t, ALPHABETA, {"model_nofail_s": nofail_s, "model_dag_s": t}
-        bottleneck = ring_bottleneck_bps(fab, case, opts, workload, m)
+        if hashed_onto(fab, workload, f.nodes):
+            return t, SLOW_LINK_HASHED, {"model_nofail_s": nofail_s, "model_dag_s": t}
+        bottleneck = workload_bottleneck_rate_bps(workload, slow, fab.routes.paths)
         # A link left no slower than the ring's own pace costs nothing: never below
         # the no-failure time (whose step latency the bandwidth term leaves out).
         ring = max(nofail_s, ring_slowest_link_s(len(workload.ranks), opts.size, bottleneck,
@@ -363,22 +367,14 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
     return nofail_s, NO_FAILURE_BOUND, {"model_nofail_s": nofail_s}
 
 
-def ring_bottleneck_bps(fab: Fabric, case: Case, opts: Options, workload: Any,
-                        m: Measurement) -> float:
-    """The per-flow rate of a ring with ``case``'s degraded link: the fabric's own
-    bottleneck, or the slow link's rate shared by the ring flows the ECMP hash put on it
-    (read from its port counters), whichever is lower."""
-    f = case.faults[0]
-    graph = model_graph(fab)
-    own = workload_bottleneck_rate_bps(workload, graph, fab.routes.paths)
-    ends = set(f.nodes)
-    link = m.ports[[{n, p} == ends for n, p in zip(m.ports.node, m.ports.peer, strict=True)]]
-    flows = ring_flows_on_link(float(link.tx_bytes.max()) if len(link) else 0.0,
-                               len(workload.ranks), opts.size, roce_wire_factor())
-    if flows == 0:
-        return own
-    slow_bps = graph.edges[f.nodes]["rate_bps"] * float(f.value or 1.0)
-    return min(own, slow_bps / flows)
+def hashed_onto(fab: Fabric, workload: Any, link: tuple[str, ...]) -> bool:
+    """Does ``link`` carry a message only if the ECMP hash puts it there (some message
+    has paths both over it and not)?"""
+    for msg in workload.messages:
+        uses = {_uses(p, link) for p in fab.routes.paths(msg.src, msg.dst)} if msg.src != msg.dst else set()
+        if len(uses) == 2:
+            return True
+    return False
 
 
 def nak_of(fab: Fabric, graph: Any, workload: Any, link: tuple[str, ...]) -> float:

@@ -108,16 +108,6 @@ class LinkDownModel:
         return self.detect_s
 
 
-def ring_flows_on_link(link_tx_bytes: float, ranks: int, size_bytes: float,
-                       wire_factor: float) -> int:
-    """How many of a ring all-reduce's flows crossed a link that carried
-    ``link_tx_bytes`` in its busier direction: each flow carries 2(n-1)/n of the buffer
-    (wire bytes ``wire_factor`` per payload byte), whole, on the one path its ECMP hash
-    gave it."""
-    per_flow = 2 * (ranks - 1) / ranks * size_bytes * wire_factor
-    return round(link_tx_bytes / per_flow) if per_flow > 0 else 0
-
-
 def ring_slowest_link_s(ranks: int, size_bytes: float, bottleneck_bps: float,
                         wire_factor: float) -> float:
     """A ring all-reduce paced by its slowest link: 2(n-1)/n of the buffer crosses every

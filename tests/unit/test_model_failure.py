@@ -11,7 +11,6 @@ from model.failurecost import (
     degraded_graph,
     failed_fabric,
     recovery_timeouts,
-    ring_flows_on_link,
     ring_slowest_link_s,
 )
 from topologies.fattree import FatTree
@@ -88,10 +87,16 @@ def test_the_experiment_refuses_bad_faults_before_building_anything():
         resolve(flap="20us")
 
 
-def test_ring_flows_on_a_link_from_its_bytes():
-    # 16 ranks, 4 MiB: each flow carries 2 * 15/16 * 4 MiB = 7.5 MiB (wire factor 1.0).
-    per_flow = 7.5 * 2**20
-    assert ring_flows_on_link(0.0, 16, 4 << 20, 1.0) == 0
-    assert ring_flows_on_link(per_flow * 1.01, 16, 4 << 20, 1.0) == 1  # plus its ACKs
-    assert ring_flows_on_link(2 * per_flow, 16, 4 << 20, 1.0) == 2
-    assert ring_flows_on_link(2 * per_flow * 1.1, 16, 4 << 20, 1.1) == 2
+
+def test_a_fabric_link_is_hashed_onto_and_a_host_link_is_not():
+    from types import SimpleNamespace
+
+    from experiments.failure import build_workload, hashed_onto
+    from topologies.routing import compute_routes
+    from topologies.spec import build_topo
+
+    topo = build_topo("fattree,4")
+    fab = SimpleNamespace(routes=compute_routes(topo))
+    ring = build_workload(topo, "allreduce-ring", 1 << 20)
+    assert hashed_onto(fab, ring, ("a3", "e4"))
+    assert not hashed_onto(fab, ring, ("h1", "e1"))
