@@ -41,10 +41,6 @@ from topologies.routing import Routes
 IDEAL_TIME = Claim(Kind.LOWER_BOUND, None, "every message spread evenly over its paths")
 IDEAL_RATE = Claim(Kind.UPPER_BOUND, None, "every message spread evenly over its paths")
 IDEAL_LOAD = Claim(Kind.LOWER_BOUND, None, "max/mean link load with every message spread evenly")
-#: Non-minimal routing (Valiant, UGAL) uses paths the routes do not list: the minimal
-#: paths' ideal is no bound for it, only a reference.
-MINIMAL_IDEAL = estimate("every message spread evenly over its minimal paths (not a bound "
-                         "for non-minimal routing)")
 ECMP_EXPECTED = estimate("fluid max-min, mean over random ECMP hash draws")
 UNLOADED_LATENCY = Claim(Kind.LOWER_BOUND, None, "p99 over messages of the unloaded path latency")
 NO_RETRANSMISSION = estimate("no drop expected: 0 retransmissions")
