@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -163,6 +163,24 @@ def _fill(next_hops: NextHops, dsts: list[str], last: Iterable[str],
             next_hops[switch][dst] = (dst,)
 
 
+def least_costs(start: Mapping[str, int],
+                peers: Mapping[str, Sequence[tuple[str, int]]]) -> dict[str, int]:
+    """Least cost to every node reachable through ``peers`` (node -> (peer, link cost))
+    from the ``start`` nodes at their given costs (Dijkstra)."""
+    dist = dict(start)
+    heap = [(d, node) for node, d in start.items()]
+    heapq.heapify(heap)
+    while heap:
+        d, node = heapq.heappop(heap)
+        if d > dist[node]:
+            continue
+        for peer, c in peers[node]:
+            if peer not in dist or d + c < dist[peer]:
+                dist[peer] = d + c
+                heapq.heappush(heap, (d + c, peer))
+    return dist
+
+
 def _least_cost_next_hops(graph: nx.Graph, hosts: tuple[str, ...],
                           costs: dict[str, int]) -> NextHops:
     host_set = set(hosts)
@@ -171,16 +189,7 @@ def _least_cost_next_hops(graph: nx.Graph, hosts: tuple[str, ...],
     for attach, dsts in _by_attachment(hosts, switch_peers).items():
         # Dijkstra outwards from the attachment switches.
         direct = dict(attach)
-        dist = dict(direct)
-        heap = [(d, node) for node, d in attach]
-        while heap:
-            d, node = heapq.heappop(heap)
-            if d > dist[node]:
-                continue
-            for peer, c in switch_peers[node]:
-                if peer not in dist or d + c < dist[peer]:
-                    dist[peer] = d + c
-                    heapq.heappush(heap, (d + c, peer))
+        dist = least_costs(direct, switch_peers)
         last = [node for node, d in direct.items() if dist[node] == d]
         shared = {}
         for node in graph:

@@ -56,13 +56,12 @@ global, local in a full dragonfly.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 from core.errors import ParameterError
 from core.frame import OFF_BTH
 from topologies.base import FabricTopo
-from topologies.routing import DownLinks, Routes, topo_graph
+from topologies.routing import DownLinks, Routes, least_costs, topo_graph
 
 #: Where the tag lives: BTH byte 4 (FECN, BECN, six reserved bits).
 TAG_OFFSET = OFF_BTH + 4
@@ -134,17 +133,7 @@ def group_routes(topo: FabricTopo, routes: Routes, down: DownLinks = frozenset()
 
 def _costs_from(sources: list[str], peers: dict[str, list[tuple[str, int]]]) -> dict[str, int]:
     """Least cost from every switch to the nearest of ``sources`` (Dijkstra)."""
-    cost = dict.fromkeys(sources, 0)
-    heap = [(0, s) for s in sources]
-    while heap:
-        c, node = heapq.heappop(heap)
-        if c > cost[node]:
-            continue
-        for peer, step in peers[node]:
-            if peer not in cost or c + step < cost[peer]:
-                cost[peer] = c + step
-                heapq.heappush(heap, (c + step, peer))
-    return cost
+    return least_costs(dict.fromkeys(sources, 0), peers)
 
 
 # ----------------------------------------------------------------------------- decisions
