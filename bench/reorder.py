@@ -23,9 +23,9 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from core.machinecpu import cpu_ticks, machine_busy
 from core.scaling import Scale
 from emu.fabric import Fabric
-from engine.run import cpu_ticks, machine_busy
 from experiments.option_parsers import (
     arg_type,
     clear_errors,

@@ -37,7 +37,7 @@ def report_capabilities(console: Console, marking: str) -> bool:
 
     console.print(f"Engine send path: {Burst().detail}")
     console.print(f"Engine receive path: {RxLib().detail}")
-    from engine.run import cpu_ticks
+    from core.machinecpu import cpu_ticks
 
     before = cpu_ticks()
     console.print(_wakeup_note())
@@ -61,7 +61,7 @@ def _wakeup_note() -> str:
 
 
 def _steal_note(before: tuple[int, int, int], after: tuple[int, int, int]) -> str:
-    """The CPU time the hypervisor took (``engine.run.cpu_ticks`` readings): since boot,
+    """The CPU time the hypervisor took (``core.machinecpu.cpu_ticks`` readings): since boot,
     and between the two readings."""
     since_boot = after[2] / after[0] if after[0] else 0.0
     total = after[0] - before[0]

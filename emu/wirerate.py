@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.frame import FRAME_BYTES
+from core.machinecpu import cpu_ticks, machine_busy, steal_s
 from core.scaling import Scale
 from core.units import parse_rate_bps
 from emu.netns import in_netns
@@ -58,6 +59,8 @@ class RateMeasurement:
     frames: int
     always_backlogged: bool
     drops: int
+    machine_busy: float = 0.0  # fraction of all the machine's CPU time busy over the interval
+    steal_s: float = 0.0       # CPU time the hypervisor took over the interval
 
     @property
     def expected_bps(self) -> float:
@@ -172,13 +175,14 @@ def measure_shaped_rate(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, dur
     try:
         thread = pair.sender(_frame(frame_bytes), stop)
         time.sleep(warmup_s)  # past the initial burst, the queue is full
-        samples, backlogged = [], True
+        samples, backlogged, cpu0 = [], True, cpu_ticks()
         for i in range(reads + 1):
             samples.append(pair.rx_bytes())
             backlogged &= port_qdisc_stats(pair.ipr_a, pair.a0)["backlog_packets"] > 0
             if i < reads:
                 time.sleep(duration_s / reads)
         drops = port_qdisc_stats(pair.ipr_a, pair.a0)["drops"]
+        cpu1 = cpu_ticks()
         stop.set()
         thread.join(timeout=5)
     finally:
@@ -190,7 +194,8 @@ def measure_shaped_rate(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, dur
     return RateMeasurement(
         rate_emu_bps, frame_bytes, overhead_bytes, 8 * d_bytes / mid_s,
         8 * (d_bytes - frame_bytes) / outer_s, 8 * (d_bytes + frame_bytes) / inner_s,
-        mid_s, d_bytes // frame_bytes, backlogged, drops)
+        mid_s, d_bytes // frame_bytes, backlogged, drops, machine_busy(cpu0, cpu1),
+        steal_s(cpu0, cpu1))
 
 
 def measure_burst_credit(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, frames: int = 200,
@@ -250,7 +255,8 @@ def main() -> None:
           f"{m.expected_bps:.7g} frame-b/s; measured {m.measured_bps:.7g} "
           f"[{m.low_bps:.7g}, {m.high_bps:.7g}] over {m.interval_s:.2f} s ({m.frames} frames): "
           f"error {m.relative_error:+.4%} +/- {m.relative_uncertainty:.4%}; "
-          f"backlogged {m.always_backlogged}, drops {m.drops}")
+          f"backlogged {m.always_backlogged}, drops {m.drops}; machine "
+          f"{m.machine_busy:.0%} busy, hypervisor steal {m.steal_s * 1e3:.0f} ms")
     b = measure_burst_credit(rate, args.frame, overhead_bytes=args.overhead)
     print(f"burst: idle port delivered {b.low_bytes:.0f}..{b.high_bytes:.0f} B beyond R x t "
           f"(HTB burst configured {b.configured_burst_bytes} B)")

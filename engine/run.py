@@ -96,6 +96,7 @@ from core.frame import (
     RETH_BYTES,
     WIRE_OVERHEAD_BYTES,
 )
+from core.machinecpu import cpu_ticks, machine_busy, steal_s
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
@@ -831,25 +832,6 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     # emulated ns): other samplers (queues) convert with it to the same time base.
     st.t0_monotonic_ns = int(shared.t0_ns.value)
     return result
-
-
-def cpu_ticks() -> tuple[int, int, int]:
-    """(all jiffies, idle + iowait jiffies, steal jiffies) of the whole machine, from
-    /proc/stat. Steal is time the hypervisor ran something else on our virtual CPUs."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    return sum(ticks[:8]), ticks[3] + ticks[4], ticks[7]  # guest time is already in user
-
-
-def steal_s(before: tuple[int, int, int], after: tuple[int, int, int]) -> float:
-    """CPU seconds the hypervisor took between two ``cpu_ticks`` readings."""
-    return (after[2] - before[2]) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy(before: tuple[int, int, int], after: tuple[int, int, int]) -> float:
-    """Fraction of all CPU time that was busy between two ``cpu_ticks`` readings."""
-    total = after[0] - before[0]
-    return 1.0 - (after[1] - before[1]) / total if total > 0 else 0.0
 
 
 def _request_stop(shared: plan.Shared) -> None:

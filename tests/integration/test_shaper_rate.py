@@ -10,6 +10,12 @@ import pytest
 
 pytestmark = pytest.mark.root
 RATE_EMU_BPS = 16e6  # 400G at S = 25000: a 4 ms bucket rides out a loaded machine's timers
+#: A shaper that lost more than this was starved, if the machine was quiet meanwhile.
+STARVED_BELOW = 0.99
+#: Over these, the machine (other processes, the hypervisor) can explain a starved shaper:
+#: HTB loses the tokens of a timer that fires later than its 4 ms bucket.
+BUSY_MACHINE, STEAL_FRACTION = 0.25, 0.01
+ATTEMPTS = 3
 
 
 def _root_or_skip() -> None:
@@ -17,19 +23,35 @@ def _root_or_skip() -> None:
         pytest.skip("needs root (namespaces, tc)")
 
 
+def _machine_explains(m) -> bool:
+    return m.machine_busy > BUSY_MACHINE or m.steal_s > STEAL_FRACTION * m.interval_s
+
+
 @pytest.mark.parametrize("overhead_bytes", [0, 24])
 def test_backlogged_port_never_exceeds_its_rate(overhead_bytes):
     """Frame bytes per second <= R x frame / (frame + overhead) within the measurement's
-    own uncertainty (about 0.05% here); a loaded machine may only make it slower."""
+    own uncertainty (about 0.05% here), in every attempt. A loaded machine may only make
+    it slower: a starved attempt is measured again, and fails the test only when the
+    machine was quiet through every attempt."""
     _root_or_skip()
     from emu.wirerate import measure_shaped_rate
 
-    m = measure_shaped_rate(RATE_EMU_BPS, 4154, duration_s=8.0, warmup_s=0.5,
-                            overhead_bytes=overhead_bytes, reads=2)
-    assert m.always_backlogged and m.drops == 0, m
-    assert m.relative_uncertainty < 1e-3, m
-    assert m.low_bps <= m.expected_bps, m  # never generous
-    assert m.high_bps >= 0.99 * m.expected_bps, m  # and not starved either
+    attempts = []
+    for _ in range(ATTEMPTS):
+        m = measure_shaped_rate(RATE_EMU_BPS, 4154, duration_s=8.0, warmup_s=0.5,
+                                overhead_bytes=overhead_bytes, reads=2)
+        assert m.always_backlogged and m.drops == 0, m
+        assert m.relative_uncertainty < 1e-3, m
+        assert m.low_bps <= m.expected_bps, m  # never generous
+        attempts.append(m)
+        if m.high_bps >= STARVED_BELOW * m.expected_bps:
+            return
+    if all(_machine_explains(m) for m in attempts):
+        pytest.skip("the shaper ran below 99% of its rate in every attempt, on a machine "
+                    "too busy to say why: " + "; ".join(
+                        f"{m.measured_bps / m.expected_bps:.3f} of R, {m.machine_busy:.0%} "
+                        f"busy, steal {m.steal_s * 1e3:.0f} ms" for m in attempts))
+    pytest.fail(f"starved on a quiet machine: {attempts}")
 
 
 def test_an_idle_port_gives_at_most_its_bucket_and_one_frame_for_free():
