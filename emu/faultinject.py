@@ -9,8 +9,9 @@ the links then known down (only changed routes are replaced). A rate fault chang
 the link's HTB classes in both directions (`emu.shaping.rate_change`), and its ECN
 markers' drain rate with them; a loss fault is `emu.linkloss`'s filter on both ends'
 ingress. Every applied action is recorded with its planned and applied times (real
-s after the start) and the emulated time it was applied at. `restore` puts the
-fabric back as it was built, for the next run.
+s after the start) and the emulated time it was applied at; `lost_frames` counts
+every frame the faults cost outside the ports' queues (`emu.lossledger`, the loss
+filters). `restore` puts the fabric back as it was built, for the next run.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -27,8 +28,9 @@ from core.errors import CapabilityError, ParameterError
 from core.frame import WIRE_OVERHEAD_BYTES
 from emu.ipbatch import run_ip_batches
 from emu.linkloss import LinkLoss
+from emu.lossledger import LossLedger, Lost
 from emu.shaping import rate_change
-from topologies.faultspec import Action, Fault, Link, resolve, timeline
+from topologies.faultspec import Action, Fault, Link, links_going_down, resolve, timeline
 
 #: How long the injector waits for the engine to start its clock before it gives up
 #: (the engine's own start timeout is shorter).
@@ -73,6 +75,13 @@ class FaultInjector:
         for f in self.faults:  # attached now, in this thread: the run only sets them
             if f.kind == "loss":
                 self.loss.set(*f.nodes, 0.0)
+        try:
+            self.ledger = LossLedger(fab, [fab.port(a, b) for link in
+                                           links_going_down(self.faults, fab.topo)
+                                           for a, b in (sorted(link), sorted(link, reverse=True))])
+        except BaseException:
+            self.loss.clear()
+            raise
 
     # ------------------------------------------------------------------ the run
     def watch(self, shared: Any) -> None:
@@ -146,6 +155,12 @@ class FaultInjector:
         self._rates[link] = fraction
 
     # ------------------------------------------------------------------ after
+    def lost_frames(self) -> Lost:
+        """Frames the fabric lost to the faults so far outside its ports' queues: no
+        route, vanished at a dead link's ports, taken by a loss filter (read it when
+        the traffic has ended)."""
+        return replace(self.ledger.lost(), filtered=self.loss.drops())
+
     def events(self) -> pd.DataFrame:
         """Every applied action (real s after the run's t0; ``applied_emu_s`` emulated)."""
         return pd.DataFrame([vars(a) for a in self.applied],
@@ -163,6 +178,7 @@ class FaultInjector:
             self._set_rate(link, 1.0)
         self._rates.clear()
         self.loss.clear()
+        self.ledger.clear()
 
 
 def _batches(actions: Iterator[Action]) -> Iterator[list[Action]]:

@@ -9,8 +9,6 @@ between them; Mininet's CLI (`link a b down`) drives both at once.
 
 from __future__ import annotations
 
-import re
-import subprocess
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
     from topologies.routing import Routes
 
 _IFF_UP = 0x1
-#: ``tc -s qdisc show``'s backlog of a qdisc: bytes, then frames.
-_BACKLOG = re.compile(r"backlog \S+ (\d+)p")
 
 
 class LinkState:
@@ -45,9 +41,6 @@ class LinkState:
     routing: str
     down_links: set[frozenset[str]]   # what the routing knows to be down
     dead_links: set[frozenset[str]]   # physically down
-    #: Frames queued at a link's ends when it went down, which the kernel dropped with
-    #: the queue (no drop counter keeps them): since the fabric was built.
-    flushed_frames: int = 0
     _ifindex: dict[tuple[str, str], int]
 
     def iface_is_up(self, node: str, peer: str) -> bool:
@@ -71,8 +64,6 @@ class LinkState:
         the fabric keeps its routes until `reroute` (a routing protocol's detection)."""
         ends = self._link_ends(a, b)
         (self.dead_links.discard if up else self.dead_links.add)(frozenset((a, b)))
-        if not up:
-            self.flushed_frames += self._queued_frames(ends)
         # ip -batch, not this process's netlink sockets: a fault injector calls this
         # from its own thread, and pyroute2's sockets belong to the thread that made them.
         run_ip_batches({self.namespaces.name(node): [
@@ -86,20 +77,6 @@ class LinkState:
         # The ends' eBPF routers (routing modes other than ecmp) drop the dead port from
         # every destination's set at once, as the kernel does its dead next hops.
         self._refresh_routers([node for node in (a, b) if node in self.routers])
-
-    def _queued_frames(self, ends: list[tuple[str, Any]]) -> int:
-        """Frames in the root qdiscs of both ends of a link, read just before it goes down
-        (a few ms of wall time: a fraction of a microsecond of real-fabric time at S)."""
-        procs = [subprocess.Popen(["tc", "-n", self.namespaces.name(node), "-s", "qdisc", "show",
-                                   "dev", iface.ifname, "root"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                 for node, iface in ends]
-        total = 0
-        for proc in procs:
-            out, _ = proc.communicate()
-            m = _BACKLOG.search(out)
-            total += int(m.group(1)) if m else 0
-        return total
 
     def _link_ends(self, a: str, b: str) -> list[tuple[str, Any]]:
         try:

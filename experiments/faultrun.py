@@ -4,9 +4,10 @@
 detection delay; `with_faults` (``experiments.measure.measure``, for each case it runs)
 checks them against the case (nodes and links on its fabric, every fault starting
 before the case's modelled end) and applies them with an `emu.faultinject.FaultInjector`
-whose ``watch`` is the run's ``during`` hook, and keeps the applied events with what
-the case measured. A caller that brings its own injector
-(`emu run failure`, one per case) passes ``during`` itself and the plan stays out.
+whose ``watch`` is the run's ``during`` hook, and keeps the applied events and the
+frames they cost (which the fidelity gate counts as drops) with what the case
+measured. A caller that brings its own injector (`emu run failure`, one per case)
+passes ``during`` itself and the plan stays out.
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ def injected(fab: Any, workload: Any, graph: Any) -> Iterator[FaultInjector | No
 
 def with_faults(fab: Any, workload: Any, graph: Any, run: Callable[[Any], Any]) -> Any:
     """``run(hook)``'s measurement of one case of ``workload`` with the planned faults
-    applied through ``hook`` (None: none planned), their events in its ``fault_events``."""
+    applied through ``hook`` (None: none planned), their events in its ``fault_events``
+    and the frames they cost in its ``failure_drops``."""
     with injected(fab, workload, graph) as injector:
         m = run(injector.watch if injector is not None else None)
+        if injector is not None:
+            m.failure_drops = injector.lost_frames().total
     if injector is not None:
         m.fault_events = injector.events()
     return m

@@ -94,6 +94,10 @@ class Measurement:
     wall_s: float
     captures: dict[str, Captured] = field(default_factory=dict)  # host -> its NIC's frames
     fault_events: pd.DataFrame | None = None  # the run's faults as applied (faults option)
+    #: Frames the faults applied during the run cost outside the ports' queues (no
+    #: route, a dead port's, loss filters: `emu.faultinject.FaultInjector.lost_frames`),
+    #: which retransmissions recover as they do a queue's drops.
+    failure_drops: int = 0
 
     @property
     def completion_s(self) -> float:
@@ -242,13 +246,11 @@ MODEL_WINDOW_UNCERTAINTY = 0.05
 
 
 def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
-                saturated: Mapping[str, float] | None = None,
-                failure_drops: int = 0) -> FidelityReport:
+                saturated: Mapping[str, float] | None = None) -> FidelityReport:
     """The gate over one measured traffic run. ``saturated`` maps port names to the
     real window (s) over which the model says the port sends at its full rate;
     every host NIC is also checked not to exceed its rate over the whole run.
-    ``failure_drops``: frames the fabric lost outside its queues to failures
-    (`emu.faultinject`), which retransmissions recover as they do a queue's drops."""
+    Frames lost to failures (``m.failure_drops``) count as the fabric's drops."""
 
     ports = {p.name: p for p in fab.ports()}
     windows = {p.name: (m.completion_s, False) for p in fab.ports()
@@ -290,19 +292,18 @@ def fidelity_of(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
         messages_expected=len(workload.messages),
         messages_completed=int(msgs.completed.sum()),
         port_rates=rates, marking=marking,
-        fabric_drops=int(m.ports.drops.sum()) + failure_drops,
+        fabric_drops=int(m.ports.drops.sum()) + m.failure_drops,
         reorders_by_design=reorders_by_design(fab.routing))
     return evaluate(measures, max_scale=max_scale(fab))
 
 
 def gate(fab: Fabric, m: Measurement, workload: Any, *, cc: bool,
-         saturated: Mapping[str, float] | None = None, failure_drops: int = 0) -> FidelityReport:
+         saturated: Mapping[str, float] | None = None) -> FidelityReport:
     """`fidelity_of` plus the real-queue check of every sampled port: the qdisc backlog
     against the marker's virtual queue (`experiments.fidelity.queue_divergence_checks`),
     both read by the QueueSampler in one pass."""
 
-    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated,
-                         failure_drops=failure_drops)
+    report = fidelity_of(fab, m, workload, cc=cc, saturated=saturated)
     queue = m.queue
     samples = {str(port): list(zip(g.backlog_bytes.astype(float), g.vq_bytes.astype(float),
                                    strict=True))

@@ -69,7 +69,7 @@ class LinkDownModel:
     fail_at_s: float
     detect_s: float
     rto_s: float
-    lost: bool          # a message was sent into the black hole (lost frames)
+    lost: bool          # a message lost frames and had to resend them (read from the run)
     chained: bool       # every step waits for the previous one (a ring)
     nak_s: float = 0.0  # recovery by NAK when the fabric reroutes at once (nak_recovery_s)
     #: Rerouted at once but the lost frames were a message's last: no later frame for

@@ -202,6 +202,18 @@ def links_of(topo: FabricTopo, switch: str) -> list[frozenset[str]]:
     return [frozenset(link) for link in topo.links() if switch in link]
 
 
+def links_going_down(faults: Sequence[Fault], topo: FabricTopo) -> frozenset[frozenset[str]]:
+    """Every link ``faults`` (resolved) may take physically down: a link's own down or
+    flap, every link of a switch that goes down."""
+    links: set[frozenset[str]] = set()
+    for f in faults:
+        if f.is_link and f.kind in ("down", "flap"):
+            links.add(frozenset(f.nodes))
+        elif not f.is_link and f.kind == "down":
+            links.update(links_of(topo, f.nodes[0]))
+    return frozenset(links)
+
+
 def down_at_end(faults: Sequence[Fault], topo: FabricTopo) -> frozenset[frozenset[str]]:
     """The links still down after the last fault (a flap ends up, so it is not)."""
     link_down: dict[frozenset[str], bool] = {}

@@ -93,3 +93,44 @@ def test_measure_without_faults_or_hook_runs_the_case_once_as_it_is(monkeypatch)
     hook = calls.append
     measure_module.measure(fab, one, None, during=hook)
     assert calls == [None, hook]
+
+
+def test_the_frames_the_faults_cost_reach_the_gate_as_drops(monkeypatch):
+    """with_faults hands the injector's count of lost frames to the measurement, whose
+    gate counts them as drops; without them, retransmissions stay unexplained."""
+    from emu.lossledger import Lost
+    from experiments import faultrun
+    from experiments.fidelity import evaluate
+    from experiments.measure import Measurement
+
+    class Injector:
+        error = None
+
+        def __init__(self, fab, faults, detect_delay_s):
+            self.restored = False
+
+        def watch(self, shared):
+            pass
+
+        def lost_frames(self):
+            assert not self.restored  # read before the fabric is put back
+            return Lost(no_route=3, at_ports=2, filtered=1)
+
+        def events(self):
+            return "events"
+
+        def restore(self):
+            self.restored = True
+
+    monkeypatch.setattr(faultrun, "FaultInjector", Injector)
+    fab = FakeFabric("leafspine,2,2,2")
+    one = Workload("one", [Message(0, "h1", "h4", 1 << 20)], ["h1", "h4"], 1 << 20)
+    with planned("l1-s1:down@1us", 0.0):
+        m = faultrun.with_faults(fab, one, topo_graph(fab.topo),
+                                 lambda hook: Measurement(*([None] * 7)))
+    assert m.failure_drops == 6 and m.fault_events == "events"
+    assert Measurement(*([None] * 7)).failure_drops == 0  # no faults: nothing to explain
+
+    from tests.unit.test_fidelity import measures
+    assert evaluate(measures(retransmitted=40, fabric_drops=m.failure_drops)).valid
+    assert not evaluate(measures(retransmitted=40, fabric_drops=0)).valid

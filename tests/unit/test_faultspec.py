@@ -16,6 +16,7 @@ from topologies.faultspec import (
     Fault,
     check_times,
     format_faults,
+    links_going_down,
     parse_faults,
     resolve,
     timeline,
@@ -125,6 +126,19 @@ def test_a_switch_down_takes_each_of_its_links():
     downs = {a.link for a in got if a.op == "link" and not a.up}
     assert downs == {frozenset(("c1", a)) for a in ("a1", "a3", "a5", "a7")}
     assert sum(a.op == "learn" for a in got) == 8
+
+
+def test_the_links_that_may_go_down_are_those_the_timeline_takes_down():
+    text = ("c1:down@10us;c1:up@500us;e3-a4:flap=20us/10us@0;a1-c2:down@5us;"
+            "a2-c3:rate=25%@0;a3-c1:loss=1e-3@0;e1-a1:up@1us")
+    faults = resolve(parse_faults(text), TOPO)
+    expected = {frozenset(("c1", a)) for a in ("a1", "a3", "a5", "a7")}
+    expected |= {frozenset(("e3", "a4")), frozenset(("a1", "c2"))}
+    assert links_going_down(faults, TOPO) == expected
+    downs = {a.link for a in itertools.islice(timeline(faults, TOPO, 0.0), 200)
+             if a.op == "link" and not a.up}
+    assert downs == expected
+    assert links_going_down(resolve(parse_faults("a2-c3:rate=25%@0"), TOPO), TOPO) == set()
 
 
 @pytest.mark.parametrize("link", [("a1", "c2"), ("e3", "a4"), ("e1", "a1")])
