@@ -288,10 +288,10 @@ class Action(NamedTuple):
     """What the receiver does with a packet: deliver it? reply ACK/NAK with ``psn``?
 
     ``echo``: the reply's ECN echo. ``flush``: before anything else, ACK the packets
-    before this one (PSN ``psn - 1``), echoing the opposite of this packet's CE state
-    (``ce_ack`` only). ``syndrome`` and ``msn``: the reply's AETH fields (an ACK's MSN
-    is 1 once the message is complete), so that a responder writes any transport's
-    reply (``traffic.selective_repeat`` too) from the action alone."""
+    before this one (PSN ``psn - 1``, MSN ``flush_msn``), echoing the opposite of this
+    packet's CE state (``ce_ack`` only). ``syndrome`` and ``msn``: the reply's AETH
+    fields (an ACK's MSN is 1 once the message is complete), so that a responder writes
+    any transport's reply (``traffic.selective_repeat`` too) from the action alone."""
 
     deliver: bool
     reply: int  # NONE, ACK or NAK
@@ -300,6 +300,7 @@ class Action(NamedTuple):
     flush: bool = False
     syndrome: int = 0
     msn: int = 0
+    flush_msn: int = 0
 
 
 class GbnReceiver(ResponderCounters):

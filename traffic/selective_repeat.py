@@ -392,6 +392,7 @@ class SrReceiver(ResponderCounters):
         d = (psn - self.start_psn - exp) & PSN_MASK
         deliver = flush = False
         fill = False
+        flush_msn = 0
         if d >= _HALF or exp + d >= self.total_packets:
             self.duplicates += 1  # behind the expected PSN, or outside the message
         elif d >= WINDOW_PACKETS:
@@ -403,7 +404,8 @@ class SrReceiver(ResponderCounters):
             index = exp + d
             if d == 0:
                 flush = self.ce_ack and self._unreported > 0 and ce != self._echo
-                if flush:
+                if flush:  # it reports the highest PSN held before this frame
+                    flush_msn = self._psn(self._high - 1)
                     self._reported()
                     self._since_ack = 0
                     self.acks_sent += 1
@@ -431,11 +433,11 @@ class SrReceiver(ResponderCounters):
             if self._acked == exp:  # it reports every arrival: none waits for a delayed ACK
                 self._unreported = 0
             return Action(deliver, NAK, self._psn(first), False, flush, nak_syndrome(run),
-                          self._psn(self._high - 1))
+                          self._psn(self._high - 1), flush_msn)
         complete = exp >= self.total_packets
         if not deliver or fill or complete or ackreq or self._since_ack >= self.ack_coalesce:
             self._since_ack = 0
             self.acks_sent += 1
             return Action(deliver, ACK, self._psn(exp - 1), self._reported(), flush, 0,
-                          self._psn(self._high - 1))
-        return Action(deliver, NONE, psn, False, flush)
+                          self._psn(self._high - 1), flush_msn)
+        return Action(deliver, NONE, psn, False, flush, flush_msn=flush_msn)

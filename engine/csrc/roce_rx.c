@@ -432,16 +432,21 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			if (q->first_rx_ns < 0)
 				q->first_rx_ns = rx_ns;
 			if (deliver && q->ce_ack && q->unreported && ce != (int)q->echo) {
-				/* the CE state changed: ACK the earlier frames with theirs */
+				/* the CE state changed: ACK the earlier frames with theirs (selective
+				 * repeat: with the highest PSN held before this frame as its MSN) */
 				uint32_t arg = reported(q);
+				uint32_t kind = q->selective ? EV_SR : EV_ACK;
+				uint32_t msn = q->selective ? (q->high - 1) & PSN_MASK : 0;
 
 				q->since_ack = 0;
 				/* no INT: those frames' blocks were not kept */
-				if (!ack_send(r, q, qi, EV_ACK, (psn - 1) & PSN_MASK, arg, 0)) {
+				if (!(q->selective
+				      ? sr_send(r, q, qi, (psn - 1) & PSN_MASK, arg, msn, 0)
+				      : ack_send(r, q, qi, EV_ACK, (psn - 1) & PSN_MASK, arg, 0))) {
 					if (intbuf)
 						intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
-					ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
-								     (psn - 1) & PSN_MASK, arg};
+					ev[ne++] = (struct rx_event){rx_ns, kind, qpn,
+								     (psn - 1) & PSN_MASK, arg, msn};
 				}
 			}
 			if (q->selective) {
