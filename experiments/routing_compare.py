@@ -7,9 +7,11 @@ permutation, an all-to-all and a ring all-reduce on ``topo`` (fattree,4 with 400
 everywhere: full bisection, so only routing keeps a flow below line rate), then the
 adversarial dragonfly pattern on ``dragonfly`` (every group sends to the next group:
 `experiments.routing_model.group_shift`) under ``dragonfly_modes``. Every QP runs
-over ``transport``: go-back-N by default, which answers spraying's reordering with
-retransmissions; ``--set transport=sr`` is selective repeat, whose reorder tolerance
-is derived from the fabric (`traffic.reorder_bound`).
+over ``transport``: ``auto`` (the default) is selective repeat, whose reorder
+tolerance is derived from the fabric (`traffic.reorder_bound`), as soon as one of the
+run's modes reorders a flow by design (every mode but ECMP), so that every mode runs
+on it; go-back-N (``--set transport=gbn``) answers spraying's reordering with
+retransmissions.
 
 Per case: busbw and completion time beside the ideal balanced bound and ECMP's
 expected collision loss (`experiments.routing_model`, a priori from the topology),
@@ -42,7 +44,7 @@ from experiments.option_parsers import (
     parse_size,
     parse_topo,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import TRANSPORT, CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.routing_model import (
     CPU_PARITY,
@@ -69,6 +71,8 @@ from topologies.loadbalance import GROUP_MODES, ROUTING_MODES
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
+from traffic.reorder_bound import reorders_by_design
+from traffic.transport import TRANSPORTS
 
 NAME = "routing"
 
@@ -106,7 +110,9 @@ OPTIONS: dict[str, Option] = with_common({
     "dragonfly_modes": Option(["ecmp", *GROUP_MODES], "routing modes on the dragonfly",
                               parse=parse_list(_MODE)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-})
+}, transport=Option("auto", f"{TRANSPORT.help}; auto: sr if one of the run's modes reorders "
+                            "a flow by design (every mode but ecmp), else gbn",
+                    parse=parse_choice("auto", *TRANSPORTS)))
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,18 @@ def check(opts: Options) -> None:
                              f"{opts.topo} is not a dragonfly: give them in dragonfly_modes")
 
 
+def run_modes(opts: Options) -> list[str]:
+    """The routing modes the run builds fabrics for."""
+    return [*opts.modes, *(opts.dragonfly_modes if opts.dragonfly != "none" else [])]
+
+
+def resolved_transport(opts: Options) -> str:
+    """The transport every case runs over: ``transport``, with ``auto`` resolved."""
+    if opts.transport != "auto":
+        return opts.transport
+    return "sr" if any(reorders_by_design(m) for m in run_modes(opts)) else "gbn"
+
+
 def _workload(name: str, hosts: list[str], opts: Options) -> Any:
     return collectives.build(name, hosts, opts.size, seed=opts.seed)
 
@@ -149,6 +167,9 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
     if opts.dragonfly != "none":
         plan += [(opts.dragonfly, mode, "group-shift") for mode in opts.dragonfly_modes]
     cases = {p: f"{prefix}{p[2]} {p[1]}" for p in plan}
+    if opts.transport == "auto":
+        run.note(f"transport=auto: {resolved_transport(opts)} for every mode "
+                 f"({'; '.join(run_modes(opts))})")
     ecmp_cpu: dict[str, float] = {}  # workload -> ECMP's engine CPU per frame (s)
     with progress(len(cases), f"{prefix}routing") as advance:
         for case in cases.values():
@@ -168,7 +189,7 @@ def _on_fabric(run: Run, opts: Options, spec: str, mode: str, todo: list[tuple[s
     graph, routes = topo_graph(topo), compute_routes(topo)
     with Fabric(topo, Scale(opts.scale), marking="auto", routing=mode,
                 flowlet_gap_s=opts.flowlet_gap) as fab:
-        run.fabric(f"{spec} routing={mode}", fab)
+        run.fabric(f"{spec} routing={mode} transport={resolved_transport(opts)}", fab)
         nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
         for name, case in todo:
             advance.start(case)
@@ -184,7 +205,8 @@ def _on_fabric(run: Run, opts: Options, spec: str, mode: str, todo: list[tuple[s
 def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any],
              model: Expectation, opts: Options, ecmp_cpu: dict[str, float]) -> None:
     label, workload = named
-    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=opts.transport),
+    transport = resolved_transport(opts)
+    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=transport),
                 capture=opts.capture)
     done_s = m.completion_s
     busbw = busbw_bps(collective_of(workload), len(workload.ranks), workload.size_bytes, done_s)
@@ -229,7 +251,7 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     elif label in ecmp_cpu:
         run.metric(case, "engine CPU per frame / ECMP's", "ratio",
                    cpu_per_frame_s / ecmp_cpu[label], 1.2, CPU_PARITY)
-    row = pd.DataFrame([{"workload": label, "mode": mode,
+    row = pd.DataFrame([{"workload": label, "mode": mode, "transport": transport,
                          "busbw_bps": busbw, "ideal_busbw_bps": model.ideal.busbw_bps,
                          "ecmp_busbw_bps": float(np.mean(model.ecmp_busbw_bps)),
                          "completion_s": done_s, "max_mean_load": measured_load,
