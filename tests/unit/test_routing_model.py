@@ -57,7 +57,7 @@ def test_the_routing_experiments_defaults_pass_its_check_and_group_modes_need_a_
     with pytest.raises(ParameterError, match="dragonfly"):
         resolve_typed(rc.Options, rc.OPTIONS, True, {"modes": "ecmp;valiant"}, rc.check)
     _, ok = resolve_typed(rc.Options, rc.OPTIONS, True,
-                          {"modes": "ecmp;ugal", "topo": "dragonfly,1,2,2"}, rc.check)
+                          {"modes": "ecmp;ugal", "topos": "dragonfly,1,2,2"}, rc.check)
     assert ok.modes == ["ecmp", "ugal"]
 
 
