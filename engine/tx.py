@@ -130,9 +130,10 @@ def _lend(cls: type, to: type, names: tuple[str, ...]) -> None:
 _lend(gbn.GbnSender, TxGbn, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
                              "next_to_send", "next_index", "take", "on_ack", "on_nak",
                              "advance", "on_timeout", "_progress", "_go_back_on_timeout"))
-_lend(gbn.GbnSender, TxGbn, ("on_reply",))
+_lend(gbn.GbnSender, TxGbn, ("on_reply", "resending"))
 _lend(SrSender, TxSr, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
                        "next_index", "next_to_send", "take", "on_reply", "on_ack", "on_nak",
+                       "resending",
                        "advance", "on_timeout", "_arm", "_hear", "_mark", "_progress", "_rack",
                        "_rack_lost"))
 _lend(Schedule, TxSched, ("restart", "sent"))

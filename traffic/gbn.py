@@ -141,6 +141,10 @@ class GbnSender(RequesterCounters):
     retransmitted (``deadline_s`` says when that would happen).
     """
 
+    #: Its retransmissions ask for no ACK: the responder ACKs each in-order frame it
+    #: delivers after a NAK as any other (``sr_sender.SrSender.resending`` does).
+    resending = False
+
     __slots__ = (
         "total_packets", "window", "timeout_s", "start_psn",
         "_una", "_nxt", "_max_sent", "_timer_start_s",

@@ -11,8 +11,11 @@ Responder (``SrReceiver``). A bitmap of ``WINDOW_PACKETS`` PSNs from the expecte
 one (a ring: bit ``index mod WINDOW_PACKETS``). A frame in the window is accepted
 once (``delivered``); ahead of the expected PSN it counts as ``out_of_sequence``,
 a second copy as ``duplicate_request`` (ConnectX's responder counters). ACKs are
-cumulative, as go-back-N's: every ``ack_coalesce`` in-order frames, the last one,
-AckReq, and at once when a frame fills a hole. **Loss is inferred at the
+cumulative, as go-back-N's: every ``ack_coalesce`` frames delivered in order (a frame
+that fills a hole delivers those it releases too), the last one, and AckReq (the
+requester sets it on its retransmissions, so a repaired hole is reported at once,
+while a frame that was only reordered waits for the coalesced ACK as any other: a
+sprayed flow is acknowledged as often as an ordered one). **Loss is inferred at the
 responder, from reordering distance**: a missing PSN is lost once a PSN
 ``reorder_packets`` or more beyond it has arrived (reordering displaces frames by
 fewer than that); the responder then NAKs it, once, with the run of consecutive
@@ -184,7 +187,6 @@ class SrReceiver(ResponderCounters):
         exp = self._expected
         d = (psn - self.start_psn - exp) & PSN_MASK
         deliver = flush = False
-        fill = False
         flush_msn = 0
         if d >= _HALF or exp + d >= self.total_packets:
             self.duplicates += 1  # behind the expected PSN, or outside the message
@@ -206,8 +208,7 @@ class SrReceiver(ResponderCounters):
                 while exp < self._high and _test(self._got, exp):
                     _clear(self._got, exp)
                     exp += 1
-                fill = exp > index + 1
-                self._since_ack += 1  # (a frame that fills a hole is ACKed at once)
+                self._since_ack += exp - index  # it and the frames it released
                 self._expected = exp
             else:
                 _set(self._got, index)
@@ -228,7 +229,7 @@ class SrReceiver(ResponderCounters):
             return Action(deliver, NAK, self._psn(first), False, flush, nak_syndrome(run),
                           self._psn(self._high - 1), flush_msn)
         complete = exp >= self.total_packets
-        if not deliver or fill or complete or ackreq or self._since_ack >= self.ack_coalesce:
+        if not deliver or complete or ackreq or self._since_ack >= self.ack_coalesce:
             self._since_ack = 0
             self.acks_sent += 1
             return Action(deliver, ACK, self._psn(exp - 1), self._reported(), flush, 0,

@@ -112,6 +112,12 @@ class SrSender(RequesterCounters):
         return self._una
 
     @property
+    def resending(self) -> bool:
+        """``take`` sends frames marked lost next: they ask for an ACK (AckReq), so the
+        responder reports the hole they fill at once."""
+        return self._lost_count > 0
+
+    @property
     def in_flight(self) -> int:
         """Packets sent, not acknowledged and not known lost (RFC 6675's pipe)."""
         return self._nxt - self._una - self._lost_count
@@ -293,10 +299,13 @@ class SrSender(RequesterCounters):
                 self._rtx = i
 
     def _progress(self, new_una: int, now_s: float | None) -> None:
-        sent = self._sent_s  # the latest-sent frame they acknowledge, retransmissions too
-        for i in range(self._una, new_una):
-            if sent[i % WINDOW_PACKETS] > self._rack_s:
-                self._rack_s = sent[i % WINDOW_PACKETS]
+        # The latest-sent frame they acknowledge: the newest, unless some were sent again.
+        sent = self._sent_s
+        newest = sent[(new_una - 1) % WINDOW_PACKETS]
+        if self.retransmitted:
+            newest = max(sent[i % WINDOW_PACKETS] for i in range(self._una, new_una))
+        if newest > self._rack_s:
+            self._rack_s = newest
         self._rack_due_s = None  # it was about the old una
         if self._lost_count:  # acknowledged before their retransmission: not lost
             for i in range(max(self._una, self._rtx), new_una):

@@ -300,7 +300,6 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 		     uint32_t *psn_out, uint32_t *arg, uint32_t *msn, int *deliver)
 {
 	uint32_t exp = q->expected, index = exp + d, first, run;
-	int fill = 0;
 
 	*deliver = 0;
 	if (d >= PSN_HALF || exp + d >= q->total) {
@@ -317,8 +316,7 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 				q->got[exp % SR_WINDOW >> 6] &= ~(1ull << (exp % SR_WINDOW & 63));
 				exp++;
 			}
-			fill = exp > index + 1;
-			q->since_ack++;
+			q->since_ack += exp - index;  /* it and the frames it released */
 			q->expected = exp;
 		} else {
 			q->got[index % SR_WINDOW >> 6] |= 1ull << (index % SR_WINDOW & 63);
@@ -341,7 +339,7 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 		*msn = (q->high - 1) & PSN_MASK;
 		return EV_SR;
 	}
-	if (!*deliver || fill || exp >= q->total || ackreq || q->since_ack >= q->coalesce) {
+	if (!*deliver || exp >= q->total || ackreq || q->since_ack >= q->coalesce) {
 		q->since_ack = 0;
 		*psn_out = (exp - 1) & PSN_MASK;
 		*arg = reported(q) | AETH_ACK << 8;

@@ -288,6 +288,7 @@ int tx_service(struct tx_call *c)
 		}
 		uint32_t psn = 0;
 		int64_t n = 0;
+		int resend = sr && sr->lost_count > 0;  /* SrSender.resending */
 		if (due > 0) {
 			int64_t most = due < limit ? due : limit;
 
@@ -298,7 +299,7 @@ int tx_service(struct tx_call *c)
 			c->qp = best - c->qps;
 			return TX_IDLE;
 		}
-		int solicit = windowed && in_flight(best) >= allowed;
+		int solicit = (windowed && in_flight(best) >= allowed) || resend;
 		int hold = best->line_ns > 0;  /* its lags are booked when the line hands it over */
 		int sent = (int)n;
 		if (!hold) {

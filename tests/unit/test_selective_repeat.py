@@ -76,7 +76,7 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
         while events and events[0][0] <= now:
             _, _, kind, body = heapq.heappop(events)
             if kind == "data":
-                action = rcv.on_packet(body[0])
+                action = rcv.on_packet(*body)
                 if action.deliver:
                     out.accepted.append((body[0] - start_psn) & gbn.PSN_MASK)
                 if action.reply == gbn.NONE:
@@ -104,6 +104,8 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
             heapq.heappush(events, (now + delay, seq, "reply", reply))
         if snd.done:
             return out
+        snd.advance(now)  # the timers first, as the engine's senders do
+        solicit = snd.resending  # a retransmission asks for an ACK
         run_ = snd.take(now, 1)
         if run_ is None:
             continue
@@ -118,7 +120,7 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
             continue
         seq += 1
         heapq.heappush(events, (now + BASE_TICKS + jitter[k % len(jitter)], seq, "data",
-                                ((start_psn + index) & gbn.PSN_MASK,)))
+                                ((start_psn + index) & gbn.PSN_MASK, False, solicit)))
     raise AssertionError(f"{transport}: not done after {max_ticks} ticks")
 
 
