@@ -187,7 +187,7 @@ class SrSender(RequesterCounters):
         kind = syndrome & _TYPE_MASK
         una, rack_s = self._una, self._rack_s
         if kind == 0:
-            self._hear(msn, 1)
+            self._hear(msn, 1, True)
             changed = self.on_ack(psn, now_s)
         elif kind == AETH_SR_NAK:
             changed = self.on_nak(psn, (syndrome & (MAX_NAK_RUN - 1)) + 1, msn, now_s)
@@ -258,12 +258,15 @@ class SrSender(RequesterCounters):
         self._timer_start_s = now_s
         self._timer_nxt = self._nxt
 
-    def _hear(self, psn: int, past: int) -> None:
-        """The responder holds the PSN ``past - 1`` after ``psn`` (if outstanding)."""
+    def _hear(self, psn: int, past: int, sent_after: bool = False) -> None:
+        """The responder holds the PSN ``past - 1`` after ``psn`` (if outstanding);
+        ``sent_after``: it reported it with the PSNs it lacks (an ACK: the cumulative
+        PSN and the MSN of one moment, which a NAK's MSN is not), so the detector may
+        compare their send times."""
         d = (psn - self.start_psn - self._una) & PSN_MASK
         if d < self._nxt - self._una:
             held = self._una + d + past - 1
-            if held < self._nxt:
+            if sent_after and held < self._nxt:
                 sent_s = self._sent_s[held % WINDOW_PACKETS]
                 if sent_s > self._rack_s:
                     self._rack_s = sent_s

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -206,6 +207,24 @@ def test_holes_below_the_highest_psn_held_are_recovered_per_round_trip_not_per_t
         assert out.sender.packet_seq_err == 0   # no NAK
     assert (timed.sender.rack_losses, timed.sender.local_ack_timeout_err) == (8, 0)
     assert (timer.sender.rack_losses, timer.sender.local_ack_timeout_err) == (0, 8)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_without_a_delayed_ack_the_detector_reads_only_acks(seed, monkeypatch):
+    """CC off: no delayed-ACK timer, ACKs every 16 frames, 1 % loss on one path. A NAK's
+    MSN names a frame held but no cumulative PSN, so frames delivered in order before
+    the hole may still wait for their coalesced ACK: the detector must not read them
+    as missing (it did, re-sending up to 11 of them). The timer still may (a known
+    limit without the delayed ACK), so only runs without a timeout are judged."""
+    monkeypatch.setattr(sys.modules[__name__], "ACK_DELAY_TICKS", 1e9)
+    rng = random.Random(seed)
+    drops = frozenset(k for k in range(3000) if rng.random() < 0.01)
+    out = run("sr", 1024, [0.0], drops, reorder=16, window=1024, coalesce=16,
+              reorder_ticks=32.0, timeout_ticks=500.0, max_ticks=3_000_000)
+    _check_exactly_once(out, 1024)
+    if out.sender.local_ack_timeout_err == 0:
+        assert out.receiver.duplicate_request == 0
+        assert out.sender.retransmissions == len(out.dropped)
 
 
 def test_a_nak_about_a_copy_sent_before_a_retransmission_is_not_acted_on():
