@@ -97,6 +97,9 @@ class WorkerPlan:
     transport: str = TRANSPORTS[0]
     #: Selective repeat's reordering tolerance (``selective_repeat.SrReceiver``).
     reorder_packets: int = REORDER_PACKETS
+    #: Its sender's reordering window in time, real s (``sr_sender.SrSender``;
+    #: None: its default).
+    reorder_s: float | None = None
 
 
 @dataclass

@@ -201,7 +201,8 @@ class ReceivePath:
         send = self.out.send_ctrl
         action = rq.gbn.on_packet(psn, ce, bool(ackreq))
         if action.flush:  # the CE state changed: ACK the frames before with theirs
-            send(rq.nic, rq.resp.write_ack((psn - 1) & gbn.PSN_MASK, 0, AETH_ACK, not ce))
+            send(rq.nic, rq.resp.write_ack((psn - 1) & gbn.PSN_MASK, action.flush_msn, AETH_ACK,
+                                         not ce))
         if rq.first_rx_ns < 0:
             rq.first_rx_ns = rx_ns
         if action.deliver:

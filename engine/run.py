@@ -94,6 +94,7 @@ from core.frame import (
     MAX_QPS,
     MTU_PAYLOAD_BYTES,
     RETH_BYTES,
+    WIRE_FRAME_BYTES,
     WIRE_OVERHEAD_BYTES,
 )
 from core.machinecpu import cpu_ticks, machine_busy, steal_s
@@ -130,7 +131,7 @@ from traffic.fixeddelay import (
     path_delay,
     round_trip_s,
 )
-from traffic.reorder_bound import reorder_tolerance_packets
+from traffic.reorder_bound import reorder_tolerance_packets, reorder_window_s
 from traffic.roce import ECN_CODES, Flow
 from traffic.selective_repeat import REORDER_PACKETS, WINDOW_PACKETS
 from traffic.transport import TRANSPORTS, check_transport
@@ -635,11 +636,12 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     cnp_interval_s = params.cnp_interval_s if params is not None else _DEFAULT_CNP_INTERVAL_S
     rto_s = config.rto_s if config.rto_s is not None else _auto_rto_s(fab)
     reorder = config.reorder_packets
+    pairs = {(m.src, m.dst) for m in msgs}
     if reorder is None:
-        reorder = (reorder_tolerance_packets(topo_graph(fab.topo), fab.routes,
-                                             ((m.src, m.dst) for m in msgs), fab.routing,
-                                             fab.flowlet_gap_s)
+        reorder = (reorder_tolerance_packets(topo_graph(fab.topo), fab.routes, pairs,
+                                             fab.routing, fab.flowlet_gap_s)
                    if config.transport == "sr" else REORDER_PACKETS)
+    reorder_s = _reorder_s(fab, pairs, config, rto_s) if config.transport == "sr" else None
     plans = []
     assignment = _assign(loads, cpus[:n_workers], fab.receive_cpu)
     host_worker = {h: w for w, hosts in enumerate(assignment) for h in hosts}
@@ -663,8 +665,27 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns,
             notify={p.index: notify[p.index] for p in receives if p.index in notify},
             ring_slices=slices, transport=config.transport,
-            reorder_packets=reorder))
+            reorder_packets=reorder, reorder_s=reorder_s))
     return plans
+
+
+def _reorder_s(fab: LiveFabric, pairs: set[tuple[str, str]], config: EngineConfig,
+               rto_s: float) -> float:
+    """Selective repeat's sender's reordering window in time: the fabric's
+    (`reorder_window_s`) plus how long the responder may hold an ACK back (its
+    delayed-ACK timer, else its coalescing at the slowest NIC's line rate), at most
+    the timeout."""
+    graph = topo_graph(fab.topo)
+    window_s = reorder_window_s(graph, fab.routes, pairs, fab.routing, fab.flowlet_gap_s)
+    hold_s = config.ack_timer_s
+    if hold_s is None:
+        nic_bps = min(max(graph.edges[src, peer]["rate_bps"] for peer in graph[src])
+                      for src, _ in pairs)
+        hold_s = config.acks_every * 8 * WIRE_FRAME_BYTES / nic_bps if config.acks_every \
+            else rto_s
+    if window_s is None:
+        return rto_s
+    return min(rto_s, window_s + hold_s)
 
 
 # ----------------------------------------------------------------------------- sockets
@@ -1132,6 +1153,7 @@ def _engine_stats(fab: LiveFabric, config: EngineConfig, plans: list[plan.Worker
         cc=config.cc_factory.name,
         transport=config.transport,
         reorder_packets=plans[0].reorder_packets if plans and config.transport == "sr" else None,
+        reorder_s=plans[0].reorder_s if plans else None,
         payload_bytes=config.payload_bytes,
         fixed_delays=FixedDelaySettings(config.fixed_delays, config.forwarding,
                                         config.nic_overhead_s),

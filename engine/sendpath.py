@@ -136,13 +136,15 @@ class SendPath:
         if window is not None:  # payload bytes in flight; one frame at least
             allowed = max(1, int(window // books.plan.payload_bytes))
             due = min(due, allowed - g.in_flight)
+        resend = g.resending
         run = g.take(t_real, min(due, limit, MAX_BURST)) if due > 0 else None
         if run is None:
             return None
         psn, n = run
         # The frame that fills the window asks for an ACK (AckReq): coalesced
-        # ACKs would otherwise hold it shut until the retransmission timer.
-        solicit = window is not None and g.in_flight >= allowed
+        # ACKs would otherwise hold it shut until the retransmission timer; so does
+        # selective repeat's retransmission, for the hole it fills.
+        solicit = window is not None and g.in_flight >= allowed or resend
         if not best.line_ns:  # on the fabric now: its slot plus the NIC clock's delay
             books.book_lags(lag, n, step)
             sent = self.out.hand_over(nic, shape, psn, n, now + nic.fwd_ns, now, solicit)

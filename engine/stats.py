@@ -203,6 +203,7 @@ class EngineStats:
     cc: str = ""
     transport: str = ""             # 'gbn' or 'sr' (traffic.transport)
     reorder_packets: int | None = None  # selective repeat's tolerance in force (PSNs)
+    reorder_s: float | None = None  # and its sender's reordering window (real s)
     payload_bytes: int = 0
     fixed_delays: FixedDelaySettings | None = None
     #: What the engine added of the real fabric's fixed delays ({name: how}):

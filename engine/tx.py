@@ -22,7 +22,8 @@ from engine.burst import _CShape
 from traffic import gbn
 from traffic.gbn import RequesterCounters
 from traffic.pacing import Schedule
-from traffic.selective_repeat import WINDOW_PACKETS, SrSender
+from traffic.selective_repeat import WINDOW_PACKETS
+from traffic.sr_sender import SrSender
 
 
 class TxGbn(RequesterCounters, ctypes.Structure):
@@ -72,13 +73,17 @@ class TxSr(RequesterCounters, ctypes.Structure):
                 ("packets_sent", ctypes.c_int64), ("retransmitted", ctypes.c_int64),
                 ("naks", ctypes.c_int64), ("timeouts", ctypes.c_int64),
                 ("acks", ctypes.c_int64), ("stale_acks", ctypes.c_int64),
-                ("_lost", ctypes.c_uint64 * (WINDOW_PACKETS // 64))]
+                ("_lost", ctypes.c_uint64 * (WINDOW_PACKETS // 64)),
+                ("reorder_s", ctypes.c_double), ("_rack_s", ctypes.c_double),
+                ("_rack_due_raw", ctypes.c_double), ("rack_losses", ctypes.c_int64),
+                ("_sent_s", ctypes.c_double * WINDOW_PACKETS),
+                ("_resent", ctypes.c_uint64 * (WINDOW_PACKETS // 64))]
 
     @classmethod
     def new(cls, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,
-            start_psn: int = 0) -> TxSr:
+            start_psn: int = 0, reorder_s: float | None = None) -> TxSr:
         """Checked as ``SrSender`` checks its arguments."""
-        return cls.of(SrSender(total_packets, window, timeout_s, start_psn))
+        return cls.of(SrSender(total_packets, window, timeout_s, start_psn, reorder_s))
 
     @classmethod
     def of(cls, s: SrSender) -> TxSr:
@@ -88,9 +93,26 @@ class TxSr(RequesterCounters, ctypes.Structure):
                    s._lost_count, s._rtx, s._heard, s._timer_nxt,
                    math.nan if start is None else start,
                    s.packets_sent, s.retransmitted, s.naks, s.timeouts, s.acks, s.stale_acks,
-                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._lost))
+                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._lost),
+                   s.reorder_s, s._rack_s, _nan_for_none(s._rack_due_s), s.rack_losses,
+                   (ctypes.c_double * WINDOW_PACKETS)(*s._sent_s),
+                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._resent))
 
     _timer_start_s = TxGbn._timer_start_s
+
+    @property
+    def _rack_due_s(self) -> float | None:
+        t = self._rack_due_raw
+        return None if t != t else t
+
+    @_rack_due_s.setter
+    def _rack_due_s(self, value: float | None) -> None:
+        self._rack_due_raw = _nan_for_none(value)
+
+
+def _nan_for_none(value: float | None) -> float:
+    """C's "not armed" for a time: NaN."""
+    return math.nan if value is None else value
 
 
 class TxSched(ctypes.Structure):
@@ -108,10 +130,12 @@ def _lend(cls: type, to: type, names: tuple[str, ...]) -> None:
 _lend(gbn.GbnSender, TxGbn, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
                              "next_to_send", "next_index", "take", "on_ack", "on_nak",
                              "advance", "on_timeout", "_progress", "_go_back_on_timeout"))
-_lend(gbn.GbnSender, TxGbn, ("on_reply",))
+_lend(gbn.GbnSender, TxGbn, ("on_reply", "resending"))
 _lend(SrSender, TxSr, ("done", "acked_packets", "in_flight", "deadline_s", "psn_of",
                        "next_index", "next_to_send", "take", "on_reply", "on_ack", "on_nak",
-                       "advance", "on_timeout", "_arm", "_hear", "_mark", "_progress"))
+                       "resending",
+                       "advance", "on_timeout", "_arm", "_hear", "_mark", "_progress", "_rack",
+                       "_rack_lost"))
 _lend(Schedule, TxSched, ("restart", "sent"))
 
 

@@ -3,13 +3,17 @@ routing (and Valiant and UGAL on a dragonfly) on the workloads where they differ
 
 For every mode one fabric is built with that mode in its switches
 (`topologies.loadbalance`, emu/bpf/router.c), and each workload runs on it: a random
-permutation, an all-to-all and a ring all-reduce on ``topo`` (fattree,4 with 400G
-everywhere: full bisection, so only routing keeps a flow below line rate), then the
+permutation, an all-to-all and a ring all-reduce on each of ``topos`` (fattree,4 with
+400G everywhere: full bisection, so only routing keeps a flow below line rate; the
+issue's fattree,8 on request, at its own S: ``--set "topos=FATTREE8@100000" --set
+"workloads=permutation;alltoall"`` with FATTREE8 spelled out), then the
 adversarial dragonfly pattern on ``dragonfly`` (every group sends to the next group:
 `experiments.routing_model.group_shift`) under ``dragonfly_modes``. Every QP runs
-over ``transport``: go-back-N by default, which answers spraying's reordering with
-retransmissions; ``--set transport=sr`` is selective repeat, whose reorder tolerance
-is derived from the fabric (`traffic.reorder_bound`).
+over ``transport``: ``auto`` (the default) is selective repeat, whose reorder
+tolerance is derived from the fabric (`traffic.reorder_bound`), as soon as one of the
+run's modes reorders a flow by design (every mode but ECMP), so that every mode runs
+on it; go-back-N (``--set transport=gbn``) answers spraying's reordering with
+retransmissions.
 
 Per case: busbw and completion time beside the ideal balanced bound and ECMP's
 expected collision loss (`experiments.routing_model`, a priori from the topology),
@@ -41,8 +45,10 @@ from experiments.option_parsers import (
     parse_list,
     parse_size,
     parse_topo,
+    parse_topo_at,
+    split_topo_at,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import TRANSPORT, CommonOptions, Option, check_topology, with_common
 from experiments.progress import progress
 from experiments.routing_model import (
     CPU_PARITY,
@@ -69,12 +75,19 @@ from topologies.loadbalance import GROUP_MODES, ROUTING_MODES
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
+from traffic.reorder_bound import reorders_by_design
+from traffic.transport import TRANSPORTS
 
 NAME = "routing"
 
 #: The modes of the Clos workloads: every mode but those routing through dragonfly groups.
 CLOS_MODES = tuple(m for m in ROUTING_MODES if m not in GROUP_MODES)
 WORKLOADS = ("permutation", "alltoall", "allreduce-ring")
+#: The default Clos: full bisection, so only routing keeps a flow below line rate.
+FATTREE4 = "fattree,4,fabric_rate=400G,core_rate=400G"
+#: The issue's larger one (128 hosts), and an S its 128 flows can run at on a few cores.
+FATTREE8 = "fattree,8,fabric_rate=400G,core_rate=400G"
+FATTREE8_SCALE = 100000.0
 _MODE = parse_choice(*ROUTING_MODES)
 
 
@@ -89,8 +102,10 @@ def _parse_dragonfly(value: Any) -> str:
 
 
 OPTIONS: dict[str, Option] = with_common({
-    "topo": Option("fattree,4,fabric_rate=400G,core_rate=400G", "the Clos of the three workloads",
-                   quick="leafspine,2,2,1", parse=parse_topo),
+    "topos": Option([FATTREE4], "the Clos fabrics of the workloads (';'-separated, each "
+                    f"SPEC or SPEC@S); e.g. add {FATTREE8}@{FATTREE8_SCALE:g} with "
+                    "workloads=permutation;alltoall", quick=["leafspine,2,2,1"],
+                    parse=parse_list(parse_topo_at)),
     "modes": Option(list(CLOS_MODES), "routing modes on topo (';'-separated)",
                     quick=["ecmp", "spray"], parse=parse_list(_MODE)),
     "workloads": Option(list(WORKLOADS), "workloads on topo (';'-separated)",
@@ -106,14 +121,16 @@ OPTIONS: dict[str, Option] = with_common({
     "dragonfly_modes": Option(["ecmp", *GROUP_MODES], "routing modes on the dragonfly",
                               parse=parse_list(_MODE)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-})
+}, transport=Option("auto", f"{TRANSPORT.help}; auto: sr if one of the run's modes reorders "
+                            "a flow by design (every mode but ecmp), else gbn",
+                    parse=parse_choice("auto", *TRANSPORTS)))
 
 
 @dataclass(frozen=True)
 class Options(CommonOptions):
     """The options of the routing experiment (OPTIONS), typed."""
 
-    topo: str
+    topos: list[str]
     modes: list[str]
     workloads: list[str]
     size: int
@@ -126,17 +143,33 @@ class Options(CommonOptions):
 
 def check(opts: Options) -> None:
     """Both fabrics shaped accurately at S; the modes come from ``modes``, not ``routing``."""
-    check_topology(opts.topo, opts.scale)
+    for entry in opts.topos:
+        spec, scale = split_topo_at(entry, opts.scale)
+        check_topology(spec, scale, option="topos")
     if opts.dragonfly != "none":
         check_topology(opts.dragonfly, opts.scale, option="dragonfly")
     if opts.routing != "ecmp":
         raise ParameterError("routing", opts.routing,
                              "emu run routing builds one fabric per mode: use --set modes=...")
     grouped = [m for m in opts.modes if m in GROUP_MODES]
-    if grouped and build_topo(opts.topo).family != "dragonfly":
+    flat = [e for e in opts.topos if build_topo(split_topo_at(e, opts.scale)[0]).family
+            != "dragonfly"]
+    if grouped and flat:
         raise ParameterError("modes", ";".join(opts.modes),
-                             f"{', '.join(grouped)} route through dragonfly groups and topo "
-                             f"{opts.topo} is not a dragonfly: give them in dragonfly_modes")
+                             f"{', '.join(grouped)} route through dragonfly groups and "
+                             f"{flat[0]} is not a dragonfly: give them in dragonfly_modes")
+
+
+def run_modes(opts: Options) -> list[str]:
+    """The routing modes the run builds fabrics for."""
+    return [*opts.modes, *(opts.dragonfly_modes if opts.dragonfly != "none" else [])]
+
+
+def resolved_transport(opts: Options) -> str:
+    """The transport every case runs over: ``transport``, with ``auto`` resolved."""
+    if opts.transport != "auto":
+        return opts.transport
+    return "sr" if any(reorders_by_design(m) for m in run_modes(opts)) else "gbn"
 
 
 def _workload(name: str, hosts: list[str], opts: Options) -> Any:
@@ -144,12 +177,18 @@ def _workload(name: str, hosts: list[str], opts: Options) -> Any:
 
 
 def execute(run: Run, opts: Options, prefix: str = "") -> None:
-    plan: list[tuple[str, str, str]] = [(opts.topo, mode, w) for mode in opts.modes
-                                        for w in opts.workloads]
+    plan: list[tuple[str, str, str]] = [(entry, mode, w) for entry in opts.topos
+                                        for mode in opts.modes for w in opts.workloads]
     if opts.dragonfly != "none":
         plan += [(opts.dragonfly, mode, "group-shift") for mode in opts.dragonfly_modes]
-    cases = {p: f"{prefix}{p[2]} {p[1]}" for p in plan}
-    ecmp_cpu: dict[str, float] = {}  # workload -> ECMP's engine CPU per frame (s)
+    cases = {p: f"{prefix}{_label(p[0], p[2], opts)} {p[1]}" for p in plan}
+    if opts.transport == "auto":
+        run.note(f"transport=auto: {resolved_transport(opts)} for every mode "
+                 f"({'; '.join(run_modes(opts))})")
+    ecmp_cpu: dict[str, float] = {}  # label -> ECMP's engine CPU per frame (s)
+    # (fabric, workload) -> its model, priced once for every mode (fattree,8's
+    # all-to-all of 16,256 messages takes about 20 s per fluid solution)
+    models: dict[tuple[str, str], Expectation] = {}
     with progress(len(cases), f"{prefix}routing") as advance:
         for case in cases.values():
             if run.finished(case):
@@ -159,24 +198,37 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             todo = [(w, cases[s, m, w]) for s, m, w in plan
                     if (s, m) == (spec, mode) and not run.finished(cases[s, m, w])]
             if todo:
-                _on_fabric(run, opts, spec, mode, todo, advance, ecmp_cpu)
+                _on_fabric(run, opts, spec, mode, todo, advance, (ecmp_cpu, models))
 
 
-def _on_fabric(run: Run, opts: Options, spec: str, mode: str, todo: list[tuple[str, str]],
-               advance: Any, ecmp_cpu: dict[str, float]) -> None:
+def _label(entry: str, workload: str, opts: Options) -> str:
+    """A workload's name in cases and routing.csv; with several Clos fabrics, its
+    fabric's too."""
+    return f"{entry} {workload}" if len(opts.topos) > 1 and entry in opts.topos else workload
+
+
+def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[str, str]],
+               advance: Any, shared: tuple[dict[str, float], dict[tuple[str, str], Expectation]]
+               ) -> None:
+    ecmp_cpu, models = shared
+    spec, scale = split_topo_at(entry, opts.scale)
     topo = build_topo(spec)
     graph, routes = topo_graph(topo), compute_routes(topo)
-    with Fabric(topo, Scale(opts.scale), marking="auto", routing=mode,
+    with Fabric(topo, Scale(scale), marking="auto", routing=mode,
                 flowlet_gap_s=opts.flowlet_gap) as fab:
-        run.fabric(f"{spec} routing={mode}", fab)
+        run.fabric(f"{entry} routing={mode} transport={resolved_transport(opts)}", fab)
         nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
         for name, case in todo:
             advance.start(case)
             workload = (group_shift(topo, opts.size) if name == "group-shift"
                         else _workload(name, list(fab.hosts), opts))
-            model = expect(workload, graph, routes, nic_bps, opts.samples, opts.seed)
-            run.attempt(partial(_measure, run, fab, case, mode, (name, workload), model, opts,
-                                ecmp_cpu), opts.attempts)
+            if (entry, name) not in models:
+                models[entry, name] = expect(workload, graph, routes, nic_bps, opts.samples,
+                                             opts.seed)
+            model = models[entry, name]
+            run.attempt(partial(_measure, run, fab, case, mode,
+                                (_label(entry, name, opts), workload), model, opts, ecmp_cpu),
+                        opts.attempts)
             run.commit(case)
             advance(case)
 
@@ -184,7 +236,8 @@ def _on_fabric(run: Run, opts: Options, spec: str, mode: str, todo: list[tuple[s
 def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any],
              model: Expectation, opts: Options, ecmp_cpu: dict[str, float]) -> None:
     label, workload = named
-    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=opts.transport),
+    transport = resolved_transport(opts)
+    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=transport),
                 capture=opts.capture)
     done_s = m.completion_s
     busbw = busbw_bps(collective_of(workload), len(workload.ranks), workload.size_bytes, done_s)
@@ -229,7 +282,7 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     elif label in ecmp_cpu:
         run.metric(case, "engine CPU per frame / ECMP's", "ratio",
                    cpu_per_frame_s / ecmp_cpu[label], 1.2, CPU_PARITY)
-    row = pd.DataFrame([{"workload": label, "mode": mode,
+    row = pd.DataFrame([{"workload": label, "mode": mode, "transport": transport,
                          "busbw_bps": busbw, "ideal_busbw_bps": model.ideal.busbw_bps,
                          "ecmp_busbw_bps": float(np.mean(model.ecmp_busbw_bps)),
                          "completion_s": done_s, "max_mean_load": measured_load,

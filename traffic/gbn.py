@@ -141,6 +141,10 @@ class GbnSender(RequesterCounters):
     retransmitted (``deadline_s`` says when that would happen).
     """
 
+    #: Its retransmissions ask for no ACK: the responder ACKs each in-order frame it
+    #: delivers after a NAK as any other (``sr_sender.SrSender.resending`` does).
+    resending = False
+
     __slots__ = (
         "total_packets", "window", "timeout_s", "start_psn",
         "_una", "_nxt", "_max_sent", "_timer_start_s",
@@ -288,10 +292,10 @@ class Action(NamedTuple):
     """What the receiver does with a packet: deliver it? reply ACK/NAK with ``psn``?
 
     ``echo``: the reply's ECN echo. ``flush``: before anything else, ACK the packets
-    before this one (PSN ``psn - 1``), echoing the opposite of this packet's CE state
-    (``ce_ack`` only). ``syndrome`` and ``msn``: the reply's AETH fields (an ACK's MSN
-    is 1 once the message is complete), so that a responder writes any transport's
-    reply (``traffic.selective_repeat`` too) from the action alone."""
+    before this one (PSN ``psn - 1``, MSN ``flush_msn``), echoing the opposite of this
+    packet's CE state (``ce_ack`` only). ``syndrome`` and ``msn``: the reply's AETH
+    fields (an ACK's MSN is 1 once the message is complete), so that a responder writes
+    any transport's reply (``traffic.selective_repeat`` too) from the action alone."""
 
     deliver: bool
     reply: int  # NONE, ACK or NAK
@@ -300,6 +304,7 @@ class Action(NamedTuple):
     flush: bool = False
     syndrome: int = 0
     msn: int = 0
+    flush_msn: int = 0
 
 
 class GbnReceiver(ResponderCounters):

@@ -35,7 +35,7 @@ emulating host may still reorder slightly (veth receive steering).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import networkx as nx
 
@@ -72,6 +72,18 @@ def path_spread_s(graph: nx.Graph, paths: list[tuple[str, ...]]) -> float:
     return max(worst) - min(fixed)
 
 
+def _spreads(graph: nx.Graph, routes: Routes, pairs: Iterable[tuple[str, str]], routing: str,
+             flowlet_gap_s: float) -> Iterator[tuple[float, float]]:
+    """(spread in real s, the source NIC's rate) of each pair's flows under ``routing``."""
+    for src, dst in set(pairs):
+        spread_s = 0.0
+        if routing in PER_PACKET_MODES | FLOWLET_MODES:
+            spread_s = path_spread_s(graph, routes.paths(src, dst))
+        if routing in FLOWLET_MODES:
+            spread_s = max(0.0, spread_s - flowlet_gap_s)
+        yield spread_s, max(graph.edges[src, peer]["rate_bps"] for peer in graph[src])
+
+
 def reorder_tolerance_packets(graph: nx.Graph, routes: Routes,
                               pairs: Iterable[tuple[str, str]], routing: str,
                               flowlet_gap_s: float) -> int:
@@ -81,11 +93,23 @@ def reorder_tolerance_packets(graph: nx.Graph, routes: Routes,
         return REORDER_PACKETS
     if routing not in PER_PACKET_MODES | FLOWLET_MODES:
         return WINDOW_PACKETS - 1
-    displacement = 0
-    for src, dst in set(pairs):
-        spread_s = path_spread_s(graph, routes.paths(src, dst))
-        if routing in FLOWLET_MODES:
-            spread_s = max(0.0, spread_s - flowlet_gap_s)
-        nic_bps = max(graph.edges[src, peer]["rate_bps"] for peer in graph[src])
-        displacement = max(displacement, math.ceil(spread_s * nic_bps / (8 * WIRE_FRAME_BYTES)))
+    displacement = max((math.ceil(spread_s * nic_bps / (8 * WIRE_FRAME_BYTES))
+                         for spread_s, nic_bps in _spreads(graph, routes, pairs, routing,
+                                                           flowlet_gap_s)), default=0)
     return min(WINDOW_PACKETS - 1, max(REORDER_PACKETS, displacement + 1))
+
+
+def reorder_window_s(graph: nx.Graph, routes: Routes, pairs: Iterable[tuple[str, str]],
+                     routing: str, flowlet_gap_s: float) -> float | None:
+    """The sender's reordering window in time (real s): how long after a frame sent
+    later was reported delivered a missing frame may still be reported, without loss.
+    Its data frame may arrive up to the forward paths' spread late, and the reply that
+    reports it up to the reverse paths' (the same links) late; plus ``REORDER_PACKETS``
+    frame times of the host's own reordering. None for a mode whose paths ``routes``
+    does not list (the retransmission timer is the window then). The responder's
+    coalescing delay is the caller's to add."""
+    if routing not in SINGLE_PATH_MODES | PER_PACKET_MODES | FLOWLET_MODES:
+        return None
+    return max((2 * spread_s + REORDER_PACKETS * 8 * WIRE_FRAME_BYTES / nic_bps
+                for spread_s, nic_bps in _spreads(graph, routes, pairs, routing, flowlet_gap_s)),
+               default=0.0)

@@ -11,8 +11,11 @@ Responder (``SrReceiver``). A bitmap of ``WINDOW_PACKETS`` PSNs from the expecte
 one (a ring: bit ``index mod WINDOW_PACKETS``). A frame in the window is accepted
 once (``delivered``); ahead of the expected PSN it counts as ``out_of_sequence``,
 a second copy as ``duplicate_request`` (ConnectX's responder counters). ACKs are
-cumulative, as go-back-N's: every ``ack_coalesce`` in-order frames, the last one,
-AckReq, and at once when a frame fills a hole. **Loss is inferred at the
+cumulative, as go-back-N's: every ``ack_coalesce`` frames delivered in order (a frame
+that fills a hole delivers those it releases too), the last one, and AckReq (the
+requester sets it on its retransmissions, so a repaired hole is reported at once,
+while a frame that was only reordered waits for the coalesced ACK as any other: a
+sprayed flow is acknowledged as often as an ordered one). **Loss is inferred at the
 responder, from reordering distance**: a missing PSN is lost once a PSN
 ``reorder_packets`` or more beyond it has arrived (reordering displaces frames by
 fewer than that); the responder then NAKs it, once, with the run of consecutive
@@ -22,17 +25,8 @@ cause one either. One NAK per arriving frame at most (one that is not the next i
 order): a scan frontier moves on by the run it reported, and the next such frame
 continues from there.
 
-Requester (``SrSender``). New frames up to ``window`` beyond the oldest
-unacknowledged one (at most ``WINDOW_PACKETS``, the responder's bitmap); a NAKed
-PSN is marked lost and retransmitted before any new frame, unless an ACK covers it
-first. The retransmission timer (no progress for ``timeout_s``) marks lost the
-oldest unacknowledged PSN and every PSN beyond the highest one the responder said
-it holds (an ACK's MSN; a NAK implies one past its run) that was sent before the
-timer started: a lost tail costs one timeout, not one per frame. A frame that
-arrived is never sent again as long as the responder reports arrivals within a
-timeout (coalesced ACKs plus the delayed-ACK timer do). A hole no NAK named
-(within ``reorder_packets`` of the highest PSN held) waits for the timer as the
-oldest unacknowledged PSN.
+Requester: ``traffic.sr_sender.SrSender`` (NAKed frames first, a timer, and loss
+detection in time).
 
 Wire format (``traffic.roce``: an ACKNOWLEDGE frame, BTH + AETH, 62 bytes, that
 Scapy's ``scapy.contrib.roce`` decodes as it stands)::
@@ -58,7 +52,6 @@ Times are passed in (seconds); nothing reads a clock.
 
 from __future__ import annotations
 
-from core.errors import ParameterError
 from traffic.gbn import (
     _HALF,
     ACK,
@@ -66,7 +59,6 @@ from traffic.gbn import (
     NONE,
     PSN_MASK,
     Action,
-    RequesterCounters,
     ResponderCounters,
     _check_count,
     _check_psn,
@@ -78,7 +70,6 @@ __all__ = [
     "REORDER_PACKETS",
     "WINDOW_PACKETS",
     "SrReceiver",
-    "SrSender",
     "nak_syndrome",
 ]
 
@@ -114,201 +105,6 @@ def _set(bits: object, index: int) -> None:
 def _clear(bits: object, index: int) -> None:
     slot = index % WINDOW_PACKETS
     bits[slot >> 6] &= ~(1 << (slot & 63)) & 0xFFFF_FFFF_FFFF_FFFF  # type: ignore[index]
-
-
-class SrSender(RequesterCounters):
-    """Requester side of one message; the interface of ``gbn.GbnSender``.
-
-    ``take(now_s, n)`` returns a run of consecutive PSNs to send now, lost ones first;
-    ``on_reply(psn, syndrome, msn, now_s)`` acts on an ACK or selective NAK as it
-    came off the wire; ``advance(now_s)`` fires the timer if due.
-    """
-
-    __slots__ = (
-        "total_packets", "window", "timeout_s", "start_psn",
-        "_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_timer_start_s",
-        "packets_sent", "retransmitted", "naks", "timeouts", "acks", "stale_acks", "_lost",
-    )
-
-    def __init__(self, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,
-                 start_psn: int = 0):
-        self.total_packets = _check_count("total_packets", total_packets, 1)
-        if window is None:
-            self.window = WINDOW_PACKETS
-        else:
-            _check_count("window", window, 1)
-            if window > WINDOW_PACKETS:
-                raise ParameterError("window", window,
-                                     f"must be <= {WINDOW_PACKETS} (the responder's bitmap)")
-            self.window = window
-        if not 0.0 < timeout_s < float("inf"):
-            raise ParameterError("timeout_s", timeout_s, "must be a positive finite number")
-        self.timeout_s = float(timeout_s)
-        self.start_psn = _check_psn(start_psn)
-        self._una = 0          # oldest unacknowledged index
-        self._nxt = 0          # next new index; everything below was sent
-        self._lost_count = 0   # indices marked lost, not yet retransmitted
-        self._rtx = 0          # no index below this one is marked lost
-        self._heard = 0        # one past the highest index the responder said it holds
-        self._timer_nxt = 0    # indices below it were sent when the timer last started
-        self._timer_start_s: float | None = None
-        self.packets_sent = 0
-        self.retransmitted = 0
-        self.naks = 0
-        self.timeouts = 0
-        self.acks = 0
-        self.stale_acks = 0
-        self._lost = [0] * _WORDS
-
-    # -- state ---------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        return self._una >= self.total_packets
-
-    @property
-    def acked_packets(self) -> int:
-        return self._una
-
-    @property
-    def in_flight(self) -> int:
-        """Packets sent, not acknowledged and not known lost (RFC 6675's pipe)."""
-        return self._nxt - self._una - self._lost_count
-
-    @property
-    def deadline_s(self) -> float | None:
-        return None if self._timer_start_s is None else self._timer_start_s + self.timeout_s
-
-    def psn_of(self, index: int) -> int:
-        return (self.start_psn + index) & PSN_MASK
-
-    @property
-    def next_index(self) -> int:
-        """Index of the packet ``take`` would send first: the oldest lost one, else new."""
-        if not self._lost_count:
-            return self._nxt
-        i = self._rtx
-        while not _test(self._lost, i):
-            i += 1
-        return i
-
-    # -- events --------------------------------------------------------------------
-    def next_to_send(self, now_s: float) -> int | None:
-        run = self.take(now_s, 1)
-        return None if run is None else run[0]
-
-    def take(self, now_s: float, max_count: int) -> tuple[int, int] | None:
-        """Up to ``max_count`` consecutive packets to send now: ``(first PSN, count)``;
-        the oldest run of lost ones if any, else new ones within the window."""
-        self.advance(now_s)
-        if self._lost_count:
-            i = self.next_index
-            n = 0
-            while n < max_count and i + n < self._nxt and _test(self._lost, i + n):
-                _clear(self._lost, i + n)
-                n += 1
-            self._lost_count -= n
-            self._rtx = i + n
-            self.retransmitted += n
-        else:
-            i = self._nxt
-            n = min(max_count, self.total_packets - i, self.window - (i - self._una))
-            if n <= 0:
-                return None
-            self._nxt = i + n
-        if self._timer_start_s is None:
-            self._arm(now_s)
-        self.packets_sent += n
-        return (self.start_psn + i) & PSN_MASK, n
-
-    def on_reply(self, psn: int, syndrome: int, msn: int, now_s: float | None = None) -> bool:
-        """An ACK (``psn`` its cumulative PSN) or a selective NAK (``psn`` the first
-        missing PSN, the run in ``syndrome``), ``msn`` the highest PSN the responder
-        holds, as the AETH carried them; True if it changed anything. Go-back-N's NAK is
-        not this transport's: counted stale."""
-        kind = syndrome & _TYPE_MASK
-        if kind == 0:
-            self._hear(msn, 1)
-            return self.on_ack(psn, now_s)
-        if kind == AETH_SR_NAK:
-            return self.on_nak(psn, (syndrome & (MAX_NAK_RUN - 1)) + 1, msn, now_s)
-        self.stale_acks += 1
-        return False
-
-    def on_ack(self, psn: int, now_s: float | None = None) -> bool:
-        """Cumulative ACK of everything up to ``psn``; True if it made progress."""
-        d = (psn - self.start_psn - self._una) & PSN_MASK
-        if d >= self._nxt - self._una:
-            self.stale_acks += 1
-            return False
-        self.acks += 1
-        self._progress(self._una + d + 1, now_s)
-        return True
-
-    def on_nak(self, first_psn: int, run: int, high_psn: int, now_s: float | None = None
-               ) -> bool:
-        """Selective NAK of ``run`` PSNs from ``first_psn`` from a responder holding
-        ``high_psn``: they are retransmitted unless acknowledged first."""
-        self._hear(high_psn, 1)
-        first = (first_psn - self.start_psn - self._una) & PSN_MASK
-        if first >= self._nxt - self._una:
-            self.stale_acks += 1
-            return False
-        self.naks += 1
-        for i in range(self._una + first, min(self._una + first + run, self._nxt)):
-            self._mark(i)
-        if now_s is not None:
-            self._arm(now_s)  # the responder is alive: restart the timer
-        return True
-
-    def advance(self, now_s: float) -> bool:
-        """Fire the retransmission timer if due. Lost: the oldest unacknowledged PSN and
-        every PSN beyond what the responder said it holds that was sent before the timer
-        started (a whole timeout ago)."""
-        start = self._timer_start_s
-        if start is None or now_s - start < self.timeout_s:
-            return False
-        self.timeouts += 1
-        una = self._una
-        if una < self._nxt:
-            self._mark(una)
-        for i in range(max(una + 1, self._heard), self._timer_nxt):
-            self._mark(i)
-        self._arm(now_s)
-        return True
-
-    on_timeout = advance
-
-    # -- internals -------------------------------------------------------------------
-    def _arm(self, now_s: float) -> None:
-        self._timer_start_s = now_s
-        self._timer_nxt = self._nxt
-
-    def _hear(self, psn: int, past: int) -> None:
-        """The responder holds the PSN ``past - 1`` after ``psn`` (if outstanding)."""
-        d = (psn - self.start_psn - self._una) & PSN_MASK
-        if d < self._nxt - self._una and self._una + d + past > self._heard:
-            self._heard = min(self._una + d + past, self._nxt)
-
-    def _mark(self, i: int) -> None:
-        if not _test(self._lost, i):
-            _set(self._lost, i)
-            self._lost_count += 1
-            if i < self._rtx:
-                self._rtx = i
-
-    def _progress(self, new_una: int, now_s: float | None) -> None:
-        if self._lost_count:  # acknowledged before their retransmission: not lost
-            for i in range(max(self._una, self._rtx), new_una):
-                if _test(self._lost, i):
-                    _clear(self._lost, i)
-                    self._lost_count -= 1
-        self._una = new_una
-        if self._rtx < new_una:
-            self._rtx = new_una
-        if new_una >= self._nxt:
-            self._timer_start_s = None
-        elif now_s is not None:
-            self._arm(now_s)
 
 
 class SrReceiver(ResponderCounters):
@@ -391,7 +187,7 @@ class SrReceiver(ResponderCounters):
         exp = self._expected
         d = (psn - self.start_psn - exp) & PSN_MASK
         deliver = flush = False
-        fill = False
+        flush_msn = 0
         if d >= _HALF or exp + d >= self.total_packets:
             self.duplicates += 1  # behind the expected PSN, or outside the message
         elif d >= WINDOW_PACKETS:
@@ -403,7 +199,8 @@ class SrReceiver(ResponderCounters):
             index = exp + d
             if d == 0:
                 flush = self.ce_ack and self._unreported > 0 and ce != self._echo
-                if flush:
+                if flush:  # it reports the highest PSN held before this frame
+                    flush_msn = self._psn(self._high - 1)
                     self._reported()
                     self._since_ack = 0
                     self.acks_sent += 1
@@ -411,8 +208,7 @@ class SrReceiver(ResponderCounters):
                 while exp < self._high and _test(self._got, exp):
                     _clear(self._got, exp)
                     exp += 1
-                fill = exp > index + 1
-                self._since_ack += 1  # (a frame that fills a hole is ACKed at once)
+                self._since_ack += exp - index  # it and the frames it released
                 self._expected = exp
             else:
                 _set(self._got, index)
@@ -431,11 +227,11 @@ class SrReceiver(ResponderCounters):
             if self._acked == exp:  # it reports every arrival: none waits for a delayed ACK
                 self._unreported = 0
             return Action(deliver, NAK, self._psn(first), False, flush, nak_syndrome(run),
-                          self._psn(self._high - 1))
+                          self._psn(self._high - 1), flush_msn)
         complete = exp >= self.total_packets
-        if not deliver or fill or complete or ackreq or self._since_ack >= self.ack_coalesce:
+        if not deliver or complete or ackreq or self._since_ack >= self.ack_coalesce:
             self._since_ack = 0
             self.acks_sent += 1
             return Action(deliver, ACK, self._psn(exp - 1), self._reported(), flush, 0,
-                          self._psn(self._high - 1))
-        return Action(deliver, NONE, psn, False, flush)
+                          self._psn(self._high - 1), flush_msn)
+        return Action(deliver, NONE, psn, False, flush, flush_msn=flush_msn)

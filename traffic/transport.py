@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from core.errors import ParameterError
 from traffic.gbn import GbnReceiver, GbnSender
-from traffic.selective_repeat import REORDER_PACKETS, SrReceiver, SrSender
+from traffic.selective_repeat import REORDER_PACKETS, SrReceiver
+from traffic.sr_sender import SrSender
 
 __all__ = ["TRANSPORTS", "check_transport", "new_receiver", "new_sender"]
 
@@ -28,11 +29,13 @@ def check_transport(value: object) -> str:
     return str(value)
 
 
-def new_sender(transport: str, total_packets: int, timeout_s: float
-               ) -> GbnSender | SrSender:
-    """A message's requester: go-back-N or selective repeat."""
-    cls = SrSender if check_transport(transport) == "sr" else GbnSender
-    return cls(total_packets, timeout_s=timeout_s)
+def new_sender(transport: str, total_packets: int, timeout_s: float,
+               reorder_s: float | None = None) -> GbnSender | SrSender:
+    """A message's requester: go-back-N or selective repeat (``reorder_s``: its
+    reordering window in time)."""
+    if check_transport(transport) == "sr":
+        return SrSender(total_packets, timeout_s=timeout_s, reorder_s=reorder_s)
+    return GbnSender(total_packets, timeout_s=timeout_s)
 
 
 def new_receiver(transport: str, total_packets: int, ack_coalesce: int, ce_ack: bool,

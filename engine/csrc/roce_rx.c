@@ -300,7 +300,6 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 		     uint32_t *psn_out, uint32_t *arg, uint32_t *msn, int *deliver)
 {
 	uint32_t exp = q->expected, index = exp + d, first, run;
-	int fill = 0;
 
 	*deliver = 0;
 	if (d >= PSN_HALF || exp + d >= q->total) {
@@ -317,8 +316,7 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 				q->got[exp % SR_WINDOW >> 6] &= ~(1ull << (exp % SR_WINDOW & 63));
 				exp++;
 			}
-			fill = exp > index + 1;
-			q->since_ack++;
+			q->since_ack += exp - index;  /* it and the frames it released */
 			q->expected = exp;
 		} else {
 			q->got[index % SR_WINDOW >> 6] |= 1ull << (index % SR_WINDOW & 63);
@@ -341,7 +339,7 @@ static int sr_packet(struct rx_qp *q, uint32_t d, uint32_t payload, int ce, int 
 		*msn = (q->high - 1) & PSN_MASK;
 		return EV_SR;
 	}
-	if (!*deliver || fill || exp >= q->total || ackreq || q->since_ack >= q->coalesce) {
+	if (!*deliver || exp >= q->total || ackreq || q->since_ack >= q->coalesce) {
 		q->since_ack = 0;
 		*psn_out = (exp - 1) & PSN_MASK;
 		*arg = reported(q) | AETH_ACK << 8;
@@ -432,16 +430,21 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 			if (q->first_rx_ns < 0)
 				q->first_rx_ns = rx_ns;
 			if (deliver && q->ce_ack && q->unreported && ce != (int)q->echo) {
-				/* the CE state changed: ACK the earlier frames with theirs */
+				/* the CE state changed: ACK the earlier frames with theirs (selective
+				 * repeat: with the highest PSN held before this frame as its MSN) */
 				uint32_t arg = reported(q);
+				uint32_t kind = q->selective ? EV_SR : EV_ACK;
+				uint32_t msn = q->selective ? (q->high - 1) & PSN_MASK : 0;
 
 				q->since_ack = 0;
 				/* no INT: those frames' blocks were not kept */
-				if (!ack_send(r, q, qi, EV_ACK, (psn - 1) & PSN_MASK, arg, 0)) {
+				if (!(q->selective
+				      ? sr_send(r, q, qi, (psn - 1) & PSN_MASK, arg, msn, 0)
+				      : ack_send(r, q, qi, EV_ACK, (psn - 1) & PSN_MASK, arg, 0))) {
 					if (intbuf)
 						intbuf[(size_t)ne * INT_BLOCK_BYTES] = 0;
-					ev[ne++] = (struct rx_event){rx_ns, EV_ACK, qpn,
-								     (psn - 1) & PSN_MASK, arg};
+					ev[ne++] = (struct rx_event){rx_ns, kind, qpn,
+								     (psn - 1) & PSN_MASK, arg, msn};
 				}
 			}
 			if (q->selective) {

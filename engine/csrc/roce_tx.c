@@ -56,7 +56,7 @@ int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t 
 	return n;
 }
 
-/* ---- selective repeat: traffic/selective_repeat.py's SrSender ---- */
+/* ---- selective repeat: traffic/sr_sender.py's SrSender ---- */
 
 static int sr_lost(const struct tx_sr *s, int64_t i)
 {
@@ -70,6 +70,8 @@ static void sr_mark(struct tx_sr *s, int64_t i)
 {
 	int64_t k = i % SR_WINDOW;
 
+	if (i == s->una)            /* lost already: nothing more for the detector */
+		s->rack_due_s = NAN;
 	if (sr_lost(s, i))
 		return;
 	s->lost[k >> 6] |= 1ull << (k & 63);
@@ -78,10 +80,24 @@ static void sr_mark(struct tx_sr *s, int64_t i)
 		s->rtx = i;
 }
 
-/* SrSender.advance: the timer marks lost the oldest unacknowledged index and those
- * past what the responder holds that were sent before the timer started. */
+/* SrSender._rack_lost: the time-based detector declares the oldest unacknowledged
+ * index lost. */
+static void sr_rack_lost(struct tx_sr *s)
+{
+	s->rack_due_s = NAN;
+	if (s->una < s->nxt && !sr_lost(s, s->una)) {
+		s->rack_losses++;
+		sr_mark(s, s->una);
+	}
+}
+
+/* SrSender.advance: the time-based detector if due; the timer marks lost the oldest
+ * unacknowledged index and those past what the responder holds that were sent
+ * before the timer started. */
 static void sr_advance(struct tx_sr *s, double now_s)
 {
+	if (!isnan(s->rack_due_s) && now_s >= s->rack_due_s)
+		sr_rack_lost(s);
 	if (isnan(s->timer_start_s) || now_s - s->timer_start_s < s->timeout_s)
 		return;
 	s->timeouts++;
@@ -117,6 +133,7 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 			int64_t k = (i + n) % SR_WINDOW;
 
 			s->lost[k >> 6] &= ~(1ull << (k & 63));
+			s->resent[k >> 6] |= 1ull << (k & 63);
 			n++;
 		}
 		s->lost_count -= n;
@@ -131,6 +148,8 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 			n = s->window - (i - s->una);
 		if (n <= 0)
 			return 0;
+		for (int64_t j = i; j < i + n; j++)
+			s->resent[j % SR_WINDOW >> 6] &= ~(1ull << (j % SR_WINDOW & 63));
 		s->nxt = i + n;
 	}
 	if (isnan(s->timer_start_s)) {
@@ -138,6 +157,8 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 		s->timer_nxt = s->nxt;
 	}
 	s->packets_sent += n;
+	for (int64_t k = i; k < i + n; k++)
+		s->sent_s[k % SR_WINDOW] = now_s;
 	*psn = (uint32_t)((s->start_psn + i) & PSN_MASK);
 	return n;
 }
@@ -267,6 +288,7 @@ int tx_service(struct tx_call *c)
 		}
 		uint32_t psn = 0;
 		int64_t n = 0;
+		int resend = sr && sr->lost_count > 0;  /* SrSender.resending */
 		if (due > 0) {
 			int64_t most = due < limit ? due : limit;
 
@@ -277,7 +299,7 @@ int tx_service(struct tx_call *c)
 			c->qp = best - c->qps;
 			return TX_IDLE;
 		}
-		int solicit = windowed && in_flight(best) >= allowed;
+		int solicit = (windowed && in_flight(best) >= allowed) || resend;
 		int hold = best->line_ns > 0;  /* its lags are booked when the line hands it over */
 		int sent = (int)n;
 		if (!hold) {

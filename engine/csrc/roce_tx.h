@@ -44,6 +44,12 @@ struct tx_sr {                  /* engine/tx.py: TxSr */
 	double timer_start_s;       /* NaN: not armed */
 	int64_t packets_sent, retransmitted, naks, timeouts, acks, stale_acks;
 	uint64_t lost[SR_WINDOW / 64];  /* ring: bit index mod SR_WINDOW */
+	double reorder_s;           /* the reordering window in time */
+	double rack_s;              /* latest send time of a frame reported held */
+	double rack_due_s;          /* NaN: the oldest unacknowledged index is not due */
+	int64_t rack_losses;
+	double sent_s[SR_WINDOW];   /* ring: latest send time of index mod SR_WINDOW */
+	uint64_t resent[SR_WINDOW / 64];  /* ring: indices sent more than once */
 };
 
 #define WIRE_OVERHEAD_BYTES 24  /* core/frame.py (checked by engine/tx.py) */

@@ -10,6 +10,7 @@ from topologies.spec import build_topo
 from traffic.reorder_bound import (
     path_spread_s,
     reorder_tolerance_packets,
+    reorder_window_s,
     reorders_by_design,
 )
 from traffic.selective_repeat import REORDER_PACKETS, WINDOW_PACKETS
@@ -58,3 +59,13 @@ def test_which_modes_reorder():
     assert not reorders_by_design("ecmp")
     assert all(reorders_by_design(m) for m in ("spray", "spray-rr", "flowlet", "adaptive",
                                                "adaptive-flowlet", "valiant", "ugal"))
+
+
+def test_the_senders_window_in_time_is_both_directions_spread_plus_the_floor():
+    graph, routes = _fabric("leafspine,2,2,1,host_rate=10G,fabric_rate=10G")
+    floor_s = REORDER_PACKETS * 8 * WIRE_FRAME_BYTES / 10e9
+    spread = path_spread_s(graph, routes.paths("h1", "h2"))
+    assert math.isclose(reorder_window_s(graph, routes, [("h1", "h2")], "spray", 0),
+                        2 * spread + floor_s, rel_tol=1e-9)
+    assert math.isclose(reorder_window_s(graph, routes, [("h1", "h2")], "ecmp", 0), floor_s)
+    assert reorder_window_s(graph, routes, [("h1", "h2")], "valiant", 0) is None

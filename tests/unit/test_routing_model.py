@@ -57,5 +57,20 @@ def test_the_routing_experiments_defaults_pass_its_check_and_group_modes_need_a_
     with pytest.raises(ParameterError, match="dragonfly"):
         resolve_typed(rc.Options, rc.OPTIONS, True, {"modes": "ecmp;valiant"}, rc.check)
     _, ok = resolve_typed(rc.Options, rc.OPTIONS, True,
-                          {"modes": "ecmp;ugal", "topo": "dragonfly,1,2,2"}, rc.check)
+                          {"modes": "ecmp;ugal", "topos": "dragonfly,1,2,2"}, rc.check)
     assert ok.modes == ["ecmp", "ugal"]
+
+
+def test_the_routing_experiment_runs_selective_repeat_when_a_mode_reorders():
+    from experiments import routing_compare as rc
+    from experiments.options import resolve_typed
+
+    def transport(**given: str) -> str:
+        _, opts = resolve_typed(rc.Options, rc.OPTIONS, True, given, rc.check)
+        return rc.resolved_transport(opts)
+
+    assert rc.OPTIONS["transport"].default == "auto"
+    assert transport() == "sr"                                   # spray, adaptive, ...
+    assert transport(modes="ecmp", dragonfly="none") == "gbn"
+    assert transport(modes="ecmp", dragonfly="dragonfly,1,2,2", dragonfly_modes="ecmp;ugal") == "sr"
+    assert transport(modes="ecmp;spray", transport="gbn") == "gbn"  # asked for: kept

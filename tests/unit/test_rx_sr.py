@@ -14,7 +14,6 @@ from engine.rawsock import RingSpec, slot_offsets
 from engine.rx import (
     ARG_COMPLETE,
     ARG_ECHO,
-    EV_ACK,
     EV_ACK_IN,
     EV_CNP,
     EV_DONE,
@@ -59,9 +58,11 @@ def _scenario(seed: int, ce_ack: bool) -> tuple:
     want, replies, done = [], [], False
     for k, (idx, marked, solicit) in enumerate(zip(order, ce, ackreq, strict=True)):
         act = ref.on_packet(idx, marked, solicit or idx == n - 1)  # LAST carries AckReq
-        if act.flush:
-            want.append((EV_ACK, (idx - 1) & gbn.PSN_MASK, 0 if marked else ARG_ECHO, 0))
-            replies.append(bytes(RESP.write_ack(idx - 1, 0, AETH_ACK, not marked)))
+        if act.flush:  # its MSN: the highest PSN held before this frame
+            assert act.flush_msn == max(idx - 1, ref._high - 1 - (ref._high == idx + 1))
+            want.append((EV_SR, (idx - 1) & gbn.PSN_MASK, 0 if marked else ARG_ECHO,
+                         act.flush_msn))
+            replies.append(bytes(RESP.write_ack(idx - 1, act.flush_msn, AETH_ACK, not marked)))
         if np.on_packet(QPN, marked, (stamps[k] - 600) / SCALE_NS):
             want.append((EV_CNP, idx, 0, 0))
             replies.append(RESP.cnp)

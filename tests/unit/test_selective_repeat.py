@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import heapq
 import random
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -29,12 +30,13 @@ from traffic.selective_repeat import (
     MAX_NAK_RUN,
     WINDOW_PACKETS,
     SrReceiver,
-    SrSender,
     nak_syndrome,
 )
+from traffic.sr_sender import SrSender
 
 BASE_TICKS = 5.0          # one-way delay of an undisplaced frame or reply
 ACK_DELAY_TICKS = 2.0     # the responder's delayed-ACK timer (engine: ack_delay_s)
+ACK_JITTER_TICKS = 30.0   # the most a reply is delayed beyond BASE_TICKS
 
 
 @dataclass
@@ -50,13 +52,17 @@ class Outcome:
 def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
         ack_jitter: list[float] | None = None, reorder: int = 8, window: int = 64,
         coalesce: int = 1, start_psn: int = 0, timeout_ticks: float = 200.0,
-        max_ticks: int = 200_000) -> Outcome:
+        max_ticks: int = 200_000, reorder_ticks: float | None = None) -> Outcome:
     """Send a ``total``-frame message one frame per tick; transmission k is delayed
     ``BASE_TICKS + jitter[k % len]`` and dropped if k is in ``drops``; replies are
     delayed ``BASE_TICKS + ack_jitter[...]`` (none: in order) and never lost; a frame
-    the responder holds back for coalescing is ACKed after ``ACK_DELAY_TICKS``."""
+    the responder holds back for coalescing is ACKed after ``ACK_DELAY_TICKS``. The
+    sender's reordering window in time (``reorder_ticks``) is by default what the
+    engine derives: the data path's reordering, the reply path's and the ACK delay."""
+    if reorder_ticks is None:
+        reorder_ticks = reorder + ACK_JITTER_TICKS + ACK_DELAY_TICKS
     if transport == "sr":
-        snd: object = SrSender(total, window, timeout_ticks, start_psn)
+        snd: object = SrSender(total, window, timeout_ticks, start_psn, reorder_ticks)
         rcv: object = SrReceiver(total, coalesce, start_psn, reorder_packets=reorder)
     else:
         snd = gbn.GbnSender(total, window, timeout_ticks, start_psn)
@@ -71,7 +77,7 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
         while events and events[0][0] <= now:
             _, _, kind, body = heapq.heappop(events)
             if kind == "data":
-                action = rcv.on_packet(body[0])
+                action = rcv.on_packet(*body)
                 if action.deliver:
                     out.accepted.append((body[0] - start_psn) & gbn.PSN_MASK)
                 if action.reply == gbn.NONE:
@@ -99,6 +105,8 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
             heapq.heappush(events, (now + delay, seq, "reply", reply))
         if snd.done:
             return out
+        snd.advance(now)  # the timers first, as the engine's senders do
+        solicit = snd.resending  # a retransmission asks for an ACK
         run_ = snd.take(now, 1)
         if run_ is None:
             continue
@@ -113,7 +121,7 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
             continue
         seq += 1
         heapq.heappush(events, (now + BASE_TICKS + jitter[k % len(jitter)], seq, "data",
-                                ((start_psn + index) & gbn.PSN_MASK,)))
+                                ((start_psn + index) & gbn.PSN_MASK, False, solicit)))
     raise AssertionError(f"{transport}: not done after {max_ticks} ticks")
 
 
@@ -128,7 +136,8 @@ def _path(draw: st.DrawFn, lossy: bool) -> tuple:
     # A frame is displaced by fewer than `reorder` frames sent after it: its extra delay
     # is below `reorder` ticks, one frame per tick.
     jitter = draw(st.lists(st.floats(0.0, reorder - 0.01), min_size=1, max_size=64))
-    ack_jitter = draw(st.none() | st.lists(st.floats(0.0, 30.0), min_size=1, max_size=64))
+    ack_jitter = draw(st.none() | st.lists(st.floats(0.0, ACK_JITTER_TICKS), min_size=1,
+                                           max_size=64))
     drops = draw(st.frozensets(st.integers(0, 3 * total), max_size=max(1, total // 4))
                  if lossy else st.just(frozenset()))
     start = draw(st.sampled_from([0, 5, gbn.PSN_MASK - 40]))
@@ -182,6 +191,50 @@ def test_gbn_retransmits_on_the_same_reordering_whenever_a_frame_came_out_of_ord
         assert g.sender.packet_seq_err > 0
     else:
         assert g.sender.retransmissions == 0
+
+
+def test_holes_below_the_highest_psn_held_are_recovered_per_round_trip_not_per_timeout():
+    """Every other frame of a message's last 16 lost (no NAK names them: they are within
+    the responder's tolerance of the highest PSN held). The time-based detector
+    retransmits each as soon as it is the oldest unacknowledged one; with a window in
+    time beyond the timeout the timer is left to find them, one per expiry."""
+    drops = frozenset(range(48, 64, 2))
+    timed = run("sr", 64, [0.0], drops, reorder=16, timeout_ticks=100.0)
+    timer = run("sr", 64, [0.0], drops, reorder=16, timeout_ticks=100.0, reorder_ticks=1e4)
+    for out in (timed, timer):
+        _check_exactly_once(out, 64)
+        assert out.sender.retransmissions == 8 and out.receiver.duplicate_request == 0
+        assert out.sender.packet_seq_err == 0   # no NAK
+    assert (timed.sender.rack_losses, timed.sender.local_ack_timeout_err) == (8, 0)
+    assert (timer.sender.rack_losses, timer.sender.local_ack_timeout_err) == (0, 8)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_without_a_delayed_ack_the_detector_reads_only_acks(seed, monkeypatch):
+    """CC off: no delayed-ACK timer, ACKs every 16 frames, 1 % loss on one path. A NAK's
+    MSN names a frame held but no cumulative PSN, so frames delivered in order before
+    the hole may still wait for their coalesced ACK: the detector must not read them
+    as missing (it did, re-sending up to 11 of them). The timer still may (a known
+    limit without the delayed ACK), so only runs without a timeout are judged."""
+    monkeypatch.setattr(sys.modules[__name__], "ACK_DELAY_TICKS", 1e9)
+    rng = random.Random(seed)
+    drops = frozenset(k for k in range(3000) if rng.random() < 0.01)
+    out = run("sr", 1024, [0.0], drops, reorder=16, window=1024, coalesce=16,
+              reorder_ticks=32.0, timeout_ticks=500.0, max_ticks=3_000_000)
+    _check_exactly_once(out, 1024)
+    if out.sender.local_ack_timeout_err == 0:
+        assert out.receiver.duplicate_request == 0
+        assert out.sender.retransmissions == len(out.dropped)
+
+
+def test_a_nak_about_a_copy_sent_before_a_retransmission_is_not_acted_on():
+    s = SrSender(10, timeout_s=100.0, reorder_s=1.0)
+    for t in range(10):
+        s.take(float(t), 1)
+    s.on_reply(0, nak_syndrome(1), 5, 20.0)   # 1..5 arrived, 0 did not: lost
+    assert s.take(21.0, 1) == (0, 1)         # retransmitted at 21
+    s.on_reply(0, nak_syndrome(1), 6, 22.0)   # about the copy sent at 0 (6 was sent at 6)
+    assert s.next_index == 10 and s.retransmissions == 1
 
 
 def _sprayed(total: int, reordered: float, seed: int) -> list[float]:

@@ -12,11 +12,13 @@ from core.errors import CapabilityError, ParameterError
 from engine.tx import TxGbn, TxLib, TxQp, TxSr, attach
 from traffic import gbn
 from traffic.roce import AETH_ACK, AETH_NAK_PSN_SEQ
-from traffic.selective_repeat import MAX_NAK_RUN, WINDOW_PACKETS, SrSender, nak_syndrome
+from traffic.selective_repeat import MAX_NAK_RUN, WINDOW_PACKETS, nak_syndrome
+from traffic.sr_sender import SrSender
 
 _FIELDS = ("_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_timer_start_s",
            "packets_sent",
-           "retransmitted", "naks", "timeouts", "acks", "stale_acks")
+           "retransmitted", "naks", "timeouts", "acks", "stale_acks",
+           "reorder_s", "_rack_s", "_rack_due_s", "rack_losses")
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +30,22 @@ def lib() -> TxLib:
 
 
 def _state(s: object) -> tuple:
-    return (*(getattr(s, f) for f in _FIELDS), tuple(s._lost))
+    return (*(getattr(s, f) for f in _FIELDS), tuple(s._lost), tuple(s._sent_s),
+            tuple(s._resent))
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, seed: int):
     """Random takes (C on the struct, Python on SrSender), ACKs, selective NAKs,
-    go-back-N NAKs and timer checks (SrSender's own methods on both)."""
+    go-back-N NAKs and timer checks (SrSender's own methods on both), with the
+    time-based detector's window from none to most of the timeout."""
     rng = random.Random(seed)
     total = rng.choice([1, 2, 5, 64, 3000, (1 << 24) + 5])
     window = rng.choice([None, 1, 3, 16, WINDOW_PACKETS])
     start = rng.choice([0, 7, (1 << 24) - 3])
-    py = SrSender(total, window=window, timeout_s=1e-3, start_psn=start)
-    c = TxSr.new(total, window=window, timeout_s=1e-3, start_psn=start)
+    reorder = rng.choice([0.0, 3e-6, 3e-4, None])
+    py = SrSender(total, window=window, timeout_s=1e-3, start_psn=start, reorder_s=reorder)
+    c = TxSr.new(total, window=window, timeout_s=1e-3, start_psn=start, reorder_s=reorder)
     now = 0.0
     for _ in range(600):
         now += rng.choice([0.0, 1e-6, 2e-4, 1.5e-3])
@@ -49,6 +54,8 @@ def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, 
         cum = (start + py._una + rng.randrange(-3, max(py._nxt - py._una, 1) + 1)) & gbn.PSN_MASK
         t = None if rng.random() < 0.1 else now
         if kind < 0.45:
+            if py.deadline_s is not None and rng.random() < 0.3:
+                now = max(now, py.deadline_s)  # C's timers at their very instant
             count = rng.choice([1, 2, 64])
             assert lib.take(c, now, count) == py.take(now, count)
         elif kind < 0.65:
