@@ -17,6 +17,10 @@ The files live in the C build cache's directory (`emu.cbuild.cache_dir`)/model,
 under the same rule: the directory and every directory above it writable by no one
 but root (or us), else nothing is cached. Set FABRICEMU_MODEL_CACHE=off to price
 every time. At most MAX_FILES are kept, the oldest removed first.
+
+`PricedAhead` prices in a forked process while the parent builds a fabric (the
+collective experiment: the model's curve, which holds the measured sizes' draws),
+joined before anything is measured.
 """
 
 from __future__ import annotations
