@@ -49,7 +49,7 @@ from experiments.measure import (
     model_graph,
     record_case,
 )
-from experiments.modelcache import hashed_draws
+from experiments.modelcache import PricedAhead, hashed_draws
 from experiments.option_parsers import (
     CC_HELP,
     parse_cc,
@@ -355,8 +355,12 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance(case)
             if all(run.finished(case) for case in cases.values()):
                 continue
-            with Fabric(fabric_topo(spec, opts.wan), Scale(scale), marking="auto",
-                        **opts.fabric_routing()) as fab:
+            # The model's curve (which holds the measured sizes' draws) is priced while
+            # the fabric is built; the cases and `record_model_curves` read it.
+            with (PricedAhead(partial(price_curves, spec, opts)) as ahead,
+                  Fabric(fabric_topo(spec, opts.wan), Scale(scale), marking="auto",
+                         **opts.fabric_routing()) as fab):
+                ahead.wait()
                 run.fabric(entry, fab)
                 for (name, size), case in cases.items():
                     if run.finished(case):
@@ -371,6 +375,12 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
     record_model_curves(run, {prefix + entry: split_topo_at(entry, opts.scale)[0]
                               for entry in opts.topos},
                         opts.collectives, opts.sizes, opts.hash_draws, opts.wan)
+
+
+def price_curves(spec: str, opts: Options) -> None:
+    """Every collective's `model_curve` on ``spec``, for the cache (`PricedAhead`)."""
+    for name in opts.collectives:
+        model_curve(spec, name, opts.sizes, opts.hash_draws, opts.wan)
 
 
 def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],

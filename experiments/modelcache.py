@@ -17,6 +17,10 @@ The files live in the C build cache's directory (`emu.cbuild.cache_dir`)/model,
 under the same rule: the directory and every directory above it writable by no one
 but root (or us), else nothing is cached. Set FABRICEMU_MODEL_CACHE=off to price
 every time. At most MAX_FILES are kept, the oldest removed first.
+
+`PricedAhead` prices in a forked process while the parent builds a fabric (the
+collective experiment: the model's curve, which holds the measured sizes' draws),
+joined before anything is measured.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ import json
 import multiprocessing
 import os
 import signal
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import networkx as nx
@@ -181,3 +187,44 @@ def hashed_draws(workload: Workload, graph: nx.Graph, paths: PathsLike, *, sampl
             _prune(directory)
     return [_prediction(d) for d in draws]
 
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)   # unwinds: a pricing pool is terminated on its way out
+
+
+def _price_ahead(work: Callable[[], object]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, _stop)
+    with contextlib.suppress(Exception):   # whatever fails is priced again by the parent
+        work()
+
+
+class PricedAhead:
+    """``work`` (pricing through `hashed_draws`) run in a forked process while the
+    parent does something else, such as building a fabric: what it prices lands in
+    the cache, where the parent finds it. The parent calls `wait` before it measures
+    anything (the fidelity gate wants the machine to itself); leaving the block ends
+    the process if it is still running. Nothing is forked when caching is off."""
+
+    def __init__(self, work: Callable[[], object]) -> None:
+        self.process: multiprocessing.process.BaseProcess | None = None
+        if _directory() is not None:
+            # Not daemonic: it may fork a pool of pricers of its own (`_price`).
+            self.process = multiprocessing.get_context("fork").Process(
+                target=_price_ahead, args=(work,), name="fabricemu-model-ahead", daemon=False)
+            self.process.start()
+
+    def wait(self) -> None:
+        if self.process is not None:
+            self.process.join()
+            self.process = None
+
+    def __enter__(self) -> PricedAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.join()
+            self.process = None

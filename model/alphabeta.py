@@ -44,7 +44,7 @@ import networkx as nx
 
 from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from model.busbw import busbw_factor
-from model.fluid import FluidJob, simulate
+from model.fluid import FluidJob, gc_paused, simulate
 from model.maxmin import (
     Choice,
     Flow,
@@ -177,6 +177,7 @@ class WorkloadPrediction:
     link_bits: dict[tuple[str, str], float] = field(default_factory=dict)  # carried, wire
 
 
+@gc_paused()
 def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      mode: str = "spread", choice: Choice | None = None,
                      overhead_s: float = DEFAULT_OVERHEAD_S,

@@ -1,0 +1,81 @@
+"""experiments.modelcache.PricedAhead: pricing done in a forked process lands in the
+cache the parent reads; leaving the block ends it and its pool; off without a cache."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import experiments.modelcache as mc
+from topologies.routing import compute_routes, topo_graph
+from topologies.spec import build_topo
+from traffic import collectives
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FABRICEMU_CACHE", str(tmp_path))
+    monkeypatch.delenv("FABRICEMU_MODEL_CACHE", raising=False)
+    return tmp_path
+
+
+def test_priced_ahead_is_read_by_the_parent(cache, monkeypatch):
+    topo = build_topo("fattree,4")
+    workload = collectives.build("allreduce-ring", list(topo.hosts()), 1 << 20)
+    graph, paths = topo_graph(topo), compute_routes(topo).paths
+    with mc.PricedAhead(lambda: mc.hashed_draws(workload, graph, paths, samples=2,
+                                                seed=3)) as ahead:
+        assert ahead.process is not None
+        ahead.wait()
+
+    def priced_again(*args, **kwargs):
+        raise AssertionError("priced again instead of read from the cache")
+    monkeypatch.setattr(mc, "_price", priced_again)
+    assert len(mc.hashed_draws(workload, graph, paths, samples=2, seed=3)) == 2
+
+
+def _note_and_sleep(path: str) -> None:
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    time.sleep(60)
+
+
+def _slow_pool(path: str) -> None:
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(_note_and_sleep, [path, path], chunksize=1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_leaving_the_block_ends_it_and_its_pool(cache):
+    noted = cache / "pids"
+    started = time.monotonic()
+    with mc.PricedAhead(lambda: _slow_pool(str(noted))) as ahead:
+        process = ahead.process
+        while len(noted.read_text().split() if noted.exists() else []) < 2:
+            assert time.monotonic() - started < 30, "the pool never started"
+            time.sleep(0.05)
+    assert process is not None and not process.is_alive()
+    pids = [int(p) for p in noted.read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)   # the pool's workers are reaped by the pricing process
+    assert not any(_alive(p) for p in pids)
+
+
+def test_nothing_forked_when_caching_is_off(monkeypatch):
+    monkeypatch.setenv("FABRICEMU_MODEL_CACHE", "off")
+    ran = Path("/nonexistent")
+    with mc.PricedAhead(lambda: ran.touch()) as ahead:
+        assert ahead.process is None
+        ahead.wait()
