@@ -36,7 +36,7 @@ TURN_FRAMES = 0.25
 # in full frame times of its fastest NIC: frames that reach its rings meanwhile wait
 # for that wake-up (at most this long, against the gate's 2 packet times of receive
 # lag) instead of each waking the worker. On fattree,4 at S = 2000 two thirds of the
-# compiled loop's wake-ups were one arriving frame each (docs/validation.md).
+# compiled loop's wake-ups were one arriving frame each (docs/design.md).
 BATCH_FRAMES = 0.5
 NEVER_NS = 2**63 - 1                    # a NIC slot not armed, in the compiled loop's table
 
