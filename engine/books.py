@@ -32,6 +32,12 @@ _EARLY_NS = 20_000                      # the shortest turn: deadlines this clos
 # wake-up serves most of a ring's coincident deadlines (wake-ups and CPU per frame:
 # docs/validation.md).
 TURN_FRAMES = 0.25
+# How close a deadline must be for the worker to sleep until it on the clock alone,
+# in full frame times of its fastest NIC: frames that reach its rings meanwhile wait
+# for that wake-up (at most this long, against the gate's 2 packet times of receive
+# lag) instead of each waking the worker. On fattree,4 at S = 2000 two thirds of the
+# compiled loop's wake-ups were one arriving frame each (docs/design.md).
+BATCH_FRAMES = 0.5
 NEVER_NS = 2**63 - 1                    # a NIC slot not armed, in the compiled loop's table
 
 
@@ -43,7 +49,9 @@ class Books:
         self.shared = shared
         self.scale_ns = plan.scale.emu_ns_per_real_s
         self.t0_ns = 0
-        self.turn_ns = max(_EARLY_NS, int(TURN_FRAMES * 8 * WIRE_FRAME_BYTES * min_ns_per_bit))
+        frame_ns = 8 * WIRE_FRAME_BYTES * min_ns_per_bit
+        self.turn_ns = max(_EARLY_NS, int(TURN_FRAMES * frame_ns))
+        self.batch_ns = max(self.turn_ns, int(BATCH_FRAMES * frame_ns))
         self.deadlines = Deadlines()
         # The NICs' pacing slots by NIC slot (wall ns, NEVER_NS: none) where the
         # compiled loop (engine.cloop) keeps them; None: in ``deadlines``.

@@ -47,6 +47,7 @@ class _Loop(ctypes.Structure):
                 ("ring_fd", ctypes.POINTER(ctypes.c_int64)), ("n_rings", ctypes.c_int64),
                 ("ep", ctypes.c_int64), ("ep_io", ctypes.c_int64), ("timer_fd", ctypes.c_int64),
                 ("turn_ns", ctypes.c_int64), ("t0_ns", ctypes.c_int64), ("idle_ns", ctypes.c_int64),
+                ("batch_ns", ctypes.c_int64),
                 ("rx_lags", ctypes.POINTER(ctypes.c_int64)), ("rx_lags_cap", ctypes.c_int64),
                 ("n_rx_lags", ctypes.c_int64),
                 ("lat", ctypes.POINTER(ctypes.c_int64)), ("lat_cap", ctypes.c_int64),
@@ -112,7 +113,7 @@ class CompiledLoop:
                        tx=send.call_addr, nics=self.nic_views,
                        blocked=ctypes.addressof(rx.blocked), due=self.due, n_nics=len(nics),
                        rings=self.rings, ring_fd=self.ring_fd, n_rings=len(hosts),
-                       turn_ns=books.turn_ns, idle_ns=idle_ns,
+                       turn_ns=books.turn_ns, idle_ns=idle_ns, batch_ns=books.batch_ns,
                        rx_lags=self.rx_lags, rx_lags_cap=len(self.rx_lags),
                        lat=self.lat, lat_cap=len(self.lat), wait_ns=-1)
         self.addr = ctypes.addressof(self.c)

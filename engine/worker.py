@@ -35,7 +35,9 @@ and the timerfd (file descriptors in epoll):
   its rings, its eventfd and a timerfd armed at the next deadline: a deadline a
   turn away is served early instead of costing a wake-up of its own, and a deadline
   that fired early and re-armed itself for the same time (a timer not yet expired)
-  is waited for;
+  is waited for. A deadline due within ``engine.books.BATCH_FRAMES`` is slept for
+  on the clock alone: what reaches the rings meanwhile is read when it fires
+  instead of waking the worker once per frame;
 * dependencies are counters (``traffic.pacing.DepCounter``) decremented on
   completion; completions of other workers arrive through the completion rings of
   ``engine.plan`` and wake this worker through its eventfd (``engine.completions``);
@@ -383,10 +385,14 @@ class Worker:
         due = self.books.deadlines.next_ns()
         if not events and (due is None or due - now > self.books.turn_ns
                            or due == self.wait_ns and due > now):
-            timer.arm(now + _IDLE_WAKE_NS if due is None or due - now > _IDLE_WAKE_NS
-                      else due)
-            events = ep.poll()
             self.wakeups += 1
+            if due is not None and due - now <= self.books.batch_ns:
+                time.sleep((due - now) / 1e9)  # the rings wait for it (BATCH_FRAMES)
+                events = ep_io.poll(0)
+            else:
+                timer.arm(now + _IDLE_WAKE_NS if due is None or due - now > _IDLE_WAKE_NS
+                          else due)
+                events = ep.poll()
         for fd, _ in events:
             by_fd[fd].fire(mono())
         return self._fire_due(mono())

@@ -7,8 +7,11 @@
  *
  *   1. the rings and the eventfd that are ready (epoll on `ep_io`, no sleep); if
  *      none is and no deadline is due within a turn (or the earliest is one that
- *      fired early and waits for its time, `wait_ns`), sleep in epoll on `ep`
- *      with the timerfd armed at the earliest deadline (at most `idle_ns` away).
+ *      fired early and waits for its time, `wait_ns`), sleep: until the earliest
+ *      deadline on the clock alone if it is due within `batch_ns` (what reaches
+ *      the rings meanwhile waits for that wake-up instead of costing one of its
+ *      own), else in epoll on `ep` with the timerfd armed at the earliest deadline
+ *      (at most `idle_ns` away).
  *      A ready ring is read here (roce_rx.c through `read`): its replies are
  *      written and sent there, its latency samples and receive lag are kept here;
  *   2. the deadlines due within a turn, earliest first, each fired at the time it
@@ -61,7 +64,7 @@ struct loop {                   /* engine/cloop.py: _Loop */
 	int64_t *ring_fd;           /* by host */
 	int64_t n_rings;
 	int64_t ep, ep_io, timer_fd;
-	int64_t turn_ns, t0_ns, idle_ns;
+	int64_t turn_ns, t0_ns, idle_ns, batch_ns;
 	int64_t *rx_lags;           /* (lag ns, frames) per ring read */
 	int64_t rx_lags_cap, n_rx_lags;
 	int64_t *lat;               /* the reads' latency samples, one after the other */
@@ -121,6 +124,20 @@ static int arm_timer(struct loop *l, int64_t at_ns)
 	return 0;
 }
 
+/* Sleep until `due` (wall ns) on the clock alone, then the fds that got ready
+ * meanwhile into `evs`; their count, or -1 with errno set. */
+static int sleep_until(struct loop *l, int64_t due, struct epoll_event *evs)
+{
+	struct timespec ts = {due / 1000000000, due % 1000000000};
+	int err = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, 0);
+
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return epoll_wait((int)l->ep_io, evs, MAX_READY, 0);
+}
+
 /* Phase 1's wait: the ready fds into `ready`, sleeping first if nothing is ready
  * and nothing is due within a turn. 0, or -errno. */
 static int gather(struct loop *l)
@@ -134,13 +151,16 @@ static int gather(struct loop *l)
 		int64_t now = mono_ns(), due = next_due(l);
 
 		if (due == NEVER || due - now > l->turn_ns || (due == l->wait_ns && due > now)) {
-			int err = arm_timer(l, due == NEVER || due - now > l->idle_ns ?
-					    now + l->idle_ns : due);
-
-			if (err)
-				return err;
-			n = epoll_wait((int)l->ep, evs, MAX_READY, -1);
 			l->wakeups++;
+			if (due - now <= l->batch_ns) {
+				n = sleep_until(l, due, evs);
+			} else {
+				int err = arm_timer(l, due - now > l->idle_ns ? now + l->idle_ns : due);
+
+				if (err)
+					return err;
+				n = epoll_wait((int)l->ep, evs, MAX_READY, -1);
+			}
 		}
 	}
 	if (n < 0)

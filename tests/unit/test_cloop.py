@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import select
+import threading
 import time
 
 import pytest
@@ -35,7 +36,8 @@ def loop():
     blocked = (ctypes.c_uint8 * 1)()
     c = _Loop(nics=nics, blocked=ctypes.addressof(blocked), due=due, n_nics=1,
               ep=ep.fileno(), ep_io=ep_io.fileno(), timer_fd=timer.fd,
-              turn_ns=TURN_NS, idle_ns=50_000_000, wait_ns=-1, py_due=NEVER_NS)
+              turn_ns=TURN_NS, idle_ns=1_000_000_000, batch_ns=TURN_NS, wait_ns=-1,
+              py_due=NEVER_NS)
 
     def run(py_due: int = NEVER_NS) -> int:
         c.py_due = py_due
@@ -73,3 +75,24 @@ def test_it_sleeps_until_a_deadline_more_than_a_turn_away(loop):
     assert run(at) == LOOP_PY and c.slot == at
     assert c.wakeups == 1
     assert time.monotonic_ns() >= at - TURN_NS  # served at most a turn early
+
+
+def _write_later(fd: int, after_s: float) -> threading.Thread:
+    t = threading.Thread(target=lambda: (time.sleep(after_s), os.eventfd_write(fd, 1)))
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_deadline_within_the_batch_is_slept_for_on_the_clock_alone(loop, batched):
+    """A file descriptor that gets ready during the sleep waits for the deadline when it
+    is due within ``batch_ns``; otherwise it wakes the worker at once."""
+    c, _, efd, run = loop
+    far_s = 0.2                               # the eventfd is written 0.195 s before it
+    c.batch_ns = 2 * int(far_s * 1e9) if batched else TURN_NS
+    at = time.monotonic_ns() + int(far_s * 1e9)
+    writer = _write_later(efd, 0.005)
+    assert run(at) == LOOP_FD and c.wakeups == 1
+    woke = time.monotonic_ns()
+    writer.join()
+    assert (woke >= at) == batched

@@ -1,16 +1,24 @@
 """A pass of the worker's loop over its deadlines (engine.worker.Worker._fire_due), on a
 simulated clock: what is due within a turn fires, earliest first, each at the time
 it is fired; a pass stops after a turn of work (the rings are read before the rest);
-a timer that fired early and re-armed for the same time is waited for."""
+a timer that fired early and re-armed for the same time is waited for. And a whole
+pass (``Worker._pass``) on real file descriptors: a deadline due within the batch is
+slept for on the clock alone."""
 
 from __future__ import annotations
 
+import os
+import select
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 
 from engine import worker as worker_mod
+from engine.rawsock import TimerFd
 from engine.sources import Source
+from engine.worker import _Alarm
 from traffic.pacing import Deadlines
 
 TURN_NS = 100
@@ -94,3 +102,51 @@ def test_a_timer_that_fired_early_and_rearmed_for_the_same_time_is_waited_for(ri
     rig.fire_due()
     assert rig.log == [("rto", 1000), ("rto", 1050)]
     assert rig.deadlines.next_ns() == 2000
+
+
+class _Logged(Source):
+    """Logs when it fires; ``fd``: an eventfd it reads."""
+
+    def __init__(self, name: str, log: list, fd: int | None = None):
+        self.name, self.log, self.fd = name, log, fd
+
+    def fire(self, now: int) -> None:
+        if self.fd is not None:
+            os.eventfd_read(self.fd)
+        self.log.append((self.name, now))
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_deadline_within_the_batch_is_slept_for_on_the_clock_alone(batched):
+    """The Python twin of tests/unit/test_cloop.py's test of the same name: an eventfd
+    that gets ready during the sleep waits for a deadline due within ``batch_ns``."""
+    far_ns = 200_000_000                     # the eventfd is written 195 ms before it
+    turn_ns = 1_000_000
+    deadlines = Deadlines()
+    fake = SimpleNamespace(books=SimpleNamespace(
+        deadlines=deadlines, turn_ns=turn_ns, batch_ns=2 * far_ns if batched else turn_ns),
+        wait_ns=-1, wakeups=0)
+    fake._fire_due = lambda now: worker_mod.Worker._fire_due(fake, now)  # type: ignore[arg-type]
+    log: list = []
+    efd = os.eventfd(0, os.EFD_NONBLOCK)
+    timer = TimerFd()
+    ep, ep_io = select.epoll(), select.epoll()
+    try:
+        for e in (ep, ep_io):
+            e.register(efd, select.EPOLLIN)
+        ep.register(timer.fd, select.EPOLLIN)
+        at = time.monotonic_ns() + far_ns
+        deadlines.arm(_Logged("due", log), at)
+        writer = threading.Thread(target=lambda: (time.sleep(0.005), os.eventfd_write(efd, 1)))
+        writer.start()
+        worker_mod.Worker._pass(fake, {efd: _Logged("fd", log, efd), timer.fd: _Alarm(timer)},  # type: ignore[arg-type]
+                                timer, ep, ep_io)
+        writer.join()
+    finally:
+        for fd in (ep, ep_io):
+            fd.close()
+        timer.close()
+        os.close(efd)
+    assert fake.wakeups == 1
+    assert log[0][0] == "fd" and (log[0][1] >= at) == batched
+    assert [name for name, _ in log] == (["fd", "due"] if batched else ["fd"])
