@@ -26,8 +26,11 @@ from pyroute2.netlink.exceptions import NetlinkError
 from core.errors import CapabilityError
 from emu.cbuild import system_library
 
-#: Explicit tc priority: the kernel refuses to delete a filter by handle without one.
-FILTER_PRIO = 1
+#: Explicit tc priorities (the kernel refuses to delete a filter by handle without one).
+#: A hook runs its filters by rising priority: a link's loss filter comes before the port's
+#: own program (router, sink), because the frames it drops never reach the switch.
+LINK_FILTER_PRIO = 1
+FILTER_PRIO = 2
 PIN_ROOT = "/sys/fs/bpf/fabricemu"
 #: bpf_map_lookup_elem_flags: read a value under its bpf_spin_lock.
 BPF_F_LOCK = 4
@@ -171,8 +174,10 @@ def create_array_map(value_bytes: int, name: str) -> int:
     return fd
 
 
-def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingress: bool) -> None:
-    """Attach a direct-action cls_bpf filter on the port's clsact hook (adding clsact)."""
+def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingress: bool,
+                  prio: int = FILTER_PRIO) -> None:
+    """Attach a direct-action cls_bpf filter on the port's clsact hook (adding clsact). A
+    filter that lets a frame go on to the next one returns TC_ACT_UNSPEC, not TC_ACT_OK."""
     try:
         ipr.tc("add", "clsact", ifindex)
     except NetlinkError as e:
@@ -180,13 +185,13 @@ def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingres
             raise
     ipr.tc("add-filter", "bpf", ifindex, ":1", fd=prog_fd, name=name,
            parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, classid=1,
-           direct_action=True, prio=FILTER_PRIO)
+           direct_action=True, prio=prio)
 
 
-def detach_clsact(ipr: IPRoute, ifindex: int, *, ingress: bool) -> None:
+def detach_clsact(ipr: IPRoute, ifindex: int, *, ingress: bool, prio: int = FILTER_PRIO) -> None:
     """Delete the filter :func:`attach_clsact` added (clsact itself stays)."""
     ipr.tc("del-filter", "bpf", ifindex, ":1",
-           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, prio=FILTER_PRIO)
+           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, prio=prio)
 
 
 def remove_pins(run_id: str) -> bool:

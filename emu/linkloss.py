@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from emu.bpfload import attach_clsact, detach_clsact, libbpf, load_object
+from emu.bpfload import LINK_FILTER_PRIO, attach_clsact, detach_clsact, libbpf, load_object
 from emu.cbuild import compile_c
 
 FILTER_NAME = "fabricemu_loss"
@@ -51,7 +51,8 @@ class LinkLoss:
         prog_fd, map_fd = load_object(obj, "link_loss", ("loss_cfg",), what="link loss")
         try:
             ifindex = self.fab.port(node, peer).ifindex
-            attach_clsact(self.fab.ipr(node), ifindex, prog_fd, FILTER_NAME, ingress=True)
+            attach_clsact(self.fab.ipr(node), ifindex, prog_fd, FILTER_NAME, ingress=True,
+                          prio=LINK_FILTER_PRIO)
         except BaseException:
             os.close(map_fd)
             raise
@@ -79,6 +80,7 @@ class LinkLoss:
         """Remove every filter this object attached."""
         for (node, peer), fd in self._maps.items():
             with contextlib.suppress(Exception):
-                detach_clsact(self.fab.ipr(node), self.fab.port(node, peer).ifindex, ingress=True)
+                detach_clsact(self.fab.ipr(node), self.fab.port(node, peer).ifindex, ingress=True,
+                              prio=LINK_FILTER_PRIO)
             os.close(fd)
         self._maps.clear()

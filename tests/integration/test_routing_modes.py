@@ -73,6 +73,31 @@ def test_spray_sends_one_flow_over_both_uplinks():
         assert min(_send(fab, sock, "h3", 100).values()) > 0
 
 
+def test_a_lossy_link_drops_before_the_router_and_the_rest_is_still_routed():
+    """A link's loss filter shares the switch's ingress hook with its router: it runs
+    first, and what it keeps goes on to the router (the two once clashed: EEXIST)."""
+    from emu.linkloss import LinkLoss
+
+    if not LinkLoss.available():
+        pytest.skip("loss faults need clang for their BPF filter")
+    with _fabric("spray-rr") as fab, _flow(fab, "h1", 30002) as sock:
+        loss = LinkLoss(fab)
+        try:
+            loss.set("l1", "s1", 0.5)
+            delivered = fab.routers["l2"].counters().per_port["l2-eth1"]
+            assert _send(fab, sock, "h3", 200) == {"l1-eth3": 100, "l1-eth4": 100}
+            deadline = time.monotonic() + 10
+            while (fab.routers["l2"].counters().per_port["l2-eth1"] - delivered
+                   + loss.drops() < 200 and time.monotonic() < deadline):
+                time.sleep(0.005)
+            dropped = loss.drops()
+            # Half of the 100 frames through s1, binomially: 0 or 100 has odds 2^-99.
+            assert 0 < dropped < 100
+            assert fab.routers["l2"].counters().per_port["l2-eth1"] - delivered == 200 - dropped
+        finally:
+            loss.clear()
+
+
 def test_round_robin_spray_alternates_exactly():
     with _fabric("spray-rr") as fab, _flow(fab, "h1", 30001) as sock:
         assert _send(fab, sock, "h3", 100) == {"l1-eth3": 50, "l1-eth4": 50}
