@@ -6,7 +6,9 @@
 * :func:`load_object` opens and loads an object and returns dup'ed fds of one
   program and its maps, then closes the object: whoever attaches the program holds it.
 * :func:`attach_clsact` / :func:`detach_clsact`: a direct-action cls_bpf filter on a
-  port's clsact hook, through a pyroute2 IPRoute (no fork of ``tc``).
+  port's clsact hook, through a pyroute2 IPRoute (no fork of ``tc``);
+  :func:`attach_counted` builds, loads and attaches a program with one array map of u64,
+  read and set by :func:`read_u64` / :func:`write_u64` (loss filters, port counters).
 * Nothing is pinned by default; :func:`remove_pins` exists for runs that pin on purpose.
 """
 
@@ -24,7 +26,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from core.errors import CapabilityError
-from emu.cbuild import system_library
+from emu.cbuild import compile_c, system_library
 
 #: Explicit tc priorities (the kernel refuses to delete a filter by handle without one).
 #: A hook runs its filters by rising priority: a link's loss filter comes before the port's
@@ -192,6 +194,37 @@ def detach_clsact(ipr: IPRoute, ifindex: int, *, ingress: bool, prio: int = FILT
     """Delete the filter :func:`attach_clsact` added (clsact itself stays)."""
     ipr.tc("del-filter", "bpf", ifindex, ":1",
            parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, prio=prio)
+
+
+def attach_counted(ipr: IPRoute, ifindex: int, source: Path, program: str, map_name: str,
+                   name: str, *, ingress: bool, what: str, prio: int = FILTER_PRIO) -> int:
+    """Compile ``source``, load ``program`` with its one array map ``map_name`` and attach
+    it on the port's clsact hook; return the map's fd (the filter holds the program)."""
+    prog_fd, map_fd = load_object(compile_c(source, "bpf", what=what), program, (map_name,),
+                                  what=what)
+    try:
+        attach_clsact(ipr, ifindex, prog_fd, name, ingress=ingress, prio=prio)
+    except BaseException:
+        os.close(map_fd)
+        raise
+    finally:
+        os.close(prog_fd)
+    return map_fd
+
+
+def read_u64(fd: int, key: int, what: str) -> int:
+    """Entry ``key`` of a BPF array map of u64 values."""
+    k, v = ctypes.c_uint32(key), ctypes.c_uint64(0)
+    if libbpf().lib.bpf_map_lookup_elem(fd, ctypes.byref(k), ctypes.byref(v)) != 0:
+        raise OSError(ctypes.get_errno(), f"bpf_map_lookup_elem({what})")
+    return int(v.value)
+
+
+def write_u64(fd: int, key: int, value: int, what: str) -> None:
+    """Set entry ``key`` of a BPF array map of u64 values."""
+    k, v = ctypes.c_uint32(key), ctypes.c_uint64(value)
+    if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(k), ctypes.byref(v), 0) != 0:
+        raise OSError(ctypes.get_errno(), f"bpf_map_update_elem({what})")
 
 
 def remove_pins(run_id: str) -> bool:

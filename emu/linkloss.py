@@ -5,14 +5,12 @@ netem). Each direction's filter keeps its own probability and drop count."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from emu.bpfload import LINK_FILTER_PRIO, attach_clsact, detach_clsact, libbpf, load_object
-from emu.cbuild import compile_c
+from emu.bpfload import LINK_FILTER_PRIO, attach_counted, detach_clsact, read_u64, write_u64
 
 FILTER_NAME = "fabricemu_loss"
 _THRESHOLD_KEY, _DROPS_KEY = 0, 1
@@ -44,37 +42,18 @@ class LinkLoss:
             fd = self._maps.get((node, peer))
             if fd is None:
                 fd = self._attach(node, peer)
-            self._write(fd, _THRESHOLD_KEY, threshold_of(probability))
+            write_u64(fd, _THRESHOLD_KEY, threshold_of(probability), "loss_cfg")
 
     def _attach(self, node: str, peer: str) -> int:
-        obj = compile_c(loss_source(), "bpf", what="link loss")
-        prog_fd, map_fd = load_object(obj, "link_loss", ("loss_cfg",), what="link loss")
-        try:
-            ifindex = self.fab.port(node, peer).ifindex
-            attach_clsact(self.fab.ipr(node), ifindex, prog_fd, FILTER_NAME, ingress=True,
-                          prio=LINK_FILTER_PRIO)
-        except BaseException:
-            os.close(map_fd)
-            raise
-        finally:
-            os.close(prog_fd)
-        self._maps[(node, peer)] = map_fd
-        return map_fd
-
-    @staticmethod
-    def _write(fd: int, key: int, value: int) -> None:
-        k, v = ctypes.c_uint32(key), ctypes.c_uint64(value)
-        if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(k), ctypes.byref(v), 0) != 0:
-            raise OSError(ctypes.get_errno(), "bpf_map_update_elem(loss_cfg)")
+        fd = attach_counted(self.fab.ipr(node), self.fab.port(node, peer).ifindex, loss_source(),
+                            "link_loss", "loss_cfg", FILTER_NAME, ingress=True,
+                            what="link loss", prio=LINK_FILTER_PRIO)
+        self._maps[(node, peer)] = fd
+        return fd
 
     def drops(self) -> int:
         """Frames the filters dropped so far, all links together."""
-        total = 0
-        for fd in self._maps.values():
-            k, v = ctypes.c_uint32(_DROPS_KEY), ctypes.c_uint64(0)
-            if libbpf().lib.bpf_map_lookup_elem(fd, ctypes.byref(k), ctypes.byref(v)) == 0:
-                total += v.value
-        return total
+        return sum(read_u64(fd, _DROPS_KEY, "loss_cfg") for fd in self._maps.values())
 
     def clear(self) -> None:
         """Remove every filter this object attached."""

@@ -19,15 +19,13 @@ Two places lose frames when a link dies, and the kernel counts only one of them:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emu.bpfload import attach_clsact, detach_clsact, libbpf, load_object
-from emu.cbuild import compile_c
+from emu.bpfload import attach_counted, detach_clsact, read_u64
 from emu.ports import Port
 from emu.telemetry import port_stats
 
@@ -105,30 +103,15 @@ class LossLedger:
         out = {}
         for p in self.ports:
             row = stats.loc[p.name]
-            offered = (self._count(self._maps[p.name]) if p.name in self._maps
+            offered = (read_u64(self._maps[p.name], 0, "offered") if p.name in self._maps
                        else int(row.marker_packets))
             out[p.name] = offered - int(row.tx_packets) - int(row.drops) - int(row.backlog_packets)
         return out
 
     def _attach(self, port: Port) -> int:
-        obj = compile_c(counter_source(), "bpf", what="the port counter")
-        prog_fd, map_fd = load_object(obj, "port_count", ("offered",), what="the port counter")
-        try:
-            attach_clsact(self.fab.ipr(port.node), port.ifindex, prog_fd, FILTER_NAME,
-                          ingress=False)
-        except BaseException:
-            os.close(map_fd)
-            raise
-        finally:
-            os.close(prog_fd)
-        return map_fd
-
-    @staticmethod
-    def _count(fd: int) -> int:
-        k, v = ctypes.c_uint32(0), ctypes.c_uint64(0)
-        if libbpf().lib.bpf_map_lookup_elem(fd, ctypes.byref(k), ctypes.byref(v)) != 0:
-            raise OSError(ctypes.get_errno(), "bpf_map_lookup_elem(offered)")
-        return int(v.value)
+        return attach_counted(self.fab.ipr(port.node), port.ifindex, counter_source(),
+                              "port_count", "offered", FILTER_NAME, ingress=False,
+                              what="the port counter")
 
 
 def snmp_counters(text: str, prefix: str) -> dict[str, int]:

@@ -4,7 +4,7 @@
  * egress hook, i.e. BEFORE its qdisc. What the port neither sent nor dropped from its
  * queue nor still holds was lost there without a counter: the frames its queue held
  * when its link went down (the kernel flushes them), a frame sent into a dead port.
- * emu/portledger.py reads offered[0]; the frame always goes on (TC_ACT_OK).
+ * emu/lossledger.py reads offered[0]; the frame always goes on (TC_ACT_OK).
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
