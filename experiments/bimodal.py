@@ -41,7 +41,13 @@ from experiments.option_parsers import (
     parse_text,
     parse_topo,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    hash_draws_option,
+    with_common,
+)
 from experiments.progress import progress
 from experiments.rundir import Run
 from experiments.slowdown import fct_slowdown, ideal_fct_s, record_slowdown, size_bucket
@@ -77,8 +83,7 @@ OPTIONS: dict[str, Option] = with_common({
                           quick=64, parse=parse_int(1, MAX_SMALL)),
     "seed": Option(0, "draws the small messages' host pairs", parse=parse_int(0)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "hash_draws": Option(4, "random ECMP hash outcomes the model pools",
-                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "hash_draws": hash_draws_option(4, MAX_HASH_DRAWS, use="pools"),
 })
 
 

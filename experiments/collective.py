@@ -54,13 +54,18 @@ from experiments.option_parsers import (
     CC_HELP,
     parse_cc,
     parse_collective,
-    parse_int,
     parse_list,
     parse_sizes,
     parse_topo_at,
     split_topo_at,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    hash_draws_option,
+    with_common,
+)
 from experiments.progress import progress
 from experiments.rundir import Run
 from experiments.wanmodel import record_wan
@@ -109,8 +114,7 @@ OPTIONS: dict[str, Option] = with_common({
     "sizes": Option([256 << 10, 1 << 20, 4 << 20], "buffer sizes (NCCL-tests size)",
                     quick=[256 << 10, 1 << 20], parse=parse_sizes),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
-                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "hash_draws": hash_draws_option(16, MAX_HASH_DRAWS),
     "wan": Option(WAN_OFF, "two data centres: each fabric twice, joined by gateway switches "
                            "over a long link, DISTANCE[,rate=R][,buffer=B] (e.g. 100km,"
                            "rate=400G; 5 us/km, dilated by S); allreduce-hier then groups "

@@ -40,7 +40,13 @@ from experiments.option_parsers import (
     parse_topo_at,
     split_topo_at,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    hash_draws_option,
+    with_common,
+)
 from experiments.progress import progress
 from experiments.rundir import Run
 from experiments.training import layout_of
@@ -110,8 +116,7 @@ OPTIONS: dict[str, Option] = with_common({
                          "...; experiments.training); the default's TP rings cross leaves",
                          quick="tp=4", parse=parse_background),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "hash_draws": Option(4, "random ECMP hash outcomes the model averages",
-                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "hash_draws": hash_draws_option(4, MAX_HASH_DRAWS),
 })
 
 

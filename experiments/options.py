@@ -97,6 +97,13 @@ def resolve_options(spec: Mapping[str, Option], quick: bool, overrides: Mapping[
     return opts
 
 
+def hash_draws_option(default: int, maximum: int, use: str = "averages") -> Option:
+    """The ``hash_draws`` option of an experiment whose model prices ECMP hash draws
+    (``use``: what the model does with them)."""
+    return Option(default, f"random ECMP hash outcomes the model {use}",
+                  parse=parse_int(1, maximum))
+
+
 def check_topology(spec: str, scale: float, min_hosts: int = 2, option: str = "topo") -> int:
     """The hosts of ``spec`` (its graph is built: pure data, within the size caps), at
     least ``min_hosts``, and every link rate shaped accurately at ``scale``."""

@@ -32,11 +32,10 @@ from experiments.option_parsers import (
     CC_HELP,
     parse_cc,
     parse_collective,
-    parse_int,
     parse_sizes,
     parse_specs,
 )
-from experiments.options import CommonOptions, Option, with_common
+from experiments.options import CommonOptions, Option, hash_draws_option, with_common
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.claims import TIER_UTILISATION
@@ -55,8 +54,7 @@ OPTIONS: dict[str, Option] = with_common({
                          parse=parse_collective),
     "sizes": Option([4 << 20], "buffer sizes", quick=[1 << 20], parse=parse_sizes),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
-                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "hash_draws": hash_draws_option(16, MAX_HASH_DRAWS),
 })
 
 

@@ -24,12 +24,17 @@ from experiments.option_parsers import (
     CC_HELP,
     parse_cc,
     parse_collective,
-    parse_int,
     parse_list,
     parse_sizes,
     parse_topo,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    hash_draws_option,
+    with_common,
+)
 from experiments.rundir import Run
 
 NAME = "sweep"
@@ -45,8 +50,7 @@ OPTIONS: dict[str, Option] = with_common({
     "sizes": Option(SIZES, "message sizes (NCCL-tests size)", quick=[8, 64 << 10, 1 << 20],
                     parse=parse_sizes),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "hash_draws": Option(16, "random ECMP hash outcomes the model averages",
-                         parse=parse_int(1, collective.MAX_HASH_DRAWS)),
+    "hash_draws": hash_draws_option(16, collective.MAX_HASH_DRAWS),
 })
 
 

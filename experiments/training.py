@@ -34,7 +34,13 @@ from experiments.option_parsers import (
     parse_topo_at,
     split_topo_at,
 )
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    hash_draws_option,
+    with_common,
+)
 from experiments.progress import progress
 from experiments.rundir import Run
 from experiments.workload import MAX_HASH_DRAWS, NVLINK_SCALE, TOPO_HELP, parse_file, run_dag
@@ -98,8 +104,7 @@ OPTIONS: dict[str, Option] = with_common({
     "emit": Option("", "write the first layout's DAG here (docs/workloads.md); also "
                    "--emit F", parse=parse_file),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "hash_draws": Option(8, "random ECMP hash outcomes the model averages",
-                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "hash_draws": hash_draws_option(8, MAX_HASH_DRAWS),
 })
 
 

@@ -34,8 +34,14 @@ from core.messages import Workload
 from core.scaling import Scale, scale_keeping_frame_time
 from emu.fabric import Fabric
 from experiments.measure import engine_config, measure, model_graph, record_case
-from experiments.option_parsers import CC_HELP, parse_cc, parse_int, parse_topo_at, split_topo_at
-from experiments.options import CommonOptions, Option, check_topology, with_common
+from experiments.option_parsers import CC_HELP, parse_cc, parse_topo_at, split_topo_at
+from experiments.options import (
+    CommonOptions,
+    Option,
+    check_topology,
+    hash_draws_option,
+    with_common,
+)
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import predict_workload_hashed
@@ -79,8 +85,7 @@ OPTIONS: dict[str, Option] = with_common({
                    parse=parse_file),
     "topo": Option(DEFAULT_TOPO, TOPO_HELP, parse=parse_topo_at),
     "cc": Option("off", CC_HELP, parse=parse_cc),
-    "hash_draws": Option(8, "random ECMP hash outcomes the model averages",
-                         parse=parse_int(1, MAX_HASH_DRAWS)),
+    "hash_draws": hash_draws_option(8, MAX_HASH_DRAWS),
 })
 
 
