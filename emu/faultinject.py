@@ -2,8 +2,9 @@
 
 `FaultInjector` follows `topologies.faultspec.timeline` from the engine's clock zero
 (``run_workload``'s ``live`` hook hands it the shared clock): a link's physical change
-is applied to both ends at once (`Fabric.set_link_state`: each end's kernel drops or
-revives its next hops over the link, as a switch's local fast reroute does), and what
+is applied to both ends at once (`Fabric.set_link_state`: each end's kernel drops its
+next hops over the link, as a switch's local fast reroute does; it takes them back
+once the link has stayed up for the hold-down, when the timeline says so), and what
 the rest of the fabric learns a detection delay later is a `Fabric.reroute` around
 the links then known down (only changed routes are replaced). A rate fault changes
 the link's HTB classes in both directions (`emu.shaping.rate_change`), and its ECN
@@ -53,12 +54,17 @@ class Applied:
 
 class FaultInjector:
     """Applies ``faults`` to ``fab`` during one run (``detect_delay_s``: real s for
-    the fabric beyond a link's ends to learn of a change). Use ``watch`` as the run's
-    ``live`` hook, then read ``events()``; ``restore()`` after the run."""
+    the fabric beyond a link's ends to learn of a change; ``holddown_s``: real s a link
+    back up must stay up before its ends take it back, `faultspec.timeline`). Use
+    ``watch`` as the run's ``live`` hook, then read ``events()``; ``restore()`` after
+    the run."""
 
-    def __init__(self, fab: Any, faults: Sequence[Fault], detect_delay_s: float) -> None:
+    def __init__(self, fab: Any, faults: Sequence[Fault], detect_delay_s: float,
+                 holddown_s: float = 0.0) -> None:
         if not detect_delay_s >= 0:
             raise ParameterError("detect_delay", detect_delay_s, "must be >= 0")
+        if not holddown_s >= 0:
+            raise ParameterError("holddown", holddown_s, "must be >= 0")
         self.fab = fab
         self.faults = resolve(faults, fab.topo, fab.topo.describe())
         for f in self.faults:
@@ -66,6 +72,7 @@ class FaultInjector:
                 raise ParameterError("faults", f.text(), "loss applies to switch-to-switch "
                                      "links (a host's NIC reads frames before any filter)")
         self.detect_delay_s = detect_delay_s
+        self.holddown_s = holddown_s
         self.applied: list[Applied] = []
         self.error: str | None = None
         self._stop = threading.Event()
@@ -110,7 +117,8 @@ class FaultInjector:
         t0_ns = int(shared.t0_ns.value)
         scale = self.fab.scale
         try:
-            for batch in _batches(timeline(self.faults, self.fab.topo, self.detect_delay_s)):
+            for batch in _batches(timeline(self.faults, self.fab.topo, self.detect_delay_s,
+                                               self.holddown_s)):
                 wait_s = (t0_ns + scale.emu_ns(batch[0].at_s) - time.monotonic_ns()) / 1e9
                 if wait_s > 0 and self._stop.wait(wait_s):
                     return

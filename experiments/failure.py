@@ -4,8 +4,10 @@ all-reduce and an all-to-all, against the same collective without failure.
 Cases, for each collective: no failure; ``link`` down at ``fail_at`` (real time) at
 every detection delay (its ends reroute at once, the rest of the fabric after the
 delay: `emu.faultinject`); ``degraded_link`` at ``degraded_rate`` of its rate from the
-start; ``flap_link`` flapping (``flap``, with the first non-zero detection delay); and the
-user's own ``faults``, if any, at every detection delay. Engine go-back-N recovers
+start; ``flap_link`` flapping (``flap``, with ``detect_delay``; a link back up is routed over
+again once it has stayed up for ``holddown``, so a flap with shorter up phases is a
+link down from its first down phase on); and the user's own ``faults``, if any, at
+every detection delay. Engine go-back-N recovers
 what the black hole took.
 
 Per case: completion time and busbw, frames the fabric lost (no route, at the dead
@@ -68,7 +70,14 @@ from model.failurecost import (
     nak_recovery_s,
     ring_slowest_link_s,
 )
-from topologies.faultspec import Fault, check_times, format_faults, parse_faults, resolve
+from topologies.faultspec import (
+    Fault,
+    check_times,
+    format_faults,
+    held_down_from,
+    parse_faults,
+    resolve,
+)
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
@@ -95,7 +104,8 @@ SLOWEST_LINK = prediction(0.05, "slowest-link model: the ring at its slowest hop
 #: the hash; the model is the mean over draws, an estimate of any one run.
 SLOW_LINK_HASHED = estimate("the collective's DAG on the fabric with the slow link, the "
                             "mean over ECMP hash draws (a run is one draw)")
-#: A flap or a user's faults: never faster than without failure.
+#: A flap re-admitted between its down phases (up phases longer than the hold-down), or
+#: a user's faults: never faster than without failure.
 NO_FAILURE_BOUND = Claim(Kind.LOWER_BOUND, None, "the same collective without failure")
 HASH_DRAWS = 16
 
@@ -270,7 +280,7 @@ def reroute_s(events: pd.DataFrame) -> float:
 
 def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) -> None:
     workload = build_workload(fab.topo, case.collective, opts.size)
-    injector = FaultInjector(fab, case.faults, case.detect_s)
+    injector = FaultInjector(fab, case.faults, case.detect_s, opts.holddown)
     try:
         m = measure(fab, workload, engine_config(opts.cc, workers=opts.workers),
                     during=injector.watch)
@@ -294,6 +304,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     fail_at = min((f.at_s for f in case.faults), default=0.0)
     row = {"case": case.name, "collective": case.collective, "kind": case.kind,
            "faults": format_faults(case.faults), "detect_s": case.detect_s,
+           "holddown_s": opts.holddown,
            "size_bytes": opts.size, "time_s": time_s, "busbw_bps": busbw,
            "time_model_s": model_s, "claim": claim.label, **model_row,
            "frames_lost": lost.total, "frames_no_route": lost.no_route,
@@ -323,6 +334,7 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
     """The case's model time, its claim and its parts; ``hit``: a message had to
     resend frames."""
     graph = model_graph(fab)
+    case = as_link_down(case, opts.holddown)
     if case.kind == "none":
         return nofail_s, ALPHABETA, {"model_nofail_s": nofail_s}
     f = case.faults[0]
@@ -353,6 +365,20 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
             "model_capacity_s": model.capacity_s, "model_recovery_s": model.recovery_s,
             "model_reroute_s": model.reroute_s}
     return nofail_s, NO_FAILURE_BOUND, {"model_nofail_s": nofail_s}
+
+
+def as_link_down(case: Case, holddown_s: float) -> Case:
+    """A flap held down (`faultspec.held_down_from`: never re-admitted while it flaps,
+    and the case's flap never ends) as the link down it is, at its first down phase;
+    any other case as it is."""
+    if case.kind != "flap":
+        return case
+    (flap,) = case.faults
+    down_at_s = held_down_from(flap, holddown_s)
+    if down_at_s is None:
+        return case
+    return Case(case.name, case.collective, "down", (Fault("down", flap.nodes, down_at_s),),
+                case.detect_s)
 
 
 def hashed_onto(fab: Fabric, workload: Any, link: tuple[str, ...]) -> bool:

@@ -1,7 +1,7 @@
 """The common ``faults`` option at work: every case of a run fails as ``faults`` says.
 
-`planned` (the runner, around an experiment's execute) names the run's faults and
-detection delay; `with_faults` (``experiments.measure.measure``, for each case it runs)
+`planned` (the runner, around an experiment's execute) names the run's faults, their
+detection delay and hold-down; `with_faults` (``experiments.measure.measure``, for each case it runs)
 checks them against the case (nodes and links on its fabric, every fault starting
 before the case's modelled end) and applies them with an `emu.faultinject.FaultInjector`
 whose ``watch`` is the run's ``during`` hook, and keeps the applied events and the
@@ -22,15 +22,15 @@ from emu.faultinject import FaultInjector, require_faults_supported
 from model.alphabeta import predict_workload
 from topologies.faultspec import Fault, check_times, format_faults, parse_faults, resolve
 
-#: The faults of the run going on and their detection delay (real s).
-_PLAN: ContextVar[tuple[tuple[Fault, ...], float]] = ContextVar("fabricemu_faults",
-                                                                default=((), 0.0))
+#: The faults of the run going on, their detection delay and hold-down (real s).
+_PLAN: ContextVar[tuple[tuple[Fault, ...], float, float]] = ContextVar(
+    "fabricemu_faults", default=((), 0.0, 0.0))
 
 
 @contextmanager
-def planned(faults: Any, detect_delay_s: float) -> Iterator[None]:
+def planned(faults: Any, detect_delay_s: float, holddown_s: float = 0.0) -> Iterator[None]:
     """Every case measured inside fails as ``faults`` (the option's text) says."""
-    token = _PLAN.set((tuple(parse_faults(faults)), detect_delay_s))
+    token = _PLAN.set((tuple(parse_faults(faults)), detect_delay_s, holddown_s))
     try:
         yield
     finally:
@@ -43,7 +43,7 @@ def injected(fab: Any, workload: Any, graph: Any) -> Iterator[FaultInjector | No
     there are none); ``graph``: the model's graph of ``fab``, which gives the case's
     length. ParameterError (one line) for a node or link ``fab`` lacks or a fault that
     starts after the case ends; the fabric is restored when the case ends."""
-    faults, detect_delay_s = _PLAN.get()
+    faults, detect_delay_s, holddown_s = _PLAN.get()
     if not faults:
         yield None
         return
@@ -51,7 +51,7 @@ def injected(fab: Any, workload: Any, graph: Any) -> Iterator[FaultInjector | No
     resolved = resolve(faults, fab.topo, fab.topo.describe())
     ends_s = predict_workload(workload, graph, fab.routes.paths).completion_s
     check_times([f for f in resolved if f.kind != "up"], ends_s, f"{workload.name} (model)")
-    injector = FaultInjector(fab, resolved, detect_delay_s)
+    injector = FaultInjector(fab, resolved, detect_delay_s, holddown_s)
     try:
         yield injector
     finally:

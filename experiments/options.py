@@ -218,7 +218,7 @@ def check_faults(opts: Mapping[str, Any]) -> None:
         resolve(faults, build_topo(spec), spec)
 
 
-#: Every experiment's ``faults`` and ``detect_delay`` (``emu.faultinject``).
+#: Every experiment's ``faults``, ``detect_delay`` and ``holddown`` (``emu.faultinject``).
 FAULTS = Option("none", "failures during every measured case, in real time after its start: "
                         "TARGET:ACTION@TIME;... e.g. 'agg1-core2:down@50us;edge3:down@80us;"
                         "agg2-core1:rate=25%@0;agg3-core3:flap=20us/10us@0' "
@@ -228,6 +228,12 @@ DETECT_DELAY = Option(50e-6, "faults: real time until the fabric beyond a link's
                              "that it went down or up and reroutes (BFD-like; the ends "
                              "drop or take back their next hop at once)",
                       parse=lambda v: parse_time_s(v, "detect_delay"))
+#: 1 ms outlasts the up phase of any flap this emulator applies on time within a run of
+#: a few ms, so a flapping link is held down rather than re-admitted each time.
+HOLDDOWN = Option(1e-3, "faults: real time a link back up must stay up before its ends, and "
+                        "then the rest of the fabric, route over it again (an interface's "
+                        "up hold-time: Junos hold-time up, IOS carrier-delay up); 0: at once",
+                  parse=lambda v: parse_time_s(v, "holddown"))
 
 
 #: Every experiment's ``metrics_port`` option (``experiments.exporter``).
@@ -263,7 +269,7 @@ WATCH_OPTIONS = ("metrics_port",)
 #: The options every experiment takes, declared once (`with_common` adds them): S,
 #: how each case is measured (attempts, workers, capture, transport) and watched
 #: (metrics_port), how its fabrics route (routing, flowlet_gap) and what fails during
-#: each case (faults, detect_delay).
+#: each case (faults, detect_delay, holddown).
 COMMON_OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
     "attempts": ATTEMPTS,
@@ -275,6 +281,7 @@ COMMON_OPTIONS: dict[str, Option] = {
     "transport": TRANSPORT,
     "faults": FAULTS,
     "detect_delay": DETECT_DELAY,
+    "holddown": HOLDDOWN,
 }
 
 
@@ -320,6 +327,7 @@ class CommonOptions(ExperimentOptions):
     transport: str
     faults: str
     detect_delay: float
+    holddown: float
 
     def fabric_routing(self) -> dict[str, Any]:
         """The routing options as ``emu.fabric.Fabric``'s keyword arguments."""

@@ -108,7 +108,8 @@ def run_experiment(name: str, options: Mapping[str, Option],
             if resume:
                 rec.resume()
             rec.start()
-            with planned(opts.get("faults"), opts.get("detect_delay", 0.0)):
+            with planned(opts.get("faults"), opts.get("detect_delay", 0.0),
+                         opts.get("holddown", 0.0)):
                 execute(rec, typed)
         except BaseException as e:
             # A long sweep keeps what its finished cases measured: the run directory is

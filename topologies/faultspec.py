@@ -260,11 +260,11 @@ Op = Literal["link", "learn", "rate", "loss"]
 
 @dataclass(frozen=True)
 class Action:
-    """What happens to the fabric at ``at_s`` (real s after the start): ``link``, a
-    link's physical state changes (``up``: the ends see it at once); ``learn``, the
-    rest of the fabric learns that state and reroutes; ``rate``/``loss``: the link's
-    rate fraction or loss probability (``value``) from then on. ``fault``: the
-    event's own text, for the record."""
+    """What happens to the fabric at ``at_s`` (real s after the start): ``link``, the
+    state its two ends give a link changes (down: at once; up: once the link has stayed
+    up for the hold-down, `timeline`); ``learn``, the rest of the fabric learns that
+    state and reroutes; ``rate``/``loss``: the link's rate fraction or loss probability
+    (``value``) from then on. ``fault``: the event's own text, for the record."""
 
     at_s: float
     op: Op
@@ -274,73 +274,130 @@ class Action:
     fault: str = ""
 
 
-def timeline(faults: Sequence[Fault], topo: FabricTopo, detect_delay_s: float) -> Iterator[Action]:
+# Ranks of the timeline's events at equal times: faults and flap toggles, then
+# detections, then hold-down expiries (a link down at the very instant its hold-down
+# ends is not re-admitted).
+_CHANGE, _DETECT, _HOLD = 0, 1, 2
+
+
+def timeline(faults: Sequence[Fault], topo: FabricTopo, detect_delay_s: float,
+             holddown_s: float = 0.0) -> Iterator[Action]:
     """The actions ``faults`` (resolved: `resolve`) cause, in time order, without end
     while a link flaps. A link is physically down while it is down itself (down, a
-    flap's down phase) or a switch at either end is; the rest of the fabric learns a
-    change ``detect_delay_s`` after it, if it still holds then (as BFD misses a flap
-    shorter than its detection time); the link's ends learn it at once."""
-    heap: list[tuple[float, int, int, object]] = []
-    seq = 0
+    flap's down phase) or a switch at either end is. Its ends take it out of their
+    multipath sets at once when it goes down, and back only once it has stayed up for
+    ``holddown_s`` (an interface's up hold-time: Junos ``hold-time up``, IOS
+    ``carrier-delay up``: a transition to up is not advertised until the interface has
+    remained up that long; 0: at once); the rest of the fabric learns the state the
+    ends give it ``detect_delay_s`` after it, if it still holds then (as BFD misses a
+    flap shorter than its detection time). So a link flapping with up phases no longer
+    than the hold-down is down from its first down phase until the hold-down after
+    the flap ends (`held_down_from`)."""
+    return _Timeline(topo, detect_delay_s, holddown_s).run(faults)
 
-    def push(at_s: float, rank: int, item: object) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (at_s, rank, seq, item))
-        seq += 1
 
-    for f in faults:
-        push(f.at_s, 0, f)
-    own_down: set[Link] = set()       # a link down by its own faults
-    switches_down: set[str] = set()
-    flapping: dict[Link, Fault] = {}  # the flap in force on a link
-    physical_down: set[Link] = set()
-    learned_down: set[Link] = set()
-    changed_at: dict[Link, float] = {}
-    cause: dict[Link, str] = {}
+def held_down_from(flap: Fault, holddown_s: float) -> float | None:
+    """When a flap takes its link down for as long as it flaps (real s), or None: a
+    flap whose up phases are no longer than the hold-down never brings the link back
+    (`timeline`), so from its first down phase it is a link down."""
+    if flap.kind != "flap" or not 0 < float(flap.up_s or 0.0) <= holddown_s:
+        return None
+    return flap.at_s + float(flap.up_s or 0.0)
 
-    def physical(link: Link) -> bool:
-        return link in own_down or bool(link & switches_down)
 
-    while heap:
-        at_s, rank, _, item = heapq.heappop(heap)
-        if rank == 1:  # a detection check: (link, state seen, when it changed)
-            link, down, since = item  # type: ignore[misc]
-            if changed_at.get(link) == since and (link in learned_down) != down:
-                (learned_down.add if down else learned_down.discard)(link)
-                yield Action(at_s, "learn", link, up=not down, fault=cause[link])
-            continue
+class _Timeline:
+    """`timeline`'s state: the faults in force and each link's physical state, the
+    state its ends give it and the state the rest of the fabric has learned."""
+
+    def __init__(self, topo: FabricTopo, detect_delay_s: float, holddown_s: float) -> None:
+        self.topo = topo
+        self.detect_delay_s = detect_delay_s
+        self.holddown_s = holddown_s
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.seq = 0
+        self.own_down: set[Link] = set()       # a link down by its own faults
+        self.switches_down: set[str] = set()
+        self.flapping: dict[Link, Fault] = {}  # the flap in force on a link
+        self.physical_down: set[Link] = set()
+        self.physical_at: dict[Link, float] = {}  # its last physical change
+        self.ends_down: set[Link] = set()         # down as its ends give it
+        self.ends_at: dict[Link, float] = {}
+        self.learned_down: set[Link] = set()
+        self.cause: dict[Link, str] = {}
+
+    def push(self, at_s: float, rank: int, item: object) -> None:
+        heapq.heappush(self.heap, (at_s, rank, self.seq, item))
+        self.seq += 1
+
+    def run(self, faults: Sequence[Fault]) -> Iterator[Action]:
+        for f in faults:
+            self.push(f.at_s, _CHANGE, f)
+        while self.heap:
+            at_s, rank, _, item = heapq.heappop(self.heap)
+            if rank == _DETECT:  # (link, state its ends gave it, since when)
+                link, down, since = item  # type: ignore[misc]
+                if self.ends_at.get(link) == since and (link in self.learned_down) != down:
+                    (self.learned_down.add if down else self.learned_down.discard)(link)
+                    yield Action(at_s, "learn", link, up=not down, fault=self.cause[link])
+            elif rank == _HOLD:  # (link, when it came up)
+                link, since = item  # type: ignore[misc]
+                if self.physical_at.get(link) == since and link not in self.physical_down:
+                    yield from self.report(at_s, link, down=False)
+            elif isinstance(item, Fault) and item.kind in ("rate", "loss"):
+                yield Action(at_s, item.kind, frozenset(item.nodes), value=float(item.value or 0.0),
+                             fault=item.text())
+            else:
+                text, touched = self.change(at_s, item)
+                for link in touched:
+                    yield from self.physical(at_s, link, text)
+
+    def change(self, at_s: float, item: object) -> tuple[str, list[Link]]:
+        """Apply a link or switch fault, or a flap's toggle: its text and the links whose
+        physical state it may change."""
         if isinstance(item, tuple):  # a flap's toggle: (its fault, the phase that starts)
             f, down = item
             link = frozenset(f.nodes)
-            if flapping.get(link) is not f:
-                continue
-            (own_down.add if down else own_down.discard)(link)
-            push(at_s + (f.down_s if down else f.up_s), 0, (f, not down))
-            touched = [link]
-        else:
-            f = item  # type: ignore[assignment]
-            assert isinstance(f, Fault)
-            link = frozenset(f.nodes)
-            if f.kind in ("rate", "loss"):
-                yield Action(at_s, f.kind, link, value=float(f.value or 0.0), fault=f.text())
-                continue
-            if not f.is_link:
-                (switches_down.add if f.kind == "down" else switches_down.discard)(f.nodes[0])
-                touched = links_of(topo, f.nodes[0])
-            else:
-                flapping.pop(link, None)
-                if f.kind == "flap":
-                    flapping[link] = f
-                    push(at_s + float(f.up_s or 0.0), 0, (f, True))
-                    continue
-                (own_down.add if f.kind == "down" else own_down.discard)(link)
-                touched = [link]
-        for link in touched:
-            down = physical(link)
-            if down == (link in physical_down):
-                continue
-            (physical_down.add if down else physical_down.discard)(link)
-            changed_at[link] = at_s
-            cause[link] = f.text()
-            yield Action(at_s, "link", link, up=not down, fault=cause[link])
-            push(at_s + detect_delay_s, 1, (link, down, at_s))
+            if self.flapping.get(link) is not f:
+                return f.text(), []
+            (self.own_down.add if down else self.own_down.discard)(link)
+            # No up phase of this flap outlasts the hold-down: its ends give the link
+            # down until the flap ends whatever it does, so it stays down (and the
+            # timeline does not spin through toggles that change nothing).
+            if not (down and held_down_from(f, self.holddown_s) is not None):
+                self.push(at_s + (f.down_s if down else f.up_s), _CHANGE, (f, not down))
+            return f.text(), [link]
+        f = item
+        assert isinstance(f, Fault)
+        link = frozenset(f.nodes)
+        if not f.is_link:
+            (self.switches_down.add if f.kind == "down" else self.switches_down.discard)(f.nodes[0])
+            return f.text(), links_of(self.topo, f.nodes[0])
+        self.flapping.pop(link, None)
+        if f.kind == "flap":
+            self.flapping[link] = f
+            self.push(at_s + float(f.up_s or 0.0), _CHANGE, (f, True))
+            return f.text(), []
+        (self.own_down.add if f.kind == "down" else self.own_down.discard)(link)
+        return f.text(), [link]
+
+    def physical(self, at_s: float, link: Link, cause: str) -> Iterator[Action]:
+        """The link's physical state after a change (``cause``): a down reaches its ends
+        at once, an up once the hold-down has passed without another down."""
+        down = link in self.own_down or bool(link & self.switches_down)
+        if down == (link in self.physical_down):
+            return
+        (self.physical_down.add if down else self.physical_down.discard)(link)
+        self.physical_at[link] = at_s
+        self.cause[link] = cause
+        if not down and self.holddown_s > 0:
+            self.push(at_s + self.holddown_s, _HOLD, (link, at_s))
+        elif not (down and link in self.ends_down):  # down while held: its ends knew
+            yield from self.report(at_s, link, down=down)
+
+    def report(self, at_s: float, link: Link, down: bool) -> Iterator[Action]:
+        """The link's ends give it a new state; the rest of the fabric checks it after
+        the detection delay."""
+        (self.ends_down.add if down else self.ends_down.discard)(link)
+        self.ends_at[link] = at_s
+        yield Action(at_s, "link", link, up=not down, fault=self.cause[link])
+        self.push(at_s + self.detect_delay_s, _DETECT, (link, down, at_s))

@@ -24,10 +24,12 @@ def resolve(name: str, **overrides: str):
 @pytest.mark.parametrize("name", ["incast", "fairness", "sweep", "demo"])
 def test_every_experiment_takes_faults_and_records_them_normalised(name):
     raw, opts = resolve(name, faults=" agg1-core2 : down@50us ; edge3-agg3:rate=25%@0",
-                        detect_delay="1ms")
+                        detect_delay="1ms", holddown="250us")
     assert raw["faults"] == "edge3-agg3:rate=0.25@0us;agg1-core2:down@50us" == opts.faults
     assert opts.detect_delay == pytest.approx(1e-3)
+    assert raw["holddown"] == opts.holddown == pytest.approx(250e-6)
     assert resolve(name)[1].faults == "none"
+    assert resolve(name)[1].holddown == pytest.approx(1e-3)
 
 
 @pytest.mark.parametrize(("name", "faults", "why"), [
@@ -43,9 +45,11 @@ def test_unknown_nodes_and_links_are_one_line_errors(name, faults, why):
     assert "\n" not in str(e.value) and "faults" in str(e.value)
 
 
-def test_a_bad_detection_delay_is_refused():
+def test_a_bad_detection_delay_or_holddown_is_refused():
     with pytest.raises(ParameterError, match="detect_delay"):
         resolve("incast", detect_delay="-3us")
+    with pytest.raises(ParameterError, match="holddown"):
+        resolve("incast", holddown="-3us")
 
 
 class FakeFabric:
@@ -106,7 +110,8 @@ def test_the_frames_the_faults_cost_reach_the_gate_as_drops(monkeypatch):
     class Injector:
         error = None
 
-        def __init__(self, fab, faults, detect_delay_s):
+        def __init__(self, fab, faults, detect_delay_s, holddown_s):
+            assert (detect_delay_s, holddown_s) == (0.0, 2e-3)  # as planned
             self.restored = False
 
         def watch(self, shared):
@@ -125,7 +130,7 @@ def test_the_frames_the_faults_cost_reach_the_gate_as_drops(monkeypatch):
     monkeypatch.setattr(faultrun, "FaultInjector", Injector)
     fab = FakeFabric("leafspine,2,2,2")
     one = Workload("one", [Message(0, "h1", "h4", 1 << 20)], ["h1", "h4"], 1 << 20)
-    with planned("l1-s1:down@1us", 0.0):
+    with planned("l1-s1:down@1us", 0.0, 2e-3):
         m = faultrun.with_faults(fab, one, topo_graph(fab.topo),
                                  lambda hook: Measurement(*([None] * 7)))
     assert m.failure_drops == 6 and m.fault_events == "events"

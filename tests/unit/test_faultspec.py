@@ -16,6 +16,7 @@ from topologies.faultspec import (
     Fault,
     check_times,
     format_faults,
+    held_down_from,
     links_going_down,
     parse_faults,
     resolve,
@@ -95,9 +96,50 @@ def test_the_parser_ends_in_faults_or_a_parameter_error(text):
         assert "\n" not in str(e)
 
 
-def actions(text, delay_s, until_s=1.0):
+def actions(text, delay_s, until_s=1.0, holddown_s=0.0):
     faults = resolve(parse_faults(text), TOPO)
-    return list(itertools.takewhile(lambda a: a.at_s <= until_s, timeline(faults, TOPO, delay_s)))
+    return list(itertools.takewhile(lambda a: a.at_s <= until_s,
+                                    timeline(faults, TOPO, delay_s, holddown_s)))
+
+
+def at_us(got):
+    return [(round(a.at_s * 1e6, 3), a.op, a.up) for a in got]
+
+
+def test_a_link_back_up_is_readmitted_after_the_holddown_by_its_ends_then_the_fabric():
+    got = at_us(actions("a1-c2:down@50us;a1-c2:up@1ms", 100e-6, holddown_s=300e-6))
+    assert got == [(50, "link", False), (150, "learn", False), (1300, "link", True),
+                   (1400, "learn", True)]
+
+
+def test_a_flap_is_held_down_from_its_first_down_until_the_holddown_after_it_ends():
+    text = "a3-c1:flap=20us/10us@0;a3-c1:up@500us"
+    got = at_us(actions(text, 50e-6, holddown_s=100e-6))
+    assert got == [(20, "link", False), (70, "learn", False), (600, "link", True),
+                   (650, "learn", True)]
+    (flap, _) = resolve(parse_faults(text), TOPO)
+    assert held_down_from(flap, 100e-6) == pytest.approx(20e-6)
+    # an up phase as long as the hold-down: the down at its end comes first
+    assert at_us(actions("a3-c1:flap=100us/10us@0", 50e-6, until_s=1e-3, holddown_s=100e-6)) \
+        == [(100, "link", False), (150, "learn", False)]
+    assert held_down_from(flap, 20e-6) == pytest.approx(20e-6)
+
+
+def test_an_up_phase_longer_than_the_holddown_readmits_the_link():
+    got = at_us(actions("a3-c1:flap=100us/10us@0", 5e-6, until_s=260e-6, holddown_s=40e-6))
+    assert got == [(100, "link", False), (105, "learn", False), (150, "link", True),
+                   (155, "learn", True), (210, "link", False), (215, "learn", False),
+                   (260, "link", True)]
+    (flap,) = resolve(parse_faults("a3-c1:flap=100us/10us@0"), TOPO)
+    assert held_down_from(flap, 40e-6) is None
+    assert held_down_from(flap, 0.0) is None
+    assert held_down_from(resolve(parse_faults("a3-c1:down@0"), TOPO)[0], 1.0) is None
+
+
+def test_a_switch_back_up_holds_each_of_its_links_down():
+    got = actions("c1:down@10us;c1:up@500us", 0.0, holddown_s=200e-6)
+    ups = {round(a.at_s * 1e6, 3) for a in got if a.up}
+    assert ups == {700.0} and sum(a.up for a in got) == 8
 
 
 def test_a_link_up_again_before_detection_is_never_learned():
