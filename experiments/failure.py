@@ -34,12 +34,14 @@ from core.errors import FabricEmuError, ParameterError
 from core.frame import WIRE_FRAME_BYTES
 from core.scaling import Scale
 from core.units import format_size, format_time, parse_time_s
+from emu.ecn.backend import CHOICES as MARKING_CHOICES
 from emu.fabric import Fabric
 from emu.faultinject import FaultInjector, require_faults_supported
 from experiments.measure import Measurement, engine_config, gate, measure, model_graph, record_case
 from experiments.option_parsers import (
     CC_HELP,
     parse_cc,
+    parse_choice,
     parse_collective,
     parse_list,
     parse_size,
@@ -146,6 +148,10 @@ OPTIONS: dict[str, Option] = with_common({
     "flap_link": Option("a1-c1", "the link that flaps (A-B)", parse=parse_text),
     "flap": Option("20us/10us", "its flap: UP/DOWN durations (real)", parse=parse_flap),
     "cc": Option("off", CC_HELP, parse=parse_cc),
+    "marking": Option("off", "ECN marking at the switches' ports: off | bpf | red | auto; "
+                             "with bpf, a dead link's ports count what they are offered "
+                             "with the marker's own counter (emu.lossledger)",
+                      parse=parse_choice(*MARKING_CHOICES)),
 }, faults=Option("none", "further faults of your own, one more case at every detection "
                          "delay: TARGET:ACTION@TIME;... (topologies.faultspec)",
                  parse=parse_faults_option),
@@ -168,6 +174,7 @@ class Options(CommonOptions):
     flap_link: str
     flap: str
     cc: str
+    marking: str
 
 
 @dataclass(frozen=True)
@@ -420,7 +427,7 @@ def execute(run: Run, opts: Options) -> None:
                 advance(case.name)
         if all(run.finished(c.name) for c in all_cases):
             return
-        with Fabric(topo, Scale(opts.scale), marking="off") as fab:
+        with Fabric(topo, Scale(opts.scale), marking=opts.marking) as fab:
             run.fabric(opts.topo, fab)
             nofail = {name: price(build_workload(topo, name, opts.size), model_graph(fab),
                                   fab.routes, opts.size) for name in opts.collectives}

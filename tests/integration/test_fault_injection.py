@@ -59,12 +59,12 @@ def config():
     return engine_config("off", rto_s=RTO_S)
 
 
-def run_with(fab, text: str, detect_s: float):
+def run_with(fab, text: str, detect_s: float, holddown_s: float = 0.0):
     from emu.faultinject import FaultInjector
     from experiments.measure import measure
     from topologies.faultspec import parse_faults
 
-    injector = FaultInjector(fab, parse_faults(text), detect_s)
+    injector = FaultInjector(fab, parse_faults(text), detect_s, holddown_s)
     workload = cross_leaf(fab)
     try:
         m = measure(fab, workload, config(), during=injector.watch)
@@ -101,6 +101,19 @@ def test_a_link_down_and_up_recovers_everything(fab, detect_s):
     assert not dead and not known
     assert after == before  # routes restored when the link came back
     assert kernel_routes(fab) == before
+
+
+def test_a_flap_is_held_down_until_the_holddown_after_it_ends(fab):
+    """Up phases of 5 us under a 10 us hold-down: down once at 15 us, back at 40 us."""
+    before = kernel_routes(fab)
+    m, events, after, (dead, known), n = run_with(
+        fab, "l1-s1:flap=5us/5us@10us;l1-s1:up@30us", 5e-6, holddown_s=10e-6)
+    assert int(m.messages.completed.sum()) == n
+    got = [(e.op, bool(e.up), round(e.planned_s * 1e6, 3)) for e in events.itertuples()]
+    assert got == [("link", False, 15), ("learn", False, 20), ("link", True, 40),
+                   ("learn", True, 45)]
+    assert (events.applied_s >= events.planned_s - 1e-9).all()
+    assert not dead and not known and after == before
 
 
 def test_a_switch_down_and_up_recovers_everything(fab):
@@ -156,3 +169,35 @@ def test_random_loss_on_both_uplinks_is_recovered(fab):
     assert not retransmissions_explained(fab, m, workload)
     m.failure_drops = lost.total
     assert retransmissions_explained(fab, m, workload)
+
+
+def test_a_marked_fabric_counts_a_dead_links_loss_with_its_markers():
+    """With the BPF ECN marker on the switches' ports, the ledger reads what a dead
+    link's switch ports were offered from the markers (no counter of its own there):
+    every frame sent and not received is a queue drop or a counted loss."""
+    from core.scaling import Scale
+    from emu.ecn.backend import probe_backends
+    from emu.fabric import Fabric
+    from emu.faultinject import FaultInjector
+    from experiments.measure import measure
+    from topologies.faultspec import parse_faults
+    from topologies.spec import build_topo
+
+    if not probe_backends()["bpf"]["ok"]:
+        pytest.skip(f"BPF marking unavailable: {probe_backends()['bpf'].get('why')}")
+    with Fabric(build_topo("leafspine,2,2,2"), Scale(SCALE), marking="bpf") as marked:
+        injector = FaultInjector(marked, parse_faults("l1-s1:down@10us"), 15e-6)
+        # l1-s1's two switch ports count with their markers: no counter of the ledger's
+        assert injector.ledger._maps == {}
+        workload = cross_leaf(marked)
+        try:
+            m = measure(marked, workload, config(), during=injector.watch)
+            lost = injector.lost_frames()
+        finally:
+            injector.restore()
+        m.failure_drops = lost.total
+        assert int(m.messages.completed.sum()) == len(workload.messages)
+        assert int(m.messages.retransmitted.sum()) > 0 and lost.total > 0
+        assert (m.stats.packets_sent - m.stats.packets_received
+                - int(m.ports.drops.sum()) - lost.total) == 0
+        assert retransmissions_explained(marked, m, workload)
