@@ -337,7 +337,7 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
     demo_module.execute(None, opts)
     common = {"scale": 150000.0, "attempts": 2, "workers": 1, "capture": ["h1"], "metrics_port": None,
               "routing": "ecmp", "flowlet_gap": 10e-6, "transport": "gbn",
-              "faults": "none", "detect_delay": 50e-6}
+              "faults": "none", "detect_delay": 50e-6, "holddown": 1e-3}
     assert seen["incast"] == [incast.Options(
         topo="fattree,4", senders=2, size=1 << 20, cc=["off", "dcqcn"], dcqcn="paper",
         thresholds=["100K/400K"], pmax=0.2, **common)]
@@ -350,4 +350,4 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
         topos=["fattree,4"], collectives=opts.collectives, sizes=opts.sizes, cc="off",
         hash_draws=16, scale=150000.0, attempts=2, workers="auto", capture=[], metrics_port=None,
         routing="ecmp", flowlet_gap=10e-6, transport="gbn", faults="none",
-        detect_delay=50e-6)
+        detect_delay=50e-6, holddown=1e-3)
