@@ -91,14 +91,15 @@ static void sr_rack_lost(struct tx_sr *s)
 	}
 }
 
-/* SrSender._probe: the tail-loss probe sends the last frame again, unless something
- * is due anyway or the responder said it holds the last frame. */
+/* SrSender._probe: the tail-loss probe sends again the frames past the highest one
+ * the responder holds, unless something is due anyway or it holds the last frame. */
 static void sr_probe(struct tx_sr *s)
 {
 	s->probe_due_s = NAN;
 	if (s->una < s->nxt && !s->lost_count && s->heard < s->nxt) {
 		s->probes++;
-		sr_mark(s, s->nxt - 1);
+		for (int64_t i = s->heard > s->una ? s->heard : s->una; i < s->nxt; i++)
+			sr_mark(s, i);
 	}
 }
 
