@@ -3,8 +3,10 @@
 Each switch gets one load of the router (its maps are that switch's tables, isolated
 between switches and fabrics), attached to the clsact ingress hook of every port:
 
-* ``cfg``: the mode and the flowlet gap in emulated ns (the real gap times S);
-* ``ports``: each port slot's ifindex, MACs and (for adaptive) its emulated rate;
+* ``cfg``: the mode, the flowlet gap in emulated ns (the real gap times S) and the
+  unit adaptive routing compares queues in (`QUEUE_QUANTUM_BYTES`);
+* ``ports``: each port slot's ifindex, MACs and (for adaptive) its emulated rate and
+  HTB bucket depth;
 * ``dests``: destination host IP -> the slots of its equal-cost next hops
   (``topologies.loadbalance.switch_tables``, from the fabric's routes);
 * ``port_vq`` (adaptive, ugal): each slot's ECN marker ``vq`` map, so the switch reads its
@@ -31,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CapabilityError
+from core.frame import WIRE_FRAME_BYTES
 from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object
 from emu.cbuild import compile_c
+from emu.ecn.bpf import SCALE
 from emu.ports import Port
 from topologies.loadbalance import (
     MAX_NEXT_HOPS,
@@ -52,19 +56,22 @@ VQ_STATE_BYTES = 40
 #: router.c's mode numbers
 MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4, "adaptive-flowlet": 5,
                "valiant": 6, "ugal": 7}
+#: Adaptive routing reads a port's queue in whole full-size frames, as a switch reads
+#: its buffer in cells: queues less than a frame apart tie, and ties alternate.
+QUEUE_QUANTUM_BYTES = WIRE_FRAME_BYTES
 assert MAX_GROUPS < GROUP_SLOTS
 
 
 class _Cfg(ctypes.Structure):
     _fields_ = [("mode", ctypes.c_uint32), ("pad", ctypes.c_uint32),
                 ("flowlet_gap_ns", ctypes.c_uint64), ("group", ctypes.c_uint32),
-                ("groups", ctypes.c_uint32)]
+                ("groups", ctypes.c_uint32), ("queue_quantum_scaled", ctypes.c_uint64)]
 
 
 class _Port(ctypes.Structure):
     _fields_ = [("ifindex", ctypes.c_uint32), ("pad", ctypes.c_uint32),
                 ("rate_emu_bps", ctypes.c_uint64), ("max_delta_ns", ctypes.c_uint64),
-                ("mac", ctypes.c_uint8 * 6), ("peer_mac", ctypes.c_uint8 * 6),
+                ("burst_scaled", ctypes.c_uint64), ("mac", ctypes.c_uint8 * 6), ("peer_mac", ctypes.c_uint8 * 6),
                 ("pad2", ctypes.c_uint32)]
 
 
@@ -129,19 +136,22 @@ class SwitchRouter:
         return self._fds[name]
 
     def configure(self, mode: str, flowlet_gap_emu_ns: int, ifindex: Mapping[str, int],
-                  rate_emu_bps: Mapping[str, float], vq_fds: Mapping[str, int]) -> None:
-        """Write the mode, every port slot (by ifname: its ifindex, rate, marker map)
-        and the destinations (and the group tables)."""
+                  rate_emu_bps: Mapping[str, float], vq_fds: Mapping[str, int],
+                  burst_bytes: Mapping[str, int]) -> None:
+        """Write the mode, every port slot (by ifname: its ifindex, rate, marker map,
+        HTB bucket depth, 0 without a marker) and the destinations (and the group tables)."""
         groups = self.tables.groups
         _update(self._fd("cfg"), ctypes.c_uint32(0),
                 _Cfg(MODE_NUMBER[mode], 0, flowlet_gap_emu_ns,
-                     0 if groups is None else groups.group, 0 if groups is None else groups.groups),
+                     0 if groups is None else groups.group, 0 if groups is None else groups.groups,
+                     QUEUE_QUANTUM_BYTES * SCALE),
                 "cfg")
         for slot, port in enumerate(self.tables.ports):
             rate = rate_emu_bps[port.ifname]
             _update(self._fd("ports"), ctypes.c_uint32(slot),
                     _Port(ifindex[port.ifname], 0, max(1, round(rate)), max_idle_ns(rate),
-                          _mac(port.mac), _mac(port.peer_mac), 0), "ports")
+                          burst_bytes.get(port.ifname, 0) * SCALE, _mac(port.mac),
+                          _mac(port.peer_mac), 0), "ports")
             if port.ifname in vq_fds:
                 _update(self._fd("port_vq"), ctypes.c_uint32(slot),
                         ctypes.c_uint32(vq_fds[port.ifname]), "port_vq")
@@ -195,7 +205,8 @@ class SwitchRouter:
 
 def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns: int,
                 ifindex: Mapping[str, int], rate_emu_bps: Mapping[str, float],
-                vq_fds: Mapping[str, int]) -> tuple[SwitchRouter, int]:
+                vq_fds: Mapping[str, int], burst_bytes: Mapping[str, int]
+                ) -> tuple[SwitchRouter, int]:
     """Load and configure one router for ``switch`` (`SwitchRouter.configure`); returns
     it and its program's fd, which the caller attaches (or runs) and closes.
     CapabilityError when clang, libbpf or the kernel refuses."""
@@ -211,7 +222,7 @@ def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns
             os.close(own_template)
     router = SwitchRouter(switch, tables, fds)
     try:
-        router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq_fds)
+        router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq_fds, burst_bytes)
     except BaseException:
         router.close()
         os.close(prog_fd)
@@ -221,10 +232,10 @@ def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns
 
 def install_router(switch: str, tables: SwitchTables, ipr: Any, ifindex: Mapping[str, int],
                    mode: str, flowlet_gap_emu_ns: int, rate_emu_bps: Mapping[str, float],
-                   vq_fds: Mapping[str, int]) -> SwitchRouter:
+                   vq_fds: Mapping[str, int], burst_bytes: Mapping[str, int]) -> SwitchRouter:
     """`load_router`, attached to every port's clsact ingress (the filters hold the program)."""
     router, prog_fd = load_router(switch, tables, mode, flowlet_gap_emu_ns, ifindex,
-                                  rate_emu_bps, vq_fds)
+                                  rate_emu_bps, vq_fds, burst_bytes)
     try:
         for port in tables.ports:
             attach_clsact(ipr, ifindex[port.ifname], prog_fd, FILTER_NAME, ingress=True)
@@ -255,7 +266,8 @@ def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, Swi
             routers[switch] = install_router(
                 switch, table, iprs[switch], {p.ifname: p.ifindex for p in own}, mode,
                 flowlet_gap_emu_ns, {p.ifname: p.rate_emu_bps for p in own},
-                {p.ifname: p.marker.vq_map_fd() for p in own if p.marker is not None})
+                {p.ifname: p.marker.vq_map_fd() for p in own if p.marker is not None},
+                {p.ifname: p.marker.burst_bytes for p in own if p.marker is not None})
     except BaseException as e:
         for router in routers.values():
             router.close()

@@ -77,7 +77,9 @@ class TxSr(RequesterCounters, ctypes.Structure):
                 ("reorder_s", ctypes.c_double), ("_rack_s", ctypes.c_double),
                 ("_rack_due_raw", ctypes.c_double), ("rack_losses", ctypes.c_int64),
                 ("_sent_s", ctypes.c_double * WINDOW_PACKETS),
-                ("_resent", ctypes.c_uint64 * (WINDOW_PACKETS // 64))]
+                ("_resent", ctypes.c_uint64 * (WINDOW_PACKETS // 64)),
+                ("srtt_s", ctypes.c_double), ("_probe_due_raw", ctypes.c_double),
+                ("probes", ctypes.c_int64)]
 
     @classmethod
     def new(cls, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,
@@ -96,7 +98,8 @@ class TxSr(RequesterCounters, ctypes.Structure):
                    (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._lost),
                    s.reorder_s, s._rack_s, _nan_for_none(s._rack_due_s), s.rack_losses,
                    (ctypes.c_double * WINDOW_PACKETS)(*s._sent_s),
-                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._resent))
+                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._resent),
+                   s.srtt_s, _nan_for_none(s._probe_due_s), s.probes)
 
     _timer_start_s = TxGbn._timer_start_s
 
@@ -108,6 +111,15 @@ class TxSr(RequesterCounters, ctypes.Structure):
     @_rack_due_s.setter
     def _rack_due_s(self, value: float | None) -> None:
         self._rack_due_raw = _nan_for_none(value)
+
+    @property
+    def _probe_due_s(self) -> float | None:
+        t = self._probe_due_raw
+        return None if t != t else t
+
+    @_probe_due_s.setter
+    def _probe_due_s(self, value: float | None) -> None:
+        self._probe_due_raw = _nan_for_none(value)
 
 
 def _nan_for_none(value: float | None) -> float:
@@ -135,7 +147,7 @@ _lend(SrSender, TxSr, ("done", "acked_packets", "in_flight", "deadline_s", "psn_
                        "next_index", "next_to_send", "take", "on_reply", "on_ack", "on_nak",
                        "resending",
                        "advance", "on_timeout", "_arm", "_hear", "_mark", "_progress", "_rack",
-                       "_rack_lost"))
+                       "_rack_lost", "_arm_probe", "_probe"))
 _lend(Schedule, TxSched, ("restart", "sent"))
 
 

@@ -15,7 +15,9 @@ decision written here in Python, from the same tables:
   (LetFlow's rule; the gap must exceed the paths' delay difference, or a new
   flowlet overtakes the end of the last one).
 * ``adaptive``: `least_queue_choice` over each member's egress queue now
-  (`queue_now_scaled`: the ECN marker's virtual queue drained to now), per frame;
+  (`queue_now_scaled`: the backlog of a port draining at its emulated rate, from the
+  ECN marker's state), per frame, read in whole frames, ties from the member after
+  the one the destination took last, so that at equal queues its frames alternate;
   ``adaptive-flowlet``: the same choice per flowlet (`FlowletTable`).
 * ``valiant`` and ``ugal`` (dragonfly only): through a random intermediate group,
   always or when UGAL-L's queue-times-hops comparison says so (``topologies.valiant``;
@@ -205,20 +207,24 @@ def max_idle_ns(rate_emu_bps: float) -> int:
 
 
 def queue_now_scaled(vq_scaled: int, tokens_scaled: int, t_last_ns: int, now_ns: int,
-                     rate_emu_bps: float) -> int:
-    """A port's queue at ``now_ns`` (scaled bytes): the marker's state after its last
-    frame at ``t_last_ns``, drained since by its token bucket at the emulated rate."""
+                     rate_emu_bps: float, burst_scaled: int) -> int:
+    """A port's backlog at ``now_ns`` (scaled bytes) as a port sending at its emulated
+    rate holds it: the marker's queue after its last frame at ``t_last_ns`` plus what
+    the HTB bucket (``burst_scaled`` deep) has sent ahead of that rate, drained since.
+    The virtual queue alone reads 0 both on an idle port and on one whose bucket has
+    just sent a burst."""
     delta = max(0, now_ns - t_last_ns)
     if delta > max_idle_ns(rate_emu_bps):
         return 0
-    avail = tokens_scaled + delta * max(1, round(rate_emu_bps))
-    return max(0, vq_scaled - avail)
+    backlog = vq_scaled + max(0, burst_scaled - tokens_scaled)
+    return max(0, backlog - delta * max(1, round(rate_emu_bps)))
 
 
-def least_queue_choice(queues: Sequence[int], start: int) -> int:
-    """Adaptive routing: the member with the shortest queue; among equal ones the
-    first from ``start`` on (the switch draws ``start`` at random per frame)."""
+def least_queue_choice(queues: Sequence[int], start: int, quantum: int = 1) -> int:
+    """Adaptive routing: the member with the shortest queue in units of ``quantum``;
+    among equal ones the first from ``start`` on (under ``adaptive`` the member after
+    the destination's last choice, under ``adaptive-flowlet`` and ``ugal`` a random one)."""
     n = len(queues)
     order = [(start + i) % n for i in range(n)]
-    return min(order, key=lambda m: queues[m])
+    return min(order, key=lambda m: queues[m] // max(1, quantum))
 

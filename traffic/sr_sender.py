@@ -24,6 +24,22 @@ by less than ``reorder_s``; the engine derives it from the fabric,
 again) are so recovered one per round trip as they become the oldest, not one per
 timeout.
 
+**Tail-loss probe** (TLP, RFC 8985 section 7): when every frame has been sent and
+the last ones stay unacknowledged for ``PROBE_RTTS`` smoothed round trips (``srtt_s``,
+from ACKs of frames sent once, RFC 6298's gain) plus ``reorder_s`` with nothing sent
+after them, the frames past the highest one the responder reported holding are sent
+again (with AckReq, as every retransmission): what the timer would mark, a timeout
+early. The last frame asks for an ACK (LAST), so its reply is late by no more than
+the reordering the window already covers: a probe before that would be spurious.
+Not only the last frame (RFC 8985's probe): this transport's ACK names the highest
+PSN held but not which frames below it arrived, so a reply to the last frame alone
+would leave the detector in time one round trip per lost frame before it (64 frames,
+the last 16 lost: done at 452 ticks, against 202 with the timer alone). A lost tail
+so costs about a round trip instead of a timeout. Once per
+episode: the probe is armed again only by progress. Not when the responder already
+said it holds the last frame (the detector has what it needs), nor before a
+round trip was measured.
+
 Times are passed in (seconds); nothing reads a clock. Indices never wrap; PSNs are
 24-bit serial numbers, as in ``traffic.gbn``.
 """
@@ -43,7 +59,12 @@ from traffic.selective_repeat import (
     _test,
 )
 
-__all__ = ["SrSender"]
+__all__ = ["PROBE_RTTS", "SrSender"]
+
+#: The tail-loss probe fires after this many smoothed round trips (RFC 8985's PTO).
+PROBE_RTTS = 2.0
+#: RFC 6298's smoothing gain of the round-trip estimate.
+_SRTT_GAIN = 0.125
 
 
 class SrSender(RequesterCounters):
@@ -60,6 +81,7 @@ class SrSender(RequesterCounters):
         "_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_timer_start_s",
         "packets_sent", "retransmitted", "naks", "timeouts", "acks", "stale_acks", "_lost",
         "reorder_s", "_rack_s", "_rack_due_s", "rack_losses", "_sent_s", "_resent",
+        "srtt_s", "_probe_due_s", "probes",
     )
 
     def __init__(self, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,
@@ -101,6 +123,9 @@ class SrSender(RequesterCounters):
         self.rack_losses = 0   # frames the time-based detector declared lost
         self._sent_s = [0.0] * WINDOW_PACKETS  # latest send time of each index (a ring)
         self._resent = [0] * _WORDS  # indices sent more than once
+        self.srtt_s = 0.0      # smoothed round trip; 0: none measured yet
+        self._probe_due_s: float | None = None  # when the tail-loss probe fires
+        self.probes = 0        # tail-loss probes sent
 
     # -- state ---------------------------------------------------------------------
     @property
@@ -124,8 +149,12 @@ class SrSender(RequesterCounters):
 
     @property
     def deadline_s(self) -> float | None:
-        """When ``advance`` has something to do: the timer, or the time-based detector."""
+        """When ``advance`` has something to do: the timer, the time-based detector
+        or the tail-loss probe."""
         due = self._rack_due_s
+        probe = self._probe_due_s
+        if probe is not None and (due is None or probe < due):
+            due = probe
         if self._timer_start_s is None:
             return due
         rto = self._timer_start_s + self.timeout_s
@@ -171,6 +200,8 @@ class SrSender(RequesterCounters):
             for k in range(i, i + n):
                 _clear(self._resent, k)
             self._nxt = i + n
+            if self._nxt == self.total_packets:
+                self._arm_probe(now_s)
         if self._timer_start_s is None:
             self._arm(now_s)
         self.packets_sent += n
@@ -239,6 +270,10 @@ class SrSender(RequesterCounters):
         fired = due is not None and now_s >= due
         if fired:
             self._rack_lost()
+        probe = self._probe_due_s
+        if probe is not None and now_s >= probe:
+            self._probe()
+            fired = True
         start = self._timer_start_s
         if start is None or now_s - start < self.timeout_s:
             return fired
@@ -292,6 +327,20 @@ class SrSender(RequesterCounters):
             self.rack_losses += 1
             self._mark(self._una)
 
+    def _arm_probe(self, now_s: float) -> None:
+        """Every frame is sent: probe the tail if nothing is heard of it in time."""
+        srtt = self.srtt_s
+        self._probe_due_s = now_s + PROBE_RTTS * srtt + self.reorder_s if srtt > 0.0 else None
+
+    def _probe(self) -> None:
+        """The tail-loss probe: the frames past the highest one the responder holds,
+        unless something is due anyway or it said it holds the last frame."""
+        self._probe_due_s = None
+        if self._una < self._nxt and not self._lost_count and self._heard < self._nxt:
+            self.probes += 1
+            for i in range(max(self._una, self._heard), self._nxt):
+                self._mark(i)
+
     def _mark(self, i: int) -> None:
         if i == self._una:  # lost already: the detector has nothing more to decide
             self._rack_due_s = None
@@ -309,6 +358,11 @@ class SrSender(RequesterCounters):
             newest = max(sent[i % WINDOW_PACKETS] for i in range(self._una, new_una))
         if newest > self._rack_s:
             self._rack_s = newest
+        last = new_una - 1
+        if now_s is not None and not _test(self._resent, last):  # Karn: a frame sent once
+            sample = now_s - sent[last % WINDOW_PACKETS]
+            srtt = self.srtt_s
+            self.srtt_s = sample if srtt <= 0.0 else srtt + _SRTT_GAIN * (sample - srtt)
         self._rack_due_s = None  # it was about the old una
         if self._lost_count:  # acknowledged before their retransmission: not lost
             for i in range(max(self._una, self._rtx), new_una):
@@ -320,5 +374,8 @@ class SrSender(RequesterCounters):
             self._rtx = new_una
         if new_una >= self._nxt:
             self._timer_start_s = None
+            self._probe_due_s = None
         elif now_s is not None:
             self._arm(now_s)
+            if self._nxt == self.total_packets:
+                self._arm_probe(now_s)

@@ -18,11 +18,17 @@
  *   SPRAY_RR  the destination's members in turn (one counter per destination);
  *   FLOWLET   a flow (5-tuple) keeps its member while its frames come closer than
  *             `flowlet_gap_ns`; after a longer gap it draws a random member;
- *   ADAPTIVE  per frame, the member whose egress queue is shortest now: the ECN
- *             marker's virtual queue of that port (`port_vq` holds each port's
- *             marker map), drained to now as the marker drains it; ties go to the
- *             first from a random starting member.
- *   ADAPTIVE_FLOWLET  as FLOWLET, a new flowlet taking ADAPTIVE's member.
+ *   ADAPTIVE  per frame, the member whose egress queue is shortest now, read in
+ *             whole frames (`queue_quantum_scaled`); among equally short ones, the
+ *             first after the member the destination took last (kept in `rr`), so
+ *             that at equal queues a destination's frames alternate over its
+ *             members (a random tie-break splits each flow unevenly, and the
+ *             splits meet downstream, where this switch cannot see). The queue is the backlog of a port draining at its emulated
+ *             rate: the ECN marker's virtual queue (`port_vq` holds each port's
+ *             marker map) plus what its HTB bucket has lent (burst - tokens),
+ *             drained to now.
+ *   ADAPTIVE_FLOWLET  as FLOWLET, a new flowlet taking ADAPTIVE's member (ties
+ *             from a random member).
  *   VALIANT   (dragonfly) at the source switch (the frame came in from a host port,
  *             `host_ifs`), toward another group: through a random intermediate
  *             group I, tagged I + 1 in the reserved bits of BTH byte 4 (TAG_*);
@@ -65,6 +71,7 @@ struct cfg {
 	__u64 flowlet_gap_ns;   /* emulated ns: the real gap times S */
 	__u32 group;            /* VALIANT, UGAL: this switch's group */
 	__u32 groups;           /* and the fabric's number of groups */
+	__u64 queue_quantum_scaled; /* ADAPTIVE, UGAL: queues are compared in these units */
 };
 
 struct port {
@@ -72,6 +79,7 @@ struct port {
 	__u32 pad;
 	__u64 rate_emu_bps;     /* the marker's drain rate (adaptive) */
 	__u64 max_delta_ns;     /* idle time beyond which its queue is surely empty */
+	__u64 burst_scaled;     /* its HTB bucket's depth (the marker's) */
 	__u8 mac[ETH_ALEN];     /* this port's address: the new source */
 	__u8 peer_mac[ETH_ALEN];/* the next hop's: the new destination */
 	__u32 pad2;
@@ -79,7 +87,7 @@ struct port {
 
 struct dest {
 	__u32 n;                /* members of the equal-cost set, 1..MAX_NH */
-	__u32 rr;               /* SPRAY_RR's turn */
+	__u32 rr;               /* SPRAY_RR's turn; ADAPTIVE: its last member + 1 */
 	__u32 slot[MAX_NH];     /* each member's index into `ports` */
 	__u32 group;            /* VALIANT, UGAL: the destination's group */
 	__u32 hops;             /* UGAL: links to it on the minimal routes */
@@ -177,7 +185,10 @@ struct {
 	__type(value, __u32);
 } port_vq SEC(".maps");
 
-/* Bytes (scaled) queued at port `slot` now: the marker's last state drained since. */
+/* Bytes (scaled) a port at its emulated rate would hold now: the marker's queue plus
+ * what the HTB bucket sent ahead of that rate (burst - tokens), drained since. The
+ * bucket lets a port send a burst at once, so its virtual queue alone reads 0 on a
+ * port that has just sent one and on an idle one alike. */
 static __always_inline __u64 queue_now(__u32 slot, __u64 now)
 {
 	__u32 zero = 0;
@@ -193,17 +204,20 @@ static __always_inline __u64 queue_now(__u32 slot, __u64 now)
 	__u64 delta = now > t ? now - t : 0;
 	if (delta > p->max_delta_ns)
 		return 0;
-	__u64 avail = tokens + delta * p->rate_emu_bps;
-	return q > avail ? q - avail : 0;
+	__u64 backlog = q + (tokens < p->burst_scaled ? p->burst_scaled - tokens : 0);
+	__u64 drained = delta * p->rate_emu_bps;
+	return backlog > drained ? backlog - drained : 0;
 }
 
-/* The member of `slot[0..n)` with the shortest queue (ties: the first from a random
- * start); its queue in *q. */
-static __always_inline __u32 least_queue(const __u32 *slot, __u32 n, __u64 now, __u64 *q_out)
+/* The member of `slot[0..n)` with the shortest queue in units of `quantum` (ties: the
+ * first from `start`, < n); its queue in *q_out. */
+static __always_inline __u32 least_queue(const __u32 *slot, __u32 n, __u32 start, __u64 quantum,
+					 __u64 now, __u64 *q_out)
 {
-	__u32 start = bpf_get_prandom_u32() % n;
 	__u32 best = start;
-	__u64 best_q = ~0ULL;
+	__u64 best_level = ~0ULL, best_q = 0;
+	if (quantum == 0)
+		quantum = 1;
 	for (__u32 i = 0; i < MAX_NH; i++) {
 		if (i >= n)
 			break;
@@ -211,7 +225,8 @@ static __always_inline __u32 least_queue(const __u32 *slot, __u32 n, __u64 now, 
 		if (m >= n)
 			m -= n;
 		__u64 q = queue_now(slot[m & (MAX_NH - 1)], now);
-		if (q < best_q) {
+		if (q / quantum < best_level) {
+			best_level = q / quantum;
 			best_q = q;
 			best = m;
 		}
@@ -232,8 +247,9 @@ static __always_inline __u32 flowlet_member(struct cfg *c, struct stats *st, str
 	}
 	struct flowlet fresh = {.last_ns = now};
 	__u64 q;
-	fresh.member = c->mode == MODE_ADAPTIVE_FLOWLET ? least_queue(d->slot, n, now, &q)
-						       : bpf_get_prandom_u32() % n;
+	__u32 rnd = bpf_get_prandom_u32() % n;
+	fresh.member = c->mode == MODE_ADAPTIVE_FLOWLET
+		? least_queue(d->slot, n, rnd, c->queue_quantum_scaled, now, &q) : rnd;
 	bpf_map_update_elem(&flowlets, &k, &fresh, BPF_ANY);
 	st->flowlets++;
 	return fresh.member;
@@ -296,8 +312,10 @@ static __always_inline __u32 group_slot(struct __sk_buff *skb, struct cfg *c, st
 	int valiant = 1;
 	if (c->mode == MODE_UGAL) {
 		__u64 q_min, q_val;
-		mm = least_queue(d->slot, n, now, &q_min);
-		vm = least_queue(v->slot, v->n, now, &q_val);
+		mm = least_queue(d->slot, n, bpf_get_prandom_u32() % n, c->queue_quantum_scaled,
+				 now, &q_min);
+		vm = least_queue(v->slot, v->n, bpf_get_prandom_u32() % v->n,
+				 c->queue_quantum_scaled, now, &q_val);
 		valiant = q_val * d->via_hops[via & (MAX_GROUPS - 1)] < q_min * d->hops;
 	} else {
 		vm = bpf_get_prandom_u32() % v->n;
@@ -361,8 +379,11 @@ int fabricemu_route(struct __sk_buff *skb)
 		else if (c->mode == MODE_FLOWLET || c->mode == MODE_ADAPTIVE_FLOWLET)
 			/* a flowlet table only where there is a choice */
 			member = n > 1 ? flowlet_member(c, st, ip, udp, d, n, now) : 0;
-		else if (c->mode == MODE_ADAPTIVE)
-			member = least_queue(d->slot, n, now, &q);
+		else if (c->mode == MODE_ADAPTIVE) {
+			/* ties from the member after the destination's last (unlocked, as SPRAY_RR's) */
+			member = least_queue(d->slot, n, d->rr % n, c->queue_quantum_scaled, now, &q);
+			d->rr = member + 1;
+		}
 		else
 			return TC_ACT_OK;  /* not configured yet */
 		/* member < n <= MAX_NH (a power of two): the mask only convinces the verifier */

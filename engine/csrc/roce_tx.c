@@ -91,13 +91,28 @@ static void sr_rack_lost(struct tx_sr *s)
 	}
 }
 
-/* SrSender.advance: the time-based detector if due; the timer marks lost the oldest
+/* SrSender._probe: the tail-loss probe sends again the frames past the highest one
+ * the responder holds, unless something is due anyway or it holds the last frame. */
+static void sr_probe(struct tx_sr *s)
+{
+	s->probe_due_s = NAN;
+	if (s->una < s->nxt && !s->lost_count && s->heard < s->nxt) {
+		s->probes++;
+		for (int64_t i = s->heard > s->una ? s->heard : s->una; i < s->nxt; i++)
+			sr_mark(s, i);
+	}
+}
+
+/* SrSender.advance: the time-based detector and the tail-loss probe if due; the
+ * timer marks lost the oldest
  * unacknowledged index and those past what the responder holds that were sent
  * before the timer started. */
 static void sr_advance(struct tx_sr *s, double now_s)
 {
 	if (!isnan(s->rack_due_s) && now_s >= s->rack_due_s)
 		sr_rack_lost(s);
+	if (!isnan(s->probe_due_s) && now_s >= s->probe_due_s)
+		sr_probe(s);
 	if (isnan(s->timer_start_s) || now_s - s->timer_start_s < s->timeout_s)
 		return;
 	s->timeouts++;
@@ -151,6 +166,9 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 		for (int64_t j = i; j < i + n; j++)
 			s->resent[j % SR_WINDOW >> 6] &= ~(1ull << (j % SR_WINDOW & 63));
 		s->nxt = i + n;
+		if (s->nxt == s->total_packets)  /* SrSender._arm_probe */
+			s->probe_due_s = s->srtt_s > 0.0
+				? now_s + SR_PROBE_RTTS * s->srtt_s + s->reorder_s : NAN;
 	}
 	if (isnan(s->timer_start_s)) {
 		s->timer_start_s = now_s;

@@ -29,6 +29,7 @@ struct tx_sched {               /* engine/tx.py: TxSched */
 };
 
 #define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
+#define SR_PROBE_RTTS 2.0       /* sr_sender.PROBE_RTTS (test_tx_sr checks the twins) */
 
 struct tx_sr {                  /* engine/tx.py: TxSr */
 	int64_t total_packets;
@@ -50,6 +51,9 @@ struct tx_sr {                  /* engine/tx.py: TxSr */
 	int64_t rack_losses;
 	double sent_s[SR_WINDOW];   /* ring: latest send time of index mod SR_WINDOW */
 	uint64_t resent[SR_WINDOW / 64];  /* ring: indices sent more than once */
+	double srtt_s;              /* smoothed round trip; 0: none measured yet */
+	double probe_due_s;         /* NaN: no tail-loss probe armed */
+	int64_t probes;
 };
 
 #define WIRE_OVERHEAD_BYTES 24  /* core/frame.py (checked by engine/tx.py) */

@@ -79,7 +79,8 @@ def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = 
     tables = fabric_tables(topo, plan, compute_routes(topo), mode)[switch]
     ifindex = {p.ifname: 100 + slot for slot, p in enumerate(tables.ports)}
     router, prog_fd = load_router(switch, tables, mode, gap_emu_ns, ifindex,
-                                  dict.fromkeys(ifindex, RATE_EMU_BPS), vq_fds or {})
+                                  dict.fromkeys(ifindex, RATE_EMU_BPS), vq_fds or {},
+                                  dict.fromkeys(vq_fds or {}, 0))
     try:
         yield router, prog_fd, plan, tables
     finally:
@@ -169,6 +170,7 @@ def test_flowlet_keeps_a_member_within_the_gap_and_redraws_after():
 
 def test_adaptive_takes_the_shortest_queue_as_the_python_decision_does():
     from emu.ecn.bpf import SCALE
+    from emu.lbrouter import QUEUE_QUANTUM_BYTES
     from topologies.loadbalance import least_queue_choice, queue_now_scaled
 
     with _markers() as vq, _router("adaptive", vq_fds=vq) as (_, prog_fd, plan, tables):
@@ -178,10 +180,24 @@ def test_adaptive_takes_the_shortest_queue_as_the_python_decision_does():
             queued = {s: 10_000_000 if s == loaded else 4154 for s in members}
             _set_queues(vq, tables, queued, now)
             expected = {members[least_queue_choice(
-                [queue_now_scaled(queued[s] * SCALE, 0, now, now + d, RATE_EMU_BPS)
-                 for s in members], start)] for start in range(len(members)) for d in (0, 10**6)}
+                [queue_now_scaled(queued[s] * SCALE, 0, now, now + d, RATE_EMU_BPS, 0)
+                 for s in members], start, QUEUE_QUANTUM_BYTES * SCALE)]
+                for start in range(len(members)) for d in (0, 10**6)}
             assert expected == {m for m in members if m != loaded}
             assert set(_slots(prog_fd, _frame(plan), tables, 30)) == expected
+
+
+def test_adaptive_alternates_a_destination_over_equal_queues():
+    with _markers() as vq, _router("adaptive", vq_fds=vq) as (_, prog_fd, plan, tables):
+        members = tables.dests[plan.host_ip["h3"]]
+        _set_queues(vq, tables, dict.fromkeys(members, 0), time.monotonic_ns())
+        slots = _slots(prog_fd, _frame(plan), tables, 8)
+        assert set(slots) == set(members) and all(a != b for a, b in zip(slots, slots[1:], strict=False))
+        # a loaded member is avoided; the next tie goes to the member after the last
+        _set_queues(vq, tables, {members[0]: 10_000_000, members[1]: 0}, time.monotonic_ns())
+        assert _slots(prog_fd, _frame(plan), tables, 3) == [members[1]] * 3
+        _set_queues(vq, tables, dict.fromkeys(members, 0), time.monotonic_ns())
+        assert _slots(prog_fd, _frame(plan), tables, 2) == [members[0], members[1]]
 
 
 def test_adaptive_flowlet_takes_the_shortest_queue_once_per_flowlet():

@@ -99,15 +99,23 @@ def test_flowlet_keeps_its_path_within_the_gap_and_redraws_after():
 
 def test_queue_now_drains_at_the_emulated_rate():
     rate = 8e6  # bit/s: 1 byte per microsecond
-    q = 10_000 * VQ_SCALE
-    assert queue_now_scaled(q, 0, 1_000, 1_000, rate) == q
+    q, burst = 10_000 * VQ_SCALE, 5_000 * VQ_SCALE
+    assert queue_now_scaled(q, burst, 1_000, 1_000, rate, burst) == q
     # 4 ms later 4000 bytes have left
-    assert queue_now_scaled(q, 0, 1_000, 4_001_000, rate) == 6_000 * VQ_SCALE
-    # the bucket's tokens send at once, as marker.c's do
-    assert queue_now_scaled(q, 1_000 * VQ_SCALE, 0, 0, rate) == 9_000 * VQ_SCALE
-    assert queue_now_scaled(q, 0, 0, 20_000_000, rate) == 0
-    assert queue_now_scaled(q, 0, 0, max_idle_ns(rate) + 1, rate) == 0
-    assert queue_now_scaled(q, 0, 5_000, 1_000, rate) == q  # a clock behind: no drain
+    assert queue_now_scaled(q, burst, 1_000, 4_001_000, rate, burst) == 6_000 * VQ_SCALE
+    assert queue_now_scaled(q, burst, 0, 20_000_000, rate, burst) == 0
+    assert queue_now_scaled(q, burst, 0, max_idle_ns(rate) + 1, rate, burst) == 0
+    assert queue_now_scaled(q, burst, 5_000, 1_000, rate, burst) == q  # a clock behind: no drain
+
+
+def test_queue_now_counts_what_the_bucket_sent_ahead_of_the_rate():
+    rate, burst = 8e6, 5_000 * VQ_SCALE
+    # an empty virtual queue whose bucket has sent 4000 bytes at once: 4000 still to
+    # leave at 1 byte/µs, as an ideal port would hold them; 1 ms later 3000
+    assert queue_now_scaled(0, 1_000 * VQ_SCALE, 0, 0, rate, burst) == 4_000 * VQ_SCALE
+    assert queue_now_scaled(0, 1_000 * VQ_SCALE, 0, 1_000_000, rate, burst) == 3_000 * VQ_SCALE
+    assert queue_now_scaled(0, burst, 0, 0, rate, burst) == 0  # idle: a full bucket
+    assert queue_now_scaled(2_000 * VQ_SCALE, 0, 0, 0, rate, burst) == 7_000 * VQ_SCALE
 
 
 def test_least_queue_takes_the_shortest_and_breaks_ties_from_start():
@@ -116,6 +124,9 @@ def test_least_queue_takes_the_shortest_and_breaks_ties_from_start():
     assert least_queue_choice([5, 0, 0, 5], start=0) == 1
     assert least_queue_choice([5, 0, 0, 5], start=2) == 2
     assert least_queue_choice([0, 0, 0, 0], start=3) == 3
+    # read in units of 10: queues within one unit tie, the first from start wins
+    assert least_queue_choice([30, 10, 19], start=2, quantum=10) == 2
+    assert least_queue_choice([30, 10, 20], start=2, quantum=10) == 1
 
 
 def test_switch_tables_refuse_what_the_program_cannot_hold():
@@ -141,8 +152,8 @@ def test_router_map_layouts_match_the_c_structs():
         _Stats,
     )
 
-    assert ctypes.sizeof(_Cfg) == 24
-    assert ctypes.sizeof(_Port) == 40
+    assert ctypes.sizeof(_Cfg) == 32
+    assert ctypes.sizeof(_Port) == 48
     assert ctypes.sizeof(_Dest) == 8 + 4 * MAX_NEXT_HOPS + 8 + GROUP_SLOTS
     assert ctypes.sizeof(_NhSet) == 4 + 4 * MAX_NEXT_HOPS
     assert ctypes.sizeof(_Stats) == (5 + MAX_PORTS) * 8

@@ -111,6 +111,7 @@ def run(transport: str, total: int, jitter: list[float], drops: frozenset[int],
         if run_ is None:
             continue
         index = (run_[0] - start_psn) & gbn.PSN_MASK
+        solicit = solicit or index == total - 1  # and a message's last frame (LAST)
         k = len(out.sent)
         if index in out.sent and losses.get(index, 0) < out.sent.count(index):
             out.retransmitted_lost_only = False   # an earlier copy was not lost
@@ -207,6 +208,17 @@ def test_holes_below_the_highest_psn_held_are_recovered_per_round_trip_not_per_t
         assert out.sender.packet_seq_err == 0   # no NAK
     assert (timed.sender.rack_losses, timed.sender.local_ack_timeout_err) == (8, 0)
     assert (timer.sender.rack_losses, timer.sender.local_ack_timeout_err) == (0, 8)
+
+
+@pytest.mark.parametrize("lost", [range(63, 64), range(60, 64), range(48, 64)])
+def test_a_lost_tail_is_probed_not_timed_out(lost):
+    """The last frames lost, nothing sent after them: the tail-loss probe re-sends the
+    last frame after two round trips and the window, its ACK reports the holes before
+    it, and the detector in time finds them; no timeout, no duplicate."""
+    out = run("sr", 64, [0.0], frozenset(lost), reorder=16, timeout_ticks=1000.0)
+    _check_exactly_once(out, 64)
+    assert out.sender.probes == 1 and out.sender.local_ack_timeout_err == 0
+    assert out.sender.retransmissions == len(lost) and out.receiver.duplicate_request == 0
 
 
 @pytest.mark.parametrize("seed", range(8))

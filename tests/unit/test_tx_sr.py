@@ -18,7 +18,8 @@ from traffic.sr_sender import SrSender
 _FIELDS = ("_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_timer_start_s",
            "packets_sent",
            "retransmitted", "naks", "timeouts", "acks", "stale_acks",
-           "reorder_s", "_rack_s", "_rack_due_s", "rack_losses")
+           "reorder_s", "_rack_s", "_rack_due_s", "rack_losses", "srtt_s", "_probe_due_s",
+           "probes")
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +39,16 @@ def _state(s: object) -> tuple:
 def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, seed: int):
     """Random takes (C on the struct, Python on SrSender), ACKs, selective NAKs,
     go-back-N NAKs and timer checks (SrSender's own methods on both), with the
-    time-based detector's window from none to most of the timeout."""
+    time-based detector's window from none to most of the timeout, and timeouts long
+    enough for the tail-loss probe to fire first."""
     rng = random.Random(seed)
     total = rng.choice([1, 2, 5, 64, 3000, (1 << 24) + 5])
     window = rng.choice([None, 1, 3, 16, WINDOW_PACKETS])
     start = rng.choice([0, 7, (1 << 24) - 3])
     reorder = rng.choice([0.0, 3e-6, 3e-4, None])
-    py = SrSender(total, window=window, timeout_s=1e-3, start_psn=start, reorder_s=reorder)
-    c = TxSr.new(total, window=window, timeout_s=1e-3, start_psn=start, reorder_s=reorder)
+    timeout = rng.choice([1e-3, 1e-1])  # long: the tail-loss probe fires before the timer
+    py = SrSender(total, window=window, timeout_s=timeout, start_psn=start, reorder_s=reorder)
+    c = TxSr.new(total, window=window, timeout_s=timeout, start_psn=start, reorder_s=reorder)
     now = 0.0
     for _ in range(600):
         now += rng.choice([0.0, 1e-6, 2e-4, 1.5e-3])
