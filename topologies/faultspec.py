@@ -318,6 +318,9 @@ class _Timeline:
         self.own_down: set[Link] = set()       # a link down by its own faults
         self.switches_down: set[str] = set()
         self.flapping: dict[Link, Fault] = {}  # the flap in force on a link
+        # Flaps whose toggles wait while a switch at an end is down: they change nothing
+        # then, and toggling on would spin the timeline without yielding.
+        self.suspended: set[Link] = set()
         self.physical_down: set[Link] = set()
         self.physical_at: dict[Link, float] = {}  # its last physical change
         self.ends_down: set[Link] = set()         # down as its ends give it
@@ -360,6 +363,9 @@ class _Timeline:
             if self.flapping.get(link) is not f:
                 return f.text(), []
             (self.own_down.add if down else self.own_down.discard)(link)
+            if link & self.switches_down:
+                self.suspended.add(link)
+                return f.text(), []
             # No up phase of this flap outlasts the hold-down: its ends give the link
             # down until the flap ends whatever it does, so it stays down (and the
             # timeline does not spin through toggles that change nothing).
@@ -371,14 +377,30 @@ class _Timeline:
         link = frozenset(f.nodes)
         if not f.is_link:
             (self.switches_down.add if f.kind == "down" else self.switches_down.discard)(f.nodes[0])
-            return f.text(), links_of(self.topo, f.nodes[0])
+            links = links_of(self.topo, f.nodes[0])
+            for link in [x for x in links if x in self.suspended and not x & self.switches_down]:
+                self.resume(at_s, link)
+            return f.text(), links
         self.flapping.pop(link, None)
+        self.suspended.discard(link)
         if f.kind == "flap":
             self.flapping[link] = f
             self.push(at_s + float(f.up_s or 0.0), _CHANGE, (f, True))
             return f.text(), []
         (self.own_down.add if f.kind == "down" else self.own_down.discard)(link)
         return f.text(), [link]
+
+    def resume(self, at_s: float, link: Link) -> None:
+        """A suspended flap picks up its phase at ``at_s``, as if it had toggled all along
+        (a flap is the link's own state, which the switch being down only hid)."""
+        self.suspended.discard(link)
+        f = self.flapping[link]
+        up_s, down_s = float(f.up_s or 0.0), float(f.down_s or 0.0)
+        into_s = (at_s - f.at_s) % (up_s + down_s)
+        down = into_s >= up_s
+        (self.own_down.add if down else self.own_down.discard)(link)
+        left_s = (up_s + down_s - into_s) if down else (up_s - into_s)
+        self.push(at_s + left_s, _CHANGE, (f, not down))
 
     def physical(self, at_s: float, link: Link, cause: str) -> Iterator[Action]:
         """The link's physical state after a change (``cause``): a down reaches its ends

@@ -259,3 +259,19 @@ def test_rate_changes_and_loss_thresholds():
     assert "ceil 40000000bit" in line and "overhead 24" in line
     assert threshold_of(1.0) == 2**32 and threshold_of(0.0) == 0
     assert threshold_of(1e-3) == round(2**32 / 1000)
+
+
+def test_a_flap_behind_a_switch_down_for_good_ends_the_timeline_instead_of_spinning():
+    faults = resolve(parse_faults("a1-c1:flap=20us/10us@0;c1:down@5us"), TOPO)
+    got = list(timeline(faults, TOPO, 0.0))  # finite: nothing changes after c1 is down
+    assert {a.link for a in got} == {frozenset(("c1", a)) for a in ("a1", "a3", "a5", "a7")}
+    assert all(not a.up for a in got)
+
+
+def test_a_flap_resumes_its_phase_when_the_switch_at_its_end_comes_back():
+    # period 30 us from 0: up [0,20), down [20,30), ...; c1 back at 95 us is 5 us into
+    # an up phase, so the link is up at once and goes down at 110 us, back at 120 us.
+    got = actions("a1-c1:flap=20us/10us@0;c1:down@5us;c1:up@95us", 0.0, until_s=125e-6)
+    flap = [(round(a.at_s * 1e6, 3), a.up) for a in got
+            if a.op == "link" and a.link == frozenset(("a1", "c1"))]
+    assert flap == [(5, False), (95, True), (110, False), (120, True)]
