@@ -42,6 +42,7 @@ import networkx as nx
 import model
 from core import safefile
 from emu import cbuild
+from engine.cfluid import compiled_event_loop
 from model.alphabeta import (
     PathsLike,
     Workload,
@@ -51,6 +52,7 @@ from model.alphabeta import (
     predict_workload,
     predict_workload_hashed,
 )
+from model.fluid import use_event_loop
 
 #: Files kept; a case's pricing is one file of a few hundred kB at most.
 MAX_FILES = 256
@@ -153,6 +155,8 @@ def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, 
     order, and the draws priced in forked processes, one per CPU (the model runs
     outside the measured window: the machine is ours)."""
     global _job
+    # The compiled event loop when it builds (same floats), inherited by the pricers.
+    use_event_loop(compiled_event_loop())
     route = memo_paths(paths)
     choices = hash_draws(workload, route, samples=samples, seed=seed)
     cpus = len(os.sched_getaffinity(0))

@@ -24,7 +24,7 @@ import gc
 import heapq
 import itertools
 import math
-from collections.abc import Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -89,10 +89,23 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+#: The event loop `simulate` runs on a prepared `_FluidRun`: None for its Python
+#: `run`; an upper floor may install a compiled twin that returns the same floats
+#: (`use_event_loop`; the model cannot build C itself).
+_event_loop: Callable[[_FluidRun], FluidResult] | None = None
+
+
+def use_event_loop(loop: Callable[[_FluidRun], FluidResult] | None) -> None:
+    """Run `simulate`'s event loop through ``loop`` (None: the Python one)."""
+    global _event_loop
+    _event_loop = loop
+
+
 @gc_paused()
 def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> FluidResult:
     """Run the fluid model; raises ValueError on unknown deps or a dependency cycle."""
-    return _FluidRun(jobs, capacities).run()
+    run = _FluidRun(jobs, capacities)
+    return run.run() if _event_loop is None else _event_loop(run)
 
 
 class _FluidRun:
@@ -265,6 +278,21 @@ class _FluidRun:
             link_jobs[k].discard(i)
         self.touched.update(ks)
 
+    def instant(self) -> list[bool]:
+        """Per job: drained at once when started (no bits, or neither a link nor a cap
+        to limit it)."""
+        has_link, cap = self.has_link.tolist(), self.cap_list
+        return [s == 0 or (not has_link[c] and math.isinf(cap[c]))
+                for s, c in zip(self.size.tolist(), self.job_class_list, strict=True)]
+
+    def check_complete(self) -> FluidResult:
+        """The result, or ValueError if a dependency cycle kept jobs from ever starting."""
+        res = self.res
+        if len(res.finish_s) != len(self.job_list):
+            stuck = [j.job_id for j in self.job_list if j.job_id not in res.finish_s][:5]
+            raise ValueError(f"dependency cycle: jobs never became ready, e.g. {stuck}")
+        return res
+
     def run(self) -> FluidResult:
         """Drain every job, event by event; ValueError if a dependency cycle stalls some."""
         # The loop runs once per event: attributes bound to locals.
@@ -274,10 +302,7 @@ class _FluidRun:
         dependents, waiting = self.dependents, self.waiting.tolist()
         push, make_ready = self.push, self.make_ready
         activate, deactivate = self.activate, self.deactivate
-        has_link, cap = self.has_link.tolist(), self.cap_list
-        # Drained at once when started: no bits, or neither a link nor a cap to limit it.
-        instant = [s == 0 or (not has_link[c] and math.isinf(cap[c]))
-                   for s, c in zip(size.tolist(), self.job_class_list, strict=True)]
+        instant = self.instant()
 
         for i in range(len(job_list)):
             if waiting[i] == 0:
@@ -337,11 +362,7 @@ class _FluidRun:
                         if waiting[k] == 0:
                             make_ready(k, t)
                 now = max(now, t)
-
-        if len(res.finish_s) != len(job_list):
-            stuck = [j.job_id for j in job_list if j.job_id not in res.finish_s][:5]
-            raise ValueError(f"dependency cycle: jobs never became ready, e.g. {stuck}")
-        return res
+        return self.check_complete()
 
 
 def flow_completion_times(capacities: Mapping[Link, float] | nx.Graph,
