@@ -54,6 +54,7 @@ from experiments.options import (
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import (
+    Late,
     path_latency_s,
     predict_workload,
     predict_workload_hashed,
@@ -65,8 +66,10 @@ from model.failurecost import (
     LinkDownModel,
     degraded_graph,
     failed_fabric,
-    nak_recovery_s,
+    late_of,
+    nak_resent_bits,
     ring_slowest_link_s,
+    sent_by,
 )
 from topologies.faultspec import Fault, check_times, format_faults, parse_faults, resolve
 from topologies.routing import compute_routes, topo_graph
@@ -230,12 +233,20 @@ def build_workload(topo: Any, name: str, size_bytes: int) -> Any:
     return collectives.build(name, list(topo.host_nodes()), size_bytes)
 
 
-def price(workload: Any, graph: Any, routes: Any, seed: int) -> float:
-    """The collective's model time on ``graph`` routed by ``routes`` (real s): the mean
-    over ECMP hash draws, as the collective experiment prices it."""
-    draws = predict_workload_hashed(workload, graph, routes.paths, samples=HASH_DRAWS,
-                                    seed=seed)
-    return float(np.mean([p.completion_s for p in draws]))
+def price_draws(workload: Any, graph: Any, routes: Any, seed: int,
+                late: dict[Any, Late] | None = None) -> list[Any]:
+    """The collective's model on ``graph`` routed by ``routes``, one prediction per ECMP
+    hash draw, as the collective experiment prices it; ``late``: messages held back
+    (`model.alphabeta.Late`)."""
+    return predict_workload_hashed(workload, graph, routes.paths, samples=HASH_DRAWS,
+                                   seed=seed, late=late)
+
+
+def price(workload: Any, graph: Any, routes: Any, seed: int,
+          late: dict[Any, Late] | None = None) -> float:
+    """The collective's model time (real s): the mean over `price_draws`."""
+    return float(np.mean([p.completion_s
+                          for p in price_draws(workload, graph, routes, seed, late)]))
 
 
 # ----------------------------------------------------------------------------- counters
@@ -342,15 +353,17 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
                                     "bottleneck_bps": bottleneck}
     if case.kind == "down":
         after_graph, after_routes = failed_fabric(fab.topo, frozenset({frozenset(f.nodes)}))
-        model = LinkDownModel(nofail_s, price(workload, after_graph, after_routes, opts.size),
-                              f.at_s, case.detect_s, float(m.stats.rto_s or 0.0), hit,
-                              chained=case.collective.startswith("allreduce-ring"),
-                              nak_s=nak_of(fab, graph, workload, f.nodes),
-                              timed_out=int(m.messages.timeouts.sum()) > 0)
-        claim = LINK_DOWN_RING if model.chained else LINK_DOWN_SPREAD
+        base = price_draws(workload, after_graph, after_routes, opts.size)
+        after_s = float(np.mean([p.completion_s for p in base]))
+        late = late_messages(m, base, workload, f.at_s, case.detect_s,
+                             nak_rtt_of(fab, graph, workload, f.nodes))
+        late_s = (price(workload, after_graph, after_routes, opts.size, late=late) - after_s
+                  if late else 0.0)
+        model = LinkDownModel(nofail_s, after_s, f.at_s, case.detect_s, late_s)
+        claim = LINK_DOWN_RING if case.collective.startswith("allreduce-ring") else LINK_DOWN_SPREAD
         return model.completion_s, claim, {
             "model_nofail_s": nofail_s, "model_after_s": model.after_s,
-            "model_capacity_s": model.capacity_s, "model_recovery_s": model.recovery_s,
+            "model_capacity_s": model.capacity_s, "model_recovery_s": late_s,
             "model_reroute_s": model.reroute_s}
     return nofail_s, NO_FAILURE_BOUND, {"model_nofail_s": nofail_s}
 
@@ -365,19 +378,39 @@ def hashed_onto(fab: Fabric, workload: Any, link: tuple[str, ...]) -> bool:
     return False
 
 
-def nak_of(fab: Fabric, graph: Any, workload: Any, link: tuple[str, ...]) -> float:
-    """A priori NAK recovery of a message caught on ``link`` when the fabric reroutes at
-    once (`nak_recovery_s`): the longest round trip of the workload's paths over the
-    link, and one frame per flow that may cross it lost with the port's queue (the
-    model's load on a fabric link of a ring or all-to-all stays under its rate, so no
-    standing queue: only the frames in service)."""
+def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: float,
+                  detect_s: float, rtt_s: float) -> dict[Any, Late]:
+    """The messages the failure hit, as the run says (which ones depends on the ECMP
+    hash: those that resent frames; lost ACKs alone cost nothing), each held back as
+    `late_of` prices its recovery: a timeout if it had one, else a NAK after
+    ``rtt_s`` (`nak_rtt_of`). What a message had sent by the failure, and its rate
+    during the NAK's round trip, are read from the model's own timing (``base``: the
+    predictions without it, mean over them)."""
+    hit = m.messages[m.messages.retransmitted > 0]
+    rto_s = float(m.stats.rto_s or 0.0)
+    wire = roce_wire_factor()
+    size = {msg.msg_id: 8.0 * wire * msg.size_bytes for msg in workload.messages}
+    out = {}
+    for msg_id, timeouts in zip(hit.msg_id, hit.timeouts, strict=True):
+        bits = size[msg_id]
+        sent = np.mean([sent_by(p.ready_s[msg_id], p.finish_s[msg_id], fail_at_s)
+                        for p in base])
+        rate_bps = np.mean([bits / max(p.finish_s[msg_id] - p.ready_s[msg_id], 1e-12)
+                            for p in base])
+        # Its frame in service at the dead port lost (the model's load on a fabric
+        # link of a ring or all-to-all stays under its rate: no standing queue).
+        nak_bits = nak_resent_bits(rtt_s, WIRE_FRAME_BYTES, float(rate_bps))
+        out[msg_id] = late_of(bool(timeouts > 0), fail_at_s, detect_s, rto_s, nak_bits,
+                              float(sent) * bits)
+    return out
+
+
+def nak_rtt_of(fab: Fabric, graph: Any, workload: Any, link: tuple[str, ...]) -> float:
+    """The round trip a NAK takes for a message caught on ``link``: the longest of the
+    workload's paths over the link, there and back (0 when none crosses it)."""
     crossing = [p for msg in workload.messages if msg.src != msg.dst
                 for p in fab.routes.paths(msg.src, msg.dst) if _uses(p, link)]
-    if not crossing:
-        return 0.0
-    rtt_s = 2 * max(path_latency_s(graph, p) for p in crossing)
-    flows = len({(p[0], p[-1]) for p in crossing})
-    return nak_recovery_s(rtt_s, flows * WIRE_FRAME_BYTES, graph.edges[link]["rate_bps"])
+    return 2 * max((path_latency_s(graph, p) for p in crossing), default=0.0)
 
 
 def _uses(path: Any, link: tuple[str, ...]) -> bool:
