@@ -383,8 +383,8 @@ def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: flo
     """The messages the failure hit, as the run says (which ones depends on the ECMP
     hash: those that resent frames; lost ACKs alone cost nothing), each held back as
     `late_of` prices its recovery: a timeout if it had one, else a NAK after
-    ``rtt_s`` (`nak_rtt_of`). What a message had sent by the failure, and its rate
-    during the NAK's round trip, are read from the model's own timing (``base``: the
+    ``rtt_s`` (`nak_rtt_of`). When a message was posted, what it had sent by the
+    failure, and its rate during the NAK's round trip, are read from the model's timing (``base``: the
     predictions without it, mean over them)."""
     hit = m.messages[m.messages.retransmitted > 0]
     rto_s = float(m.stats.rto_s or 0.0)
@@ -395,13 +395,14 @@ def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: flo
         bits = size[msg_id]
         sent = np.mean([sent_by(p.ready_s[msg_id], p.finish_s[msg_id], fail_at_s)
                         for p in base])
+        posted_s = float(np.mean([p.ready_s[msg_id] for p in base]))
         rate_bps = np.mean([bits / max(p.finish_s[msg_id] - p.ready_s[msg_id], 1e-12)
                             for p in base])
         # Its frame in service at the dead port lost (the model's load on a fabric
         # link of a ring or all-to-all stays under its rate: no standing queue).
         nak_bits = nak_resent_bits(rtt_s, WIRE_FRAME_BYTES, float(rate_bps))
         out[msg_id] = late_of(bool(timeouts > 0), fail_at_s, detect_s, rto_s, nak_bits,
-                              float(sent) * bits)
+                              float(sent) * bits, posted_s)
     return out
 
 

@@ -15,7 +15,8 @@
   fabric has rerouted, or its last frames lost with nothing behind them to show the
   gap) is recovered by go-back-N's timeout: its ACKs stop at the failure (or it is
   sent after it), the sender retries every RTO until one retry falls after the
-  reroute, ``ceil(detect / rto)`` timeouts (at least one), then sends it again.
+  reroute, ``ceil((fail + detect - sent) / rto)`` timeouts (at least one), then
+  sends again what was not delivered before the failure.
 * Rerouted at once (no detection delay), only the frames queued at the dead port are
   lost with its queue; the frames after them take the new path, the receiver sees the
   gap and NAKs a round trip later, and go-back-N resends from the first lost frame:
@@ -66,13 +67,15 @@ def nak_resent_bits(rtt_s: float, queued_bytes: float, rate_bps: float) -> float
 
 
 def late_of(timed_out: bool, fail_at_s: float, detect_s: float, rto_s: float,
-            nak_bits: float, acked_bits: float) -> Late:
-    """How a message the failure hit is held back (module doc): after a timeout, not
-    before the failure plus its whole timeouts, the NIC idle for it meanwhile, then
-    all but what was delivered before the failure (``acked_bits``) sent again; after a
-    NAK, ``nak_bits`` (`nak_resent_bits`) more to send."""
+            nak_bits: float, acked_bits: float, sent_s: float) -> Late:
+    """How a message the failure hit is held back (module doc): after a timeout, its
+    sender (sending from ``sent_s``, its post or the failure if later) retries every
+    RTO until one falls after the reroute, the NIC idle for it meanwhile, then sends
+    all but what was delivered before the failure (``acked_bits``); after a NAK,
+    ``nak_bits`` (`nak_resent_bits`) more to send."""
     if timed_out:
-        timeouts = max(1, recovery_timeouts(detect_s, rto_s))
+        start_s = max(sent_s, fail_at_s)
+        timeouts = max(1, recovery_timeouts(fail_at_s + detect_s - start_s, rto_s))
         return Late(not_before_s=fail_at_s, wait_s=timeouts * rto_s, acked_bits=acked_bits)
     return Late(extra_bits=nak_bits)
 

@@ -41,11 +41,13 @@ def test_the_capacity_left_plus_the_late_messages_delay():
 
 
 def test_a_timed_out_message_restarts_after_its_timeouts_a_naked_one_sends_more():
-    timed = late_of(True, 50e-6, 1e-3, 500e-6, nak_bits=1e6, acked_bits=2e5)
+    timed = late_of(True, 50e-6, 1e-3, 500e-6, nak_bits=1e6, acked_bits=2e5, sent_s=40e-6)
     assert timed == Late(not_before_s=50e-6, wait_s=2 * 500e-6, acked_bits=2e5)
+    # Sent 550 us after the failure: its first retry already falls after the reroute.
+    assert late_of(True, 50e-6, 1e-3, 500e-6, 1e6, 0.0, sent_s=600e-6).wait_s == 500e-6
     # Without detection delay, the frames lost were the message's last: one timeout.
-    assert late_of(True, 50e-6, 0.0, 500e-6, 1e6, 0.0).wait_s == 500e-6
-    assert late_of(False, 50e-6, 0.0, 500e-6, 1e6, 0.0) == Late(extra_bits=1e6)
+    assert late_of(True, 50e-6, 0.0, 500e-6, 1e6, 0.0, 60e-6).wait_s == 500e-6
+    assert late_of(False, 50e-6, 0.0, 500e-6, 1e6, 0.0, 60e-6) == Late(extra_bits=1e6)
     # 4 us round trip at 100 Gb/s, one 4178-byte frame lost.
     assert nak_resent_bits(4e-6, 4178, 100e9) == pytest.approx(4e5 + 8 * 4178)
     assert sent_by(10e-6, 20e-6, 15e-6) == pytest.approx(0.5)
