@@ -13,8 +13,8 @@ link's ports: its queue flushed with it and frames sent into it, loss filters; a
 counted, `emu.lossledger`) and frames retransmitted, the time until every route is on
 a live path (from the applied events), the time until the last message hit was
 delivered, and the model (`model.failurecost`): the no-failure and rerouted fabric
-priced as the collective experiment prices them, plus detection and go-back-N
-recovery. failure.csv holds the rows, events.csv every applied action,
+priced as the collective experiment prices them, plus the go-back-N recovery of the
+messages hit, held back in the collective's DAG. failure.csv holds the rows, events.csv every applied action,
 flow_rates.csv each message's mean rate over its life, which the timeline plot draws.
 """
 
@@ -78,16 +78,17 @@ from traffic import collectives
 
 NAME = "failure"
 
-#: Ring with a link down mid-run: capacity left + detection + go-back-N timeouts; 10 %,
-#: the issue's target. Whether a message was caught in the black hole depends on the
-#: kernel's ECMP hash, which cannot be reproduced from outside: the measured run says
-#: (frames retransmitted: lost ACKs alone cost no message anything), and the model
-#: prices that branch.
-LINK_DOWN_RING = prediction(0.10, "capacity left + detection + go-back-N timeouts, ring; "
-                                  "black-holed or not, and without detection delay "
-                                  "recovered by NAK or by a timeout, as measured")
-LINK_DOWN_SPREAD = estimate("capacity left + detection + go-back-N timeouts; an all-to-all "
-                            "waits for the black-holed message only")
+#: Ring with a link down mid-run: capacity left + the go-back-N recovery of the messages
+#: the failure hit (timeouts past the detection, or a NAK), fed into the collective's
+#: DAG; 10 %, the issue's target. Which messages were hit depends on the kernel's ECMP
+#: hash, which cannot be reproduced from outside: the measured run says (those that
+#: resent frames: lost ACKs alone cost no message anything; timed out or not), and the
+#: model prices their recovery.
+LINK_DOWN_RING = prediction(0.10, "capacity left + go-back-N recovery of the messages hit "
+                                  "(timeouts or NAK, as measured), carried on by the ring's "
+                                  "DAG")
+LINK_DOWN_SPREAD = estimate("capacity left + go-back-N recovery of the messages hit, "
+                            "carried on by the collective's DAG")
 #: A ring with one slow link that its flows cannot avoid (a host's link, or any link
 #: on every path of the flows that may cross it): busbw is the slowest hop's rate (the
 #: issue's 5 %).
