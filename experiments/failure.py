@@ -14,8 +14,9 @@ counted, `emu.lossledger`) and frames retransmitted, the time until every route 
 a live path (from the applied events), the time until the last message hit was
 delivered, and the model (`model.failurecost`): the no-failure and rerouted fabric
 priced as the collective experiment prices them, plus the go-back-N recovery of the
-messages hit, held back in the collective's DAG. failure.csv holds the rows, events.csv every applied action,
-flow_rates.csv each message's mean rate over its life, which the timeline plot draws.
+messages hit, held back in the collective's DAG. failure.csv holds the rows,
+events.csv every applied action, flow_rates.csv each message's mean rate over its
+life, which the timeline plot draws.
 """
 
 from __future__ import annotations
@@ -298,7 +299,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     time_s = m.completion_s
     busbw = 8.0 * opts.size / time_s * factor
     retx = int(m.messages.retransmitted.sum())
-    model_s, claim, model_row = model_of(fab, case, opts, workload, nofail_s, m, retx > 0)
+    model_s, claim, model_row = model_of(fab, case, opts, workload, nofail_s, m)
     run.metric(case.name, "time", "us", time_s * 1e6, model_s * 1e6, claim)
     run.metric(case.name, "busbw", "GB/s", busbw / 8e9, 8.0 * opts.size / model_s * factor / 8e9,
                claim)
@@ -331,9 +332,9 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
 
 
 def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: float,
-             m: Measurement, hit: bool) -> tuple[float, Claim, dict[str, float]]:
-    """The case's model time, its claim and its parts; ``hit``: a message had to
-    resend frames."""
+             m: Measurement) -> tuple[float, Claim, dict[str, float]]:
+    """The case's model time, its claim and its parts (the messages hit read from
+    ``m``)."""
     graph = model_graph(fab)
     if case.kind == "none":
         return nofail_s, ALPHABETA, {"model_nofail_s": nofail_s}
@@ -361,7 +362,8 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
         late_s = (price(workload, after_graph, after_routes, opts.size, late=late) - after_s
                   if late else 0.0)
         model = LinkDownModel(nofail_s, after_s, f.at_s, case.detect_s, late_s)
-        claim = LINK_DOWN_RING if case.collective.startswith("allreduce-ring") else LINK_DOWN_SPREAD
+        ring = case.collective.startswith("allreduce-ring")
+        claim = LINK_DOWN_RING if ring else LINK_DOWN_SPREAD
         return model.completion_s, claim, {
             "model_nofail_s": nofail_s, "model_after_s": model.after_s,
             "model_capacity_s": model.capacity_s, "model_recovery_s": late_s,
@@ -385,8 +387,8 @@ def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: flo
     hash: those that resent frames; lost ACKs alone cost nothing), each held back as
     `late_of` prices its recovery: a timeout if it had one, else a NAK after
     ``rtt_s`` (`nak_rtt_of`). When a message was posted, what it had sent by the
-    failure, and its rate during the NAK's round trip, are read from the model's timing (``base``: the
-    predictions without it, mean over them)."""
+    failure, and its rate during the NAK's round trip, are read from the model's
+    timing (``base``: the predictions without it, mean over them)."""
     hit = m.messages[m.messages.retransmitted > 0]
     rto_s = float(m.stats.rto_s or 0.0)
     wire = roce_wire_factor()
