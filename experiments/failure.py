@@ -385,16 +385,22 @@ def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: flo
                   detect_s: float, rtt_s: float) -> dict[Any, Late]:
     """The messages the failure hit, as the run says (which ones depends on the ECMP
     hash: those that resent frames; lost ACKs alone cost nothing), each held back as
-    `late_of` prices its recovery: a timeout if it had one, else a NAK after
+    `late_of` prices its recovery: a timeout if one held its delivery, else a NAK after
     ``rtt_s`` (`nak_rtt_of`). When a message was posted, what it had sent by the
     failure, and its rate during the NAK's round trip, are read from the model's
     timing (``base``: the predictions without it, mean over them)."""
     hit = m.messages[m.messages.retransmitted > 0]
     rto_s = float(m.stats.rto_s or 0.0)
+    # A timeout that fired after the message was delivered (its last ACKs lost) held
+    # back nothing: the branch is a timeout only if the delivery came most of an RTO
+    # after the message was sent or the failure (its timer starts at the last ACK
+    # before), half an RTO being far beyond any NAK's round trip.
+    waited = hit.end_s - np.maximum(hit.start_s, fail_at_s) >= rto_s / 2
+    timed_out = (hit.timeouts > 0) & waited
     wire = roce_wire_factor()
     size = {msg.msg_id: 8.0 * wire * msg.size_bytes for msg in workload.messages}
     out = {}
-    for msg_id, timeouts in zip(hit.msg_id, hit.timeouts, strict=True):
+    for msg_id, timeout in zip(hit.msg_id, timed_out, strict=True):
         bits = size[msg_id]
         sent = np.mean([sent_by(p.ready_s[msg_id], p.finish_s[msg_id], fail_at_s)
                         for p in base])
@@ -404,7 +410,7 @@ def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: flo
         # Its frame in service at the dead port lost (the model's load on a fabric
         # link of a ring or all-to-all stays under its rate: no standing queue).
         nak_bits = nak_resent_bits(rtt_s, WIRE_FRAME_BYTES, float(rate_bps))
-        out[msg_id] = late_of(bool(timeouts > 0), fail_at_s, detect_s, rto_s, nak_bits,
+        out[msg_id] = late_of(bool(timeout), fail_at_s, detect_s, rto_s, nak_bits,
                               float(sent) * bits, posted_s)
     return out
 

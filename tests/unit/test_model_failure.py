@@ -7,10 +7,11 @@ from functools import partial
 from types import SimpleNamespace
 
 import networkx as nx
+import pandas as pd
 import pytest
 
 from core.errors import ParameterError
-from model.alphabeta import Late, predict_workload
+from model.alphabeta import Late, predict_workload, roce_wire_factor
 from model.failurecost import (
     LinkDownModel,
     degraded_graph,
@@ -132,3 +133,22 @@ def test_a_fabric_link_is_hashed_onto_and_a_host_link_is_not():
     ring = build_workload(topo, "allreduce-ring", 1 << 20)
     assert hashed_onto(fab, ring, ("a3", "e4"))
     assert not hashed_onto(fab, ring, ("h1", "e1"))
+
+
+def test_a_timeout_after_the_delivery_holds_nothing_back():
+    from experiments.failure import late_messages
+
+    wl = _chain()
+    base = [SimpleNamespace(ready_s={"a1": 0.0, "b1": 1e-3, "a2": 0.0},
+                            finish_s={"a1": 1e-3, "b1": 2e-3, "a2": 2e-3})]
+    msgs = pd.DataFrame({"msg_id": ["a1", "a2"], "retransmitted": [64, 64],
+                         "timeouts": [1, 1], "start_s": [0.0, 0.0],
+                         "end_s": [1.1e-3, 60e-6]})
+    m = SimpleNamespace(messages=msgs, stats=SimpleNamespace(rto_s=500e-6))
+    late = late_messages(m, base, wl, 50e-6, 0.0, rtt_s=4e-6)
+    # a1 was delivered 1 ms after the failure: its timeout held it back, the 5 % it had
+    # sent by the failure not sent again. a2 was delivered 10 us after the failure: its
+    # timeout fired later (lost ACKs), its resent frames are priced as a NAK's.
+    assert late["a1"].wait_s == 500e-6 and late["a1"].acked_bits == pytest.approx(
+        0.05 * 8 * 125_000 * roce_wire_factor())
+    assert late["a2"].wait_s == 0.0 and late["a2"].extra_bits > 0
