@@ -15,9 +15,10 @@ link's ports: its queue flushed with it and frames sent into it, loss filters; a
 counted, `emu.lossledger`) and frames retransmitted, the time until every route is on
 a live path (from the applied events), the time until the last message hit was
 delivered, and the model (`model.failurecost`): the no-failure and rerouted fabric
-priced as the collective experiment prices them, plus detection and go-back-N
-recovery. failure.csv holds the rows, events.csv every applied action,
-flow_rates.csv each message's mean rate over its life, which the timeline plot draws.
+priced as the collective experiment prices them, plus the go-back-N recovery of the
+messages hit, held back in the collective's DAG. failure.csv holds the rows,
+events.csv every applied action, flow_rates.csv each message's mean rate over its
+life, which the timeline plot draws.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from experiments.options import (
 from experiments.progress import progress
 from experiments.rundir import Run
 from model.alphabeta import (
+    Late,
     path_latency_s,
     predict_workload,
     predict_workload_hashed,
@@ -69,8 +71,10 @@ from model.failurecost import (
     LinkDownModel,
     degraded_graph,
     failed_fabric,
-    nak_recovery_s,
+    late_of,
+    nak_resent_bits,
     ring_slowest_link_s,
+    sent_by,
 )
 from topologies.faultspec import (
     Fault,
@@ -86,16 +90,17 @@ from traffic import collectives
 
 NAME = "failure"
 
-#: Ring with a link down mid-run: capacity left + detection + go-back-N timeouts; 10 %,
-#: the issue's target. Whether a message was caught in the black hole depends on the
-#: kernel's ECMP hash, which cannot be reproduced from outside: the measured run says
-#: (frames retransmitted: lost ACKs alone cost no message anything), and the model
-#: prices that branch.
-LINK_DOWN_RING = prediction(0.10, "capacity left + detection + go-back-N timeouts, ring; "
-                                  "black-holed or not, and without detection delay "
-                                  "recovered by NAK or by a timeout, as measured")
-LINK_DOWN_SPREAD = estimate("capacity left + detection + go-back-N timeouts; an all-to-all "
-                            "waits for the black-holed message only")
+#: Ring with a link down mid-run: capacity left + the go-back-N recovery of the messages
+#: the failure hit (timeouts past the detection, or a NAK), fed into the collective's
+#: DAG; 10 %, the issue's target. Which messages were hit depends on the kernel's ECMP
+#: hash, which cannot be reproduced from outside: the measured run says (those that
+#: resent frames: lost ACKs alone cost no message anything; timed out or not), and the
+#: model prices their recovery.
+LINK_DOWN_RING = prediction(0.10, "capacity left + go-back-N recovery of the messages hit "
+                                  "(timeouts or NAK, as measured), carried on by the ring's "
+                                  "DAG")
+LINK_DOWN_SPREAD = estimate("capacity left + go-back-N recovery of the messages hit, "
+                            "carried on by the collective's DAG")
 #: A ring with one slow link that its flows cannot avoid (a host's link, or any link
 #: on every path of the flows that may cross it): busbw is the slowest hop's rate (the
 #: issue's 5 %).
@@ -247,12 +252,20 @@ def build_workload(topo: Any, name: str, size_bytes: int) -> Any:
     return collectives.build(name, list(topo.host_nodes()), size_bytes)
 
 
-def price(workload: Any, graph: Any, routes: Any, seed: int) -> float:
-    """The collective's model time on ``graph`` routed by ``routes`` (real s): the mean
-    over ECMP hash draws, as the collective experiment prices it."""
-    draws = predict_workload_hashed(workload, graph, routes.paths, samples=HASH_DRAWS,
-                                    seed=seed)
-    return float(np.mean([p.completion_s for p in draws]))
+def price_draws(workload: Any, graph: Any, routes: Any, seed: int,
+                late: dict[Any, Late] | None = None) -> list[Any]:
+    """The collective's model on ``graph`` routed by ``routes``, one prediction per ECMP
+    hash draw, as the collective experiment prices it; ``late``: messages held back
+    (`model.alphabeta.Late`)."""
+    return predict_workload_hashed(workload, graph, routes.paths, samples=HASH_DRAWS,
+                                   seed=seed, late=late)
+
+
+def price(workload: Any, graph: Any, routes: Any, seed: int,
+          late: dict[Any, Late] | None = None) -> float:
+    """The collective's model time (real s): the mean over `price_draws`."""
+    return float(np.mean([p.completion_s
+                          for p in price_draws(workload, graph, routes, seed, late)]))
 
 
 # ----------------------------------------------------------------------------- counters
@@ -303,7 +316,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
     time_s = m.completion_s
     busbw = 8.0 * opts.size / time_s * factor
     retx = int(m.messages.retransmitted.sum())
-    model_s, claim, model_row = model_of(fab, case, opts, workload, nofail_s, m, retx > 0)
+    model_s, claim, model_row = model_of(fab, case, opts, workload, nofail_s, m)
     run.metric(case.name, "time", "us", time_s * 1e6, model_s * 1e6, claim)
     run.metric(case.name, "busbw", "GB/s", busbw / 8e9, 8.0 * opts.size / model_s * factor / 8e9,
                claim)
@@ -337,9 +350,9 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
 
 
 def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: float,
-             m: Measurement, hit: bool) -> tuple[float, Claim, dict[str, float]]:
-    """The case's model time, its claim and its parts; ``hit``: a message had to
-    resend frames."""
+             m: Measurement) -> tuple[float, Claim, dict[str, float]]:
+    """The case's model time, its claim and its parts (the messages hit read from
+    ``m``)."""
     graph = model_graph(fab)
     case = as_link_down(case, opts.holddown)
     if case.kind == "none":
@@ -361,15 +374,18 @@ def model_of(fab: Fabric, case: Case, opts: Options, workload: Any, nofail_s: fl
                                     "bottleneck_bps": bottleneck}
     if case.kind == "down":
         after_graph, after_routes = failed_fabric(fab.topo, frozenset({frozenset(f.nodes)}))
-        model = LinkDownModel(nofail_s, price(workload, after_graph, after_routes, opts.size),
-                              f.at_s, case.detect_s, float(m.stats.rto_s or 0.0), hit,
-                              chained=case.collective.startswith("allreduce-ring"),
-                              nak_s=nak_of(fab, graph, workload, f.nodes),
-                              timed_out=int(m.messages.timeouts.sum()) > 0)
-        claim = LINK_DOWN_RING if model.chained else LINK_DOWN_SPREAD
+        base = price_draws(workload, after_graph, after_routes, opts.size)
+        after_s = float(np.mean([p.completion_s for p in base]))
+        late = late_messages(m, base, workload, f.at_s, case.detect_s,
+                             nak_rtt_of(fab, graph, workload, f.nodes))
+        late_s = (price(workload, after_graph, after_routes, opts.size, late=late) - after_s
+                  if late else 0.0)
+        model = LinkDownModel(nofail_s, after_s, f.at_s, case.detect_s, late_s)
+        ring = case.collective.startswith("allreduce-ring")
+        claim = LINK_DOWN_RING if ring else LINK_DOWN_SPREAD
         return model.completion_s, claim, {
             "model_nofail_s": nofail_s, "model_after_s": model.after_s,
-            "model_capacity_s": model.capacity_s, "model_recovery_s": model.recovery_s,
+            "model_capacity_s": model.capacity_s, "model_recovery_s": late_s,
             "model_reroute_s": model.reroute_s}
     return nofail_s, NO_FAILURE_BOUND, {"model_nofail_s": nofail_s}
 
@@ -398,19 +414,46 @@ def hashed_onto(fab: Fabric, workload: Any, link: tuple[str, ...]) -> bool:
     return False
 
 
-def nak_of(fab: Fabric, graph: Any, workload: Any, link: tuple[str, ...]) -> float:
-    """A priori NAK recovery of a message caught on ``link`` when the fabric reroutes at
-    once (`nak_recovery_s`): the longest round trip of the workload's paths over the
-    link, and one frame per flow that may cross it lost with the port's queue (the
-    model's load on a fabric link of a ring or all-to-all stays under its rate, so no
-    standing queue: only the frames in service)."""
+def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: float,
+                  detect_s: float, rtt_s: float) -> dict[Any, Late]:
+    """The messages the failure hit, as the run says (which ones depends on the ECMP
+    hash: those that resent frames; lost ACKs alone cost nothing), each held back as
+    `late_of` prices its recovery: a timeout if one held its delivery, else a NAK after
+    ``rtt_s`` (`nak_rtt_of`). When a message was posted, what it had sent by the
+    failure, and its rate during the NAK's round trip, are read from the model's
+    timing (``base``: the predictions without it, mean over them)."""
+    hit = m.messages[m.messages.retransmitted > 0]
+    rto_s = float(m.stats.rto_s or 0.0)
+    # A timeout that fired after the message was delivered (its last ACKs lost) held
+    # back nothing: the branch is a timeout only if the delivery came most of an RTO
+    # after the message was sent or the failure (its timer starts at the last ACK
+    # before), half an RTO being far beyond any NAK's round trip.
+    waited = hit.end_s - np.maximum(hit.start_s, fail_at_s) >= rto_s / 2
+    timed_out = (hit.timeouts > 0) & waited
+    wire = roce_wire_factor()
+    size = {msg.msg_id: 8.0 * wire * msg.size_bytes for msg in workload.messages}
+    out = {}
+    for msg_id, timeout in zip(hit.msg_id, timed_out, strict=True):
+        bits = size[msg_id]
+        sent = np.mean([sent_by(p.ready_s[msg_id], p.finish_s[msg_id], fail_at_s)
+                        for p in base])
+        posted_s = float(np.mean([p.ready_s[msg_id] for p in base]))
+        rate_bps = np.mean([bits / max(p.finish_s[msg_id] - p.ready_s[msg_id], 1e-12)
+                            for p in base])
+        # Its frame in service at the dead port lost (the model's load on a fabric
+        # link of a ring or all-to-all stays under its rate: no standing queue).
+        nak_bits = nak_resent_bits(rtt_s, WIRE_FRAME_BYTES, float(rate_bps))
+        out[msg_id] = late_of(bool(timeout), fail_at_s, detect_s, rto_s, nak_bits,
+                              float(sent) * bits, posted_s)
+    return out
+
+
+def nak_rtt_of(fab: Fabric, graph: Any, workload: Any, link: tuple[str, ...]) -> float:
+    """The round trip a NAK takes for a message caught on ``link``: the longest of the
+    workload's paths over the link, there and back (0 when none crosses it)."""
     crossing = [p for msg in workload.messages if msg.src != msg.dst
                 for p in fab.routes.paths(msg.src, msg.dst) if _uses(p, link)]
-    if not crossing:
-        return 0.0
-    rtt_s = 2 * max(path_latency_s(graph, p) for p in crossing)
-    flows = len({(p[0], p[-1]) for p in crossing})
-    return nak_recovery_s(rtt_s, flows * WIRE_FRAME_BYTES, graph.edges[link]["rate_bps"])
+    return 2 * max((path_latency_s(graph, p) for p in crossing), default=0.0)
 
 
 def _uses(path: Any, link: tuple[str, ...]) -> bool:

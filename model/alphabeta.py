@@ -38,7 +38,7 @@ import math
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import networkx as nx
 
@@ -163,6 +163,19 @@ def _message_route(graph: nx.Graph, route: Callable[[str, str], list[Path]], flo
     return dict(flow.fractions), latency_s
 
 
+class Late(NamedTuple):
+    """How a message is held back beyond the DAG's own timing (a failure's recovery):
+    it is not ready before ``not_before_s``, waits ``wait_s`` more before its bytes go
+    (the NIC idle for it, e.g. a retransmission timeout), and sends ``extra_bits`` more
+    (bits sent again, sharing the links as its own do) and ``acked_bits`` fewer (bits
+    delivered before it was held back, not sent again)."""
+
+    not_before_s: float = 0.0
+    wait_s: float = 0.0
+    extra_bits: float = 0.0
+    acked_bits: float = 0.0
+
+
 @dataclass
 class WorkloadPrediction:
     """Model prediction for a message DAG (real seconds after the run's time zero)."""
@@ -177,6 +190,9 @@ class WorkloadPrediction:
     link_bits: dict[tuple[str, str], float] = field(default_factory=dict)  # carried, wire
 
 
+_ON_TIME = Late()
+
+
 @gc_paused()
 def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      mode: str = "spread", choice: Choice | None = None,
@@ -184,19 +200,22 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      packet_bytes: float = WIRE_FRAME_BYTES,
                      forwarding: str = "store-and-forward", wire_factor: float | None = None,
                      nic_rate_bps: float | None = None,
-                     collective: str | None = None) -> WorkloadPrediction:
+                     collective: str | None = None,
+                     late: Mapping[Hashable, Late] | None = None) -> WorkloadPrediction:
     """Completion time of a Workload's message DAG as a fluid max-min simulation.
 
     A message becomes ready its ``gap_s`` (compute, if it has one) after its deps have
     completed (and not before its ``start_s``), starts sending ``overhead_s`` later, drains at its max-min rate
     and completes one path latency after its last byte is sent. algbw/busbw use
-    ``collective`` (default: the workload's name, if it names a collective).
+    ``collective`` (default: the workload's name, if it names a collective). ``late``:
+    messages held back (`Late`); their successors wait for them and share with them.
     """
     check_forwarding(forwarding)
     wire = roce_wire_factor() if wire_factor is None else wire_factor
     route = memo_paths(paths)
     cap_bps = math.inf if nic_rate_bps is None else float(nic_rate_bps)
     jobs = []
+    held = late or {}
     link_bits: dict[tuple[str, str], float] = {}
     route_cache: dict[tuple, tuple[dict, float]] = {}
     for m in workload.messages:
@@ -223,12 +242,15 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
         else:
             fractions, latency_s = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
                                                   choice, cap_bps, last_bytes, forwarding)
+        hold = held.get(m.msg_id, _ON_TIME)
+        size_bits = max(0.0, size_bits + hold.extra_bits - hold.acked_bits)
         for link, frac in fractions.items():
             link_bits[link] = link_bits.get(link, 0.0) + frac * size_bits
         jobs.append(FluidJob(
             job_id=m.msg_id, fractions=fractions, size_bits=size_bits,
-            cap_bps=cap_bps, release_s=m.start_s, deps=tuple(m.deps),
-            pre_s=overhead_s, post_s=latency_s, gap_s=float(getattr(m, "gap_s", 0.0)),
+            cap_bps=cap_bps, release_s=max(m.start_s, hold.not_before_s), deps=tuple(m.deps),
+            pre_s=overhead_s + hold.wait_s, post_s=latency_s,
+            gap_s=float(getattr(m, "gap_s", 0.0)),
         ))
     res = simulate(jobs, link_capacities(graph))
     t0 = min((m.start_s for m in workload.messages), default=0.0)

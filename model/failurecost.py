@@ -6,18 +6,22 @@
   (`ring_slowest_link_s`): the ring goes at the pace of its slowest hop.
 * A link down at ``fail_at_s``: the collective runs at the no-failure pace until then
   and at the pace of the fabric without the link afterwards (`failed_fabric`: the
-  graph and the routes a converged fabric has), ring steps being equal in time; a
-  message caught in the black hole (sent into the dead link before the rest of the
-  fabric has rerouted) is recovered by go-back-N's timeout: the sender retries every
-  RTO from its last frame until one retry falls after the reroute, so
-  ``ceil(detect / rto)`` timeouts (at least one), during which a ring, a chain of
-  steps, waits whole; an all-to-all only waits for that message.
-* The same link down with the whole fabric rerouting at once (no detection delay):
-  only the frames queued at the dead port are lost with its queue; the frames after
-  them take the new path, the receiver sees the gap and NAKs, and go-back-N resends
-  from the first lost frame (`nak_recovery_s`: a round trip, plus the queue that was
-  lost drained again at the port's rate). If the frames lost were a message's last,
-  no later frame shows the gap: one timeout, whose retry takes the new path.
+  graph and the routes a converged fabric has), ring steps being equal in time; plus
+  what the messages the failure hit are held back (`late_of`), as the collective's
+  DAG carries it on: their successors wait for them, and a late message shares its
+  NIC with the ones that were posted on time meanwhile (a ring's host sends its late
+  chunk and its next one at once), so a delay can grow along a ring.
+* A message caught in the black hole (sent into the dead link before the rest of the
+  fabric has rerouted, or its last frames lost with nothing behind them to show the
+  gap) is recovered by go-back-N's timeout: its ACKs stop at the failure (or it is
+  sent after it), the sender retries every RTO until one retry falls after the
+  reroute, ``ceil((fail + detect - sent) / rto)`` timeouts (at least one), then
+  sends again what was not delivered before the failure.
+* Rerouted at once (no detection delay), only the frames queued at the dead port are
+  lost with its queue; the frames after them take the new path, the receiver sees the
+  gap and NAKs a round trip later, and go-back-N resends from the first lost frame:
+  the lost frames and all the sender sent during the round trip
+  (`nak_resent_bits`), more bytes on the sender's NIC.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from model.alphabeta import Late
 from topologies.base import FabricTopo
 from topologies.routing import DownLinks, Routes, compute_routes, topo_graph
 
@@ -53,11 +58,34 @@ def recovery_timeouts(detect_s: float, rto_s: float) -> int:
     return max(1, math.ceil(detect_s / rto_s))
 
 
-def nak_recovery_s(rtt_s: float, queued_bytes: float, rate_bps: float) -> float:
-    """What a message loses when ``queued_bytes`` queued at a port of ``rate_bps`` are
-    dropped with the port and the next frames arrive by another path: the NAK's round
-    trip (``rtt_s``), then the lost bytes sent again."""
-    return rtt_s + 8.0 * queued_bytes / rate_bps
+def nak_resent_bits(rtt_s: float, queued_bytes: float, rate_bps: float) -> float:
+    """Bits a message sends again when its ``queued_bytes`` queued at a dead port are
+    dropped with it and its next frames arrive by another path: the lost bytes, and
+    what it sent meanwhile at ``rate_bps`` during the NAK's round trip (``rtt_s``),
+    discarded by the receiver until the resend."""
+    return rtt_s * rate_bps + 8.0 * queued_bytes
+
+
+def late_of(timed_out: bool, fail_at_s: float, detect_s: float, rto_s: float,
+            nak_bits: float, acked_bits: float, sent_s: float) -> Late:
+    """How a message the failure hit is held back (module doc): after a timeout, its
+    sender (sending from ``sent_s``, its post or the failure if later) retries every
+    RTO until one falls after the reroute, the NIC idle for it meanwhile, then sends
+    all but what was delivered before the failure (``acked_bits``); after a NAK,
+    ``nak_bits`` (`nak_resent_bits`) more to send."""
+    if timed_out:
+        start_s = max(sent_s, fail_at_s)
+        timeouts = max(1, recovery_timeouts(fail_at_s + detect_s - start_s, rto_s))
+        return Late(not_before_s=fail_at_s, wait_s=timeouts * rto_s, acked_bits=acked_bits)
+    return Late(extra_bits=nak_bits)
+
+
+def sent_by(ready_s: float, finish_s: float, at_s: float) -> float:
+    """Fraction of a message that a model's timing (posted at ``ready_s``, completed at
+    ``finish_s``, at an even pace between) has sent by ``at_s``."""
+    if finish_s <= ready_s:
+        return 1.0 if at_s >= finish_s else 0.0
+    return min(1.0, max(0.0, (at_s - ready_s) / (finish_s - ready_s)))
 
 
 @dataclass(frozen=True)
@@ -68,13 +96,9 @@ class LinkDownModel:
     after_s: float      # the whole collective on the fabric without the link
     fail_at_s: float
     detect_s: float
-    rto_s: float
-    lost: bool          # a message lost frames and had to resend them (read from the run)
-    chained: bool       # every step waits for the previous one (a ring)
-    nak_s: float = 0.0  # recovery by NAK when the fabric reroutes at once (nak_recovery_s)
-    #: Rerouted at once but the lost frames were a message's last: no later frame for
-    #: the receiver to see the gap by, so one timeout (its retry takes the new path).
-    timed_out: bool = False
+    #: The collective's DAG with the hit messages held back (`late_of`) minus without:
+    #: the recovery as the collective feels it (0 when nothing was hit).
+    late_s: float = 0.0
 
     @property
     def capacity_s(self) -> float:
@@ -86,20 +110,8 @@ class LinkDownModel:
         return self.fail_at_s + (1 - done) * self.after_s
 
     @property
-    def recovery_s(self) -> float:
-        """Time a lost message waits for go-back-N (0 when nothing was lost): a NAK's
-        recovery when the fabric rerouted at once, else whole timeouts."""
-        if not self.lost:
-            return 0.0
-        if self.detect_s <= 0:
-            return self.rto_s if self.timed_out else self.nak_s
-        return recovery_timeouts(self.detect_s, self.rto_s) * self.rto_s
-
-    @property
     def completion_s(self) -> float:
-        if self.chained:
-            return self.capacity_s + self.recovery_s
-        return max(self.capacity_s, self.fail_at_s + self.recovery_s)
+        return self.capacity_s + max(0.0, self.late_s)
 
     @property
     def reroute_s(self) -> float:
