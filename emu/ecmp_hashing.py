@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import os
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -200,7 +200,8 @@ def _clean_groups(routes: Routes, switches: Iterable[str]) -> tuple[list[tuple[s
 
 
 def ecmp_check(routes: Routes, switches: Iterable[str], port_tx_deltas: Mapping[tuple[str, str], float],
-               max_flow_units: float, alpha: float = 1e-3) -> EcmpCheck:
+               max_flow_units: float, alpha: float = 1e-3,
+               links_down: Collection[frozenset[str]] = ()) -> EcmpCheck:
     """Did the fabric hash as the model assumes (independently per switch)?
 
     ``port_tx_deltas``: what each switch egress ``(node, peer)`` sent during the run, in
@@ -210,13 +211,18 @@ def ecmp_check(routes: Routes, switches: Iterable[str], port_tx_deltas: Mapping[
     independent uniform hashing one of its n members stays idle with probability at most
     n (1 - 1/n)^K. A member that sent nothing where that bound is below ``alpha`` fails
     the check: the hashes upstream decided this switch's choice (polarization). Groups
-    whose ports also carry other routes' traffic are skipped (counted).
+    whose ports also carry other routes' traffic are skipped (counted), and so are groups
+    with a member over a link in ``links_down`` (taken down during the run: the fabric
+    rerouted around it, so its idleness says nothing about the hashes).
     """
     if not max_flow_units > 0:
         raise ParameterError("max_flow_units", max_flow_units, "must be positive")
     if not 0 < alpha < 1:
         raise ParameterError("alpha", alpha, "must be in (0, 1)")
-    groups, skipped = _clean_groups(routes, switches)
+    clean, skipped = _clean_groups(routes, switches)
+    groups = [(s, g) for s, g in clean
+              if not any(frozenset((s, hop)) in links_down for hop in g)]
+    skipped += len(clean) - len(groups)
     reasons = []
     for s, group in groups:
         counts = {hop: float(port_tx_deltas.get((s, hop), 0.0)) for hop in group}

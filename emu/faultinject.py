@@ -78,6 +78,7 @@ class FaultInjector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rates: dict[Link, float] = {}
+        self._taken_down: set[Link] = set()
         self.loss = LinkLoss(fab)
         for f in self.faults:  # attached now, in this thread: the run only sets them
             if f.kind == "loss":
@@ -141,6 +142,8 @@ class FaultInjector:
             x, y = sorted(a.link)
             if a.op == "link":
                 fab.set_link_state(x, y, a.up)
+                if not a.up:
+                    self._taken_down.add(a.link)
             elif a.op == "learn":
                 (fab.down_links.discard if a.up else fab.down_links.add)(a.link)
                 learned |= a.link
@@ -168,6 +171,10 @@ class FaultInjector:
         route, vanished at a dead link's ports, taken by a loss filter (read it when
         the traffic has ended)."""
         return replace(self.ledger.lost(), filtered=self.loss.drops())
+
+    def links_taken_down(self) -> frozenset[Link]:
+        """The links this run took down at some moment (physically, as their ends saw it)."""
+        return frozenset(self._taken_down)
 
     def events(self) -> pd.DataFrame:
         """Every applied action (real s after the run's t0; ``applied_emu_s`` emulated)."""

@@ -311,6 +311,7 @@ def _measure(run: Run, fab: Fabric, case: Case, opts: Options, nofail_s: float) 
         raise FabricEmuError(f"faults {format_faults(case.faults)} could not be applied: "
                              f"{injector.error}")
     m.failure_drops = lost.total
+    m.links_down = injector.links_taken_down()
     events = injector.events()
     factor = workload.meta["busbw_factor"]
     time_s = m.completion_s

@@ -69,6 +69,7 @@ def with_faults(fab: Any, workload: Any, graph: Any, run: Callable[[Any], Any]) 
         m = run(injector.watch if injector is not None else None)
         if injector is not None:
             m.failure_drops = injector.lost_frames().total
+            m.links_down = injector.links_taken_down()
     if injector is not None:
         m.fault_events = injector.events()
     return m

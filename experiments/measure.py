@@ -98,6 +98,9 @@ class Measurement:
     #: route, a dead port's, loss filters: `emu.faultinject.FaultInjector.lost_frames`),
     #: which retransmissions recover as they do a queue's drops.
     failure_drops: int = 0
+    #: The links the faults took down at some moment of the run (their ECMP groups'
+    #: idle members are the reroute's doing, not the hash's: `ecmp_hashing_check`).
+    links_down: frozenset[frozenset[str]] = frozenset()
 
     @property
     def completion_s(self) -> float:
@@ -327,10 +330,11 @@ def ecmp_hashing_check(fab: Fabric, m: Measurement, workload: Any) -> Check | No
     largest = max(int(msg.size_bytes) for msg in workload.messages)
     # One message is one flow (its own QP and UDP source port); what it puts on a port.
     flow_bytes = largest + max(1, math.ceil(largest / MTU_PAYLOAD_BYTES)) * HEADER_BYTES
-    result = ecmp_check(fab.routes, fab.switches, sent, flow_bytes)
+    result = ecmp_check(fab.routes, fab.switches, sent, flow_bytes, links_down=m.links_down)
     detail = "; ".join(result.reasons) if result.reasons else (
         f"{result.groups_checked} ECMP groups consistent with independent hashing "
-        f"({result.groups_skipped} shared with other routes, not judged)")
+        f"({result.groups_skipped} shared with other routes or over a link taken down, "
+        "not judged)")
     return Check("ECMP hashing", result.ok, result.groups_checked, None, detail)
 
 

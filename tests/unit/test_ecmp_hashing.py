@@ -108,3 +108,19 @@ def test_check_does_not_blame_chance_on_few_flows(fattree):
     assert ecmp_check(routes, topo.switch_nodes(), one, max_flow_units=65536).ok
     with pytest.raises(ParameterError):
         ecmp_check(routes, topo.switch_nodes(), few, max_flow_units=0)
+
+
+def test_a_member_over_a_link_taken_down_is_not_blamed_on_the_hash(fattree):
+    topo, routes = fattree
+    src, dst = "h1", topo.host_nodes()[-1]
+    # The first agg's first core link went down: every flow took the other one.
+    counts = _two_tier_counts(routes, src, dst, (30, 34), ((30, 0), (14, 20)))
+    agg = routes.next_hops[routes.next_hops[src][dst][0]][dst][0]
+    dead = frozenset((agg, routes.next_hops[agg][dst][1]))
+    assert not ecmp_check(routes, topo.switch_nodes(), counts, max_flow_units=1).ok
+    res = ecmp_check(routes, topo.switch_nodes(), counts, max_flow_units=1, links_down={dead})
+    assert res.ok
+    # Only that switch's group is excused: polarization elsewhere is still caught.
+    polar = _two_tier_counts(routes, src, dst, (30, 34), ((30, 0), (34, 0)))
+    assert len(ecmp_check(routes, topo.switch_nodes(), polar, max_flow_units=1,
+                          links_down={dead}).reasons) == 1
