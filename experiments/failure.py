@@ -442,8 +442,11 @@ def late_messages(m: Measurement, base: list[Any], workload: Any, fail_at_s: flo
         rate_bps = np.mean([bits / max(p.finish_s[msg_id] - p.ready_s[msg_id], 1e-12)
                             for p in base])
         # Its frame in service at the dead port lost (the model's load on a fabric
-        # link of a ring or all-to-all stays under its rate: no standing queue).
-        nak_bits = nak_resent_bits(rtt_s, WIRE_FRAME_BYTES, float(rate_bps))
+        # link of a ring or all-to-all stays under its rate: no standing queue), and,
+        # until the reroute, whatever it sent on into the black hole.
+        left_s = (1.0 - float(sent)) * bits / float(rate_bps)
+        blackhole_s = min(left_s, max(0.0, fail_at_s + detect_s - max(posted_s, fail_at_s)))
+        nak_bits = nak_resent_bits(rtt_s, WIRE_FRAME_BYTES, float(rate_bps), blackhole_s)
         out[msg_id] = late_of(bool(timeout), fail_at_s, detect_s, rto_s, nak_bits,
                               float(sent) * bits, posted_s)
     return out

@@ -22,6 +22,9 @@
   gap and NAKs a round trip later, and go-back-N resends from the first lost frame:
   the lost frames and all the sender sent during the round trip
   (`nak_resent_bits`), more bytes on the sender's NIC.
+* With a detection delay, a message still sending when the rest of the fabric
+  reroutes it is recovered the same way, by the gap its rerouted frames show: what
+  it sent into the black hole until the reroute is lost too, and sent again.
 """
 
 from __future__ import annotations
@@ -58,12 +61,14 @@ def recovery_timeouts(detect_s: float, rto_s: float) -> int:
     return max(1, math.ceil(detect_s / rto_s))
 
 
-def nak_resent_bits(rtt_s: float, queued_bytes: float, rate_bps: float) -> float:
+def nak_resent_bits(rtt_s: float, queued_bytes: float, rate_bps: float,
+                    blackhole_s: float = 0.0) -> float:
     """Bits a message sends again when its ``queued_bytes`` queued at a dead port are
-    dropped with it and its next frames arrive by another path: the lost bytes, and
-    what it sent meanwhile at ``rate_bps`` during the NAK's round trip (``rtt_s``),
+    dropped with it and its next frames arrive by another path: the lost bytes, what
+    it sent at ``rate_bps`` into the black hole for ``blackhole_s`` (sending on until
+    the fabric rerouted it), and what it sent during the NAK's round trip (``rtt_s``),
     discarded by the receiver until the resend."""
-    return rtt_s * rate_bps + 8.0 * queued_bytes
+    return (rtt_s + blackhole_s) * rate_bps + 8.0 * queued_bytes
 
 
 def late_of(timed_out: bool, fail_at_s: float, detect_s: float, rto_s: float,

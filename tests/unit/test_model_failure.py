@@ -51,6 +51,9 @@ def test_a_timed_out_message_restarts_after_its_timeouts_a_naked_one_sends_more(
     assert late_of(False, 50e-6, 0.0, 500e-6, 1e6, 0.0, 60e-6) == Late(extra_bits=1e6)
     # 4 us round trip at 100 Gb/s, one 4178-byte frame lost.
     assert nak_resent_bits(4e-6, 4178, 100e9) == pytest.approx(4e5 + 8 * 4178)
+    # Sending on into the black hole for 50 us before the reroute: all of it resent.
+    assert nak_resent_bits(4e-6, 4178, 100e9, blackhole_s=50e-6) == pytest.approx(
+        5.4e6 + 8 * 4178)
     assert sent_by(10e-6, 20e-6, 15e-6) == pytest.approx(0.5)
     assert sent_by(10e-6, 20e-6, 5e-6) == 0.0 and sent_by(10e-6, 20e-6, 25e-6) == 1.0
 
