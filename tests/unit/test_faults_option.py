@@ -121,6 +121,9 @@ def test_the_frames_the_faults_cost_reach_the_gate_as_drops(monkeypatch):
             assert not self.restored  # read before the fabric is put back
             return Lost(no_route=3, at_ports=2, filtered=1)
 
+        def links_taken_down(self):
+            return frozenset({frozenset(("l1", "s1"))})
+
         def events(self):
             return "events"
 
@@ -134,6 +137,7 @@ def test_the_frames_the_faults_cost_reach_the_gate_as_drops(monkeypatch):
         m = faultrun.with_faults(fab, one, topo_graph(fab.topo),
                                  lambda hook: Measurement(*([None] * 7)))
     assert m.failure_drops == 6 and m.fault_events == "events"
+    assert m.links_down == {frozenset(("l1", "s1"))}  # the gate's ECMP check spares them
     assert Measurement(*([None] * 7)).failure_drops == 0  # no faults: nothing to explain
 
     from tests.unit.test_fidelity import measures
