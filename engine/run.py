@@ -1006,6 +1006,7 @@ def _reap(procs: list[Any]) -> None:
 
 _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "fct_s",
                     "acked_s", "first_tx_s", "last_tx_s", "packets", "packets_sent", "retransmitted", "naks", "timeouts",
+                    "rack_losses", "probes",
                     "cnps_sent", "cnps_received", "ecn_echoes", "ce_marked", "bytes_received",
                     "out_of_sequence", "duplicate_request", "completed", "path_delay_s",
                     "ack_path_delay_s", "step", "tag"]
@@ -1047,7 +1048,8 @@ def _message_row(scale: Scale, m: Message, mp: plan.MsgPlan, sd: SendRecord,
         "last_tx_s": _real_s(scale, sd.last_tx_ns),
         "packets": sd.packets, "packets_sent": sd.packets_sent,
         "retransmitted": sd.retransmitted, "naks": sd.naks,
-        "timeouts": sd.timeouts, "cnps_sent": rd.cnps_sent,
+        "timeouts": sd.timeouts, "rack_losses": sd.rack_losses, "probes": sd.probes,
+        "cnps_sent": rd.cnps_sent,
         "cnps_received": sd.cnps_received, "ecn_echoes": sd.ecn_echoes,
         "ce_marked": rd.ce_marked,
         "bytes_received": rd.bytes_received,

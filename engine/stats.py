@@ -33,6 +33,8 @@ class SendRecord:
     retransmitted: int = 0
     naks: int = 0
     timeouts: int = 0
+    rack_losses: int = 0   # frames selective repeat's time-based detector declared lost
+    probes: int = 0        # selective repeat's tail-loss probes
     cnps_received: int = 0
     ecn_echoes: int = 0
 

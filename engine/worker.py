@@ -444,6 +444,8 @@ class Worker:
             retransmitted=q.gbn.retransmitted if q.gbn else 0,
             naks=q.gbn.naks if q.gbn else 0,
             timeouts=q.gbn.timeouts if q.gbn else 0,
+            rack_losses=q.gbn.rack_losses if q.gbn else 0,
+            probes=q.gbn.probes if q.gbn else 0,
             cnps_received=q.cc.cnps_received if q.cc else 0,
             ecn_echoes=q.echoes,
         ) for q in self.senders]

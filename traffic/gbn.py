@@ -149,6 +149,7 @@ class GbnSender(RequesterCounters):
         "total_packets", "window", "timeout_s", "start_psn",
         "_una", "_nxt", "_max_sent", "_timer_start_s",
         "packets_sent", "retransmitted", "naks", "timeouts", "acks", "stale_acks",
+        "rack_losses", "probes",
     )
 
     def __init__(self, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,
@@ -175,6 +176,10 @@ class GbnSender(RequesterCounters):
         self.timeouts = 0
         self.acks = 0
         self.stale_acks = 0
+        # Selective repeat's time-based detector and tail-loss probe (`SrSender`):
+        # go-back-N has neither, it learns of loss by NAK or timer alone.
+        self.rack_losses = 0
+        self.probes = 0
 
     # -- state ---------------------------------------------------------------------
     @property

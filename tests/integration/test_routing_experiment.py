@@ -46,5 +46,8 @@ def test_routing_quick_over_selective_repeat(tmp_path):
     assert rows.at["spray", "max_mean_load"] <= 1.5
     assert rows.at["spray", "retransmitted"] == 0 and rows.at["ecmp", "retransmitted"] == 0
     assert rows.at["spray", "reorder_packets"] > 16  # derived from the spines' buffers
+    # Nothing lost, so neither the time-based detector nor the tail-loss probe fired.
+    messages = pd.read_csv(tmp_path / "messages.csv")
+    assert (messages[["rack_losses", "probes"]] == 0).all().all(), messages
     for png in ("routing_busbw.png", "link_load.png"):
         assert (tmp_path / png).stat().st_size > 0
