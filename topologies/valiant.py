@@ -151,9 +151,13 @@ def intermediate_group(own: int, dst: int, groups: int, rnd: int) -> int | None:
     return pick
 
 
-def ugal_prefers_valiant(q_min: int, h_min: int, q_val: int, h_val: int) -> bool:
-    """UGAL-L: Valiant when its queue times hops is strictly below minimal's."""
-    return q_val * h_val < q_min * h_min
+def ugal_prefers_valiant(q_min: int, h_min: int, q_val: int, h_val: int,
+                         quantum: int = 1) -> bool:
+    """UGAL-L: Valiant when its queue times hops is strictly below minimal's, the queues
+    in whole units of ``quantum`` (a frame, as adaptive routing compares them: the frame
+    a port is still sending is not a queue to route around)."""
+    q = max(1, quantum)
+    return (q_val // q) * h_val < (q_min // q) * h_min
 
 
 def tag_of(group: int) -> int:

@@ -316,7 +316,10 @@ static __always_inline __u32 group_slot(struct __sk_buff *skb, struct cfg *c, st
 				 now, &q_min);
 		vm = least_queue(v->slot, v->n, bpf_get_prandom_u32() % v->n,
 				 c->queue_quantum_scaled, now, &q_val);
-		valiant = q_val * d->via_hops[via & (MAX_GROUPS - 1)] < q_min * d->hops;
+		/* in whole frames, as least_queue compares them (topologies/valiant.py) */
+		__u64 quantum = c->queue_quantum_scaled ? c->queue_quantum_scaled : 1;
+		valiant = q_val / quantum * d->via_hops[via & (MAX_GROUPS - 1)] <
+			  q_min / quantum * d->hops;
 	} else {
 		vm = bpf_get_prandom_u32() % v->n;
 	}

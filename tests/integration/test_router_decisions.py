@@ -287,6 +287,7 @@ def test_valiant_tags_at_the_source_and_follows_the_tag():
 def test_ugal_compares_queue_times_hops_from_the_switch_own_queues(switch, ingress_slot):
     """At the source switch (h1's port) and at the next one in the source group (a
     frame it left undecided): Valiant exactly when the Python decision says so."""
+    from emu.lbrouter import QUEUE_QUANTUM_BYTES
     from topologies.valiant import TAG_MINIMAL, TAG_UNDECIDED, tag_of, ugal_prefers_valiant
 
     with _markers(switch, 3) as vq, _router("ugal", vq_fds=vq, spec=DFLY, switch=switch) as (
@@ -299,7 +300,8 @@ def test_ugal_compares_queue_times_hops_from_the_switch_own_queues(switch, ingre
         for q_min, q_val in ((0, 0), (200_000, 0), (200_000, 150_000), (200_000, 100_000),
                              (0, 100_000)):
             _set_queues(vq, tables, {minimal: q_min, toward2: q_val}, time.monotonic_ns())
-            valiant = ugal_prefers_valiant(q_min, hops.hops, q_val, hops.via_hops[2])
+            valiant = ugal_prefers_valiant(q_min, hops.hops, q_val, hops.via_hops[2],
+                                           QUEUE_QUANTUM_BYTES)  # queues in bytes here
             assert _forwarded(fd, _dfly_frame(plan), tables, ingress_slot) == (
                 (toward2, tag_of(2)) if valiant else (minimal, stays)), (q_min, q_val)
             decided.append(valiant)

@@ -41,6 +41,12 @@ def test_ugal_compares_queue_times_hops_and_ties_stay_minimal():
     assert ugal_prefers_valiant(1000, 3, 500, 5)       # 2500 < 3000
     assert not ugal_prefers_valiant(1000, 3, 600, 5)   # 3000 = 3000
     assert not ugal_prefers_valiant(1000, 3, 700, 5)
+    # In whole frames: a frame still being sent (under one quantum) is no queue.
+    assert not ugal_prefers_valiant(4000, 1, 0, 2, quantum=4178)
+    assert ugal_prefers_valiant(4178, 1, 0, 2, quantum=4178)
+    # 1 frame x 5 hops < 3 frames x 3 hops, where the bytes (8355 x 5 > 12534 x 3) would not.
+    assert ugal_prefers_valiant(3 * 4178, 3, 2 * 4178 - 1, 5, quantum=4178)
+    assert not ugal_prefers_valiant(3 * 4178, 3, 2 * 4178 - 1, 5)
 
 
 def test_group_tables_lead_to_each_group():
