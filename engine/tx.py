@@ -36,6 +36,9 @@ class TxGbn(RequesterCounters, ctypes.Structure):
                 ("packets_sent", ctypes.c_int64), ("retransmitted", ctypes.c_int64),
                 ("naks", ctypes.c_int64), ("timeouts", ctypes.c_int64),
                 ("acks", ctypes.c_int64), ("stale_acks", ctypes.c_int64)]
+    # Go-back-N has no time-based loss detector and no tail-loss probe (GbnSender's zeros).
+    rack_losses = 0
+    probes = 0
 
     @classmethod
     def new(cls, total_packets: int, window: int | None = None, timeout_s: float = 1e-3,

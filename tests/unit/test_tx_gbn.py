@@ -58,6 +58,13 @@ def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, 
             (py.done, py.in_flight, py.deadline_s, py.next_index)
 
 
+def test_the_struct_reports_every_counter_the_engine_records():
+    """The worker's SendRecord reads these from whichever sender a QP has."""
+    c, py = TxGbn.new(8), gbn.GbnSender(8)
+    for name in ("packets_sent", "retransmitted", "naks", "timeouts", "rack_losses", "probes"):
+        assert getattr(c, name) == getattr(py, name) == 0, name
+
+
 def test_the_struct_checks_its_arguments_as_the_class_does():
     with pytest.raises(ParameterError, match="total_packets"):
         TxGbn.new(0)
