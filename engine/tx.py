@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import math
 from pathlib import Path
+from typing import Any
 
 from core.errors import CapabilityError
 from core.frame import WIRE_OVERHEAD_BYTES
@@ -24,6 +25,24 @@ from traffic.gbn import RequesterCounters
 from traffic.pacing import Schedule
 from traffic.selective_repeat import WINDOW_PACKETS
 from traffic.sr_sender import SrSender
+
+
+def _nan_for_none(value: float | None) -> float:
+    """C's "not armed" for a time: NaN."""
+    return math.nan if value is None else value
+
+
+def _optional_time(raw: str) -> property:
+    """A time that may be unset (None), kept in the C field ``raw`` as NaN."""
+
+    def get(self: Any) -> float | None:
+        t = getattr(self, raw)
+        return None if t != t else t
+
+    def set_(self: Any, value: float | None) -> None:
+        setattr(self, raw, _nan_for_none(value))
+
+    return property(get, set_)
 
 
 class TxGbn(RequesterCounters, ctypes.Structure):
@@ -54,14 +73,7 @@ class TxGbn(RequesterCounters, ctypes.Structure):
                    g._max_sent, math.nan if start is None else start, g.packets_sent,
                    g.retransmitted, g.naks, g.timeouts, g.acks, g.stale_acks)
 
-    @property
-    def _timer_start_s(self) -> float | None:
-        t = self._timer_start_raw
-        return None if t != t else t
-
-    @_timer_start_s.setter
-    def _timer_start_s(self, value: float | None) -> None:
-        self._timer_start_raw = math.nan if value is None else value
+    _timer_start_s = _optional_time("_timer_start_raw")
 
 
 class TxSr(RequesterCounters, ctypes.Structure):
@@ -104,30 +116,9 @@ class TxSr(RequesterCounters, ctypes.Structure):
                    (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._resent),
                    s.srtt_s, _nan_for_none(s._probe_due_s), s.probes)
 
-    _timer_start_s = TxGbn._timer_start_s
-
-    @property
-    def _rack_due_s(self) -> float | None:
-        t = self._rack_due_raw
-        return None if t != t else t
-
-    @_rack_due_s.setter
-    def _rack_due_s(self, value: float | None) -> None:
-        self._rack_due_raw = _nan_for_none(value)
-
-    @property
-    def _probe_due_s(self) -> float | None:
-        t = self._probe_due_raw
-        return None if t != t else t
-
-    @_probe_due_s.setter
-    def _probe_due_s(self, value: float | None) -> None:
-        self._probe_due_raw = _nan_for_none(value)
-
-
-def _nan_for_none(value: float | None) -> float:
-    """C's "not armed" for a time: NaN."""
-    return math.nan if value is None else value
+    _timer_start_s = _optional_time("_timer_start_raw")
+    _rack_due_s = _optional_time("_rack_due_raw")
+    _probe_due_s = _optional_time("_probe_due_raw")
 
 
 class TxSched(ctypes.Structure):
