@@ -41,8 +41,8 @@ def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, 
 
 
 def test_the_lost_tail_sequences_fire_the_probe(lib: TxLib):
-    # 15 of the 20 do (some 2 to 5 times); the others finish or measure no RTT first
-    assert sum(_replay(lib, seed).probes > 0 for seed in range(1, 40, 2)) >= 12
+    # 18 of the 20 do (1 to 6 times; 1 of the 20 even seeds); the others finish first
+    assert sum(_replay(lib, seed).probes > 0 for seed in range(1, 40, 2)) >= 15
 
 
 def _replay(lib: TxLib, seed: int) -> SrSender:
@@ -59,7 +59,7 @@ def _replay(lib: TxLib, seed: int) -> SrSender:
     window = rng.choice([None, 16, WINDOW_PACKETS] if lost_tail else [None, 1, 3, 16,
                                                                       WINDOW_PACKETS])
     start = rng.choice([0, 7, (1 << 24) - 3])
-    reorder = rng.choice([0.0, 3e-6, 3e-4, None])
+    reorder = rng.choice([3e-6, 3e-4, None] if lost_tail else [0.0, 3e-6, 3e-4, None])
     timeout = 1e-1 if lost_tail else rng.choice([1e-3, 1e-1])  # the probe fires first
     tail = rng.randint(1, total) if lost_tail else 0
     steps = [0.0, 1e-6, 1e-5] if lost_tail else [0.0, 1e-6, 2e-4, 1.5e-3]
@@ -80,7 +80,7 @@ def _replay(lib: TxLib, seed: int) -> SrSender:
         if (kind < 0.45 or lost_tail) and due is not None and rng.random() < 0.3:
             now = max(now, due)  # C's timers at their very instant
         if kind < 0.45:
-            count = rng.choice([1, 2, 64])
+            count = rng.choice([1, 2, 4] if lost_tail else [1, 2, 64])
             assert lib.take(c, now, count) == py.take(now, count)
         elif kind < (0.8 if lost_tail else 0.65):  # a lost tail: fewer NAKs
             assert c.on_reply(psn, AETH_ACK, cum, t) == py.on_reply(psn, AETH_ACK, cum, t)
