@@ -221,18 +221,29 @@ def estimate(graph: nx.Graph, routes: Routes, flows: Sequence[Flow], mode: str, 
 
 
 def ideal_s(graph: nx.Graph, routes: Routes, flows: Sequence[Flow]) -> float:
-    """Every flow at its NIC's rate with no queue anywhere: its frames back to back,
-    the last one crossing an unloaded path; the slowest flow's time."""
+    """No queue but at the hosts' NICs: each host sends its flows' frames back to back
+    and receives theirs back to back, every frame crossing an unloaded path; when the
+    last frame of the slowest host lands."""
     fabric = _Fabric(graph)
+    paths = [routes.paths(f.src, f.dst)[0] for f in flows]
+    sent_ps: dict[str, int] = {}
+    received_ps: dict[str, int] = {}
+    for flow, path in zip(flows, paths, strict=True):
+        every = range(flow.frames)
+        sent_ps[flow.src] = sent_ps.get(flow.src, 0) + sum(
+            fabric.serialize_ps((path[0], path[1]), flow.wire_bytes(p)) for p in every)
+        received_ps[flow.dst] = received_ps.get(flow.dst, 0) + sum(
+            fabric.serialize_ps((path[-2], path[-1]), flow.wire_bytes(p)) for p in every)
     worst_ps = 0
-    for flow in flows:
-        path = routes.paths(flow.src, flow.dst)[0]
-        nic = (path[0], path[1])
-        sent = sum(fabric.serialize_ps(nic, flow.wire_bytes(p)) for p in range(flow.frames - 1))
+    for flow, path in zip(flows, paths, strict=True):
         last = flow.wire_bytes(flow.frames - 1)
-        crossing = sum(fabric.serialize_ps(link, last) + fabric.delay_ps[link]
-                       for link in zip(path, path[1:], strict=False))
-        worst_ps = max(worst_ps, sent + crossing)
+        links = list(zip(path, path[1:], strict=False))
+        crossing = sum(fabric.serialize_ps(link, last) + fabric.delay_ps[link] for link in links)
+        # the sender's NIC sends everything, then the last frame crosses; or the
+        # receiver's link delivers everything after the first frame has crossed
+        send_side = sent_ps[flow.src] - fabric.serialize_ps(links[0], last) + crossing
+        receive_side = crossing - fabric.serialize_ps(links[-1], last) + received_ps[flow.dst]
+        worst_ps = max(worst_ps, send_side, receive_side)
     return worst_ps / _PS_PER_S
 
 

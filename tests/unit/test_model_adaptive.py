@@ -8,7 +8,7 @@ import pytest
 from core.errors import ParameterError
 from core.messages import Message, Workload
 from experiments.routing_model import frame_estimate
-from model.adaptive import Flow, estimate, flows_of
+from model.adaptive import Flow, estimate, flows_of, ideal_s
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
@@ -109,3 +109,16 @@ def test_the_routing_report_prices_small_one_shot_workloads_and_skips_the_rest()
     assert "too long" in frame_estimate(large, graph, routes, "spray")
     ring = collectives.build("allreduce-ring", list(topo.host_nodes()), 1 << 20)
     assert "wait" in frame_estimate(ring, graph, routes, "spray")
+
+
+@pytest.mark.parametrize("flows", [[Flow("h1", "h3", SIZE), Flow("h1", "h4", SIZE)],
+                                   [Flow("h1", "h3", SIZE), Flow("h2", "h3", SIZE)]])
+def test_the_ideal_of_two_flows_through_one_nic_is_twice_one_flows(flows):
+    # out of one sender or into one receiver: 128 frames through its 400G link, the
+    # last crossing a 400G path (4 links, 3 switches)
+    graph, routes = _fabric("400G")
+    crossing_ps = 4 * NIC_FRAME_PS + 2 * 15_000 + 2 * 150_000 + 3 * 600_000
+    assert ideal_s(graph, routes, flows) * 1e12 == pytest.approx(
+        (2 * FRAMES - 1) * NIC_FRAME_PS + crossing_ps, abs=1)
+    run = estimate(graph, routes, flows, "spray-rr", acks_every=0, timing_noise_s=0)
+    assert run.ratio == pytest.approx(1.0, abs=2 * NIC_FRAME_PS / run.completion_s / 1e12)
