@@ -53,7 +53,7 @@ CPU_PARITY = Claim(Kind.UPPER_BOUND, None, "the issue's target: within 20 % of E
 VALIANT_BOUND = Claim(Kind.UPPER_BOUND, None, "Valiant: half the global links' bandwidth")
 UGAL_BOUND = Claim(Kind.UPPER_BOUND, None, "UGAL: the better of minimal and Valiant")
 FRAME_ESTIMATE = estimate("frame model (model.adaptive): the switch's rule on every frame, "
-                          "mean over seeds and timing noise 1-100 ns")
+                          "mean over seeds: start phases, timing noise 1-10 ns")
 #: The modes `frame_estimate` prices, and the frames x runs beyond which it would take
 #: more than about 10 s (fattree,8's permutation): skipped with a note.
 FRAME_MODES = ("adaptive", "spray", "spray-rr")

@@ -19,17 +19,23 @@ The receiver returns an ACK every ``acks_every`` data frames and on the last one
 are routed by the same rule and share a destination's state, as in the switch. Times
 are integer picoseconds, so that a queue of exactly one frame reads one frame.
 
-Timing noise: every link crossing takes a seeded random extra delay in
-[0, ``timing_noise_s``) (a link stays FIFO). Without it the synchronised hosts make
-frames reach a switch at exactly equal times, which no fabric (nor the emulator)
-does. Adaptive routing's result depends on it: on the fattree,4 permutation with its
-ACKs, 0.996 of the ideal with no noise, a mean of 0.81 (5-95 %: 0.62-0.985) with 0.1
-to 1 ns, 0.966 with 10 ns, 0.98 from 30 ns (a third of a 400G frame) on. The cause: the
-queues are compared in whole frames, so a port whose frame is on the wire reads 0, as
-an idle one does, while a tie; an 86-byte ACK behind that frame makes it read 1 and
-forces the choice, and a forced choice breaks the destination's alternation (with
-1-byte ACKs: 0.983). Spray and spray-rr barely change. The emulator's noise is not
-known a priori, so `spread` runs each of `NOISE_LEVELS_S`.
+Timing: each flow starts at a seeded random instant within its first frame's time on
+its NIC (``start_phase``), and every link crossing takes a seeded random extra delay in
+[0, ``timing_noise_s``) (a link stays FIFO). In the emulator the hosts of one edge
+switch send at a nearly fixed relative phase: a capture of h1 and h2 under adaptive
+(fattree,4 permutation) puts h1's frames 0.06-0.14 frame times before h2's nearest in
+80 % of cases, so what matters is a static phase and a few ns of relative jitter, not
+the 5-25 ns of spacing jitter each NIC shows by itself.
+
+Adaptive routing's result depends on that timing (fattree,4 permutation, its ACKs):
+0.996 of the ideal with neither phase nor noise; with random phases, 0.93 at 1 ns of
+noise, 0.88 at 3 ns, 0.84 at 10 ns; without phases, 0.81 at 1 ns and 0.98 from 30 ns.
+The cause is the same in every case: the queues are compared in whole frames, so a
+port whose frame is on the wire reads 0, as an idle one does, a tie; an 86-byte ACK
+behind that frame makes it read 1 and forces the choice, and a forced choice breaks
+the destination's alternation, which unbalances the downlinks (1-byte ACKs: 0.983;
+fabric links 3 % faster than the NICs: 0.995). Spray and spray-rr barely change.
+`spread` runs each of `NOISE_LEVELS_S`.
 
 What it leaves out: reordering's effect on the sender (none while the window holds
 the message), drops (queues are unbounded), HTB's bucket (a port may send up to a
@@ -61,9 +67,9 @@ MODES = ("adaptive", "spray", "spray-rr", "ecmp")
 DEFAULT_ACKS_EVERY = 16
 #: Timing noise of `estimate`: arrivals are never exactly simultaneous (see above).
 DEFAULT_TIMING_NOISE_S = 1e-9
-#: The noise levels `spread` runs: 1 ns to a 400G frame time (83.6 ns), none more
-#: plausible for the emulator than another before measuring.
-NOISE_LEVELS_S = (1e-9, 1e-8, 1e-7)
+#: The noise levels `spread` runs: the relative jitter of two hosts' frames measured
+#: in the emulator is a few ns (see above).
+NOISE_LEVELS_S = (1e-9, 3e-9, 1e-8)
 _PS_PER_S = 10**12
 _ACK_WIRE_BYTES = ACK_FRAME_BYTES + WIRE_OVERHEAD_BYTES
 _HEADER_WIRE_BYTES = WIRE_FRAME_BYTES - MTU_PAYLOAD_BYTES
@@ -172,11 +178,13 @@ class _Decider:
 
 def estimate(graph: nx.Graph, routes: Routes, flows: Sequence[Flow], mode: str, *,
              seed: int = 0, acks_every: int = DEFAULT_ACKS_EVERY,
-             timing_noise_s: float = DEFAULT_TIMING_NOISE_S) -> FrameRun:
-    """Route every frame of ``flows`` (all starting at 0) under ``mode`` on ``graph``
+             timing_noise_s: float = DEFAULT_TIMING_NOISE_S, start_phase: bool = True
+             ) -> FrameRun:
+    """Route every frame of ``flows`` (starting together, or each within
+    its first frame's time with ``start_phase``) under ``mode`` on ``graph``
     (edge attributes ``rate_bps``, ``delay_s``; node ``switch_latency_s``) and
-    ``routes``; ``seed`` draws spray's members, ECMP's hashes and the timing noise;
-    ``acks_every`` 0 sends no ACK."""
+    ``routes``; ``seed`` draws spray's members, ECMP's hashes, the start phases and
+    the timing noise; ``acks_every`` 0 sends no ACK."""
     if mode not in MODES:
         raise ParameterError("mode", mode, f"choose one of {' | '.join(MODES)}")
     if acks_every < 0 or not 0 <= timing_noise_s < 1:
@@ -187,7 +195,15 @@ def estimate(graph: nx.Graph, routes: Routes, flows: Sequence[Flow], mode: str, 
     decider = _Decider(mode, fabric, rng)
     # events: (time ps, sequence, node, flow index, psn, is ACK); a data frame at its
     # source host is one waiting for the NIC
-    events = [(0, i, flow.src, i, 0, False) for i, flow in enumerate(flows)]
+    events = []
+    for i, flow in enumerate(flows):
+        first = routes.next_hops.get(flow.src, {}).get(flow.dst)
+        if not first:
+            raise ParameterError("routes", (flow.src, flow.dst), "no route for a flow")
+        frame_ps = fabric.serialize_ps((flow.src, first[0]), WIRE_FRAME_BYTES)
+        phase = rng.randrange(frame_ps) if start_phase else 0
+        events.append((phase, i, flow.src, i, 0, False))
+    heapq.heapify(events)
     seq = len(events)
     received = [0] * len(flows)
     done_ps = 0
