@@ -27,15 +27,17 @@ switch send at a nearly fixed relative phase: a capture of h1 and h2 under adapt
 80 % of cases, so what matters is a static phase and a few ns of relative jitter, not
 the 5-25 ns of spacing jitter each NIC shows by itself.
 
-Adaptive routing's result depends on that timing (fattree,4 permutation, its ACKs):
-0.996 of the ideal with neither phase nor noise; with random phases, 0.93 at 1 ns of
-noise, 0.88 at 3 ns, 0.84 at 10 ns; without phases, 0.81 at 1 ns and 0.98 from 30 ns.
-The cause is the same in every case: the queues are compared in whole frames, so a
-port whose frame is on the wire reads 0, as an idle one does, a tie; an 86-byte ACK
-behind that frame makes it read 1 and forces the choice, and a forced choice breaks
-the destination's alternation, which unbalances the downlinks (1-byte ACKs: 0.983;
-fabric links 3 % faster than the NICs: 0.995). Spray and spray-rr barely change.
-`spread` runs each of `NOISE_LEVELS_S`.
+Adaptive routing's result depends on that timing, erratically (fattree,4 permutation
+with its ACKs, 40 seeds each): 0.996 of the ideal with neither phase nor noise; with
+random phases 0.97, 0.89, 0.85, 0.84, 0.96 at 1, 3, 10, 30, 100 ns of noise. What does
+not depend on it: with the fabric's links 3 % faster than the NICs, 0.995 at every
+level. At exact saturation (two hosts at line rate into two uplinks at that rate) the
+queues, compared in whole frames, sit at the boundary between 0 and 1 frame: a port
+whose frame is on the wire reads 0, as an idle one does, so the choice is a tie that
+alternates the destination's frames; a few bytes more (an ACK) or a few ns earlier
+make it read 1 and force the choice, and forced choices unbalance each destination's
+split, which overloads the downlinks. Spray and spray-rr barely change. `spread` runs
+each of `NOISE_LEVELS_S`.
 
 What it leaves out: reordering's effect on the sender (none while the window holds
 the message), drops (queues are unbounded), HTB's bucket (a port may send up to a
