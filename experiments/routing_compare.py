@@ -53,6 +53,8 @@ from experiments.progress import progress
 from experiments.routing_model import (
     CPU_PARITY,
     ECMP_EXPECTED,
+    FRAME_ESTIMATE,
+    FRAME_MODES,
     IDEAL_LOAD,
     IDEAL_RATE,
     IDEAL_TIME,
@@ -66,6 +68,7 @@ from experiments.routing_model import (
     dragonfly_bound,
     expect,
     fabric_links,
+    frame_estimate,
     group_shift,
 )
 from experiments.rundir import Run
@@ -273,6 +276,8 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
         run.metric(case, "out-of-sequence frames", "frames", ooo, None)
     if not minimal:
         _dragonfly_metric(run, case, mode, fab, workload, busbw)
+    if mode in FRAME_MODES:
+        _frame_metric(run, case, mode, fab, workload, (busbw, model.ideal.busbw_bps or 0.0))
     run.metric(case, "p99 one-way latency", "µs", _p99_us(m), model.latency_p99_s * 1e6,
                UNLOADED_LATENCY)
     run.metric(case, "retransmissions", "frames", retx, 0, NO_RETRANSMISSION)
@@ -324,6 +329,20 @@ def _link_loads(m: Measurement, links: list[tuple[str, str]]) -> pd.DataFrame:
 def _p99_us(m: Measurement) -> float:
     lat = m.latency.one_way_s if "one_way_s" in m.latency else pd.Series(dtype=float)
     return float(lat.quantile(0.99)) * 1e6 if len(lat) else float("nan")
+
+
+def _frame_metric(run: Run, case: str, mode: str, fab: Fabric, workload: Any,
+                  busbw_ideal_bps: tuple[float, float]) -> None:
+    """busbw beside `frame_estimate`'s: the ideal x each run's ratio (a note if none)."""
+    busbw, ideal_bps = busbw_ideal_bps
+    runs = frame_estimate(workload, topo_graph(fab.topo), compute_routes(fab.topo), mode)
+    if isinstance(runs, str):
+        run.note(f"{case}: {runs}")
+        return
+    rates = [ideal_bps * r.ratio for r in runs]
+    name = f"busbw ({mode} estimate)"
+    run.metric(case, name, "Gb/s", busbw * 1e-9, float(np.mean(rates)) * 1e-9, FRAME_ESTIMATE)
+    run.spread(case, name, _band(rates), _range(rates))
 
 
 def _band(values: list[float]) -> tuple[float, float]:

@@ -15,6 +15,8 @@ All from the topology and the workload, before anything runs:
   permutation's busbw bound) where that module exists; without it the case says so
   and has no model value.
 * the unloaded one-way latency of each message's path, a lower bound of its frames'.
+* **adaptive, spray, spray-rr (estimate)**: `model.adaptive`'s frame-level model, the
+  switches' decision on every frame, over seeds and timing noise (`frame_estimate`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from core.errors import ParameterError
 from core.messages import Message, Workload
+from model.adaptive import FrameRun, flows_of, spread
 from model.alphabeta import (
     WorkloadPrediction,
     path_latency_s,
@@ -48,6 +52,12 @@ SINGLE_PATH_ORDER = estimate("one path per flow: frames arrive in order")
 CPU_PARITY = Claim(Kind.UPPER_BOUND, None, "the issue's target: within 20 % of ECMP's")
 VALIANT_BOUND = Claim(Kind.UPPER_BOUND, None, "Valiant: half the global links' bandwidth")
 UGAL_BOUND = Claim(Kind.UPPER_BOUND, None, "UGAL: the better of minimal and Valiant")
+FRAME_ESTIMATE = estimate("frame model (model.adaptive): the switch's rule on every frame, "
+                          "mean over seeds: start phases, timing noise 1-10 ns")
+#: The modes `frame_estimate` prices, and the frames x runs beyond which it would take
+#: more than about 10 s (fattree,8's permutation): skipped with a note.
+FRAME_MODES = ("adaptive", "spray", "spray-rr")
+FRAME_MODEL_MAX_FRAMES = 300_000
 
 
 @dataclass(frozen=True)
@@ -131,3 +141,19 @@ def dragonfly_bound(mode: str) -> Callable[..., Any] | None:
     except ModuleNotFoundError:
         return None
     return getattr(ugal, f"{mode}_bound", None)
+
+
+def frame_estimate(workload: Workload, graph: nx.Graph, routes: Routes, mode: str
+                   ) -> list[FrameRun] | str:
+    """`model.adaptive.spread` of ``mode`` on ``workload``, or why there is none (a
+    workload whose messages wait, or one too large to price in seconds)."""
+    try:
+        flows = flows_of(workload)
+    except ParameterError as exc:
+        return f"no frame estimate: {exc}"
+    runs = 12  # spread's default: 4 seeds x 3 noise levels
+    frames = sum(f.frames for f in flows)
+    if frames * runs > FRAME_MODEL_MAX_FRAMES:
+        return (f"no frame estimate: {frames} frames x {runs} runs would take too long "
+                f"(limit {FRAME_MODEL_MAX_FRAMES})")
+    return spread(graph, routes, flows, mode)

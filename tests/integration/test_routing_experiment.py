@@ -37,6 +37,9 @@ def test_routing_quick_over_selective_repeat(tmp_path):
     assert (rows.busbw_bps <= rows.ideal_busbw_bps * 1.01).all(), rows
     ecmp = _metric(result, "permutation ecmp", "busbw (ECMP collision model)")
     assert abs(ecmp["measured"] / ecmp["predicted"] - 1) <= 0.05, ecmp
+    # the frame model's estimate stands beside spray's busbw, below the ideal
+    spray = _metric(result, "permutation spray", "busbw (spray estimate)")
+    assert 0 < spray["predicted"] <= rows.at["spray", "ideal_busbw_bps"] * 1e-9, spray
     # Both uplinks instead of one: well above ECMP (1.45x measured; the bound is 1.6x).
     assert rows.at["spray", "busbw_bps"] >= 1.2 * rows.at["ecmp", "busbw_bps"], rows
     # One path per flow: in order. Spraying splits each flow evenly (Binomial(64, 1/2)

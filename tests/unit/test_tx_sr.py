@@ -37,31 +37,52 @@ def _state(s: object) -> tuple:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, seed: int):
+    _replay(lib, seed)
+
+
+def test_the_lost_tail_sequences_fire_the_probe(lib: TxLib):
+    # 18 of the 20 do (1 to 6 times; 1 of the 20 even seeds); the others finish first
+    assert sum(_replay(lib, seed).probes > 0 for seed in range(1, 40, 2)) >= 15
+
+
+def _replay(lib: TxLib, seed: int) -> SrSender:
     """Random takes (C on the struct, Python on SrSender), ACKs, selective NAKs,
     go-back-N NAKs and timer checks (SrSender's own methods on both), with the
     time-based detector's window from none to most of the timeout, and timeouts long
-    enough for the tail-loss probe to fire first."""
+    enough for the tail-loss probe to fire first; the C and Python states compared
+    after every event. The odd seeds lose a message's tail: short messages, all in the
+    window, whose replies never name the last ``tail`` frames (fewer as time goes on),
+    few NAKs, time in small steps and jumps to the probe's instant."""
     rng = random.Random(seed)
-    total = rng.choice([1, 2, 5, 64, 3000, (1 << 24) + 5])
-    window = rng.choice([None, 1, 3, 16, WINDOW_PACKETS])
+    lost_tail = seed % 2 == 1
+    total = rng.choice([2, 5, 16] if lost_tail else [1, 2, 5, 64, 3000, (1 << 24) + 5])
+    window = rng.choice([None, 16, WINDOW_PACKETS] if lost_tail else [None, 1, 3, 16,
+                                                                      WINDOW_PACKETS])
     start = rng.choice([0, 7, (1 << 24) - 3])
-    reorder = rng.choice([0.0, 3e-6, 3e-4, None])
-    timeout = rng.choice([1e-3, 1e-1])  # long: the tail-loss probe fires before the timer
+    reorder = rng.choice([3e-6, 3e-4, None] if lost_tail else [0.0, 3e-6, 3e-4, None])
+    timeout = 1e-1 if lost_tail else rng.choice([1e-3, 1e-1])  # the probe fires first
+    tail = rng.randint(1, total) if lost_tail else 0
+    steps = [0.0, 1e-6, 1e-5] if lost_tail else [0.0, 1e-6, 2e-4, 1.5e-3]
     py = SrSender(total, window=window, timeout_s=timeout, start_psn=start, reorder_s=reorder)
     c = TxSr.new(total, window=window, timeout_s=timeout, start_psn=start, reorder_s=reorder)
     now = 0.0
     for _ in range(600):
-        now += rng.choice([0.0, 1e-6, 2e-4, 1.5e-3])
+        now += rng.choice(steps)
+        if tail and rng.random() < 0.005:
+            tail -= 1  # the responder gets one more of the tail
         kind = rng.random()
-        psn = (start + py._una + rng.randrange(-3, max(py._nxt - py._una, 1) + 3)) & gbn.PSN_MASK
-        cum = (start + py._una + rng.randrange(-3, max(py._nxt - py._una, 1) + 1)) & gbn.PSN_MASK
+        beyond = max(py._nxt - py._una, 1)
+        held = max(total - tail - py._una, -2) if lost_tail else beyond + 3
+        psn = (start + py._una + rng.randrange(-3, min(beyond + 3, held))) & gbn.PSN_MASK
+        cum = (start + py._una + rng.randrange(-3, min(beyond + 1, held))) & gbn.PSN_MASK
         t = None if rng.random() < 0.1 else now
+        due = py._probe_due_s if lost_tail else py.deadline_s
+        if (kind < 0.45 or lost_tail) and due is not None and rng.random() < 0.3:
+            now = max(now, due)  # C's timers at their very instant
         if kind < 0.45:
-            if py.deadline_s is not None and rng.random() < 0.3:
-                now = max(now, py.deadline_s)  # C's timers at their very instant
-            count = rng.choice([1, 2, 64])
+            count = rng.choice([1, 2, 4] if lost_tail else [1, 2, 64])
             assert lib.take(c, now, count) == py.take(now, count)
-        elif kind < 0.65:
+        elif kind < (0.8 if lost_tail else 0.65):  # a lost tail: fewer NAKs
             assert c.on_reply(psn, AETH_ACK, cum, t) == py.on_reply(psn, AETH_ACK, cum, t)
         elif kind < 0.85:
             syndrome = nak_syndrome(rng.randint(1, MAX_NAK_RUN))
@@ -75,6 +96,7 @@ def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, 
         assert lib.next_index(c) == py.next_index
         assert (c.done, c.in_flight, c.deadline_s, c.next_index, c.retransmissions) == \
             (py.done, py.in_flight, py.deadline_s, py.next_index, py.retransmissions)
+    return py
 
 
 def test_the_struct_checks_its_arguments_as_the_class_does():
