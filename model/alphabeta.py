@@ -210,6 +210,78 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     ``collective`` (default: the workload's name, if it names a collective). ``late``:
     messages held back (`Late`); their successors wait for them and share with them.
     """
+    jobs, link_bits = workload_jobs(workload, graph, paths, mode=mode, choice=choice,
+                                    overhead_s=overhead_s, packet_bytes=packet_bytes,
+                                    forwarding=forwarding, wire_factor=wire_factor,
+                                    nic_rate_bps=nic_rate_bps, late=late)
+    res = simulate(jobs, link_capacities(graph))
+    t0 = min((m.start_s for m in workload.messages), default=0.0)
+    pred = WorkloadPrediction(
+        completion_s=res.makespan_s - t0 if workload.messages else 0.0,
+        finish_s=dict(res.finish_s), ready_s=dict(res.ready_s),
+        duration_s={k: res.finish_s[k] - res.ready_s[k] for k in res.finish_s},
+        recomputations=res.recomputations, link_bits=link_bits,
+    )
+    _add_bandwidths(pred, workload, collective)
+    return pred
+
+
+def busiest_link_bound(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
+                       mode: str = "spread", choice: Choice | None = None,
+                       overhead_s: float = DEFAULT_OVERHEAD_S,
+                       packet_bytes: float = WIRE_FRAME_BYTES,
+                       forwarding: str = "store-and-forward", wire_factor: float | None = None,
+                       nic_rate_bps: float | None = None,
+                       collective: str | None = None) -> WorkloadPrediction:
+    """A lower bound of `predict_workload`'s completion for a one-step workload (every
+    message released at once, no dependency, no gap), in time linear in its messages:
+    the first byte leaves ``overhead_s`` after the release, the busiest link (the hosts'
+    NIC links included) carries its bits at its rate, and the last one still takes the
+    shortest path latency of any message. Max-min fills the busiest link from the start
+    only if none of its flows is held back elsewhere, so the fluid completion can be
+    later; `busbw_bps` is correspondingly an upper bound. For all-to-alls too large
+    for the fluid simulation (fattree,8's 16,256 messages)."""
+    if not one_step(workload):
+        raise ValueError("the busiest-link bound needs a one-step workload: every message "
+                         "released at once, none waiting for another")
+    jobs, link_bits = workload_jobs(workload, graph, paths, mode=mode, choice=choice,
+                                    overhead_s=overhead_s, packet_bytes=packet_bytes,
+                                    forwarding=forwarding, wire_factor=wire_factor,
+                                    nic_rate_bps=nic_rate_bps)
+    caps = link_capacities(graph)
+    busiest_s = max((bits / caps[link] for link, bits in link_bits.items()), default=0.0)
+    post_s = min((j.post_s for j in jobs), default=0.0)
+    pred = WorkloadPrediction(completion_s=overhead_s + busiest_s + post_s if jobs else 0.0,
+                              link_bits=link_bits)
+    _add_bandwidths(pred, workload, collective)
+    return pred
+
+
+def one_step(workload: Workload) -> bool:
+    """Every message released at once, none waiting for another or for compute."""
+    return (len({m.start_s for m in workload.messages}) <= 1
+            and not any(m.deps or getattr(m, "gap_s", 0.0) for m in workload.messages))
+
+
+def _add_bandwidths(pred: WorkloadPrediction, workload: Workload, collective: str | None
+                    ) -> None:
+    """algbw and busbw of ``pred`` from its completion (busbw None for no collective)."""
+    name = collective or workload.meta.get("collective") or workload.name
+    if pred.completion_s > 0:
+        pred.algbw_bps = 8.0 * workload.size_bytes / pred.completion_s
+        try:
+            pred.busbw_bps = pred.algbw_bps * busbw_factor(name, len(workload.ranks))
+        except ValueError:
+            pred.busbw_bps = None
+
+
+def workload_jobs(workload: Workload, graph: nx.Graph, paths: PathsLike, *, mode: str,
+                  choice: Choice | None, overhead_s: float, packet_bytes: float,
+                  forwarding: str, wire_factor: float | None, nic_rate_bps: float | None,
+                  late: Mapping[Hashable, Late] | None = None
+                  ) -> tuple[list[FluidJob], dict[tuple[str, str], float]]:
+    """The fluid jobs of ``workload``'s messages and the wire bits each link carries
+    (see `predict_workload` for the parameters)."""
     check_forwarding(forwarding)
     wire = roce_wire_factor() if wire_factor is None else wire_factor
     route = memo_paths(paths)
@@ -252,22 +324,7 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
             pre_s=overhead_s + hold.wait_s, post_s=latency_s,
             gap_s=float(getattr(m, "gap_s", 0.0)),
         ))
-    res = simulate(jobs, link_capacities(graph))
-    t0 = min((m.start_s for m in workload.messages), default=0.0)
-    completion_s = res.makespan_s - t0 if workload.messages else 0.0
-    pred = WorkloadPrediction(
-        completion_s=completion_s, finish_s=dict(res.finish_s), ready_s=dict(res.ready_s),
-        duration_s={k: res.finish_s[k] - res.ready_s[k] for k in res.finish_s},
-        recomputations=res.recomputations, link_bits=link_bits,
-    )
-    name = collective or workload.meta.get("collective") or workload.name
-    if completion_s > 0:
-        pred.algbw_bps = 8.0 * workload.size_bytes / completion_s
-        try:
-            pred.busbw_bps = pred.algbw_bps * busbw_factor(name, len(workload.ranks))
-        except ValueError:
-            pred.busbw_bps = None
-    return pred
+    return jobs, link_bits
 
 
 #: A host pair's routes as the per-hop hash walks them: a leaf is the chosen path (a
@@ -337,17 +394,18 @@ def hash_draws(workload: Workload, paths: PathsLike, *, samples: int,
 
 
 def predict_workload_hashed(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
-                            samples: int, seed: int = 0, **kw: Any) -> list[WorkloadPrediction]:
-    """`predict_workload` with every message hashed onto one path, under ``samples``
-    independent draws (`hash_draws`): the kernel's hash cannot be reproduced
-    from outside, so the model gives the distribution over hash outcomes. One
-    prediction when no message has a choice of path."""
+                            samples: int, seed: int = 0,
+                            price: Callable[..., WorkloadPrediction] = predict_workload,
+                            **kw: Any) -> list[WorkloadPrediction]:
+    """`predict_workload` (or ``price``: `busiest_link_bound`) with every message hashed
+    onto one path, under ``samples`` independent draws (`hash_draws`): the kernel's
+    hash cannot be reproduced from outside, so the model gives the distribution over
+    hash outcomes. One prediction when no message has a choice of path."""
     route = memo_paths(paths)
     draws = hash_draws(workload, route, samples=samples, seed=seed)
     if draws is None:
-        return [predict_workload(workload, graph, route, mode="hashed", **kw)]
-    return [predict_workload(workload, graph, route, mode="hashed", choice=draw, **kw)
-            for draw in draws]
+        return [price(workload, graph, route, mode="hashed", **kw)]
+    return [price(workload, graph, route, mode="hashed", choice=draw, **kw) for draw in draws]
 
 
 # ---------------------------------------------------------------- closed forms
