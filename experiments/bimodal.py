@@ -115,7 +115,8 @@ def check(opts: Options) -> None:
 def execute(run: Run, opts: Options) -> None:
     cases = {False: "small alone", True: f"small beside {opts.collective} x{opts.rounds}"}
     with progress(len(cases), NAME) as advance, \
-            Fabric(build_topo(opts.topo), Scale(opts.scale), marking="auto") as fab:
+            Fabric(build_topo(opts.topo), Scale(opts.scale), marking="auto",
+                   **opts.fabric_options()) as fab:
         run.fabric(opts.topo, fab)
         hosts = list(fab.topo.host_nodes())
         alone = bimodal(opts.collective, hosts, opts.bulk_size, opts.rounds, [1], 1, 0.0)

@@ -387,7 +387,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
         if not todo:
             return
         with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t,
-                    **opts.fabric_routing()) as fab:
+                    **opts.fabric_options()) as fab:
             run.fabric(f"{prefix}cc {opts.topo} buffer={opts.buffer}", fab)
             r = roles(topo_graph(topo), list(topo.host_nodes()), opts.senders)
             for kind, cc, pfc, case in todo:

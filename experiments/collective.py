@@ -363,7 +363,7 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
             # the fabric is built; the cases and `record_model_curves` read it.
             with (PricedAhead(partial(price_curves, spec, opts)) as ahead,
                   Fabric(fabric_topo(spec, opts.wan), Scale(scale), marking="auto",
-                         **opts.fabric_routing()) as fab):
+                         **opts.fabric_options()) as fab):
                 ahead.wait()
                 run.fabric(entry, fab)
                 for (name, size), case in cases.items():

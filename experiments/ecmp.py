@@ -156,7 +156,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
         if all(run.finished(case) for case in cases.values()):
             return
         with Fabric(build_topo(opts.topo), Scale(opts.scale), marking="auto",
-                    **opts.fabric_routing()) as fab:
+                    **opts.fabric_options()) as fab:
             run.fabric(opts.topo, fab)
             nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
             for seed, case in cases.items():

@@ -474,7 +474,8 @@ def execute(run: Run, opts: Options) -> None:
                 advance(case.name)
         if all(run.finished(c.name) for c in all_cases):
             return
-        with Fabric(topo, Scale(opts.scale), marking=opts.marking) as fab:
+        with Fabric(topo, Scale(opts.scale), marking=opts.marking,
+                    **opts.fabric_options()) as fab:
             run.fabric(opts.topo, fab)
             nofail = {name: price(build_workload(topo, name, opts.size), model_graph(fab),
                                   fab.routes, opts.size) for name in opts.collectives}

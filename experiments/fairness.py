@@ -162,7 +162,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
     t = Thresholds.from_text(opts.thresholds, opts.pmax)
     with progress(1, f"{prefix}fairness") as advance, \
             Fabric(build_topo(opts.topo), Scale(opts.scale), marking="auto",
-                   thresholds=t, **opts.fabric_routing()) as fab:
+                   thresholds=t, **opts.fabric_options()) as fab:
         run.fabric(opts.topo, fab)
         advance.start(key)
         run.attempt(partial(_measure, run, fab, prefix, opts), opts.attempts)

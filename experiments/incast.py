@@ -287,7 +287,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             if not todo:
                 continue
             with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t,
-                        **opts.fabric_routing()) as fab:
+                        **opts.fabric_options()) as fab:
                 run.fabric(f"{prefix}incast K={t.kmin_bytes}/{t.kmax_bytes}", fab)
                 receiver = fab.hosts[0]
                 senders = nearest_senders(fab, receiver, opts.senders)

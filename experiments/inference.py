@@ -195,7 +195,8 @@ def execute(run: Run, opts: Options) -> None:
              f"steps; message-size scale {opts.size_scale:g}")
     cases = {label: f"{spec} {label}" for label in dags}
     with progress(len(cases), NAME) as advance, \
-            Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
+            Fabric(build_topo(spec), Scale(scale), marking="auto",
+                   **opts.fabric_options()) as fab:
         run.fabric(opts.topo, fab)
         for label, case in cases.items():
             if run.finished(case):

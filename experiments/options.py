@@ -254,6 +254,11 @@ FLOWLET_GAP = Option(loadbalance.DEFAULT_FLOWLET_GAP_S, "routing=flowlet: the id
                      "time) after which a flow may take a new path; above the paths' delay "
                      "difference (topologies/loadbalance.py)", parse=loadbalance.parse_flowlet_gap_s)
 
+RECEIVE_STEERING = Option("off", "on: pin every node's receive work to one CPU, so no veth "
+                          "reorders a flow (emu.fabric.Fabric's in_order; a few us more CPU "
+                          "per frame); turn it on where reordering dominates, as on fattree,8",
+                          parse=parse_choice("off", "on"))
+
 #: Every experiment's ``transport`` option (``engine.run.EngineConfig.transport``).
 TRANSPORT = Option(TRANSPORTS[0], "the QPs' reliable transport: gbn (RoCE's go-back-N) or sr "
                                   "(selective repeat, which tolerates the reordering of "
@@ -268,7 +273,7 @@ WATCH_OPTIONS = ("metrics_port",)
 
 #: The options every experiment takes, declared once (`with_common` adds them): S,
 #: how each case is measured (attempts, workers, capture, transport) and watched
-#: (metrics_port), how its fabrics route (routing, flowlet_gap) and what fails during
+#: (metrics_port), how its fabrics route (routing, flowlet_gap, receive_steering) and what fails during
 #: each case (faults, detect_delay, holddown).
 COMMON_OPTIONS: dict[str, Option] = {
     "scale": Option(DEFAULT_SCALE, SCALE_HELP, parse=parse_scale),
@@ -278,6 +283,7 @@ COMMON_OPTIONS: dict[str, Option] = {
     "metrics_port": METRICS_PORT,
     "routing": ROUTING,
     "flowlet_gap": FLOWLET_GAP,
+    "receive_steering": RECEIVE_STEERING,
     "transport": TRANSPORT,
     "faults": FAULTS,
     "detect_delay": DETECT_DELAY,
@@ -324,14 +330,17 @@ class CommonOptions(ExperimentOptions):
     metrics_port: int | None
     routing: str
     flowlet_gap: float
+    receive_steering: str
     transport: str
     faults: str
     detect_delay: float
     holddown: float
 
-    def fabric_routing(self) -> dict[str, Any]:
-        """The routing options as ``emu.fabric.Fabric``'s keyword arguments."""
-        return {"routing": self.routing, "flowlet_gap_s": self.flowlet_gap}
+    def fabric_options(self) -> dict[str, Any]:
+        """How the fabrics route and order frames, as ``emu.fabric.Fabric``'s keyword
+        arguments (every experiment builds its fabrics with them)."""
+        return {"routing": self.routing, "flowlet_gap_s": self.flowlet_gap,
+                "in_order": self.receive_steering == "on"}
 
     def common(self) -> dict[str, Any]:
         """The common options as keyword arguments: for an experiment that runs another

@@ -128,7 +128,7 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             if all(run.finished(case) for case in cases.values()):
                 continue
             with Fabric(build_topo(spec), Scale(opts.scale), marking="auto",
-                        **opts.fabric_routing()) as fab:
+                        **opts.fabric_options()) as fab:
                 run.fabric(spec, fab)
                 for size, case in cases.items():
                     if run.finished(case):

@@ -188,7 +188,8 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
     if opts.transport == "auto":
         run.note(f"transport=auto: {resolved_transport(opts)} for every mode "
                  f"({'; '.join(run_modes(opts))})")
-    ecmp_cpu: dict[str, float] = {}  # label -> ECMP's engine CPU per frame (s)
+    # label -> ECMP's engine CPU per data frame and per link crossing (s)
+    ecmp_cpu: dict[str, tuple[float, float]] = {}
     # (fabric, workload) -> its model, priced once for every mode (fattree,8's
     # all-to-all: 100 busiest-link draws of 16,256 messages, about 40 s)
     models: dict[tuple[str, str], Expectation] = {}
@@ -211,14 +212,14 @@ def _label(entry: str, workload: str, opts: Options) -> str:
 
 
 def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[str, str]],
-               advance: Any, shared: tuple[dict[str, float], dict[tuple[str, str], Expectation]]
+               advance: Any, shared: tuple[dict[str, tuple[float, float]], dict[tuple[str, str], Expectation]]
                ) -> None:
     ecmp_cpu, models = shared
     spec, scale = split_topo_at(entry, opts.scale)
     topo = build_topo(spec)
     graph, routes = topo_graph(topo), compute_routes(topo)
-    with Fabric(topo, Scale(scale), marking="auto", routing=mode,
-                flowlet_gap_s=opts.flowlet_gap) as fab:
+    with Fabric(topo, Scale(scale), marking="auto",
+                **{**opts.fabric_options(), "routing": mode}) as fab:
         run.fabric(f"{entry} routing={mode} transport={resolved_transport(opts)}", fab)
         nic_bps = min(p.rate_bps for p in fab.ports() if not p.is_switch)
         for name, case in todo:
@@ -241,7 +242,8 @@ def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[
 
 
 def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any],
-             model: Expectation, opts: Options, ecmp_cpu: dict[str, float]) -> None:
+             model: Expectation, opts: Options,
+             ecmp_cpu: dict[str, tuple[float, float]]) -> None:
     label, workload = named
     transport = resolved_transport(opts)
     m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=transport),
@@ -255,6 +257,9 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     msgs = m.messages
     retx, ooo = int(msgs.retransmitted.sum()), int(msgs.out_of_sequence.sum())
     cpu_per_frame_s = m.stats.cpu_s_total / max(1, m.stats.data_packets_sent)
+    # Every port's transmissions: each is a packet (data, ACK, CNP) crossing one link,
+    # the unit of the kernel's forwarding work, which grows with a mode's path length.
+    cpu_per_crossing_s = m.stats.cpu_s_total / max(1, int(m.ports.tx_packets.sum()))
     minimal = mode not in GROUP_MODES
     # Minimal paths' ideal is no model of a mode that leaves them: those get their own
     # bound (`_dragonfly_metric`) and no value here.
@@ -286,18 +291,22 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
                UNLOADED_LATENCY)
     run.metric(case, "retransmissions", "frames", retx, 0, NO_RETRANSMISSION)
     run.metric(case, "engine CPU per frame", "µs", cpu_per_frame_s * 1e6, None)
+    run.metric(case, "engine CPU per link crossing", "µs", cpu_per_crossing_s * 1e6, None)
     if mode == "ecmp":
-        ecmp_cpu[label] = cpu_per_frame_s
+        ecmp_cpu[label] = (cpu_per_frame_s, cpu_per_crossing_s)
     elif label in ecmp_cpu:
         run.metric(case, "engine CPU per frame / ECMP's", "ratio",
-                   cpu_per_frame_s / ecmp_cpu[label], 1.2, CPU_PARITY)
+                   cpu_per_frame_s / ecmp_cpu[label][0], 1.2, CPU_PARITY)
+        run.metric(case, "engine CPU per link crossing / ECMP's", "ratio",
+                   cpu_per_crossing_s / ecmp_cpu[label][1], 1.2, CPU_PARITY)
     row = pd.DataFrame([{"workload": label, "mode": mode, "transport": transport,
                          "busbw_bps": busbw, "ideal_busbw_bps": model.ideal.busbw_bps,
                          "ecmp_busbw_bps": float(np.mean(model.ecmp_busbw_bps)),
                          "completion_s": done_s, "max_mean_load": measured_load,
                          "out_of_sequence": ooo, "retransmitted": retx,
                          "reorder_packets": m.stats.reorder_packets,
-                         "cpu_per_frame_s": cpu_per_frame_s}])
+                         "cpu_per_frame_s": cpu_per_frame_s,
+                         "cpu_per_crossing_s": cpu_per_crossing_s}])
     record_case(run, fab, case, m, workload, cc=opts.cc,
                 effect=f"busbw {busbw * 1e-9:.1f} Gb/s" + (
                     f", ideal bound {(model.ideal.busbw_bps or 0) * 1e-9:.1f} Gb/s"

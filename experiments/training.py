@@ -168,7 +168,8 @@ def execute(run: Run, opts: Options) -> None:
              "the measurement and in the model; compute gaps unscaled")
     cases = {text: f"{spec} {text}" for text in opts.layouts}
     with progress(len(cases), NAME) as advance, \
-            Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
+            Fabric(build_topo(spec), Scale(scale), marking="auto",
+                   **opts.fabric_options()) as fab:
         run.fabric(opts.topo, fab)
         for text, case in cases.items():
             if run.finished(case):

@@ -221,7 +221,8 @@ def execute(run: Run, opts: Options) -> None:
         if run.finished(case):
             advance(case)
             return
-        with Fabric(build_topo(spec), Scale(scale), marking="auto") as fab:
+        with Fabric(build_topo(spec), Scale(scale), marking="auto",
+                    **opts.fabric_options()) as fab:
             run.fabric(opts.topo, fab)
             workload = dag.bind(list(fab.topo.host_nodes()))
             advance.start(case)

@@ -336,7 +336,7 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
                             demo_module.check)
     demo_module.execute(None, opts)
     common = {"scale": 150000.0, "attempts": 2, "workers": 1, "capture": ["h1"], "metrics_port": None,
-              "routing": "ecmp", "flowlet_gap": 10e-6, "transport": "gbn",
+              "routing": "ecmp", "flowlet_gap": 10e-6, "receive_steering": "off", "transport": "gbn",
               "faults": "none", "detect_delay": 50e-6, "holddown": 1e-3}
     assert seen["incast"] == [incast.Options(
         topo="fattree,4", senders=2, size=1 << 20, cc=["off", "dcqcn"], dcqcn="paper",
@@ -349,5 +349,22 @@ def test_demo_and_sweep_hand_their_options_on_typed(monkeypatch):
     assert seen["collective"][1] == collective.Options(
         topos=["fattree,4"], collectives=opts.collectives, sizes=opts.sizes, cc="off",
         hash_draws=16, scale=150000.0, attempts=2, workers="auto", capture=[], metrics_port=None,
-        routing="ecmp", flowlet_gap=10e-6, transport="gbn", faults="none",
+        routing="ecmp", flowlet_gap=10e-6, receive_steering="off", transport="gbn", faults="none",
         detect_delay=50e-6, holddown=1e-3)
+
+
+def test_every_experiment_builds_its_fabrics_with_the_common_fabric_options():
+    """routing, flowlet_gap and receive_steering are every experiment's options: a
+    Fabric built without them would run ECMP unordered while config.json says
+    otherwise."""
+    import ast
+    from pathlib import Path
+
+    calls = []
+    for path in sorted(Path("experiments").glob("*.py")):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Fabric":
+                calls.append((path.name, ast.get_source_segment(source, node) or ""))
+    assert len(calls) >= 10
+    assert [name for name, call in calls if "fabric_options()" not in call] == []
