@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import json
 import multiprocessing
 import os
@@ -51,6 +52,7 @@ from model.alphabeta import (
     memo_paths,
     predict_workload,
     predict_workload_hashed,
+    roce_wire_factor,
 )
 from model.fluid import use_event_loop
 
@@ -85,8 +87,23 @@ def case_key(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int
     route = memo_paths(paths)
     for src, dst in sorted({(m.src, m.dst) for m in workload.messages if m.src != m.dst}):
         h.update(repr((src, dst, route(src, dst))).encode())
-    h.update(repr((samples, seed, sorted(options.items()))).encode())
+    h.update(repr((samples, seed, sorted(_explicit(options).items()))).encode())
     return h.hexdigest()
+
+
+def _explicit(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without those that equal `predict_workload`'s defaults: a call that
+    spells a default out (the collective's emulable pricing where the run emulates
+    every fixed delay) is the same call, read from the same file."""
+    return {k: v for k, v in options.items() if k not in _DEFAULTS or _DEFAULTS[k] != v}
+
+
+#: `predict_workload`'s defaults, its wire factor as the value it stands for.
+_DEFAULTS: dict[str, Any] = {
+    **{name: par.default for name, par in inspect.signature(predict_workload).parameters.items()
+       if par.default is not inspect.Parameter.empty},
+    "wire_factor": roce_wire_factor(),
+}
 
 
 def _directory() -> Path | None:

@@ -8,7 +8,7 @@ import os
 import pytest
 
 import experiments.modelcache as mc
-from model.alphabeta import predict_workload_hashed
+from model.alphabeta import DEFAULT_OVERHEAD_S, predict_workload_hashed, roce_wire_factor
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
@@ -53,6 +53,13 @@ def test_seed_options_graph_and_model_source_make_new_entries(case, monkeypatch)
     mc.hashed_draws(workload, slower, paths, samples=2, seed=1)
     assert len(list(directory.glob("*.json"))) == 4
     key = mc.case_key(workload, graph, paths, 2, 1, {})
+    # A default spelled out is the same call (the emulable pricing of a run that
+    # emulates every fixed delay); a value off the default is not.
+    defaults = {"forwarding": "store-and-forward", "wire_factor": roce_wire_factor(),
+                "overhead_s": DEFAULT_OVERHEAD_S}
+    assert mc.case_key(workload, graph, paths, 2, 1, defaults) == key
+    assert mc.case_key(workload, graph, paths, 2, 1, {"wire_factor": 1.0}) != key
+    assert mc.case_key(workload, graph, paths, 2, 1, {"forwarding": "cut-through"}) != key
     monkeypatch.setattr(mc, "_model_source_sha256", lambda: "another model")
     assert mc.case_key(workload, graph, paths, 2, 1, {}) != key
 
