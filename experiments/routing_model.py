@@ -54,7 +54,7 @@ ECMP_BUSIEST = estimate("busiest link per random ECMP hash draw, mean over draws
 #: Messages beyond which a one-step workload is priced by its busiest link
 #: (`model.alphabeta.busiest_link_bound`): fattree,8's all-to-all (16,256 messages)
 #: takes minutes per fluid draw, its busiest-link bound 0.4 s.
-FLUID_MAX_MESSAGES = 4096
+FLUID_MAX_MESSAGES = 3000
 UNLOADED_LATENCY = Claim(Kind.LOWER_BOUND, None, "p99 over messages of the unloaded path latency")
 NO_RETRANSMISSION = estimate("no drop expected: 0 retransmissions")
 SINGLE_PATH_ORDER = estimate("one path per flow: frames arrive in order")
