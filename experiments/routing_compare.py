@@ -72,6 +72,7 @@ from experiments.routing_model import (
     group_shift,
 )
 from experiments.rundir import Run
+from model.adaptive import FrameRun
 from model.alphabeta import roce_wire_factor
 from model.busbw import busbw_bps
 from topologies.loadbalance import GROUP_MODES, ROUTING_MODES
@@ -234,17 +235,22 @@ def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[
                              "too many for the fluid model: the ideal and ECMP are priced by "
                              "their busiest link (a lower bound of the completion)")
             model = models[entry, name]
+            # A priori, so priced once per case, not per attempt.
+            frames = (frame_estimate(workload, graph, routes, mode) if mode in FRAME_MODES
+                      else None)
             run.attempt(partial(_measure, run, fab, case, mode,
-                                (_label(entry, name, opts), workload), model, opts, ecmp_cpu),
+                                (_label(entry, name, opts), workload), (model, frames), opts,
+                                ecmp_cpu),
                         opts.attempts)
             run.commit(case)
             advance(case)
 
 
 def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any],
-             model: Expectation, opts: Options,
+             models: tuple[Expectation, list[FrameRun] | str | None], opts: Options,
              ecmp_cpu: dict[str, tuple[float, float]]) -> None:
     label, workload = named
+    model, frames = models
     transport = resolved_transport(opts)
     m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=transport),
                 capture=opts.capture)
@@ -285,8 +291,8 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
         run.metric(case, "out-of-sequence frames", "frames", ooo, None)
     if not minimal:
         _dragonfly_metric(run, case, mode, fab, workload, busbw)
-    if mode in FRAME_MODES:
-        _frame_metric(run, case, mode, fab, workload, (busbw, model.ideal.busbw_bps or 0.0))
+    if frames is not None:
+        _frame_metric(run, case, mode, frames, (busbw, model.ideal.busbw_bps or 0.0))
     run.metric(case, "p99 one-way latency", "µs", _p99_us(m), model.latency_p99_s * 1e6,
                UNLOADED_LATENCY)
     run.metric(case, "retransmissions", "frames", retx, 0, NO_RETRANSMISSION)
@@ -344,11 +350,11 @@ def _p99_us(m: Measurement) -> float:
     return float(lat.quantile(0.99)) * 1e6 if len(lat) else float("nan")
 
 
-def _frame_metric(run: Run, case: str, mode: str, fab: Fabric, workload: Any,
+def _frame_metric(run: Run, case: str, mode: str, runs: list[FrameRun] | str,
                   busbw_ideal_bps: tuple[float, float]) -> None:
-    """busbw beside `frame_estimate`'s: the ideal x each run's ratio (a note if none)."""
+    """busbw beside `frame_estimate`'s ``runs``: the ideal x each run's ratio (a note
+    if there are none)."""
     busbw, ideal_bps = busbw_ideal_bps
-    runs = frame_estimate(workload, topo_graph(fab.topo), compute_routes(fab.topo), mode)
     if isinstance(runs, str):
         run.note(f"{case}: {runs}")
         return
