@@ -180,6 +180,11 @@ DEFAULT_ACK_DELAY_S = 1e-6
 _READY_TIMEOUT_S = 120.0     # building the Scapy templates of a big DAG takes a while
 _STOP_GRACE_S = 3.0
 _QUIET_TIMEOUT_S = 30.0      # the teardown of a fattree,8 takes a few seconds
+#: ``auto_timeout_s``: never less than this (set-up, a short run on a loaded machine) ...
+TIMEOUT_FLOOR_S = 300.0
+#: ... and this many times the busiest host's dilated serial time: ECMP collisions with
+#: drops measured 16x that on fattree,8, and a hung run should still end.
+TIMEOUT_BUSIEST_HOST_FACTOR = 50
 #: With receive steering, hosts follow their node's CPU unless a worker would then
 #: carry more than this times the mean load.
 _ALIGNED_IMBALANCE = 1.25
@@ -221,7 +226,8 @@ class EngineConfig:
     (packet spraying, adaptive routing); ``reorder_packets``: how far (PSNs) a frame
     may be overtaken before selective repeat's receiver deems it lost; None derives it
     from the fabric's paths, buffers and routing mode (``traffic.reorder_bound``).
-    ``timeout_s``: wall-clock limit of the whole run.
+    ``timeout_s``: wall-clock limit of the whole run; None derives it from the
+    workload and the fabric's S (``auto_timeout_s``).
     ``latency_sample_every``: keep one latency sample per that many data packets
     received per host. ``rate_trace_interval_s``: DCQCN rate samples per QP (real).
     ``ring_bytes``: receive ring per host. ``workers``: worker processes, one per CPU
@@ -245,7 +251,7 @@ class EngineConfig:
     ack_on_ce_change: bool | None = None
     ack_delay_s: float | None = None
     rto_s: float | None = None
-    timeout_s: float = 300.0
+    timeout_s: float | None = None
     latency_sample_every: int = 1
     rate_trace_interval_s: float = 5e-6
     ring_bytes: int = 4 << 20
@@ -281,8 +287,8 @@ class EngineConfig:
                                  "expected True, False or None (by the cc)")
         if self.rto_s is not None and not self.rto_s > 0:
             raise ParameterError("rto_s", self.rto_s, "must be positive (or None)")
-        if not self.timeout_s > 0:
-            raise ParameterError("timeout_s", self.timeout_s, "must be positive")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ParameterError("timeout_s", self.timeout_s, "must be positive (or None)")
         if self.latency_sample_every < 1:
             raise ParameterError("latency_sample_every", self.latency_sample_every, "must be >= 1")
         if not self.rate_trace_interval_s > 0:
@@ -431,6 +437,28 @@ def _auto_rto_s(fab: LiveFabric) -> float:
     longest_delay_s = max((info["delay_s"] for *_, info in fab.topo.fabric_links()),
                           default=0.0)
     return 3 * drain_s * (hops if fab.pfc is not None else 1) + 2 * hops * longest_delay_s
+
+
+def auto_timeout_s(fab: LiveFabric, workload: Workload) -> float:
+    """The wall-clock limit of a run with ``timeout_s=None``. A fixed limit would cut
+    legitimate runs at a large S (a fattree,8 all-to-all at S = 2,000,000 needs more
+    than 300 s) or let a hung small one spin for minutes. So: TIMEOUT_BUSIEST_HOST_FACTOR
+    times the dilated time the busiest host (the most bytes sent or received) needs at its
+    slowest NIC, plus every compute gap and the latest start, never below
+    TIMEOUT_FLOOR_S."""
+    load: dict[tuple[str, str], int] = defaultdict(int)  # (host, "tx" | "rx") -> bytes
+    for m in workload.messages:
+        load[(m.src, "tx")] += m.size_bytes
+        load[(m.dst, "rx")] += m.size_bytes
+    hosts = set(fab.hosts)
+    nic_bps = min((p.rate_bps for p in fab.ports() if p.node in hosts), default=0.0)
+    if not load or not nic_bps > 0:
+        return TIMEOUT_FLOOR_S
+    busiest_s = max(load.values()) * 8 / nic_bps
+    compute_s = (max((m.start_s for m in workload.messages), default=0.0)
+                 + sum(m.gap_s for m in workload.messages))
+    return max(TIMEOUT_FLOOR_S,
+               TIMEOUT_BUSIEST_HOST_FACTOR * (busiest_s + compute_s) * fab.scale)
 
 
 def first_frame_bytes(size_bytes: int, payload_bytes: int) -> int:
@@ -743,6 +771,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     # would count as this run's pacing lag.
     quiet_wait_s = wait_for_quiet_kernel(_QUIET_TIMEOUT_S)
     plans = _plans(fab, workload, config, index, rawsock.realtime_offset_ns())
+    timeout_s = (config.timeout_s if config.timeout_s is not None
+                 else auto_timeout_s(fab, workload))
     needs_int = config.cc_factory.needs_int
     if needs_int:  # HPCC: the switches write per-hop records, the rings keep them
         fab.enable_int()
@@ -812,8 +842,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             started_s = time.perf_counter() - called
             setup_s = time.perf_counter() - forked
             cpu_marks.append(cpu_ticks())
-            error = _collect(shared, procs, conns, reports, wall0 + config.timeout_s,
-                             config.timeout_s)
+            error = _collect(shared, procs, conns, reports, wall0 + timeout_s, timeout_s)
             cpu_marks.append(cpu_ticks())
     except BaseException:
         _request_stop(shared)
