@@ -458,7 +458,7 @@ def auto_timeout_s(fab: LiveFabric, workload: Workload) -> float:
     compute_s = (max((m.start_s for m in workload.messages), default=0.0)
                  + sum(m.gap_s for m in workload.messages))
     return max(TIMEOUT_FLOOR_S,
-               TIMEOUT_BUSIEST_HOST_FACTOR * (busiest_s + compute_s) * fab.scale)
+               TIMEOUT_BUSIEST_HOST_FACTOR * fab.scale.time_emu_s(busiest_s + compute_s))
 
 
 def first_frame_bytes(size_bytes: int, payload_bytes: int) -> int:

@@ -8,13 +8,14 @@ import pytest
 
 from core.errors import ParameterError
 from core.messages import Message, Workload
+from core.scaling import Scale
 from engine.run import TIMEOUT_BUSIEST_HOST_FACTOR, TIMEOUT_FLOOR_S, EngineConfig, auto_timeout_s
 
 
 def _fabric(scale: float) -> SimpleNamespace:
     ports = [SimpleNamespace(node="h1", rate_bps=400e9), SimpleNamespace(node="h2", rate_bps=100e9),
              SimpleNamespace(node="s1", rate_bps=10e9)]  # a switch port: not a NIC
-    return SimpleNamespace(hosts=["h1", "h2", "h3"], ports=lambda: ports, scale=scale)
+    return SimpleNamespace(hosts=["h1", "h2", "h3"], ports=lambda: ports, scale=Scale(scale))
 
 
 def _incast(size_bytes: int, **kw: float) -> Workload:
