@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -102,19 +103,31 @@ class TxSr(RequesterCounters, ctypes.Structure):
         """Checked as ``SrSender`` checks its arguments."""
         return cls.of(SrSender(total_packets, window, timeout_s, start_psn, reorder_s))
 
+    #: The ring and bitmaps, copied only when not all zero (as a fresh sender's are):
+    #: building a 1,024-double ctypes array from a list costs about 60 us, and every
+    #: message of an all-to-all starts one (8,000 per worker on fattree,8).
+    _ARRAYS = (("_lost", "Q"), ("_sent_s", "d"), ("_resent", "Q"))
+
     @classmethod
     def of(cls, s: SrSender) -> TxSr:
         """A copy of ``s``'s whole state."""
-        start = s._timer_start_s
-        return cls(s.total_packets, s.window, s.timeout_s, s.start_psn, s._una, s._nxt,
-                   s._lost_count, s._rtx, s._heard, s._timer_nxt,
-                   math.nan if start is None else start,
-                   s.packets_sent, s.retransmitted, s.naks, s.timeouts, s.acks, s.stale_acks,
-                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._lost),
-                   s.reorder_s, s._rack_s, _nan_for_none(s._rack_due_s), s.rack_losses,
-                   (ctypes.c_double * WINDOW_PACKETS)(*s._sent_s),
-                   (ctypes.c_uint64 * (WINDOW_PACKETS // 64))(*s._resent),
-                   s.srtt_s, _nan_for_none(s._probe_due_s), s.probes)
+        view = cls(total_packets=s.total_packets, window=s.window, timeout_s=s.timeout_s,
+                   start_psn=s.start_psn, _una=s._una, _nxt=s._nxt, _lost_count=s._lost_count,
+                   _rtx=s._rtx, _heard=s._heard, _timer_nxt=s._timer_nxt,
+                   _timer_start_raw=_nan_for_none(s._timer_start_s),
+                   packets_sent=s.packets_sent, retransmitted=s.retransmitted, naks=s.naks,
+                   timeouts=s.timeouts, acks=s.acks, stale_acks=s.stale_acks,
+                   reorder_s=s.reorder_s, _rack_s=s._rack_s,
+                   _rack_due_raw=_nan_for_none(s._rack_due_s), rack_losses=s.rack_losses,
+                   srtt_s=s.srtt_s, _probe_due_raw=_nan_for_none(s._probe_due_s),
+                   probes=s.probes)
+        for name, code in cls._ARRAYS:
+            values = getattr(s, name)
+            if any(values):  # ctypes zero-fills the rest
+                data = array(code, values)
+                ctypes.memmove(ctypes.addressof(view) + getattr(cls, name).offset,
+                               data.buffer_info()[0], len(data) * data.itemsize)
+        return view
 
     _timer_start_s = _optional_time("_timer_start_raw")
     _rack_due_s = _optional_time("_rack_due_raw")

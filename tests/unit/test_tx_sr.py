@@ -115,3 +115,15 @@ def test_attach_puts_either_transport_into_a_compiled_qp():
     qp = TxQp()
     view = attach(qp, gbn.GbnSender(7, timeout_s=1.0))
     assert isinstance(view, TxGbn) and qp.gbn.total_packets == 7 and not qp.sr
+
+
+@pytest.mark.parametrize("touched", [False, True])
+def test_of_copies_the_whole_state_fresh_or_not(touched: bool):
+    s = SrSender(WINDOW_PACKETS + 5, timeout_s=1e-3, start_psn=77, reorder_s=2e-4)
+    if touched:  # every array and scalar away from its initial value
+        for i in range(0, WINDOW_PACKETS, 7):
+            s._sent_s[i] = 1e-6 * (i + 1)
+        s._lost[3] = 0b1011
+        s._resent[-1] = 1 << 63
+        s._una, s._nxt, s._rack_due_s, s._probe_due_s = 3, 40, 5e-4, 6e-4
+    assert _state(TxSr.of(s)) == _state(s)
