@@ -837,7 +837,9 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             conns.append(reader)
         if live is not None:
             live(shared)
-        error = _start_clock(shared, procs, conns, reports)
+        start_delay_ns = _START_DELAY_NS + plan.PRESTART_NS * max(
+            (plan.prestart_count(wp.sends) for wp in plans), default=0)
+        error = _start_clock(shared, procs, conns, reports, start_delay_ns)
         if error is None:
             started_s = time.perf_counter() - called
             setup_s = time.perf_counter() - forked
@@ -893,12 +895,14 @@ def _request_stop(shared: plan.Shared) -> None:
 
 
 def _start_clock(shared: plan.Shared, procs: list[Any], conns: list[Any],
-                 reports: dict[int, WorkerStats]) -> str | None:
+                 reports: dict[int, WorkerStats], start_delay_ns: int) -> str | None:
+    """Wait for every worker to be ready, then set the common ``t0``, ``start_delay_ns``
+    ahead: every worker is waiting for it, its first messages started."""
     deadline = time.perf_counter() + _READY_TIMEOUT_S
     while True:
         states = list(shared.status)
         if all(s == plan.READY for s in states):
-            shared.t0_ns.value = time.monotonic_ns() + _START_DELAY_NS
+            shared.t0_ns.value = time.monotonic_ns() + start_delay_ns
             return None
         if plan.FAILED in states or any(not p.is_alive() for p in procs):
             _request_stop(shared)
