@@ -337,3 +337,12 @@ def test_the_cli_converts_and_refuses_in_one_line_writing_nothing(tmp_path):
     assert not bad.exists()
     assert convert([parse_et(et_bytes(r), f"r{i}") for i, r in enumerate(allreduce_ranks())],
                    size_scale=0.5) == json.loads(out.read_text()) | {"name": "chakra"}
+
+
+def test_the_example_trace_converts():
+    example = REPO / "examples" / "workloads" / "chakra"
+    doc = convert_files([str(example / "demo")], size_scale=0.25,
+                        groups_file=example / "groups.json")
+    kinds = sorted(op["collective"] for op in doc["ops"].values())
+    assert kinds == ["allgather"] * 2 + ["allreduce"] * 10 + ["sendrecv"] * 4
+    assert (doc["ranks"], len(doc["messages"]), doc["meta"]["inexact_waits"]) == (8, 188, 4)
