@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -27,10 +26,11 @@ def convert_chakra(
                                                     "name -> its ranks (default: every rank)")]
         = None) -> None:
     """Chakra execution traces to a DAG file for `emu run workload --file`."""
+    from core.safefile import write_json
     from traffic.chakra import convert_files
 
     doc = convert_files(traces, size_scale=size_scale, groups_file=groups)
-    out.write_text(json.dumps(doc, indent=1) + "\n")  # only once the conversion succeeded
+    write_json(out, doc)  # only once the conversion succeeded
     notes = "; ".join(f"{k}: {v}" for k, v in doc["meta"]["notes"].items())
     console.print(f"wrote {escape(str(out))}: {doc['ranks']} ranks, {len(doc['messages'])} "
                   f"messages, {len(doc['ops'])} ops, {len(doc['compute'])} compute segments, "

@@ -49,6 +49,7 @@ from typing import Any
 
 from core.errors import ParameterError
 from core.messages import Workload
+from core.safefile import read_regular
 from traffic.chakra_et import COMM_TYPES, EtNode, EtTrace, read_et
 from traffic.dagfile import dump_dag, read_dag
 from traffic.iteration import DagBuilder
@@ -59,6 +60,7 @@ COLLECTIVES = {"ALL_REDUCE": "allreduce-ring", "ALL_GATHER": "allgather",
                "ALL_TO_ALL": "alltoall", "BROADCAST": "broadcast"}
 COMP, SEND, RECV, COLL = 4, 5, 6, 7
 _RANK_FILE = re.compile(r"\.(\d+)\.et$")
+MAX_GROUPS_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -236,8 +238,8 @@ class _Converter:
                 if missing:
                     r, node = next(iter(call.nodes.items()))
                     raise ParameterError(_where(r, node), node.name[:60],
-                                         f"a {call.kind} of group {pg or 'world'} that rank "
-                                         f"{missing[0]} never calls")
+                                         f"its {call.kind} on group {pg or 'world'} is never "
+                                         f"called by rank {missing[0]}")
 
     def _merge(self, states: Sequence[_State]) -> _State:
         distinct = set(states)
@@ -386,7 +388,7 @@ def rank_files(spec: Sequence[str]) -> list[Path]:
 def read_groups(path: Path) -> dict[str, list[int]]:
     """A comm-group file: a JSON object, process-group name -> list of ranks."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_regular(path, MAX_GROUPS_BYTES))
     except (ValueError, UnicodeDecodeError) as e:
         raise ParameterError(str(path), str(e)[:60], "not JSON") from None
     if not isinstance(data, dict):

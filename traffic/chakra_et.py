@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ParameterError
+from core.safefile import read_regular
 
 #: Chakra's NodeType enum.
 NODE_TYPES = {0: "INVALID_NODE", 1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE",
@@ -251,8 +252,5 @@ def parse_et(data: bytes, where: str) -> EtTrace:
 
 
 def read_et(path: Path) -> EtTrace:
-    """Read and parse one rank's ``.et`` file."""
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ParameterError(str(path), f"{size} bytes", f"larger than {MAX_FILE_BYTES} bytes")
-    return parse_et(path.read_bytes(), path.name)
+    """Read (a regular file only) and parse one rank's ``.et`` file."""
+    return parse_et(read_regular(path, MAX_FILE_BYTES), path.name)

@@ -232,7 +232,7 @@ def test_process_groups_come_from_the_groups_file(tmp_path):
     assert sorted((m["src"], m["dst"]) for m in doc["messages"]) == [(0, 1), (1, 0), (2, 3),
                                                                     (3, 2)]
     assert sorted(op["tag"] for op in doc["ops"].values()) == ["pg a", "pg b"]
-    with pytest.raises(ParameterError, match="group a that rank 2 never calls"):
+    with pytest.raises(ParameterError, match="group a is never called by rank 2"):
         convert_files([prefix])  # without the file every collective is on every rank
 
 
