@@ -95,7 +95,7 @@ class _Converter:
 
     def __init__(self, traces: Sequence[EtTrace], size_scale: float,
                  groups: Mapping[str, Sequence[int]] | None) -> None:
-        self.traces, self.n = traces, len(traces)
+        self.n = len(traces)
         self.groups = groups
         self.g = DagBuilder([str(r) for r in range(self.n)], size_scale)
         self.notes: Counter[str] = Counter()

@@ -346,3 +346,22 @@ def test_the_example_trace_converts():
     kinds = sorted(op["collective"] for op in doc["ops"].values())
     assert kinds == ["allgather"] * 2 + ["allreduce"] * 10 + ["sendrecv"] * 4
     assert (doc["ranks"], len(doc["messages"]), doc["meta"]["inexact_waits"]) == (8, 188, 4)
+
+
+def test_any_bytes_read_or_are_refused_in_one_line():
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    good = et_bytes(allreduce_ranks()[1])
+
+    @hypothesis.settings(max_examples=300, deadline=None, database=None)
+    @hypothesis.given(st.one_of(st.binary(max_size=200),
+                                st.tuples(st.integers(0, len(good) - 1), st.integers(0, 255))
+                                .map(lambda f: good[:f[0]] + bytes([f[1]]) + good[f[0] + 1:])))
+    def check(data: bytes) -> None:
+        try:
+            parse_et(data, "x.0.et")
+        except ParameterError as e:
+            assert "\n" not in str(e)
+
+    check()
