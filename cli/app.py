@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli.convert import convert_app
 from cli.lab import lab_app
 from core.errors import FabricEmuError, ParameterError, shorten
 from core.scaling import DEFAULT_SCALE
@@ -32,6 +33,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 topo_app = typer.Typer(no_args_is_help=True, help="Inspect topologies without building them.")
 app.add_typer(topo_app, name="topo")
 app.add_typer(lab_app, name="lab")
+app.add_typer(convert_app, name="convert")
 console = Console()
 
 ScaleOpt = Annotated[float, typer.Option("--scale", "-S", help="time-dilation factor S "
