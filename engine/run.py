@@ -904,6 +904,8 @@ def _start_clock(shared: plan.Shared, procs: list[Any], conns: list[Any],
         if all(s == plan.READY for s in states):
             shared.t0_ns.value = time.monotonic_ns() + start_delay_ns
             return None
+        if shared.stop.value:  # SIGTERM: workers still building need not be waited for
+            return "stopped before the start"
         if plan.FAILED in states or any(not p.is_alive() for p in procs):
             _request_stop(shared)
             _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
@@ -1024,8 +1026,9 @@ def _first_error(reports: dict[int, WorkerStats]) -> str | None:
 
 
 def _reap(procs: list[Any]) -> None:
+    deadline = time.perf_counter() + _STOP_GRACE_S  # one grace for all, not one each
     for p in procs:
-        p.join(timeout=_STOP_GRACE_S)
+        p.join(timeout=max(0.0, deadline - time.perf_counter()))
     for p in procs:
         if p.is_alive():
             p.terminate()

@@ -86,8 +86,9 @@ def test_hot_path_matches_scapy_byte_for_byte(flow, message_bytes, mtu, data):
 
 
 def test_qps_of_one_shape_share_its_prototype_and_match_scapy():
-    """A ring's QPs between two hosts differ only in UDP source port and QPN: Scapy
-    builds their shape once, and every QP's frames are still Scapy's, byte for byte."""
+    """QPs between any hosts (an all-to-all's) differ only in addresses, UDP source port
+    and QPN: Scapy builds their shape once, and every QP's frames are still Scapy's,
+    byte for byte (the IPv4 checksum included)."""
     from traffic import roce
 
     roce._data_prototype.cache_clear()
@@ -96,7 +97,10 @@ def test_qps_of_one_shape_share_its_prototype_and_match_scapy():
     base = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0, 1)
     message_bytes = 32 << 10
     for i in (0, 1, 2, 255, 4095, 16383):
-        flow = base._replace(sport=0xC000 | i, dqpn=0x100 + i)
+        flow = base._replace(sport=0xC000 | i, dqpn=0x100 + i,
+                             src_mac=f"02:00:00:00:{i >> 8:02x}:{i & 255:02x}",
+                             dst_ip=f"10.{i >> 8 & 255}.{i & 255}.{1 + i % 250}",
+                             src_ip=f"192.168.{i & 255}.{254 - i % 250}")
         tpl = QpTemplate(flow, message_bytes)
         for index in (0, 1, tpl.n_packets - 1):
             frame = bytes(tpl.write(index, 1000 + i, 123456789 * i))
