@@ -5,8 +5,9 @@ For every mode one fabric is built with that mode in its switches
 (`topologies.loadbalance`, emu/bpf/router.c), and each workload runs on it: a random
 permutation, an all-to-all and a ring all-reduce on each of ``topos`` (fattree,4 with
 400G everywhere: full bisection, so only routing keeps a flow below line rate; the
-issue's fattree,8 on request, at its own S: ``--set "topos=FATTREE8@100000" --set
-"workloads=permutation;alltoall"`` with FATTREE8 spelled out), then the
+issue's fattree,8 on request, at its own S: ``--set "topos=FATTREE8@500000" --set
+"workloads=permutation;alltoall"`` with FATTREE8 spelled out; the all-to-all's 16,256
+messages need that S on a 2-core machine), then the
 adversarial dragonfly pattern on ``dragonfly`` (every group sends to the next group:
 `experiments.routing_model.group_shift`) under ``dragonfly_modes``. Every QP runs
 over ``transport``: ``auto`` (the default) is selective repeat, whose reorder
