@@ -68,7 +68,7 @@ class NicPlan:
 
 
 #: Time a worker is given before ``t0`` to start each message posted at ``t0``
-#: (``Requester.post_ready``): about 25 us each measured, doubled for a slower machine.
+#: (``Requester.post_ready``): about 30 us each measured, 50 for a slower machine.
 PRESTART_NS = 50_000
 
 
