@@ -28,15 +28,6 @@ _SOL_RAW = 255
 _ICMP_FILTER = 1  # setsockopt: a bit mask of ICMP types the socket does NOT receive
 
 
-def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    total = (total >> 16) + (total & 0xFFFF)
-    total += total >> 16
-    return ~total & 0xFFFF
-
-
 _BODY = b"fabricemu-reachability"
 _BODY_SUM = sum(struct.unpack(f"!{len(_BODY) // 2}H", _BODY))  # the body is of even length
 

@@ -72,9 +72,9 @@ class NicPlan:
 PRESTART_NS = 50_000
 
 
-def prestart_count(sends: Sequence[MsgPlan]) -> int:
-    """The messages of ``sends`` a worker starts before ``t0``: no dependency, no delay."""
-    return sum(1 for m in sends if not m.deps and m.start_emu_ns == 0)
+def starts_at_t0(m: MsgPlan) -> bool:
+    """Whether a worker starts ``m`` before ``t0``: no dependency, no delay."""
+    return not m.deps and m.start_emu_ns == 0
 
 
 @dataclass

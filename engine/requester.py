@@ -18,6 +18,7 @@ from array import array
 
 from engine.books import TRACE_CNP, TRACE_ECHO, TRACE_TIMER, Books
 from engine.handover import Handover
+from engine.plan import starts_at_t0
 from engine.rx import ARG_BECN, EV_ACK_IN
 from engine.sendpath import SendPath
 from engine.sources import DelayLine, SendQp
@@ -51,7 +52,7 @@ class Requester:
         for index in self.deps.ready():
             qp = self.by_index[index]
             qp.post_ns = books.t0_ns + qp.plan.start_emu_ns
-            if qp.plan.start_emu_ns == 0:
+            if starts_at_t0(qp.plan):
                 self.start(qp, qp.post_ns)
             else:
                 books.deadlines.arm(qp, qp.post_ns + qp.nic.fwd_ns)

@@ -838,7 +838,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         if live is not None:
             live(shared)
         start_delay_ns = _START_DELAY_NS + plan.PRESTART_NS * max(
-            (plan.prestart_count(wp.sends) for wp in plans), default=0)
+            (sum(map(plan.starts_at_t0, wp.sends)) for wp in plans), default=0)
         error = _start_clock(shared, procs, conns, reports, start_delay_ns)
         if error is None:
             started_s = time.perf_counter() - called

@@ -23,6 +23,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from core.checksum import internet_checksum
 from core.frame import (
     ICRC_BYTES,
     INT_HEADER_BYTES,
@@ -83,13 +84,6 @@ def block_at(buf: Any, f: int, at: int, snap: int, room: int) -> bytes:
     return bytes(buf[f + at:f + at + n])
 
 
-def _ipv4_checksum(header: bytes | bytearray) -> int:
-    total = sum(_U16.unpack_from(header, i)[0] for i in range(0, len(header), 2))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
 def ack_with_int(ack: bytes | bytearray, block: bytes | bytearray) -> bytes:
     """``ack`` (an ACK frame, ICRC last) carrying ``block`` after its AETH: IPv4 and UDP
     lengths, the IPv4 checksum and the ICRC follow."""
@@ -100,6 +94,6 @@ def ack_with_int(ack: bytes | bytearray, block: bytes | bytearray) -> bytes:
     _U16.pack_into(frame, OFF_IP + 2, ip_len)
     _U16.pack_into(frame, OFF_UDP + 4, ip_len - IP_BYTES)
     _U16.pack_into(frame, OFF_IP + 10, 0)
-    _U16.pack_into(frame, OFF_IP + 10, _ipv4_checksum(frame[OFF_IP:OFF_IP + IP_BYTES]))
+    _U16.pack_into(frame, OFF_IP + 10, internet_checksum(frame[OFF_IP:OFF_IP + IP_BYTES]))
     _ICRC.pack_into(frame, len(frame) - ICRC_BYTES, compute_icrc(frame))
     return bytes(frame)

@@ -62,6 +62,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
+from core.checksum import internet_checksum
 from core.errors import ParameterError
 from core.frame import (
     AETH_BYTES,
@@ -309,14 +310,6 @@ def _shape_key(flow: Flow) -> Flow:
                          sport=0, dqpn=0)
 
 
-def _ipv4_checksum(header: bytes | bytearray) -> int:
-    """RFC 1071's checksum of an IPv4 header whose checksum field is zero."""
-    total = sum(struct.unpack(f">{len(header) // 2}H", header))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
 def _with_qp(prototype: bytes, flow: Flow) -> bytearray:
     """A copy of ``prototype`` (built for `_shape_key`) carrying ``flow``'s addresses,
     UDP source port and destination QPN: the bytes Scapy builds for ``flow`` itself."""
@@ -328,7 +321,7 @@ def _with_qp(prototype: bytes, flow: Flow) -> bytearray:
     struct.pack_into(">H", frame, OFF_IP_CHECKSUM, 0)
     ihl_bytes = (frame[OFF_IP] & 0x0F) * 4
     struct.pack_into(">H", frame, OFF_IP_CHECKSUM,
-                     _ipv4_checksum(frame[OFF_IP:OFF_IP + ihl_bytes]))
+                     internet_checksum(frame[OFF_IP:OFF_IP + ihl_bytes]))
     struct.pack_into(">H", frame, OFF_SPORT, flow.sport)
     frame[OFF_DQPN:OFF_DQPN + 3] = flow.dqpn.to_bytes(3, "big")
     return frame

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from scapy.utils import mac2str
 
+from core.checksum import internet_checksum
 from core.ecn import Thresholds
 from core.frame import ROCE_UDP_PORT
 from emu.ecn.bpf import attach_bpf_marker
@@ -36,13 +37,6 @@ _SYSCTLS = {
     "net.ipv4.conf.all.rp_filter": 0, "net.ipv4.conf.default.rp_filter": 0,
 }
 SRC_IP, SW_IN_IP, SW_OUT_IP, DST_IP = "10.77.1.1", "10.77.1.2", "10.77.2.1", "10.77.2.2"
-
-
-def ip_checksum(header: bytes) -> int:
-    s = sum(struct.unpack(f"!{len(header) // 2}H", header))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
 
 
 def _mac(ipr, ifname: str) -> bytes:
@@ -127,7 +121,7 @@ class MarkerRig:
         ip_len = frame_bytes - 14
         hdr = bytearray(struct.pack("!BBHHHBBH4s4s", 0x45, ecn & 3, ip_len, ip_id & 0xFFFF, 0x4000,
                                     64, 17, 0, socket.inet_aton(SRC_IP), socket.inet_aton(DST_IP)))
-        struct.pack_into("!H", hdr, 10, ip_checksum(bytes(hdr)))
+        struct.pack_into("!H", hdr, 10, internet_checksum(bytes(hdr)))
         udp = struct.pack("!HHHH", 49152 + (ip_id & 0x3FFF), ROCE_UDP_PORT, ip_len - 20, 0)
         return self.sw_mac + self.src_mac + b"\x08\x00" + bytes(hdr) + udp + bytes(ip_len - 28)
 
@@ -185,7 +179,7 @@ class MarkerRig:
             ip = buf[14:34]
             rx.ip_id.append(struct.unpack_from("!H", ip, 4)[0])
             rx.ecn.append(ip[1] & 3)
-            rx.csum_ok.append(ip_checksum(ip) == 0)
+            rx.csum_ok.append(internet_checksum(ip) == 0)
             rx.length.append(len(buf))
 
     def stop_receiver(self, settle_s: float = 0.2) -> Received:
