@@ -266,7 +266,8 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     cpu_per_frame_s = m.stats.cpu_s_total / max(1, m.stats.data_packets_sent)
     # Every port's transmissions: each is a packet (data, ACK, CNP) crossing one link,
     # the unit of the kernel's forwarding work, which grows with a mode's path length.
-    cpu_per_crossing_s = m.stats.cpu_s_total / max(1, int(m.ports.tx_packets.sum()))
+    crossings = int(m.ports.tx_packets.sum())
+    cpu_per_crossing_s = m.stats.cpu_s_total / max(1, crossings)
     minimal = mode not in GROUP_MODES
     # Minimal paths' ideal is no model of a mode that leaves them: those get their own
     # bound (`_dragonfly_metric`) and no value here.
@@ -312,6 +313,8 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
                          "completion_s": done_s, "max_mean_load": measured_load,
                          "out_of_sequence": ooo, "retransmitted": retx,
                          "reorder_packets": m.stats.reorder_packets,
+                         "data_frames": m.stats.data_packets_sent,
+                         "frames_sent": m.stats.packets_sent, "link_crossings": crossings,
                          "cpu_per_frame_s": cpu_per_frame_s,
                          "cpu_per_crossing_s": cpu_per_crossing_s}])
     record_case(run, fab, case, m, workload, cc=opts.cc,
