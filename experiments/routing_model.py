@@ -58,7 +58,8 @@ FLUID_MAX_MESSAGES = 3000
 UNLOADED_LATENCY = Claim(Kind.LOWER_BOUND, None, "p99 over messages of the unloaded path latency")
 NO_RETRANSMISSION = estimate("no drop expected: 0 retransmissions")
 SINGLE_PATH_ORDER = estimate("one path per flow: frames arrive in order")
-CPU_PARITY = Claim(Kind.UPPER_BOUND, None, "the issue's target: within 20 % of ECMP's")
+CPU_PARITY = Claim(Kind.UPPER_BOUND, None, "the target: within 20 % of ECMP's; one run of "
+                   "each, whose ratio scatters by about +-20 % run to run (docs/validation.md)")
 VALIANT_BOUND = Claim(Kind.UPPER_BOUND, None, "Valiant: half the global links' bandwidth")
 UGAL_BOUND = Claim(Kind.UPPER_BOUND, None, "UGAL: the better of minimal and Valiant")
 FRAME_ESTIMATE = estimate("frame model (model.adaptive): the switch's rule on every frame, "
