@@ -34,7 +34,7 @@ from typing import Any
 
 from core.errors import CapabilityError
 from core.frame import WIRE_FRAME_BYTES
-from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object
+from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object, program_id
 from emu.cbuild import compile_c
 from emu.ecn.bpf import SCALE
 from emu.ports import Port
@@ -125,9 +125,11 @@ class RouterCounters:
 class SwitchRouter:
     """The router of one switch: its map fds, its tables, its counters."""
 
-    def __init__(self, switch: str, tables: SwitchTables, fds: list[int]) -> None:
+    def __init__(self, switch: str, tables: SwitchTables, fds: list[int], prog_id: int = 0
+                 ) -> None:
         self.switch = switch
         self.tables = tables
+        self.prog_id = prog_id  # the kernel's id of its program (run-time statistics)
         self._fds: dict[str, int] | None = dict(zip(MAPS, fds, strict=True))
 
     def _fd(self, name: str) -> int:
@@ -220,7 +222,7 @@ def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns
     finally:
         if own_template >= 0:
             os.close(own_template)
-    router = SwitchRouter(switch, tables, fds)
+    router = SwitchRouter(switch, tables, fds, program_id(prog_fd))
     try:
         router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq_fds, burst_bytes)
     except BaseException:

@@ -21,7 +21,8 @@ expected collision loss (`experiments.routing_model`, a priori from the topology
 p99 one-way latency beside the unloaded path's, the max/mean load of the
 switch-to-switch links beside the ideal's and ECMP's, out-of-sequence frames and
 retransmissions, and the engine's CPU per data frame against ECMP's on the same
-workload. routing.csv holds one row per case (busbw per mode, routing_busbw.png),
+workload, and the switches' eBPF programs' kernel-timed cost per frame (router, ECN
+marker). routing.csv holds one row per case (busbw per mode, routing_busbw.png),
 link_load.csv every fabric link's bytes (the heat map, link_load.png).
 """
 
@@ -36,6 +37,7 @@ import pandas as pd
 
 from core.errors import ParameterError
 from core.scaling import Scale
+from emu.bpfload import RunTime, programs_run_time, run_time_stats
 from emu.fabric import Fabric
 from experiments.measure import Measurement, engine_config, measure, record_case
 from experiments.option_parsers import (
@@ -247,14 +249,57 @@ def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[
             advance(case)
 
 
+def _timed_measure(fab: Fabric, workload: Any, config: Any, opts: Options
+                   ) -> tuple[Measurement, dict[str, RunTime]]:
+    """`measure`, with the kernel timing the switches' eBPF programs meanwhile (two
+    clock reads per program run, in every mode alike): what each job (router, ECN
+    marker) used, in runs and ns, zero where the kernel keeps no statistics."""
+    ids = fab.bpf_program_ids()
+    if not any(ids.values()):  # e.g. RED marking and ECMP: no program, maybe no libbpf
+        return measure(fab, workload, config, capture=opts.capture), {j: RunTime() for j in ids}
+    with run_time_stats() as timed:
+        before = {job: programs_run_time(p) for job, p in ids.items()}
+        m = measure(fab, workload, config, capture=opts.capture)
+        used = {job: programs_run_time(p) - before[job] if timed else RunTime()
+                for job, p in ids.items()}
+    return m, used
+
+
+def _cost_metrics(run: Run, case: str, named: tuple[str, str], m: Measurement,
+                  bpf_time: dict[str, RunTime], ecmp_cpu: dict[str, tuple[float, float]]
+                  ) -> tuple[float, float]:
+    """The engine's CPU per data frame and per link crossing (each port's transmitted
+    packets: the unit of the kernel's forwarding work, which grows with a mode's path
+    length), beside ECMP's on the same workload, and the switches' eBPF time per frame;
+    returns the first two (s)."""
+    label, mode = named
+    frames = max(1, m.stats.data_packets_sent)
+    cpu_per_frame_s = m.stats.cpu_s_total / frames
+    cpu_per_crossing_s = m.stats.cpu_s_total / max(1, int(m.ports.tx_packets.sum()))
+    run.metric(case, "engine CPU per frame", "µs", cpu_per_frame_s * 1e6, None)
+    for job, used in bpf_time.items():
+        if used.runs:
+            run.metric(case, f"switches' eBPF {job} time per frame", "ns",
+                       used.run_ns / frames, None)
+    run.metric(case, "engine CPU per link crossing", "µs", cpu_per_crossing_s * 1e6, None)
+    if mode == "ecmp":
+        ecmp_cpu[label] = (cpu_per_frame_s, cpu_per_crossing_s)
+    elif label in ecmp_cpu:
+        run.metric(case, "engine CPU per frame / ECMP's", "ratio",
+                   cpu_per_frame_s / ecmp_cpu[label][0], 1.2, CPU_PARITY)
+        run.metric(case, "engine CPU per link crossing / ECMP's", "ratio",
+                   cpu_per_crossing_s / ecmp_cpu[label][1], 1.2, CPU_PARITY)
+    return cpu_per_frame_s, cpu_per_crossing_s
+
+
 def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any],
              models: tuple[Expectation, list[FrameRun] | str | None], opts: Options,
              ecmp_cpu: dict[str, tuple[float, float]]) -> None:
     label, workload = named
     model, frames = models
     transport = resolved_transport(opts)
-    m = measure(fab, workload, engine_config(opts.cc, opts.workers, transport=transport),
-                capture=opts.capture)
+    m, bpf_time = _timed_measure(fab, workload, engine_config(opts.cc, opts.workers,
+                                                               transport=transport), opts)
     done_s = m.completion_s
     busbw = busbw_bps(collective_of(workload), len(workload.ranks), workload.size_bytes, done_s)
     links = fabric_links(topo_graph(fab.topo))
@@ -263,11 +308,7 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
         if load.tx_bytes.mean() > 0 else float("nan")
     msgs = m.messages
     retx, ooo = int(msgs.retransmitted.sum()), int(msgs.out_of_sequence.sum())
-    cpu_per_frame_s = m.stats.cpu_s_total / max(1, m.stats.data_packets_sent)
-    # Every port's transmissions: each is a packet (data, ACK, CNP) crossing one link,
-    # the unit of the kernel's forwarding work, which grows with a mode's path length.
-    crossings = int(m.ports.tx_packets.sum())
-    cpu_per_crossing_s = m.stats.cpu_s_total / max(1, crossings)
+    crossings = int(m.ports.tx_packets.sum())  # packets (data, ACK, CNP) x links crossed
     minimal = mode not in GROUP_MODES
     # Minimal paths' ideal is no model of a mode that leaves them: those get their own
     # bound (`_dragonfly_metric`) and no value here.
@@ -298,15 +339,8 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     run.metric(case, "p99 one-way latency", "µs", _p99_us(m), model.latency_p99_s * 1e6,
                UNLOADED_LATENCY)
     run.metric(case, "retransmissions", "frames", retx, 0, NO_RETRANSMISSION)
-    run.metric(case, "engine CPU per frame", "µs", cpu_per_frame_s * 1e6, None)
-    run.metric(case, "engine CPU per link crossing", "µs", cpu_per_crossing_s * 1e6, None)
-    if mode == "ecmp":
-        ecmp_cpu[label] = (cpu_per_frame_s, cpu_per_crossing_s)
-    elif label in ecmp_cpu:
-        run.metric(case, "engine CPU per frame / ECMP's", "ratio",
-                   cpu_per_frame_s / ecmp_cpu[label][0], 1.2, CPU_PARITY)
-        run.metric(case, "engine CPU per link crossing / ECMP's", "ratio",
-                   cpu_per_crossing_s / ecmp_cpu[label][1], 1.2, CPU_PARITY)
+    cpu_per_frame_s, cpu_per_crossing_s = _cost_metrics(run, case, (label, mode), m,
+                                                        bpf_time, ecmp_cpu)
     row = pd.DataFrame([{"workload": label, "mode": mode, "transport": transport,
                          "busbw_bps": busbw, "ideal_busbw_bps": model.ideal.busbw_bps,
                          "ecmp_busbw_bps": float(np.mean(model.ecmp_busbw_bps)),
@@ -316,7 +350,11 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
                          "data_frames": m.stats.data_packets_sent,
                          "frames_sent": m.stats.packets_sent, "link_crossings": crossings,
                          "cpu_per_frame_s": cpu_per_frame_s,
-                         "cpu_per_crossing_s": cpu_per_crossing_s}])
+                         "cpu_per_crossing_s": cpu_per_crossing_s,
+                         "router_runs": bpf_time["router"].runs,
+                         "router_ns": bpf_time["router"].run_ns,
+                         "marker_runs": bpf_time["ECN marker"].runs,
+                         "marker_ns": bpf_time["ECN marker"].run_ns}])
     record_case(run, fab, case, m, workload, cc=opts.cc,
                 effect=f"busbw {busbw * 1e-9:.1f} Gb/s" + (
                     f", ideal bound {(model.ideal.busbw_bps or 0) * 1e-9:.1f} Gb/s"

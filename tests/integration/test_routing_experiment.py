@@ -58,5 +58,12 @@ def test_routing_quick_over_selective_repeat(tmp_path):
     assert (rows.link_crossings == 4 * rows.frames_sent).all(), rows
     assert (rows.frames_sent > rows.data_frames).all(), rows
     assert (rows.frames_sent <= 1.25 * rows.data_frames).all(), rows
+    # The kernel timed the switches' eBPF programs: every frame passes 3 switches, whose
+    # ECN markers (egress) run in both modes and whose routers (ingress) only beyond ECMP.
+    assert (rows.marker_runs == 3 * rows.frames_sent).all() and (rows.marker_ns > 0).all(), rows
+    assert rows.at["ecmp", "router_runs"] == 0, rows
+    assert rows.at["spray", "router_runs"] == 3 * rows.at["spray", "frames_sent"], rows
+    assert rows.at["spray", "router_ns"] > 0, rows
+    assert _metric(result, "permutation spray", "switches' eBPF router time per frame")["measured"] > 0
     for png in ("routing_busbw.png", "link_load.png"):
         assert (tmp_path / png).stat().st_size > 0
