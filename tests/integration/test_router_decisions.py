@@ -213,6 +213,33 @@ def test_adaptive_flowlet_takes_the_shortest_queue_once_per_flowlet():
         assert router.counters().flowlets == 2
 
 
+def _with_ip_id(frame: bytes, ident: int) -> bytes:
+    """``frame`` with IP id ``ident`` and its IP checksum recomputed."""
+    from core.checksum import internet_checksum
+
+    ip = bytearray(frame[14:34])
+    ip[4:6], ip[10:12] = ident.to_bytes(2, "big"), b"\0\0"
+    ip[10:12] = internet_checksum(bytes(ip)).to_bytes(2, "big")
+    return frame[:14] + bytes(ip) + frame[34:]
+
+
+def test_the_in_place_ttl_and_checksum_update_holds_at_the_checksum_edges():
+    """The router decrements the TTL and patches the IP checksum itself (RFC 1624): frames
+    whose checksum is 0x0000 before the update, or would be after it, and a sweep of the
+    rest, all leave with a valid checksum (`_slot_of` recomputes it)."""
+    with _router("spray") as (_, prog_fd, plan, tables):
+        for ttl in (2, 64, 255):
+            base = _frame(plan, ttl=ttl)
+            after = base[:22] + bytes([ttl - 1]) + base[23:]
+            zero_before = next(i for i in range(65536) if _with_ip_id(base, i)[24:26] == b"\0\0")
+            zero_after = next(i for i in range(65536) if _with_ip_id(after, i)[24:26] == b"\0\0")
+            for ident in (zero_before, zero_after, *range(0, 65536, 4099)):
+                frame = _with_ip_id(base, ident)
+                ret, out = _run(prog_fd, frame)
+                assert ret == TC_ACT_REDIRECT
+                _slot_of(out, frame, tables)
+
+
 def test_what_the_router_leaves_to_the_kernel():
     with _router("spray") as (router, prog_fd, plan, tables):
         for frame in (_frame(plan, dport=5000), _frame(plan, ttl=1)):
