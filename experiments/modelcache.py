@@ -49,6 +49,7 @@ from model.alphabeta import (
     Workload,
     WorkloadPrediction,
     hash_draws,
+    hashed_pricer,
     memo_paths,
     predict_workload,
     predict_workload_hashed,
@@ -150,14 +151,13 @@ def _prune(directory: Path) -> None:
 
 
 #: What the forked pricers read: set before the fork, never pickled.
-_job: tuple[Workload, nx.Graph, Any, list[dict], dict[str, Any]] | None = None
+_job: tuple[Callable[[Any], WorkloadPrediction], list[dict]] | None = None
 
 
 def _price_draw(k: int) -> dict[str, Any]:
     assert _job is not None
-    workload, graph, route, choices, options = _job
-    return _compact(predict_workload(workload, graph, route, mode="hashed", choice=choices[k],
-                                     **options))
+    price, choices = _job
+    return _compact(price(choices[k]))
 
 
 def _quiet_child() -> None:
@@ -182,7 +182,8 @@ def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, 
         return [_compact(p) for p in predict_workload_hashed(workload, graph, route,
                                                               samples=samples, seed=seed,
                                                               **options)]
-    _job = (workload, graph, route, choices, options)
+    # Laid out once, before the fork: every pricer prices its draws from it.
+    _job = (hashed_pricer(workload, graph, route, **options), choices)
     try:
         with multiprocessing.get_context("fork").Pool(min(cpus, samples),
                                                       initializer=_quiet_child) as pool:
