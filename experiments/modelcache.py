@@ -34,6 +34,7 @@ import os
 import signal
 from collections.abc import Callable
 from functools import cache
+from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -215,32 +216,47 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)   # unwinds: a pricing pool is terminated on its way out
 
 
-def _price_ahead(work: Callable[[], object]) -> None:
+def _price_ahead(work: Callable[[], object], answer: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _stop)
+    result = None
     with contextlib.suppress(Exception):   # whatever fails is priced again by the parent
-        work()
+        result = work()
+    with contextlib.suppress(Exception):   # unpicklable: the parent reads the cache
+        answer.send(result)
+    answer.close()
 
 
 class PricedAhead:
     """``work`` (pricing through `hashed_draws`) run in a forked process while the
     parent does something else, such as building a fabric: what it prices lands in
-    the cache, where the parent finds it. The parent calls `wait` before it measures
-    anything (the fidelity gate wants the machine to itself); leaving the block ends
-    the process if it is still running. Nothing is forked when caching is off."""
+    the cache, where the parent finds it, and what it returns in `result` (None if
+    it failed), after `wait`. The parent calls `wait` before it measures anything
+    (the fidelity gate wants the machine to itself); leaving the block ends the
+    process if it is still running. Nothing is forked when caching is off."""
 
     def __init__(self, work: Callable[[], object]) -> None:
         self.process: multiprocessing.process.BaseProcess | None = None
+        self.result: Any = None
+        self._answer: Connection | None = None
         if _directory() is not None:
+            self._answer, answer = multiprocessing.Pipe(duplex=False)
             # Not daemonic: it may fork a pool of pricers of its own (`_price`).
             self.process = multiprocessing.get_context("fork").Process(
-                target=_price_ahead, args=(work,), name="fabricemu-model-ahead", daemon=False)
+                target=_price_ahead, args=(work, answer), name="fabricemu-model-ahead",
+                daemon=False)
             self.process.start()
+            answer.close()
 
     def wait(self) -> None:
         if self.process is not None:
+            assert self._answer is not None
+            # Read before joining: a large answer fills the pipe until it is read.
+            with contextlib.suppress(EOFError, OSError):   # ended without answering
+                self.result = self._answer.recv()
             self.process.join()
             self.process = None
+            self._answer.close()
 
     def __enter__(self) -> PricedAhead:
         return self
@@ -250,3 +266,5 @@ class PricedAhead:
             self.process.terminate()
             self.process.join()
             self.process = None
+        if self._answer is not None:
+            self._answer.close()
