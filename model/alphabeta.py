@@ -274,14 +274,19 @@ def per_hop_hash_choice(rng: random.Random, trees: dict[int, tuple[Any, HashTree
     known = {} if trees is None else trees
 
     def choose(flow_id: Hashable, paths: Sequence[Path]) -> Path:
-        entry = known.get(id(paths))
-        if entry is None or entry[0] is not paths:  # kept with it: its id stays its own
-            entry = known[id(paths)] = (paths, hash_tree(paths))
-        node = entry[1]
+        node = _tree_of(known, paths)
         while type(node) is list:
             node = rng.choice(node)
         return node
     return choose
+
+
+def _tree_of(known: dict[int, tuple[Any, HashTree]], paths: Sequence[Path]) -> HashTree:
+    """The `hash_tree` of ``paths``, laid out once and kept in ``known``."""
+    entry = known.get(id(paths))
+    if entry is None or entry[0] is not paths:  # kept with it: its id stays its own
+        entry = known[id(paths)] = (paths, hash_tree(paths))
+    return entry[1]
 
 
 def hash_draws(workload: Workload, paths: PathsLike, *, samples: int,
@@ -296,12 +301,19 @@ def hash_draws(workload: Workload, paths: PathsLike, *, samples: int,
     for m in choosing:
         if not route(m.src, m.dst):
             raise ValueError(f"flow {m.msg_id!r} has no routed path")
-    rng = random.Random(seed)
+    # `per_hop_hash_choice`'s walk, each message's tree looked up once for all draws.
     trees: dict[int, tuple[Any, HashTree]] = {}
+    ids = [m.msg_id for m in choosing]
+    roots = [_tree_of(trees, route(m.src, m.dst)) for m in choosing]
+    pick = random.Random(seed).choice
     draws = []
     for _ in range(samples):
-        choose = per_hop_hash_choice(rng, trees)
-        draws.append({m.msg_id: choose(m.msg_id, route(m.src, m.dst)) for m in choosing})
+        draw = {}
+        for msg_id, node in zip(ids, roots, strict=True):
+            while type(node) is list:
+                node = pick(node)
+            draw[msg_id] = node
+        draws.append(draw)
     return draws
 
 

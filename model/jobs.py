@@ -91,12 +91,11 @@ _ON_TIME = Late()
 
 class _Route(NamedTuple):
     """What follows from one message's route: its link fractions, its latency and
-    its links' indices and fractions (for the links' bits)."""
+    its number among the routes (`WorkloadJobs` keeps its links' indices)."""
 
     fractions: dict[Link, float]
     latency_s: float
-    link_index: np.ndarray
-    link_frac: np.ndarray
+    number: int
 
 
 class WorkloadJobs:
@@ -133,7 +132,12 @@ class WorkloadJobs:
         self.by_path: dict[tuple, _Route] = {}
         #: (id of a choice's answer, host pair, last packet) -> (the answer, its route).
         self.picked: dict[tuple[int, tuple[str, str], float], tuple[Any, _Route]] = {}
-        self.alone = _Route({}, 0.0, np.empty(0, dtype=np.intp), np.empty(0))
+        #: Every route's links (their indices) and fractions, route after route;
+        #: ``route_start[k]`` is where route k's begin (k = its number).
+        self.route_start, self.route_links, self.route_fracs = [0], [], []
+        self._flat: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.size_bits_array = np.array(self.size_bits, dtype=float)
+        self.alone = self._numbered({}, 0.0)
 
     def _route(self, flow: Flow, last_bytes: float, latency_s: float | None = None) -> _Route:
         """The `_Route` of ``flow`` (its fractions and latency), its links numbered."""
@@ -141,14 +145,19 @@ class WorkloadJobs:
         if latency_s is None:
             latency_s = max(path_latency_s(self.graph, p, last_bytes, self.forwarding)
                             for p in flow.paths)
-        index = []
-        for link in fractions:
+        return self._numbered(fractions, latency_s)
+
+    def _numbered(self, fractions: dict[Link, float], latency_s: float) -> _Route:
+        """A new route, its links numbered and kept."""
+        for link, frac in fractions.items():
             if link not in self.link_of:
                 self.link_of[link] = len(self.links)
                 self.links.append(link)
-            index.append(self.link_of[link])
-        return _Route(fractions, latency_s, np.array(index, dtype=np.intp),
-                      np.array(list(fractions.values()), dtype=float))
+            self.route_links.append(self.link_of[link])
+            self.route_fracs.append(frac)
+        self.route_start.append(len(self.route_links))
+        self._flat = None
+        return _Route(fractions, latency_s, len(self.route_start) - 2)
 
     def _message_route(self, i: int, mode: str, choice: Choice | None) -> _Route:
         """One message's route, priced for itself (any mode)."""
@@ -230,15 +239,20 @@ class WorkloadJobs:
     def _link_bits(self, routes: list[_Route]) -> dict[Link, float]:
         """Each link's bits, summed message after message (as `np.bincount` adds its
         weights, in order), keyed in the order the links first carry a message."""
-        if not routes:
+        if self._flat is None:
+            self._flat = (np.array(self.route_start, dtype=np.intp),
+                          np.array(self.route_links, dtype=np.intp),
+                          np.array(self.route_fracs, dtype=float))
+        start, links, fracs = self._flat
+        number = np.fromiter((r.number for r in routes), dtype=np.intp, count=len(routes))
+        counts = start[number + 1] - start[number]
+        total = int(counts.sum())
+        if not total:
             return {}
-        index = np.concatenate([r.link_index for r in routes])
-        if not len(index):
-            return {}
-        counts = np.fromiter((len(r.link_index) for r in routes), dtype=np.intp,
-                             count=len(routes))
-        bits = np.concatenate([r.link_frac for r in routes]) * np.repeat(
-            np.array(self.size_bits, dtype=float), counts)
+        # Message i's links are at start[number[i]] onwards: one position per link.
+        at = np.repeat(start[number] - (np.cumsum(counts) - counts), counts) + np.arange(total)
+        index = links[at]
+        bits = fracs[at] * np.repeat(self.size_bits_array, counts)
         totals = np.bincount(index, weights=bits, minlength=len(self.links))
         seen, first = np.unique(index, return_index=True)
         return {self.links[k]: float(totals[k]) for k in seen[np.argsort(first)].tolist()}
