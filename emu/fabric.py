@@ -32,6 +32,7 @@ from emu.ecmp_hashing import CHOICES as ECMP_HASH_CHOICES
 from emu.ecmp_hashing import HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.backend import choose_backend
 from emu.ecn.bpf import attach_bpf_marker
+from emu.ecn.preload import MarkerPreload
 from emu.ecn.red import red_qdisc_options
 from emu.fdbudget import FdNeed, ensure_fd_limit
 from emu.ipbatch import run_ip_batches
@@ -145,6 +146,7 @@ class Fabric(LinkState):
                                  f"expected one of {', '.join(ECMP_HASH_CHOICES)}")
         self.ecmp_hash_requested = ecmp_hash
         self.ecmp_hash: HashPlan | None = None  # chosen at start(), see emu.ecmp_hashing
+        self._markers: MarkerPreload | None = None   # while the build loads them ahead
         self.pfc: Any = None  # emu.pfc_controller.PfcController once enable_pfc() ran
         self.routing = loadbalance.parse_routing(routing)  # fails before building
         if self.routing in loadbalance.GROUP_MODES and topo.family != "dragonfly":
@@ -176,13 +178,16 @@ class Fabric(LinkState):
         try:
             self._choose_marking()
             self._choose_delay()
+            self._preload_markers()
             self._create_namespaces()
             self._create_links()
             self._steer_receive()
             self._shape_and_mark()
+            self._end_preload()
             self._install_routers()
             self._install_roce_sinks()
         except BaseException:  # also Ctrl-C mid-build: leave nothing behind
+            self._end_preload()
             self.stop()
             raise
         self.started = True
@@ -338,6 +343,18 @@ class Fabric(LinkState):
 
         self.marking = choose_backend(self.marking_requested)
 
+    def _preload_markers(self) -> None:
+        """Every switch port's eBPF marker loaded in a thread while the rest is built."""
+        if self.marking == "bpf":
+            self._markers = MarkerPreload(sum(len(self.plan.interfaces[n])
+                                              for n in self.topo.nodes()
+                                              if self.topo.role(n) != "host"))
+
+    def _end_preload(self) -> None:
+        if self._markers is not None:
+            self._markers.close()
+            self._markers = None
+
     def _choose_delay(self) -> None:
         """Decide delay emulation once per build, then plan every port's delay line
         (before anything exists: an inexpressible delay fails cleanly)."""
@@ -432,7 +449,8 @@ class Fabric(LinkState):
                     port.marker = attach_bpf_marker(
                         port.netns_path, iface.ifname, rate_emu, iface.buffer_bytes,
                         policy.for_port(port), ipr=self.namespaces.iprs[node], ifindex=idx,
-                        overhead_bytes=WIRE_OVERHEAD_BYTES)
+                        overhead_bytes=WIRE_OVERHEAD_BYTES,
+                        loaded=None if self._markers is None else self._markers.take())
                 self._ports.append(port)
 
     def _threshold_policy(self) -> Any:

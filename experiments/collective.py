@@ -349,6 +349,7 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
     run skips the cases it has, and fabrics with none left)."""
 
     total = len(opts.topos) * len(opts.collectives) * len(opts.sizes)
+    curves: dict[tuple[str, str], pd.DataFrame] = {}
     with progress(total, f"{prefix}{label}") as advance:
         for entry in opts.topos:
             spec, scale = split_topo_at(entry, opts.scale)
@@ -360,11 +361,12 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
             if all(run.finished(case) for case in cases.values()):
                 continue
             # The model's curve (which holds the measured sizes' draws) is priced while
-            # the fabric is built; the cases and `record_model_curves` read it.
+            # the fabric is built; the cases read its draws, `record_model_curves` it.
             with (PricedAhead(partial(price_curves, spec, opts)) as ahead,
                   Fabric(fabric_topo(spec, opts.wan), Scale(scale), marking="auto",
                          **opts.fabric_options()) as fab):
                 ahead.wait()
+                curves.update(ahead.result or {})
                 run.fabric(entry, fab)
                 for (name, size), case in cases.items():
                     if run.finished(case):
@@ -378,20 +380,27 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
                     advance(case)
     record_model_curves(run, {prefix + entry: split_topo_at(entry, opts.scale)[0]
                               for entry in opts.topos},
-                        opts.collectives, opts.sizes, opts.hash_draws, opts.wan)
+                        opts.collectives, opts.sizes, opts.hash_draws, opts.wan, curves)
 
 
-def price_curves(spec: str, opts: Options) -> None:
-    """Every collective's `model_curve` on ``spec``, for the cache (`PricedAhead`)."""
-    for name in opts.collectives:
-        model_curve(spec, name, opts.sizes, opts.hash_draws, opts.wan)
+def price_curves(spec: str, opts: Options) -> dict[tuple[str, str], pd.DataFrame]:
+    """Every collective's `model_curve` on ``spec`` ({(spec, collective): curve}), its
+    draws left in the cache (`PricedAhead`)."""
+    return {(spec, name): model_curve(spec, name, opts.sizes, opts.hash_draws, opts.wan)
+            for name in opts.collectives}
 
 
 def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],
-                        sizes: Sequence[int], hash_draws: int, wan: str = WAN_OFF) -> None:
+                        sizes: Sequence[int], hash_draws: int, wan: str = WAN_OFF,
+                        priced: Mapping[tuple[str, str], pd.DataFrame] | None = None) -> None:
     """busbw_model.csv: the model's own curve (`model_curve`) of every collective on
-    every fabric ({label in collective.csv: topology spec}); no fabric is built."""
+    every fabric ({label in collective.csv: topology spec}), or the one ``priced``
+    already ({(spec, collective): curve} of these sizes, draws and ``wan``); no fabric
+    is built."""
+    known = priced or {}
     for label, spec in fabrics.items():
         for name in names:
-            run.frame("busbw_model", model_curve(spec, name, sizes, hash_draws, wan),
-                      fabric=label, collective=name)
+            curve = known.get((spec, name))
+            if curve is None:
+                curve = model_curve(spec, name, sizes, hash_draws, wan)
+            run.frame("busbw_model", curve, fabric=label, collective=name)

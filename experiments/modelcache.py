@@ -34,6 +34,7 @@ import os
 import signal
 from collections.abc import Callable
 from functools import cache
+from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -49,6 +50,7 @@ from model.alphabeta import (
     Workload,
     WorkloadPrediction,
     hash_draws,
+    hashed_pricer,
     memo_paths,
     predict_workload,
     predict_workload_hashed,
@@ -150,14 +152,13 @@ def _prune(directory: Path) -> None:
 
 
 #: What the forked pricers read: set before the fork, never pickled.
-_job: tuple[Workload, nx.Graph, Any, list[dict], dict[str, Any]] | None = None
+_job: tuple[Callable[[Any], WorkloadPrediction], list[dict]] | None = None
 
 
 def _price_draw(k: int) -> dict[str, Any]:
     assert _job is not None
-    workload, graph, route, choices, options = _job
-    return _compact(predict_workload(workload, graph, route, mode="hashed", choice=choices[k],
-                                     **options))
+    price, choices = _job
+    return _compact(price(choices[k]))
 
 
 def _quiet_child() -> None:
@@ -182,7 +183,8 @@ def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, 
         return [_compact(p) for p in predict_workload_hashed(workload, graph, route,
                                                               samples=samples, seed=seed,
                                                               **options)]
-    _job = (workload, graph, route, choices, options)
+    # Laid out once, before the fork: every pricer prices its draws from it.
+    _job = (hashed_pricer(workload, graph, route, **options), choices)
     try:
         with multiprocessing.get_context("fork").Pool(min(cpus, samples),
                                                       initializer=_quiet_child) as pool:
@@ -214,32 +216,47 @@ def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)   # unwinds: a pricing pool is terminated on its way out
 
 
-def _price_ahead(work: Callable[[], object]) -> None:
+def _price_ahead(work: Callable[[], object], answer: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _stop)
+    result = None
     with contextlib.suppress(Exception):   # whatever fails is priced again by the parent
-        work()
+        result = work()
+    with contextlib.suppress(Exception):   # unpicklable: the parent reads the cache
+        answer.send(result)
+    answer.close()
 
 
 class PricedAhead:
     """``work`` (pricing through `hashed_draws`) run in a forked process while the
     parent does something else, such as building a fabric: what it prices lands in
-    the cache, where the parent finds it. The parent calls `wait` before it measures
-    anything (the fidelity gate wants the machine to itself); leaving the block ends
-    the process if it is still running. Nothing is forked when caching is off."""
+    the cache, where the parent finds it, and what it returns in `result` (None if
+    it failed), after `wait`. The parent calls `wait` before it measures anything
+    (the fidelity gate wants the machine to itself); leaving the block ends the
+    process if it is still running. Nothing is forked when caching is off."""
 
     def __init__(self, work: Callable[[], object]) -> None:
         self.process: multiprocessing.process.BaseProcess | None = None
+        self.result: Any = None
+        self._answer: Connection | None = None
         if _directory() is not None:
+            self._answer, answer = multiprocessing.Pipe(duplex=False)
             # Not daemonic: it may fork a pool of pricers of its own (`_price`).
             self.process = multiprocessing.get_context("fork").Process(
-                target=_price_ahead, args=(work,), name="fabricemu-model-ahead", daemon=False)
+                target=_price_ahead, args=(work, answer), name="fabricemu-model-ahead",
+                daemon=False)
             self.process.start()
+            answer.close()
 
     def wait(self) -> None:
         if self.process is not None:
+            assert self._answer is not None
+            # Read before joining: a large answer fills the pipe until it is read.
+            with contextlib.suppress(EOFError, OSError):   # ended without answering
+                self.result = self._answer.recv()
             self.process.join()
             self.process = None
+            self._answer.close()
 
     def __enter__(self) -> PricedAhead:
         return self
@@ -249,3 +266,5 @@ class PricedAhead:
             self.process.terminate()
             self.process.join()
             self.process = None
+        if self._answer is not None:
+            self._answer.close()

@@ -38,18 +38,20 @@ import math
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import networkx as nx
 
 from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from model.busbw import busbw_factor
 from model.fluid import FluidJob, gc_paused, simulate
+from model.jobs import Late as Late
+from model.jobs import PathsLike as PathsLike
+from model.jobs import WorkloadJobs, memo_paths, resolve_paths
+from model.jobs import path_latency_s as path_latency_s
 from model.maxmin import (
     Choice,
-    Flow,
     Path,
-    choose_path,
     link_capacities,
     make_flow,
     max_min_rates,
@@ -93,87 +95,10 @@ class Workload(Protocol):
 
 #: Per-message software/NIC overhead of a real RDMA NIC (post WQE -> wire, CQE).
 DEFAULT_OVERHEAD_S = 1e-6
-#: How a hop forwards a frame (see the module doc); commodity Ethernet switches
-#: store and forward, low-latency data-centre switches cut through.
-FORWARDING = ("store-and-forward", "cut-through")
-
-PathsLike = Callable[[str, str], Sequence[Sequence[str]]] | Mapping[tuple[str, str], Sequence[Sequence[str]]]
-
-
 def roce_wire_factor(payload_bytes: int = MTU_PAYLOAD_BYTES,
                      header_bytes: int = HEADER_BYTES + WIRE_OVERHEAD_BYTES) -> float:
     """Wire bytes per payload byte of full-size RoCEv2 packets (4178 / 4096)."""
     return (payload_bytes + header_bytes) / payload_bytes
-
-
-def resolve_paths(paths: PathsLike) -> Callable[[str, str], list[Path]]:
-    """A ``paths(src, dst)`` callable from a callable or a ``{(src, dst): paths}`` mapping."""
-    if isinstance(paths, Mapping):
-        table = paths
-        return lambda s, d: [tuple(p) for p in table[(s, d)]]
-    fn = paths
-    return lambda s, d: [tuple(p) for p in fn(s, d)]
-
-
-def memo_paths(paths: PathsLike) -> Callable[[str, str], tuple[Path, ...]]:
-    """`resolve_paths`, each (src, dst) resolved once: a DAG has many messages per
-    host pair (routes are fixed for a prediction). Returns the same tuple per pair."""
-    route = resolve_paths(paths)
-    table: dict[tuple[str, str], tuple[Path, ...]] = {}
-
-    def memo(src: str, dst: str) -> tuple[Path, ...]:
-        found = table.get((src, dst))
-        if found is None:
-            found = table[(src, dst)] = tuple(route(src, dst))
-        return found
-    return memo
-
-
-def check_forwarding(forwarding: str) -> None:
-    if forwarding not in FORWARDING:
-        raise ValueError(f"forwarding must be one of {FORWARDING}, not {forwarding!r}")
-
-
-def path_latency_s(graph: nx.Graph, path: Sequence[str],
-                   packet_bytes: float = WIRE_FRAME_BYTES,
-                   forwarding: str = "store-and-forward") -> float:
-    """Propagation and switch latency of a path plus, when storing and forwarding, the
-    last packet's serialization at every hop but the bottleneck (see module doc)."""
-    check_forwarding(forwarding)
-    delay_s = sum(float(graph.nodes[n].get("switch_latency_s", 0.0)) for n in path[1:-1])
-    ser_s: list[float] = []
-    for u, v in zip(path[:-1], path[1:], strict=True):
-        data = graph.edges[u, v]
-        delay_s += float(data.get("delay_s", 0.0))
-        ser_s.append(8.0 * packet_bytes / float(data["rate_bps"]))
-    if ser_s and forwarding == "store-and-forward":
-        delay_s += sum(ser_s) - max(ser_s)
-    return delay_s
-
-
-def _message_route(graph: nx.Graph, route: Callable[[str, str], list[Path]], flow_id: Hashable,
-                   src: str, dst: str, mode: str, choice: Choice | None,
-                   cap_bps: float, packet_bytes: float, forwarding: str) -> tuple[dict, float]:
-    """Link fractions and path latency of one message (last packet of ``packet_bytes``)."""
-    if src == dst:
-        return {}, 0.0
-    all_paths = route(src, dst)
-    flow = make_flow(flow_id, all_paths, mode=mode, choice=choice, cap_bps=cap_bps)
-    latency_s = max(path_latency_s(graph, p, packet_bytes, forwarding) for p in flow.paths)
-    return dict(flow.fractions), latency_s
-
-
-class Late(NamedTuple):
-    """How a message is held back beyond the DAG's own timing (a failure's recovery):
-    it is not ready before ``not_before_s``, waits ``wait_s`` more before its bytes go
-    (the NIC idle for it, e.g. a retransmission timeout), and sends ``extra_bits`` more
-    (bits sent again, sharing the links as its own do) and ``acked_bits`` fewer (bits
-    delivered before it was held back, not sent again)."""
-
-    not_before_s: float = 0.0
-    wait_s: float = 0.0
-    extra_bits: float = 0.0
-    acked_bits: float = 0.0
 
 
 @dataclass
@@ -189,8 +114,6 @@ class WorkloadPrediction:
     recomputations: int = 0
     link_bits: dict[tuple[str, str], float] = field(default_factory=dict)  # carried, wire
 
-
-_ON_TIME = Late()
 
 
 @gc_paused()
@@ -210,17 +133,45 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     ``collective`` (default: the workload's name, if it names a collective). ``late``:
     messages held back (`Late`); their successors wait for them and share with them.
     """
-    jobs, link_bits = workload_jobs(workload, graph, paths, mode=mode, choice=choice,
-                                    overhead_s=overhead_s, packet_bytes=packet_bytes,
-                                    forwarding=forwarding, wire_factor=wire_factor,
-                                    nic_rate_bps=nic_rate_bps, late=late)
-    res = simulate(jobs, link_capacities(graph))
+    return _prediction(workload, workload_jobs(
+        workload, graph, paths, mode=mode, choice=choice, overhead_s=overhead_s,
+        packet_bytes=packet_bytes, forwarding=forwarding, wire_factor=wire_factor,
+        nic_rate_bps=nic_rate_bps, late=late), link_capacities(graph), collective)
+
+
+def hashed_pricer(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
+                  overhead_s: float = DEFAULT_OVERHEAD_S,
+                  packet_bytes: float = WIRE_FRAME_BYTES,
+                  forwarding: str = "store-and-forward", wire_factor: float | None = None,
+                  nic_rate_bps: float | None = None, collective: str | None = None,
+                  late: Mapping[Hashable, Late] | None = None
+                  ) -> Callable[[Choice | None], WorkloadPrediction]:
+    """`predict_workload` in 'hashed' mode as a function of the ``choice`` of paths,
+    for pricing many draws: what does not depend on the messages' paths is laid out
+    once (`model.jobs.WorkloadJobs`), for every draw it prices."""
+    prepared = WorkloadJobs(workload, graph, paths, overhead_s=overhead_s,
+                            packet_bytes=packet_bytes, forwarding=forwarding,
+                            wire_factor=roce_wire_factor() if wire_factor is None
+                            else wire_factor, nic_rate_bps=nic_rate_bps, late=late)
+    capacities = link_capacities(graph)
+
+    @gc_paused()
+    def price(choice: Choice | None) -> WorkloadPrediction:
+        return _prediction(workload, prepared.jobs("hashed", choice), capacities, collective)
+    return price
+
+
+def _prediction(workload: Workload, jobs: tuple[list[FluidJob], dict[tuple[str, str], float]],
+                capacities: Mapping[tuple[str, str], float], collective: str | None
+                ) -> WorkloadPrediction:
+    """The prediction of ``workload`` from its fluid jobs and links' bits."""
+    res = simulate(jobs[0], capacities)
     t0 = min((m.start_s for m in workload.messages), default=0.0)
     pred = WorkloadPrediction(
         completion_s=res.makespan_s - t0 if workload.messages else 0.0,
         finish_s=dict(res.finish_s), ready_s=dict(res.ready_s),
         duration_s={k: res.finish_s[k] - res.ready_s[k] for k in res.finish_s},
-        recomputations=res.recomputations, link_bits=link_bits,
+        recomputations=res.recomputations, link_bits=jobs[1],
     )
     _add_bandwidths(pred, workload, collective)
     return pred
@@ -282,49 +233,10 @@ def workload_jobs(workload: Workload, graph: nx.Graph, paths: PathsLike, *, mode
                   ) -> tuple[list[FluidJob], dict[tuple[str, str], float]]:
     """The fluid jobs of ``workload``'s messages and the wire bits each link carries
     (see `predict_workload` for the parameters)."""
-    check_forwarding(forwarding)
-    wire = roce_wire_factor() if wire_factor is None else wire_factor
-    route = memo_paths(paths)
-    cap_bps = math.inf if nic_rate_bps is None else float(nic_rate_bps)
-    jobs = []
-    held = late or {}
-    link_bits: dict[tuple[str, str], float] = {}
-    route_cache: dict[tuple, tuple[dict, float]] = {}
-    for m in workload.messages:
-        size_bits = 8.0 * wire * m.size_bytes
-        last_bytes = min(packet_bytes, size_bits / 8.0)
-        if mode == "spread":
-            key = (m.src, m.dst, last_bytes)
-            if key not in route_cache:
-                route_cache[key] = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
-                                                  choice, cap_bps, last_bytes, forwarding)
-            fractions, latency_s = route_cache[key]
-        elif mode == "hashed" and m.src != m.dst:
-            # The path is the message's own draw; what follows from a path is not.
-            all_paths = route(m.src, m.dst)
-            if not all_paths:
-                raise ValueError(f"flow {m.msg_id!r} has no routed path")
-            path = choose_path(m.msg_id, all_paths, choice)
-            key = (path, last_bytes)
-            if key not in route_cache:
-                flow = Flow(m.msg_id, (path,), cap_bps=cap_bps)
-                route_cache[key] = (dict(flow.fractions),
-                                    path_latency_s(graph, path, last_bytes, forwarding))
-            fractions, latency_s = route_cache[key]
-        else:
-            fractions, latency_s = _message_route(graph, route, m.msg_id, m.src, m.dst, mode,
-                                                  choice, cap_bps, last_bytes, forwarding)
-        hold = held.get(m.msg_id, _ON_TIME)
-        size_bits = max(0.0, size_bits + hold.extra_bits - hold.acked_bits)
-        for link, frac in fractions.items():
-            link_bits[link] = link_bits.get(link, 0.0) + frac * size_bits
-        jobs.append(FluidJob(
-            job_id=m.msg_id, fractions=fractions, size_bits=size_bits,
-            cap_bps=cap_bps, release_s=max(m.start_s, hold.not_before_s), deps=tuple(m.deps),
-            pre_s=overhead_s + hold.wait_s, post_s=latency_s,
-            gap_s=float(getattr(m, "gap_s", 0.0)),
-        ))
-    return jobs, link_bits
+    return WorkloadJobs(workload, graph, paths, overhead_s=overhead_s,
+                        packet_bytes=packet_bytes, forwarding=forwarding,
+                        wire_factor=roce_wire_factor() if wire_factor is None else wire_factor,
+                        nic_rate_bps=nic_rate_bps, late=late).jobs(mode, choice)
 
 
 #: A host pair's routes as the per-hop hash walks them: a leaf is the chosen path (a
@@ -362,14 +274,19 @@ def per_hop_hash_choice(rng: random.Random, trees: dict[int, tuple[Any, HashTree
     known = {} if trees is None else trees
 
     def choose(flow_id: Hashable, paths: Sequence[Path]) -> Path:
-        entry = known.get(id(paths))
-        if entry is None or entry[0] is not paths:  # kept with it: its id stays its own
-            entry = known[id(paths)] = (paths, hash_tree(paths))
-        node = entry[1]
+        node = _tree_of(known, paths)
         while type(node) is list:
             node = rng.choice(node)
         return node
     return choose
+
+
+def _tree_of(known: dict[int, tuple[Any, HashTree]], paths: Sequence[Path]) -> HashTree:
+    """The `hash_tree` of ``paths``, laid out once and kept in ``known``."""
+    entry = known.get(id(paths))
+    if entry is None or entry[0] is not paths:  # kept with it: its id stays its own
+        entry = known[id(paths)] = (paths, hash_tree(paths))
+    return entry[1]
 
 
 def hash_draws(workload: Workload, paths: PathsLike, *, samples: int,
@@ -384,12 +301,19 @@ def hash_draws(workload: Workload, paths: PathsLike, *, samples: int,
     for m in choosing:
         if not route(m.src, m.dst):
             raise ValueError(f"flow {m.msg_id!r} has no routed path")
-    rng = random.Random(seed)
+    # `per_hop_hash_choice`'s walk, each message's tree looked up once for all draws.
     trees: dict[int, tuple[Any, HashTree]] = {}
+    ids = [m.msg_id for m in choosing]
+    roots = [_tree_of(trees, route(m.src, m.dst)) for m in choosing]
+    pick = random.Random(seed).choice
     draws = []
     for _ in range(samples):
-        choose = per_hop_hash_choice(rng, trees)
-        draws.append({m.msg_id: choose(m.msg_id, route(m.src, m.dst)) for m in choosing})
+        draw = {}
+        for msg_id, node in zip(ids, roots, strict=True):
+            while type(node) is list:
+                node = pick(node)
+            draw[msg_id] = node
+        draws.append(draw)
     return draws
 
 
@@ -403,6 +327,9 @@ def predict_workload_hashed(workload: Workload, graph: nx.Graph, paths: PathsLik
     hash outcomes. One prediction when no message has a choice of path."""
     route = memo_paths(paths)
     draws = hash_draws(workload, route, samples=samples, seed=seed)
+    if price is predict_workload:
+        priced = hashed_pricer(workload, graph, route, **kw)
+        return [priced(draw) for draw in draws or [None]]
     if draws is None:
         return [price(workload, graph, route, mode="hashed", **kw)]
     return [price(workload, graph, route, mode="hashed", choice=draw, **kw) for draw in draws]

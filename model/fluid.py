@@ -121,21 +121,24 @@ class _FluidRun:
 
         # Classes: identical link fractions + cap => identical max-min rate.
         class_key: dict[tuple, int] = {}
-        self.job_class = job_class = np.empty(n, dtype=np.int64)
         cls_fracs: list[Mapping[Link, float]] = []
         cls_cap: list[float] = []
-        # Jobs often share one fractions mapping (one per path): sorted once per mapping.
-        sorted_fracs: dict[int, tuple] = {}
-        for i, job in enumerate(job_list):
-            fr = sorted_fracs.get(id(job.fractions))
-            if fr is None:
-                fr = sorted_fracs[id(job.fractions)] = tuple(sorted(job.fractions.items()))
-            key = (fr, job.cap_bps)
-            if key not in class_key:
-                class_key[key] = len(cls_fracs)
-                cls_fracs.append(job.fractions)
-                cls_cap.append(job.cap_bps)
-            job_class[i] = class_key[key]
+        # Jobs often share one fractions mapping (one per path): its class is looked up
+        # once per mapping (by id: every mapping lives as long as job_list) and cap.
+        class_of: dict[tuple[int, float], int] = {}
+        job_class_list: list[int] = []
+        for job in job_list:
+            c = class_of.get((id(job.fractions), job.cap_bps))
+            if c is None:
+                key = (tuple(sorted(job.fractions.items())), job.cap_bps)
+                c = class_key.get(key)
+                if c is None:
+                    c = class_key[key] = len(cls_fracs)
+                    cls_fracs.append(job.fractions)
+                    cls_cap.append(job.cap_bps)
+                class_of[(id(job.fractions), job.cap_bps)] = c
+            job_class_list.append(c)
+        self.job_class = np.array(job_class_list, dtype=np.int64)
         links = sorted({link for fr in cls_fracs for link in fr})
         missing = [link for link in links if link not in capacities]
         if missing:
@@ -147,18 +150,19 @@ class _FluidRun:
                 coef_all[c, lidx[link]] = frac
         self.cap_all = np.array(cls_cap, dtype=float)
         self.cap_list = self.cap_all.tolist()
-        self.job_class_list: list[int] = job_class.tolist()
+        self.job_class_list = job_class_list
         self.link_cap_all = np.array([capacities[link] for link in links], dtype=float)
         self.has_link = (coef_all > 0).any(axis=1)
 
         self.dependents: list[list[int]] = [[] for _ in range(n)]
-        self.waiting = np.zeros(n, dtype=np.int64)
+        waiting = [0] * n
         for i, job in enumerate(job_list):
             for d in job.deps:
                 if d not in pos:
                     raise ValueError(f"job {job.job_id!r} depends on unknown job {d!r}")
                 self.dependents[pos[d]].append(i)
-                self.waiting[i] += 1
+                waiting[i] += 1
+        self.waiting = np.array(waiting, dtype=np.int64)
 
         self.size = np.array([max(0.0, float(j.size_bits)) for j in job_list])
         self.remaining = self.size.copy()

@@ -97,6 +97,15 @@ def _load(obj_path: Path, trace: bool) -> _Loaded:
     return _Loaded(fds[0], program_id(fds[0]), *fds[1:])
 
 
+def close_loaded(loaded: _Loaded) -> None:
+    """Close a loaded marker's fds (the program's and its maps')."""
+    for fd in (loaded.prog_fd, loaded.cfg_fd, loaded.vq_fd, loaded.stats_fd,
+               loaded.trace_fd):
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 # --- the per-port handle ---------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -280,11 +289,7 @@ class PortMarker:
         """Release our fds; an attached filter keeps marking until its veth goes away."""
         if self._fds is None:
             return
-        for fd in (self._fds.prog_fd, self._fds.cfg_fd, self._fds.vq_fd,
-                   self._fds.stats_fd, self._fds.trace_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        close_loaded(self._fds)
         self._fds = None
 
     @property
@@ -318,7 +323,8 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
                       thresholds: Thresholds, *, ipr: IPRoute | None = None,
                       ifindex: int | None = None, burst_bytes: int | None = None,
                       hist_bucket_bytes: int | None = None, overhead_bytes: int = 0,
-                      trace: bool = False, obj_path: Path | None = None) -> PortMarker:
+                      trace: bool = False, obj_path: Path | None = None,
+                      loaded: _Loaded | None = None) -> PortMarker:
     """Load a marker for one port and attach it to the port's clsact egress hook.
 
     ``rate_emu_bps`` is the EMULATED rate the port is shaped to (R/S) and the
@@ -329,16 +335,22 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
     what the shaper charges each packet beyond its length (Ethernet's preamble, FCS
     and gap); the virtual queue, its thresholds and INT's transmitted bytes count
     them too. ``trace`` records the queue each IPv4 packet saw by IP id (tests only:
-    256 KiB per port).
+    256 KiB per port). ``loaded``: the port's marker object loaded ahead (without
+    trace, `emu.ecn.preload`).
     """
-    if not 0 <= int(overhead_bytes) <= 64:
-        raise ParameterError("overhead_bytes", overhead_bytes, "expected 0..64")
-    if not rate_emu_bps > 0:
-        raise ParameterError("rate_emu_bps", rate_emu_bps, "must be positive")
-    if not int(buffer_bytes) > 0:
-        raise ParameterError("buffer_bytes", buffer_bytes, "must be positive")
-    obj_path = obj_path or compile_marker()
-    loaded = _load(obj_path, trace)
+    try:
+        if not 0 <= int(overhead_bytes) <= 64:
+            raise ParameterError("overhead_bytes", overhead_bytes, "expected 0..64")
+        if not rate_emu_bps > 0:
+            raise ParameterError("rate_emu_bps", rate_emu_bps, "must be positive")
+        if not int(buffer_bytes) > 0:
+            raise ParameterError("buffer_bytes", buffer_bytes, "must be positive")
+    except ParameterError:
+        if loaded is not None:   # the port's from the call on
+            close_loaded(loaded)
+        raise
+    if loaded is None:
+        loaded = _load(obj_path or compile_marker(), trace)
     burst = htb_burst_bytes(rate_emu_bps) if burst_bytes is None else int(burst_bytes)
     marker = PortMarker(netns_path, ifname, ifindex or 0, rate_emu_bps, buffer_bytes, burst,
                         thresholds, hist_bucket_bytes or default_hist_bucket_bytes(buffer_bytes),

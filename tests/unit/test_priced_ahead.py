@@ -38,6 +38,19 @@ def test_priced_ahead_is_read_by_the_parent(cache, monkeypatch):
     assert len(mc.hashed_draws(workload, graph, paths, samples=2, seed=3)) == 2
 
 
+def _fails() -> None:
+    raise RuntimeError("priced nothing")
+
+
+def test_the_parent_gets_what_was_priced_or_none(cache):
+    with mc.PricedAhead(lambda: {("fattree,4", "ring"): [1.5, 2.5]}) as ahead:
+        ahead.wait()
+    assert ahead.result == {("fattree,4", "ring"): [1.5, 2.5]}
+    with mc.PricedAhead(_fails) as ahead:
+        ahead.wait()
+    assert ahead.result is None
+
+
 def _note_and_sleep(path: str) -> None:
     with open(path, "a") as f:
         f.write(f"{os.getpid()}\n")
@@ -79,3 +92,29 @@ def test_nothing_forked_when_caching_is_off(monkeypatch):
     with mc.PricedAhead(lambda: ran.touch()) as ahead:
         assert ahead.process is None
         ahead.wait()
+
+
+class _Frames:
+    def __init__(self) -> None:
+        self.frames: list[tuple] = []
+
+    def frame(self, name, df, **labels) -> None:
+        self.frames.append((name, df, labels))
+
+
+def test_curves_priced_ahead_are_recorded_not_priced_again(monkeypatch):
+    import experiments.collective as collective
+
+    def priced_again(*args, **kwargs):
+        raise AssertionError("the curve was priced again")
+    priced = {("fattree,4", "allreduce-ring"): "curve A"}
+    monkeypatch.setattr(collective, "model_curve", priced_again)
+    run = _Frames()
+    collective.record_model_curves(run, {"f4": "fattree,4"}, ["allreduce-ring"], [1 << 20], 2,
+                                   priced=priced)
+    assert run.frames == [("busbw_model", "curve A",
+                           {"fabric": "f4", "collective": "allreduce-ring"})]
+    monkeypatch.setattr(collective, "model_curve", lambda *a: f"priced {a[1]}")
+    collective.record_model_curves(run, {"f4": "fattree,4"}, ["alltoall"], [1 << 20], 2,
+                                   priced=priced)
+    assert run.frames[-1][1] == "priced alltoall"

@@ -1,0 +1,80 @@
+"""The switch ports' eBPF markers loaded ahead, in a thread, while the fabric is built.
+
+Loading a marker (`emu.ecn.bpf`: one bpf_object per port, its maps its own) runs the
+kernel's verifier, a few ms per port: 2 s for fattree,8's 640 switch ports, in the
+build's critical path. libbpf's calls release the GIL, so a thread loads them while
+the builder creates the namespaces, links and shapers (pyroute2, Python), on the
+other CPU. At most `AHEAD` loaded objects wait (their program fds beyond the fd
+budget, `emu.fdbudget`); the builder takes them in turn, one per marked port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+
+from emu.ecn.bpf import _load, _Loaded, close_loaded, compile_marker
+
+#: Loaded markers waiting for their port, at most.
+AHEAD = 16
+_POLL_S = 0.1
+
+
+class MarkerPreload:
+    """``count`` markers loaded in a thread; `take` the next, `close` the rest."""
+
+    def __init__(self, count: int) -> None:
+        self.obj_path = compile_marker()   # here: a compiler's error is the builder's
+        self._left = count
+        self._ready: queue.Queue[_Loaded | BaseException] = queue.Queue(AHEAD)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._load, args=(count,), daemon=True,
+                                        name="fabricemu-marker-preload")
+        self._thread.start()
+
+    def _load(self, count: int) -> None:
+        for _ in range(count):
+            try:
+                item: _Loaded | BaseException = _load(self.obj_path, False)
+            except BaseException as e:  # noqa: BLE001 - handed to the builder by `take`
+                item = e
+            while not self._stop.is_set():
+                try:
+                    self._ready.put(item, timeout=_POLL_S)
+                    break
+                except queue.Full:
+                    continue
+            else:
+                if isinstance(item, _Loaded):
+                    close_loaded(item)
+                return
+            if isinstance(item, BaseException):
+                return
+
+    def take(self) -> _Loaded:
+        """The next loaded marker (what failed to load raises here); loaded here once
+        the ``count`` loaded ahead are taken."""
+        if self._left == 0:
+            return _load(self.obj_path, False)
+        self._left -= 1
+        item = self._ready.get()
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop loading and release whatever was loaded and not taken."""
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                item = self._ready.get_nowait()
+                if isinstance(item, _Loaded):
+                    close_loaded(item)
+
+    def __enter__(self) -> MarkerPreload:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
