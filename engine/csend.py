@@ -28,12 +28,12 @@ from engine.tx import (
     TX_IDLE,
     TX_LAGS,
     TxCall,
-    TxHeld,
     TxLib,
     TxLine,
     TxNic,
     TxQp,
     attach,
+    line_ring,
 )
 from traffic.cc import calls_on_send
 
@@ -106,29 +106,17 @@ class CompiledSendPath(SendPath):
             self.lines.append(lines)
             for line, (delay_ns, qps) in zip(lines, by_delay.items(), strict=True):
                 line.delay_ns = delay_ns
-                self._set_ring(line, (TxHeld * _LINE_BURSTS)())
+                self.rings[ctypes.addressof(line)] = line_ring(line, _LINE_BURSTS)
                 for qp in qps:
                     qp.c.line = ctypes.pointer(line)  # type: ignore[union-attr]
             nic.c.n_lines = len(lines)
             nic.c.lines = ctypes.cast(lines, ctypes.POINTER(TxLine))
 
-    def _set_ring(self, line: TxLine, ring: ctypes.Array) -> None:
-        line.ring = ctypes.cast(ring, ctypes.POINTER(TxHeld))
-        line.cap = len(ring)
-        line.head = 0
-        self.rings[ctypes.addressof(line)] = ring
-
     def _grow(self, qp: SendQp) -> None:
-        """``qp``'s line is full (TX_GROW): twice the room, its bursts in order from 0."""
+        """``qp``'s line is full (TX_GROW): twice the room."""
         line = qp.c.line.contents  # type: ignore[union-attr]
-        old = self.rings[ctypes.addressof(line)]
-        size = ctypes.sizeof(TxHeld)
-        cap, head, n = line.cap, line.head, line.n
-        new = (TxHeld * (2 * cap))()
-        first = min(n, cap - head)
-        ctypes.memmove(new, ctypes.addressof(old) + head * size, first * size)
-        ctypes.memmove(ctypes.addressof(new) + first * size, old, (n - first) * size)
-        self._set_ring(line, new)
+        key = ctypes.addressof(line)
+        self.rings[key] = line_ring(line, 2 * line.cap, self.rings[key])
 
     def release(self, nic: Nic, now: int, event: int = -1) -> None:
         """Hand over ``nic``'s delay-line bursts due within a turn of ``now`` (wall), from

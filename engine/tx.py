@@ -236,6 +236,24 @@ class TxLine(ctypes.Structure):
                 ("n", ctypes.c_int64), ("ring", ctypes.POINTER(TxHeld))]
 
 
+def line_ring(line: TxLine, bursts: int, old: ctypes.Array | None = None) -> ctypes.Array:
+    """Give ``line`` a ring of ``bursts`` bursts, the ones in its ring ``old`` (if any)
+    moved to the start in release order; returns the ring, for the caller to keep."""
+    ring = (TxHeld * bursts)()
+    if old is not None:
+        size = ctypes.sizeof(TxHeld)
+        head, n = line.head, line.n
+        if n > bursts:
+            raise ValueError(f"a ring of {bursts} bursts cannot hold the line's {n}")
+        first = min(n, line.cap - head)
+        ctypes.memmove(ring, ctypes.addressof(old) + head * size, first * size)
+        ctypes.memmove(ctypes.addressof(ring) + first * size, old, (n - first) * size)
+    line.ring = ctypes.cast(ring, ctypes.POINTER(TxHeld))
+    line.cap = bursts
+    line.head = 0
+    return ring
+
+
 class TxQp(ctypes.Structure):
     """One sending QP as tx_service sees it."""
 
