@@ -88,7 +88,7 @@ class _World:
         self.rings: list[ctypes.Array] = [line_ring(line, 2) for line in self.lines]
         for k, q in enumerate(self.qps):
             q.gbn = TxGbn.of(GbnSender(PACKETS, None, 1e9, start_psn))
-            q.sched.max_catchup_ns = q.sched.max_catchup_ns = 20_000_000
+            q.sched.max_catchup_ns = 20_000_000
             q.rate_bps, q.window_bytes = 100e9, -1.0
             for j, shape in enumerate(shapes[k]):
                 q.shape[j] = ctypes.pointer(burst.c_shape(shape))
