@@ -119,9 +119,10 @@ class CompiledSendPath(SendPath):
         self.rings[key] = line_ring(line, 2 * line.cap, self.rings[key])
 
     def release(self, nic: Nic, now: int, event: int = -1) -> None:
-        """Hand over ``nic``'s delay-line bursts due within a turn of ``now`` (wall), from
-        ``event``, tx_release's answer (-1: not called yet): Python's part is the
-        backlog (engine.handover) its frames wait behind, and what the kernel refused."""
+        """Hand over ``nic``'s earliest delay-line burst if it is due within a turn of
+        ``now`` (wall), from ``event``, tx_release's answer (-1: not called yet): Python's
+        part is the backlog (engine.handover) its frames wait behind, and what the kernel
+        refused. The compiled loop comes back for the next burst."""
         call = self.call
         if event < 0:
             call.nic = nic.c_addr

@@ -267,59 +267,67 @@ static int64_t line_due(const struct tx_nic *nic)
 	return due;
 }
 
+/* Hand over the head of `nic`'s line `l` at wall time `c->now`; one of tx_release's answers. */
+static int hand_over(struct tx_call *c, struct tx_nic *nic, struct tx_line *l)
+{
+	const int64_t now = c->now;
+
+	if (c->lags_cap - c->n_lags < MAX_BURST)
+		return TX_LAGS;
+	const struct tx_held h = l->ring[l->head];
+	const struct roce_shape *s = c->qps[h.qp].shape[h.which];
+
+	l->head = (l->head + 1) % l->cap;
+	l->n--;
+	book_lags(c, h.lag + now - h.release_ns, h.count, h.step);
+	int sent = roce_burst_send(c->build_only ? -1 : (int)nic->fd, s, c->buf, h.psn,
+				   (uint32_t)h.count, (uint64_t)(now - l->delay_ns), (uint32_t)h.solicit);
+	if (c->build_only) {
+		sent = 0;
+	} else if (sent < 0) {
+		if (sent != -EAGAIN && sent != -ENOBUFS) {
+			c->err = -sent;
+			return TX_ERROR;
+		}
+		sent = 0;
+	}
+	c->packets_sent += sent;
+	if (sent < h.count) {
+		c->qp = h.qp;
+		c->count = h.count;
+		c->sent = sent;
+		c->frame_len = s->len;
+		return TX_AFTER;
+	}
+	return TX_ARM;
+}
+
 /*
- * Hand over the bursts of `c->nic`'s delay lines due by `c->horizon` (wall ns),
- * at wall time `c->now`: engine/requester.py's Requester.release with
- * engine/handover.py's hand_over, compiled. Each burst is stamped with its
- * hand-over less its whole path delay and its lags booked from when it was due.
- * TX_ARM: none is left due (`nic->line_due` says when the next is); TX_AFTER:
- * the kernel took `sent` of burst `qp`'s `count` frames (or `build_only`: none),
- * the rest are in the buffer for Python to keep; TX_LAGS, TX_ERROR as tx_service.
+ * Hand over the earliest burst of `c->nic`'s delay lines if it is due by
+ * `c->horizon` (wall ns), at wall time `c->now`: engine/requester.py's
+ * Requester.release with engine/handover.py's hand_over, compiled, one burst per
+ * call so that the loop (roce_loop.c) reads the clock between bursts, and the
+ * rings once a turn has passed, as between any two deadlines. The burst is
+ * stamped with its hand-over less its whole path delay, its lags booked from when
+ * it was due. TX_ARM: done (`nic->line_due` says when the next burst is due);
+ * TX_AFTER: the kernel took `sent` of burst `qp`'s `count` frames (`build_only`:
+ * none), the rest are in the buffer for Python to keep; TX_LAGS, TX_ERROR as
+ * tx_service.
  */
 int tx_release(struct tx_call *c)
 {
 	struct tx_nic *nic = c->nic;
-	const int64_t now = c->now;
+	struct tx_line *first = NULL;
 	int ev = TX_ARM;
 
-	for (int64_t i = 0; i < nic->n_lines && ev == TX_ARM; i++) {
+	for (int64_t i = 0; i < nic->n_lines; i++) {
 		struct tx_line *l = &nic->lines[i];
 
-		while (l->n && l->ring[l->head].release_ns <= c->horizon) {
-			if (c->lags_cap - c->n_lags < MAX_BURST) {
-				ev = TX_LAGS;
-				break;
-			}
-			const struct tx_held h = l->ring[l->head];
-			const struct roce_shape *s = c->qps[h.qp].shape[h.which];
-
-			l->head = (l->head + 1) % l->cap;
-			l->n--;
-			book_lags(c, h.lag + now - h.release_ns, h.count, h.step);
-			int sent = roce_burst_send(c->build_only ? -1 : (int)nic->fd, s, c->buf, h.psn,
-						   (uint32_t)h.count, (uint64_t)(now - l->delay_ns),
-						   (uint32_t)h.solicit);
-			if (c->build_only) {
-				sent = 0;
-			} else if (sent < 0) {
-				if (sent != -EAGAIN && sent != -ENOBUFS) {
-					c->err = -sent;
-					ev = TX_ERROR;
-					break;
-				}
-				sent = 0;
-			}
-			c->packets_sent += sent;
-			if (sent < h.count) {
-				c->qp = h.qp;
-				c->count = h.count;
-				c->sent = sent;
-				c->frame_len = s->len;
-				ev = TX_AFTER;
-				break;
-			}
-		}
+		if (l->n && (!first || l->ring[l->head].release_ns < first->ring[first->head].release_ns))
+			first = l;
 	}
+	if (first && first->ring[first->head].release_ns <= c->horizon)
+		ev = hand_over(c, nic, first);
 	nic->line_due = line_due(nic);
 	return ev;
 }
