@@ -2,13 +2,16 @@
 
 ``CompiledLoop.run`` is ``engine.worker.Worker``'s loop (same passes, same order,
 same sleeps) with its hot part in C: epoll, the timerfd, reading the rings
-(roce_rx.c) and serving the NICs' pacing slots (roce_tx.c's ``tx_service``) run in
-``loop_pass``, which returns to Python only for what Python does: the events a ring
+(roce_rx.c), serving the NICs' pacing slots (roce_tx.c's ``tx_service``) and
+handing over their delay lines' bursts when due (``tx_release``; the lines are in C,
+``CompiledSendPath.use_lines``, and their heads are part of the loop's own wake-up
+time) run in ``loop_pass``, which returns to Python only for what Python does: the events a ring
 read left (ACKs for this worker's senders, completed messages, replies C could not
 send), the completion eventfd, the deadlines Python keeps (QPs' start and
-retransmission timers, congestion-control timers, delay lines, delayed ACKs), a
-sender's answer that needs Python (a QP gone idle, an algorithm's ``on_send``, a
-trace, a short send, a delay line), a NIC holding frames pushed back, and full
+retransmission timers, congestion-control timers, the ACK and CNP delay lines,
+delayed ACKs), a sender's answer that needs Python (a QP gone idle, an algorithm's
+``on_send``, a trace, a short send, a full delay line), a NIC holding frames pushed
+back, and full
 sample buffers. The NICs' slots live in C's table (``Books.nic_due``), so every
 part of the engine arms a NIC through ``Books.arm_nic``.
 """
@@ -29,7 +32,8 @@ from engine.recvpath import CompiledReceivePath
 from engine.sources import Host, Nic, Source
 
 # loop_pass's answers (roce_loop.c).
-LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR = range(8)
+(LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR,
+ LOOP_LINE) = range(9)
 _MAX_READY = 256
 _LAT_READS = 64                         # latency buffer: this many full reads' samples
 _RX_LAG_READS = 1000                    # receive-lag buffer: (lag, frames) of this many reads
@@ -40,7 +44,7 @@ class _Loop(ctypes.Structure):
     """roce_loop.c's struct loop."""
 
     _fields_ = [("service", ctypes.c_void_p), ("read", ctypes.c_void_p),
-                ("tx", ctypes.c_void_p), ("nics", ctypes.POINTER(ctypes.c_void_p)),
+                ("release", ctypes.c_void_p), ("tx", ctypes.c_void_p), ("nics", ctypes.POINTER(ctypes.c_void_p)),
                 ("blocked", ctypes.c_void_p), ("due", ctypes.POINTER(ctypes.c_int64)),
                 ("n_nics", ctypes.c_int64),
                 ("rings", ctypes.POINTER(ctypes.c_void_p)),
@@ -109,8 +113,9 @@ class CompiledLoop:
         self.ring_fd = (ctypes.c_int64 * max(1, len(hosts)))(*[h.sock.fileno() for h in hosts])
         self.rx_lags = (ctypes.c_int64 * (2 * _RX_LAG_READS))()
         self.lat = (ctypes.c_int64 * (_LAT_READS * rx.budget * _LAT_PER_FRAME))()
+        send.use_lines()
         self.c = _Loop(service=send.lib.service_address, read=rx.fn_address,
-                       tx=send.call_addr, nics=self.nic_views,
+                       release=send.lib.release_address, tx=send.call_addr, nics=self.nic_views,
                        blocked=ctypes.addressof(rx.blocked), due=self.due, n_nics=len(nics),
                        rings=self.rings, ring_fd=self.ring_fd, n_rings=len(hosts),
                        turn_ns=books.turn_ns, idle_ns=idle_ns, batch_ns=books.batch_ns,
@@ -181,6 +186,8 @@ class CompiledLoop:
                 self.send.resume(self.nics[c.slot], c.tx_event)
             elif answer == LOOP_NIC:
                 self.nics[c.slot].fire(c.now)
+            elif answer == LOOP_LINE:
+                self.send.release(self.nics[c.slot], c.now, c.tx_event)
             elif answer == LOOP_FD:
                 by_fd[c.slot].fire(mono())
                 c.house_ns = 0  # it may have found everything acknowledged

@@ -3,7 +3,8 @@
 Every NIC is served by ``tx_service``, which picks the due QP, takes its frames from
 go-back-N, sends the burst, books the schedules, lags and busy period, and returns
 to Python only for what Python must do: a QP gone idle, a trace that is due, an
-algorithm's ``on_send``, a short send, a burst for a QP's delay line. The go-back-N
+algorithm's ``on_send``, a short send, a burst for a QP's delay line (unless the
+lines are compiled too: ``use_lines``). The go-back-N
 and schedule state lives in C structs (``engine.tx``) that borrow the pure classes'
 Python methods for every other event, so the requester acts on ACKs, NAKs and
 timers with the same code on either path.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from engine.books import Books
+from engine.books import NEVER_NS, Books
 from engine.burst import MAX_BURST, Burst
 from engine.handover import Handover
 from engine.sendpath import SendPath
@@ -23,15 +24,20 @@ from engine.tx import (
     TX_AFTER,
     TX_ARM,
     TX_EMPTY,
+    TX_GROW,
     TX_IDLE,
     TX_LAGS,
     TxCall,
     TxLib,
+    TxLine,
     TxNic,
     TxQp,
     attach,
+    line_ring,
 )
 from traffic.cc import calls_on_send
+
+_LINE_BURSTS = 64                       # a delay line's first room, in bursts (it grows)
 
 
 class CompiledSendPath(SendPath):
@@ -62,11 +68,13 @@ class CompiledSendPath(SendPath):
                            payload_bytes=books.plan.payload_bytes,
                            max_catchup_ns=MAX_CATCHUP_NS)
         self.call_addr = ctypes.addressof(self.call)
+        self.lines: list[ctypes.Array] = []             # every NIC's TxLines
+        self.rings: dict[int, ctypes.Array] = {}        # each TxLine's ring, by its address
 
     def _compile_nic(self, nic: Nic, mine: list[SendQp], qps: ctypes.Array) -> None:
         """Give ``nic`` and its QPs ``mine`` C views (their schedules move into them)."""
         c = TxNic(fd=nic.sock.fileno(), fwd_ns=nic.fwd_ns, ns_per_bit=nic.ns_per_bit,
-                  period_start=-1)
+                  period_start=-1, line_due=NEVER_NS)
         c.sched.max_catchup_ns = MAX_CATCHUP_NS
         nic.active = (ctypes.c_int32 * len(mine))()
         c.active = ctypes.cast(nic.active, ctypes.POINTER(ctypes.c_int32))
@@ -80,6 +88,62 @@ class CompiledSendPath(SendPath):
                 q.bits[k] = qp.bits[k]
             q.first_tx_ns = q.last_tx_ns = -1
             q.line_ns = qp.line_ns
+
+    def use_lines(self) -> None:
+        """The delay lines of data bursts go into C (roce_tx.c's struct tx_line, one per
+        NIC and path delay), released by the compiled loop (engine.cloop) through
+        ``tx_release``; without this call they are Python's (``sources.DelayLine``)."""
+        classes: dict[int, dict[int, list[SendQp]]] = {}
+        for qp in self.senders:
+            if qp.c is not None and qp.line_ns > 0:
+                by_delay = classes.setdefault(id(qp.nic), {})
+                by_delay.setdefault(qp.plan.fwd_delay_emu_ns, []).append(qp)
+        for nic in self.nics:
+            by_delay = classes.get(id(nic))
+            if not by_delay or nic.c is None:
+                continue
+            lines = (TxLine * len(by_delay))()
+            self.lines.append(lines)
+            for line, (delay_ns, qps) in zip(lines, by_delay.items(), strict=True):
+                line.delay_ns = delay_ns
+                self.rings[ctypes.addressof(line)] = line_ring(line, _LINE_BURSTS)
+                for qp in qps:
+                    qp.c.line = ctypes.pointer(line)  # type: ignore[union-attr]
+            nic.c.n_lines = len(lines)
+            nic.c.lines = ctypes.cast(lines, ctypes.POINTER(TxLine))
+
+    def _grow(self, qp: SendQp) -> None:
+        """``qp``'s line is full (TX_GROW): twice the room."""
+        line = qp.c.line.contents  # type: ignore[union-attr]
+        key = ctypes.addressof(line)
+        self.rings[key] = line_ring(line, 2 * line.cap, self.rings[key])
+
+    def release(self, nic: Nic, now: int, event: int = -1) -> None:
+        """Hand over ``nic``'s earliest delay-line burst if it is due within a turn of
+        ``now`` (wall), from ``event``, tx_release's answer (-1: not called yet): Python's
+        part is the backlog (engine.handover) its frames wait behind, and what the kernel
+        refused. The compiled loop comes back for the next burst."""
+        call = self.call
+        if event < 0:
+            call.nic = nic.c_addr
+            call.now = now
+            call.horizon = now + self.books.turn_ns
+        while True:
+            if event < 0:
+                call.build_only = bool(nic.backlog) and not self.out.flush_backlog(nic)
+                event = self.lib.release(self.call_addr)
+            if event == TX_ARM:
+                return
+            if event == TX_LAGS:
+                self.drain_lags()
+            elif event == TX_AFTER:  # the kernel refused some of a burst: kept, retried
+                self.burst.wrote(call.count, call.frame_len)
+                self.out.push_back(nic, [self.burst.frame(i) for i in range(call.sent, call.count)],
+                                   counted=bool(call.build_only))
+                self.out.retry_at(nic, now)
+            else:  # TX_ERROR
+                raise OSError(call.err, f"sendmmsg: {os.strerror(call.err)}")
+            event = -1
 
     def start_clock(self, t0_ns: int) -> None:
         self.call.t0 = t0_ns
@@ -154,6 +218,8 @@ class CompiledSendPath(SendPath):
                 return
             if event == TX_LAGS:
                 self.drain_lags()
+            elif event == TX_GROW:
+                self._grow(self.senders[call.qp])
             elif event not in (TX_IDLE, TX_AFTER):  # TX_ERROR
                 raise OSError(call.err, f"sendmmsg: {os.strerror(call.err)}")
             elif event == TX_IDLE:  # window full or everything sent: wait for ACKs or the RTO

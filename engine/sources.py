@@ -134,7 +134,8 @@ class DelayLine(Source):
     """A QP's delay lines (engine.worker's docstring, "Fixed delays").
 
     ``frames``: (release_ns, shape, psn, count, lag_ns, step_ns, solicit) of decided bursts
-    whose path delay exceeds their NIC clock's; ``ctrl``: (release_ns, kind, psn,
+    whose path delay exceeds their NIC clock's, where the loop is Python's (the
+    compiled loop keeps them in C, ``engine.csend``); ``ctrl``: (release_ns, kind, psn,
     syndrome, int_block) of received ACKs (kind EV_ACK_IN) and CNPs (EV_CNP_IN).
     Release times are wall times. Each FIFO's delay is constant, so its head is its
     earliest.

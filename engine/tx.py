@@ -197,8 +197,12 @@ class TxLib:
         if lib.tx_wire_overhead() != WIRE_OVERHEAD_BYTES:
             raise CapabilityError("roce_tx.c's Ethernet overhead differs from core.frame's")
         self.lib = lib
+        lib.tx_release.restype = ctypes.c_int
+        lib.tx_release.argtypes = [ctypes.c_void_p]
         self.service = lib.tx_service
         self.service_address = ctypes.cast(lib.tx_service, ctypes.c_void_p).value
+        self.release = lib.tx_release
+        self.release_address = ctypes.cast(lib.tx_release, ctypes.c_void_p).value
 
     def take(self, g: TxGbn | TxSr, now_s: float, max_count: int) -> tuple[int, int] | None:
         psn = ctypes.c_uint32()
@@ -216,6 +220,40 @@ class TxLib:
         self.lib.tx_sched_sent(ctypes.byref(s), now_ns, n, step_ns)
 
 
+class TxHeld(ctypes.Structure):
+    """A decided burst in a compiled delay line (roce_tx.h: struct tx_held)."""
+
+    _fields_ = [("release_ns", ctypes.c_int64), ("lag", ctypes.c_int64), ("step", ctypes.c_int64),
+                ("qp", ctypes.c_int32), ("psn", ctypes.c_uint32), ("count", ctypes.c_int32),
+                ("which", ctypes.c_int16), ("solicit", ctypes.c_int16)]
+
+
+class TxLine(ctypes.Structure):
+    """A NIC's delay line for its QPs of one path delay (roce_tx.h: struct tx_line):
+    a ring of ``TxHeld`` in release order, grown by Python when full (TX_GROW)."""
+
+    _fields_ = [("delay_ns", ctypes.c_int64), ("cap", ctypes.c_int64), ("head", ctypes.c_int64),
+                ("n", ctypes.c_int64), ("ring", ctypes.POINTER(TxHeld))]
+
+
+def line_ring(line: TxLine, bursts: int, old: ctypes.Array | None = None) -> ctypes.Array:
+    """Give ``line`` a ring of ``bursts`` bursts, the ones in its ring ``old`` (if any)
+    moved to the start in release order; returns the ring, for the caller to keep."""
+    ring = (TxHeld * bursts)()
+    if old is not None:
+        size = ctypes.sizeof(TxHeld)
+        head, n = line.head, line.n
+        if n > bursts:
+            raise ValueError(f"a ring of {bursts} bursts cannot hold the line's {n}")
+        first = min(n, line.cap - head)
+        ctypes.memmove(ring, ctypes.addressof(old) + head * size, first * size)
+        ctypes.memmove(ctypes.addressof(ring) + first * size, old, (n - first) * size)
+    line.ring = ctypes.cast(ring, ctypes.POINTER(TxHeld))
+    line.cap = bursts
+    line.head = 0
+    return ring
+
+
 class TxQp(ctypes.Structure):
     """One sending QP as tx_service sees it."""
 
@@ -226,7 +264,7 @@ class TxQp(ctypes.Structure):
                 ("bytes_sent", ctypes.c_int64), ("first_tx_ns", ctypes.c_int64),
                 ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),
                 ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64),
-                ("sr", ctypes.POINTER(TxSr))]
+                ("sr", ctypes.POINTER(TxSr)), ("line", ctypes.POINTER(TxLine))]
 
 
 class TxNic(ctypes.Structure):
@@ -237,7 +275,9 @@ class TxNic(ctypes.Structure):
                 ("period_start", ctypes.c_int64), ("period_first_out", ctypes.c_int64),
                 ("period_dropped", ctypes.c_int64), ("ideal_end", ctypes.c_int64),
                 ("actual_end", ctypes.c_int64), ("bits_sent", ctypes.c_int64),
-                ("n_active", ctypes.c_int64), ("active", ctypes.POINTER(ctypes.c_int32))]
+                ("n_active", ctypes.c_int64), ("active", ctypes.POINTER(ctypes.c_int32)),
+                ("n_lines", ctypes.c_int64), ("lines", ctypes.POINTER(TxLine)),
+                ("line_due", ctypes.c_int64)]
 
 
 class TxCall(ctypes.Structure):
@@ -256,8 +296,9 @@ class TxCall(ctypes.Structure):
                 ("frame_len", ctypes.c_int64), ("err", ctypes.c_int64),
                 ("t_real", ctypes.c_double),
                 ("hold", ctypes.c_int64), ("which", ctypes.c_int64), ("psn", ctypes.c_int64),
-                ("lag", ctypes.c_int64), ("step", ctypes.c_int64), ("solicit", ctypes.c_int64)]
+                ("lag", ctypes.c_int64), ("step", ctypes.c_int64), ("solicit", ctypes.c_int64),
+                ("build_only", ctypes.c_int64)]
 
 
 #: tx_service's answers (roce_tx.c).
-TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR = range(6)
+TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR, TX_GROW = range(7)

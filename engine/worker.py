@@ -66,6 +66,8 @@ path delay of its QPs: it decides, paces and books a frame at its slot on that c
 the wall time its frame is due on the fabric, and hands it over at once. A QP whose
 path delay is longer has a **delay line** for the difference: the burst waits in a
 FIFO and goes to the fabric stamped with its hand-over time less the whole delay.
+With the compiled loop (``engine.cloop``) the bursts' lines are in C, one per NIC and
+path delay (``CompiledSendPath.use_lines``), and the loop hands them over when due;
 ACKs and CNPs reach the requester the ACK path's delay after they arrive, on its
 NIC's clock (``fwd_ns`` later on the wall clock: a second FIFO). Every sender-side
 time (slots, send stamps, RTT samples, the CC's clock, retransmission and CC timers,

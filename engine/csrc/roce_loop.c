@@ -16,9 +16,10 @@
  *      written and sent there, its latency samples and receive lag are kept here;
  *   2. the deadlines due within a turn, earliest first, each fired at the time it
  *      is fired, for at most a turn of wall time. NICs' pacing slots (`due`, by
- *      NIC slot) are served here through roce_tx.c's tx_service (`service`);
- *      Python keeps every other deadline (QP timers, delay lines, delayed ACKs)
- *      and tells the earliest in `py_due`.
+ *      NIC slot) are served here through roce_tx.c's tx_service (`service`), and
+ *      their delay lines' bursts (due at the NIC's `line_due`) handed over through
+ *      tx_release (`release`); Python keeps every other deadline (QP timers, the
+ *      ACK and CNP delay lines, delayed ACKs) and tells the earliest in `py_due`.
  *
  * The pass returns to Python only for what Python must do, and Python calls it
  * again to go on where it stopped (`phase`, `at_ready`, `fired`):
@@ -34,6 +35,9 @@
  *                goes on serving it from there (engine/csend.py);
  *   LOOP_NIC     NIC `slot` is due but Python serves it (it holds a backlog, or no
  *                QP of this worker sends on it);
+ *   LOOP_LINE    NIC `slot`'s delay lines are due and tx_release answered
+ *                `tx_event` (not TX_ARM), or, `tx_event` -1, not called because
+ *                Python holds a backlog for the NIC: Python goes on (engine/csend.py);
  *   LOOP_DRAIN   the latency or receive-lag buffer is full: Python empties it;
  *   LOOP_ERROR   epoll or the timerfd failed (`err`: errno).
  */
@@ -50,11 +54,13 @@
 #define MAX_READY 256
 #define LAT_PER_FRAME 4         /* roce_rx.c: int64 per latency sample */
 
-enum { LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR };
+enum { LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR,
+       LOOP_LINE };
 
 struct loop {                   /* engine/cloop.py: _Loop */
 	int (*service)(struct tx_call *);
 	int (*read)(const struct rx_call *);
+	int (*release)(struct tx_call *);
 	struct tx_call *tx;
 	struct tx_nic **nics;       /* by NIC slot; NULL: no QP of this worker sends on it */
 	const uint8_t *blocked;     /* by NIC slot: Python holds frames pushed back */
@@ -87,25 +93,36 @@ static int64_t mono_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The NIC slot due first (-1: none). */
-static int64_t first_nic(const struct loop *l)
+/* The NIC slot due first, for its pacing slot or (`*line`) its delay lines (-1:
+ * none); when in `*at`. */
+static int64_t first_nic(const struct loop *l, int64_t *at, int *line)
 {
 	int64_t k = -1, best = NEVER;
 
+	*line = 0;
 	for (int64_t i = 0; i < l->n_nics; i++) {
 		if (l->due[i] < best) {
 			best = l->due[i];
 			k = i;
+			*line = 0;
+		}
+		if (l->nics[i] && l->nics[i]->line_due < best) {
+			best = l->nics[i]->line_due;
+			k = i;
+			*line = 1;
 		}
 	}
+	*at = best;
 	return k;
 }
 
 static int64_t next_due(const struct loop *l)
 {
-	int64_t k = first_nic(l);
+	int64_t at;
+	int line;
 
-	return k >= 0 && l->due[k] < l->py_due ? l->due[k] : l->py_due;
+	first_nic(l, &at, &line);
+	return at < l->py_due ? at : l->py_due;
 }
 
 static int arm_timer(struct loop *l, int64_t at_ns)
@@ -238,8 +255,9 @@ static int fire_due(struct loop *l)
 			if (now > l->end)
 				break;
 		}
-		int64_t k = first_nic(l);
-		int64_t nic_due = k >= 0 ? l->due[k] : NEVER;
+		int64_t nic_due;
+		int line;
+		int64_t k = first_nic(l, &nic_due, &line);
 		int64_t due = nic_due < l->py_due ? nic_due : l->py_due;
 
 		if (due == NEVER || due > now + l->turn_ns || (due == l->wait_ns && due > now))
@@ -250,13 +268,29 @@ static int fire_due(struct loop *l)
 			l->slot = l->py_due;
 			return LOOP_PY;
 		}
-		l->due[k] = NEVER;
 		l->slot = k;
 		struct tx_nic *nic = l->nics[k];
+		struct tx_call *c = l->tx;
 
+		if (line) {
+			l->tx_event = -1;
+			if (l->blocked[k])
+				return LOOP_LINE;
+			c->nic = nic;
+			c->now = now;
+			c->horizon = now + l->turn_ns;
+			c->build_only = 0;
+			int ev = l->release(c);
+
+			if (ev != TX_ARM) {
+				l->tx_event = ev;
+				return LOOP_LINE;
+			}
+			continue;
+		}
+		l->due[k] = NEVER;
 		if (!nic || l->blocked[k])
 			return LOOP_NIC;
-		struct tx_call *c = l->tx;
 
 		c->nic = nic;
 		c->now = now - nic->fwd_ns;

@@ -245,6 +245,93 @@ static void book_lags(struct tx_call *c, int64_t lag, int64_t n, int64_t step)
 	}
 }
 
+/* Queue `h` in line `l` of `nic` (tx_service made room: TX_GROW). */
+static void line_hold(struct tx_nic *nic, struct tx_line *l, const struct tx_held *h)
+{
+	l->ring[(l->head + l->n) % l->cap] = *h;
+	if (l->n++ == 0 && h->release_ns < nic->line_due)
+		nic->line_due = h->release_ns;
+}
+
+/* The earliest head of `nic`'s lines (TX_NEVER: all empty). */
+static int64_t line_due(const struct tx_nic *nic)
+{
+	int64_t due = TX_NEVER;
+
+	for (int64_t i = 0; i < nic->n_lines; i++) {
+		const struct tx_line *l = &nic->lines[i];
+
+		if (l->n && l->ring[l->head].release_ns < due)
+			due = l->ring[l->head].release_ns;
+	}
+	return due;
+}
+
+/* Hand over the head of `nic`'s line `l` at wall time `c->now`; one of tx_release's answers. */
+static int hand_over(struct tx_call *c, struct tx_nic *nic, struct tx_line *l)
+{
+	const int64_t now = c->now;
+
+	if (c->lags_cap - c->n_lags < MAX_BURST)
+		return TX_LAGS;
+	const struct tx_held h = l->ring[l->head];
+	const struct roce_shape *s = c->qps[h.qp].shape[h.which];
+
+	l->head = (l->head + 1) % l->cap;
+	l->n--;
+	book_lags(c, h.lag + now - h.release_ns, h.count, h.step);
+	int sent = roce_burst_send(c->build_only ? -1 : (int)nic->fd, s, c->buf, h.psn,
+				   (uint32_t)h.count, (uint64_t)(now - l->delay_ns), (uint32_t)h.solicit);
+	if (c->build_only) {
+		sent = 0;
+	} else if (sent < 0) {
+		if (sent != -EAGAIN && sent != -ENOBUFS) {
+			c->err = -sent;
+			return TX_ERROR;
+		}
+		sent = 0;
+	}
+	c->packets_sent += sent;
+	if (sent < h.count) {
+		c->qp = h.qp;
+		c->count = h.count;
+		c->sent = sent;
+		c->frame_len = s->len;
+		return TX_AFTER;
+	}
+	return TX_ARM;
+}
+
+/*
+ * Hand over the earliest burst of `c->nic`'s delay lines if it is due by
+ * `c->horizon` (wall ns), at wall time `c->now`: engine/requester.py's
+ * Requester.release with engine/handover.py's hand_over, compiled, one burst per
+ * call so that the loop (roce_loop.c) reads the clock between bursts, and the
+ * rings once a turn has passed, as between any two deadlines. The burst is
+ * stamped with its hand-over less its whole path delay, its lags booked from when
+ * it was due. TX_ARM: done (`nic->line_due` says when the next burst is due);
+ * TX_AFTER: the kernel took `sent` of burst `qp`'s `count` frames (`build_only`:
+ * none), the rest are in the buffer for Python to keep; TX_LAGS, TX_ERROR as
+ * tx_service.
+ */
+int tx_release(struct tx_call *c)
+{
+	struct tx_nic *nic = c->nic;
+	struct tx_line *first = NULL;
+	int ev = TX_ARM;
+
+	for (int64_t i = 0; i < nic->n_lines; i++) {
+		struct tx_line *l = &nic->lines[i];
+
+		if (l->n && (!first || l->ring[l->head].release_ns < first->ring[first->head].release_ns))
+			first = l;
+	}
+	if (first && first->ring[first->head].release_ns <= c->horizon)
+		ev = hand_over(c, nic, first);
+	nic->line_due = line_due(nic);
+	return ev;
+}
+
 int tx_service(struct tx_call *c)
 {
 	struct tx_nic *nic = c->nic;
@@ -268,6 +355,10 @@ int tx_service(struct tx_call *c)
 		}
 		if (c->lags_cap - c->n_lags < MAX_BURST)
 			return TX_LAGS;
+		if (best->line && best->line->n == best->line->cap) {
+			c->qp = best - c->qps;
+			return TX_GROW;
+		}
 		int64_t lag = now - sched;
 		struct tx_gbn *g = &best->gbn;
 		struct tx_sr *sr = best->sr;
@@ -318,9 +409,15 @@ int tx_service(struct tx_call *c)
 			return TX_IDLE;
 		}
 		int solicit = (windowed && in_flight(best) >= allowed) || resend;
-		int hold = best->line_ns > 0;  /* its lags are booked when the line hands it over */
+		/* A delayed burst's lags are booked when its line hands it over. */
+		int hold = best->line_ns > 0 && !best->line;  /* Python's line */
 		int sent = (int)n;
-		if (!hold) {
+		if (best->line_ns > 0 && best->line) {
+			struct tx_held h = {now + best->line->delay_ns, lag, step, (int32_t)(best - c->qps),
+					    psn, (int32_t)n, (int16_t)which, (int16_t)solicit};
+
+			line_hold(nic, best->line, &h);
+		} else if (!hold) {
 			book_lags(c, lag, n, step);
 			sent = roce_burst_send((int)nic->fd, best->shape[which], c->buf, psn,
 					       (uint32_t)n, (uint64_t)now, (uint32_t)solicit);

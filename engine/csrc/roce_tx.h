@@ -58,7 +58,31 @@ struct tx_sr {                  /* engine/tx.py: TxSr */
 
 #define WIRE_OVERHEAD_BYTES 24  /* core/frame.py (checked by engine/tx.py) */
 
-enum { TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR };
+enum { TX_EMPTY, TX_ARM, TX_IDLE, TX_AFTER, TX_LAGS, TX_ERROR, TX_GROW };
+
+#define TX_NEVER INT64_MAX
+
+struct tx_held {                /* engine/tx.py: TxHeld: a decided burst in a delay line */
+	int64_t release_ns;         /* wall time it is due on the fabric */
+	int64_t lag, step;          /* its pacing lag at the decision, frame spacing */
+	int32_t qp;
+	uint32_t psn;
+	int32_t count;
+	int16_t which, solicit;
+};
+
+/*
+ * engine/tx.py: TxLine. The delay line of a NIC's QPs whose path delay is
+ * `delay_ns` (longer than the NIC clock's): a ring of bursts in release order.
+ * Release = decision time on the NIC clock + `delay_ns`; the NIC decides at
+ * non-decreasing times and the delay is the same for every QP of the line, so
+ * the head is always the earliest.
+ */
+struct tx_line {
+	int64_t delay_ns;           /* the QPs' whole path delay (their frames' stamp is less it) */
+	int64_t cap, head, n;
+	struct tx_held *ring;
+};
 
 struct tx_qp {                  /* engine/tx.py: TxQp */
 	struct tx_gbn gbn;
@@ -70,8 +94,9 @@ struct tx_qp {                  /* engine/tx.py: TxQp */
 	int64_t *tx_ns;             /* latest send time of every packet */
 	int64_t bytes_sent, first_tx_ns, last_tx_ns, next_trace_ns;
 	int64_t calls_on_send;      /* the algorithm's on_send must see every burst */
-	int64_t line_ns;            /* > 0: its bursts wait in Python's delay line first */
+	int64_t line_ns;            /* > 0: its bursts wait in a delay line first */
 	struct tx_sr *sr;           /* selective repeat's state instead of gbn's, or NULL */
+	struct tx_line *line;       /* its NIC's line for it; NULL: Python's (TX_AFTER, hold) */
 };
 
 struct tx_nic {                 /* engine/tx.py: TxNic */
@@ -83,6 +108,9 @@ struct tx_nic {                 /* engine/tx.py: TxNic */
 	int64_t bits_sent;
 	int64_t n_active;
 	int32_t *active;            /* indices of its busy QPs, in nic.qps order */
+	int64_t n_lines;
+	struct tx_line *lines;
+	int64_t line_due;           /* wall time its lines' earliest burst is due; TX_NEVER: none */
 };
 
 struct tx_call {                /* engine/tx.py: TxCall */
@@ -99,8 +127,10 @@ struct tx_call {                /* engine/tx.py: TxCall */
 	int64_t qp, arm_ns, count, sent, sent_bytes, frame_len, err;
 	double t_real;
 	int64_t hold, which, psn, lag, step, solicit;  /* a burst for the delay line */
+	int64_t build_only;         /* in, tx_release: Python holds a backlog, frames wait behind it */
 };
 
 int tx_service(struct tx_call *c);
+int tx_release(struct tx_call *c);
 
 #endif /* ROCE_TX_H */
