@@ -33,11 +33,19 @@ def _refuse_bool(value: object, name: str) -> None:
         raise ParameterError(name, value, "expected a number, not a flag")
 
 
+def _number(value: float | int, name: str) -> float:
+    """A number given as such, as a float (an int beyond float's range is refused)."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ParameterError(name, value, "too large a number") from None
+
+
 def parse_rate_bps(text: str | float | int, name: str = "rate") -> float:
     """'400G', '1.6T', '100Mbit', '25e9' -> bits per second (> 0)."""
     _refuse_bool(text, name)
     if isinstance(text, (int, float)):
-        value = float(text)
+        value = _number(text, name)
     else:
         m = re.fullmatch(_NUM + r"\s*([kKmMgGtT]?)(?:bit|bps|b)?(?:/s)?", text.strip())
         if not m:
@@ -55,7 +63,7 @@ def parse_size_bytes(text: str | float | int, name: str = "size") -> int:
     """'1MiB', '64KB', '4096' -> bytes (>= 0, integer)."""
     _refuse_bool(text, name)
     if isinstance(text, (int, float)):
-        value = float(text)
+        value = _number(text, name)
     else:
         m = re.fullmatch(_NUM + r"\s*([a-zA-Z]*)", text.strip())
         if not m or m.group(2).lower() not in _SIZE_UNITS:
@@ -72,7 +80,7 @@ def parse_time_s(text: str | float | int, name: str = "time") -> float:
     """'50us', '1.5ms', '2s', 0.001 -> seconds (>= 0)."""
     _refuse_bool(text, name)
     if isinstance(text, (int, float)):
-        value = float(text)
+        value = _number(text, name)
     else:
         m = re.fullmatch(_NUM + r"\s*(s|ms|us|µs|ns)?", text.strip())
         if not m:

@@ -90,3 +90,10 @@ def test_a_faster_nic_keeps_a_400g_nics_frame_time_at_a_proportionally_larger_s(
     assert scale_keeping_frame_time(3.6e12) == pytest.approx(9 * DEFAULT_SCALE)   # NVLink
     assert scale_keeping_frame_time(400e9, 2000.0) == 2000.0
     assert scale_keeping_frame_time(100e9) == DEFAULT_SCALE    # slower NICs keep S
+
+
+@pytest.mark.parametrize("parse", [parse_rate_bps, parse_size_bytes, parse_time_s])
+def test_an_int_beyond_float_range_is_refused_in_one_line(parse) -> None:  # noqa: ANN001
+    """A topology spec's '999...9' arrives as a Python int, which float() cannot hold."""
+    with pytest.raises(ParameterError, match="too large a number"):
+        parse(10 ** 400)
