@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import signal
 import threading
 
 from emu.ecn.bpf import _load, _Loaded, close_loaded, compile_marker
@@ -34,6 +35,10 @@ class MarkerPreload:
         self._thread.start()
 
     def _load(self, count: int) -> None:
+        # The verifier gives up (EAGAIN) when its task has a signal pending, and the
+        # kernel may hand a process's signal (a lab's SIGALRM time limit) to any thread
+        # that does not block it: this one blocks them all, the main thread handles them.
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         for _ in range(count):
             try:
                 item: _Loaded | BaseException = _load(self.obj_path, False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,24 @@ def test_a_failed_load_raises_where_the_marker_is_taken(monkeypatch):
             markers.take()
     close_loaded(first)
     assert open_fds() == before and len(calls) == 2
+
+
+def test_the_loading_thread_blocks_every_signal():
+    """The verifier gives up (EAGAIN) with a signal pending on its task, and the kernel
+    may deliver a process's signal (a lab's SIGALRM time limit, Ctrl-C) to any thread
+    not blocking it (CI saw one such failure): the loading thread blocks them all."""
+    import signal
+
+    markers = preload.MarkerPreload(preload.AHEAD * 2)
+    try:
+        deadline = time.monotonic() + 30
+        while not markers._ready.full():   # the thread is alive, waiting for room
+            assert time.monotonic() < deadline, "the markers were never loaded"
+            time.sleep(0.01)
+        status = Path(f"/proc/self/task/{markers._thread.native_id}/status").read_text()
+        blocked = int(next(line.split()[1] for line in status.splitlines()
+                           if line.startswith("SigBlk:")), 16)
+        for sig in (signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+            assert blocked >> (sig - 1) & 1, (sig, hex(blocked))
+    finally:
+        markers.close()
