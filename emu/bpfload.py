@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import struct
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -117,17 +118,27 @@ def libbpf() -> _Libbpf:
     return _libbpf
 
 
+#: struct bpf_prog_info (UAPI, stable): its first 256 bytes, and where its fields sit.
+_INFO_BYTES = 256
+_INFO_ID, _INFO_RUN_TIME_NS, _INFO_RUN_CNT = 4, 192, 200
+
+
+def _prog_info(fd: int) -> bytes | None:
+    """The start of ``fd``'s struct bpf_prog_info, or None if it cannot be read. The
+    buffer is new each time: the kernel takes the lengths it filled in as buffers to
+    fill (EFAULT for a NULL one)."""
+    info = ctypes.create_string_buffer(_INFO_BYTES)
+    size = ctypes.c_uint32(_INFO_BYTES)
+    if libbpf().lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) != 0:
+        return None
+    return info.raw
+
+
 def program_id(fd: int) -> int:
     """The kernel's id of the program behind ``fd`` (0 if it cannot be read)."""
-    info = (ctypes.c_uint32 * 64)()  # struct bpf_prog_info: u32 type, u32 id, ...
-    size = ctypes.c_uint32(ctypes.sizeof(info))
-    if libbpf().lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) != 0:
-        return 0
-    return int(info[1])
+    info = _prog_info(fd)
+    return 0 if info is None else struct.unpack_from("I", info, _INFO_ID)[0]
 
-
-#: struct bpf_prog_info (UAPI, stable): the offsets of run_time_ns and run_cnt, in u64s.
-_INFO_RUN_TIME_NS, _INFO_RUN_CNT = 192 // 8, 200 // 8
 _BPF_STATS_RUN_TIME = 0
 
 
@@ -165,15 +176,12 @@ def programs_run_time(prog_ids: Iterable[int]) -> RunTime:
         if fd < 0:
             continue
         try:
-            # zeroed each time: the kernel reads the lengths it filled in last time as
-            # buffers to fill (EFAULT for a NULL one)
-            info = (ctypes.c_uint64 * 32)()  # struct bpf_prog_info's first 256 bytes
-            size = ctypes.c_uint32(ctypes.sizeof(info))
-            if lib.bpf_obj_get_info_by_fd(fd, info, ctypes.byref(size)) == 0:
-                run_ns += int(info[_INFO_RUN_TIME_NS])
-                runs += int(info[_INFO_RUN_CNT])
+            info = _prog_info(fd)
         finally:
             os.close(fd)
+        if info is not None:
+            run_ns += struct.unpack_from("Q", info, _INFO_RUN_TIME_NS)[0]
+            runs += struct.unpack_from("Q", info, _INFO_RUN_CNT)[0]
     return RunTime(runs, run_ns)
 
 

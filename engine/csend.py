@@ -137,10 +137,7 @@ class CompiledSendPath(SendPath):
             if event == TX_LAGS:
                 self.drain_lags()
             elif event == TX_AFTER:  # the kernel refused some of a burst: kept, retried
-                self.burst.wrote(call.count, call.frame_len)
-                self.out.push_back(nic, [self.burst.frame(i) for i in range(call.sent, call.count)],
-                                   counted=bool(call.build_only))
-                self.out.retry_at(nic, now)
+                self._keep_refused(nic, bool(call.build_only), now)
             else:  # TX_ERROR
                 raise OSError(call.err, f"sendmmsg: {os.strerror(call.err)}")
             event = -1
@@ -247,12 +244,18 @@ class CompiledSendPath(SendPath):
         if now >= qp.c.next_trace_ns:  # type: ignore[union-attr]
             books.trace(qp, now)
         if call.sent < call.count:  # the NIC queue is full: keep the rest, retry
-            self.burst.wrote(call.count, call.frame_len)
-            self.out.push_back(nic, [self.burst.frame(i) for i in range(call.sent, call.count)],
-                               counted=False)
-            self.out.retry_at(nic, now + nic.fwd_ns)
+            self._keep_refused(nic, False, now + nic.fwd_ns)
             return True
         return False
+
+    def _keep_refused(self, nic: Nic, counted: bool, retry_ns: int) -> None:
+        """The frames of the call's burst the kernel did not take wait in ``nic``'s
+        backlog (``counted``: already in the books), retried at ``retry_ns``."""
+        call = self.call
+        self.burst.wrote(call.count, call.frame_len)
+        self.out.push_back(nic, [self.burst.frame(i) for i in range(call.sent, call.count)],
+                           counted=counted)
+        self.out.retry_at(nic, retry_ns)
 
     def finish(self) -> None:
         self.drain_lags()
