@@ -110,6 +110,9 @@ class WorkerPlan:
     #: Its sender's reordering window in time, real s (``sr_sender.SrSender``;
     #: None: its default).
     reorder_s: float | None = None
+    #: The most frames a QP may have unacknowledged (``traffic.window``; None: the
+    #: transport's largest).
+    window: int | None = None
 
 
 @dataclass

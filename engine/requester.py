@@ -118,7 +118,7 @@ class Requester:
     def start(self, qp: SendQp, now: int) -> None:
         books = self.books
         p = books.plan
-        qp.gbn = new_sender(p.transport, qp.n, p.rto_s, p.reorder_s)
+        qp.gbn = new_sender(p.transport, qp.n, p.rto_s, p.reorder_s, p.window)
         # The real line rate and path round trip: CC never sees S.
         qp.cc = p.cc(qp.nic.rate_bps, books.real_s(now), qp.plan.base_rtt_s, qp.plan.hops)
         qp.tx_ns = array("q", bytes(8 * qp.n))

@@ -135,6 +135,7 @@ from traffic.reorder_bound import reorder_tolerance_packets, reorder_window_s
 from traffic.roce import ECN_CODES, Flow
 from traffic.selective_repeat import REORDER_PACKETS, WINDOW_PACKETS
 from traffic.transport import TRANSPORTS, check_transport
+from traffic.window import bdp_window_packets, check_window
 
 
 class LiveFabric(Protocol):
@@ -226,6 +227,9 @@ class EngineConfig:
     (packet spraying, adaptive routing); ``reorder_packets``: how far (PSNs) a frame
     may be overtaken before selective repeat's receiver deems it lost; None derives it
     from the fabric's paths, buffers and routing mode (``traffic.reorder_bound``).
+    ``window``: the most frames a QP may have unacknowledged (``traffic.window``):
+    None, the transport's largest; 'bdp', IRN's BDP-FC (the longest unloaded round
+    trip at line rate, plus the ACK coalescing); or a frame count.
     ``timeout_s``: wall-clock limit of the whole run; None derives it from the
     workload and the fabric's S (``auto_timeout_s``).
     ``latency_sample_every``: keep one latency sample per that many data packets
@@ -261,6 +265,7 @@ class EngineConfig:
     forwarding: str = FORWARDING[0]
     transport: str = TRANSPORTS[0]
     reorder_packets: int | None = None
+    window: int | str | None = None
     #: The validated ``cc`` (set in __post_init__).
     cc_factory: CcFactory = field(init=False, repr=False, compare=False)
 
@@ -303,6 +308,7 @@ class EngineConfig:
                 or not 1 <= self.reorder_packets < WINDOW_PACKETS):
             raise ParameterError("reorder_packets", self.reorder_packets,
                                  f"expected an integer in [1, {WINDOW_PACKETS}) or None")
+        object.__setattr__(self, "window", check_window(self.window))
 
     def emulated_fixed_delays(self, netem_propagation: bool) -> dict[str, str]:
         """{fixed-delay name: how} of what this engine adds (``traffic.fixeddelay``
@@ -670,6 +676,9 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
                                              fab.routing, fab.flowlet_gap_s)
                    if config.transport == "sr" else REORDER_PACKETS)
     reorder_s = _reorder_s(fab, pairs, config, rto_s) if config.transport == "sr" else None
+    window = (bdp_window_packets(delays.graph, fab.routes, pairs, fab.routing,
+                                 config.acks_every, config.forwarding)
+              if config.window == "bdp" else config.window)
     plans = []
     assignment = _assign(loads, cpus[:n_workers], fab.receive_cpu)
     host_worker = {h: w for w, hosts in enumerate(assignment) for h in hosts}
@@ -693,7 +702,7 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
             rate_trace_interval_s=config.rate_trace_interval_s, rt_offset_ns=rt_offset_ns,
             notify={p.index: notify[p.index] for p in receives if p.index in notify},
             ring_slices=slices, transport=config.transport,
-            reorder_packets=reorder, reorder_s=reorder_s))
+            reorder_packets=reorder, reorder_s=reorder_s, window=window))
     return plans
 
 
@@ -1192,6 +1201,7 @@ def _engine_stats(fab: LiveFabric, config: EngineConfig, plans: list[plan.Worker
         transport=config.transport,
         reorder_packets=plans[0].reorder_packets if plans and config.transport == "sr" else None,
         reorder_s=plans[0].reorder_s if plans else None,
+        window=plans[0].window if plans else None,
         payload_bytes=config.payload_bytes,
         fixed_delays=FixedDelaySettings(config.fixed_delays, config.forwarding,
                                         config.nic_overhead_s),

@@ -206,6 +206,7 @@ class EngineStats:
     transport: str = ""             # 'gbn' or 'sr' (traffic.transport)
     reorder_packets: int | None = None  # selective repeat's tolerance in force (PSNs)
     reorder_s: float | None = None  # and its sender's reordering window (real s)
+    window: int | None = None       # frames a QP may have unacknowledged (None: the transport's largest)
     payload_bytes: int = 0
     fixed_delays: FixedDelaySettings | None = None
     #: What the engine added of the real fabric's fixed delays ({name: how}):

@@ -14,7 +14,14 @@ over ``transport``: ``auto`` (the default) is selective repeat, whose reorder
 tolerance is derived from the fabric (`traffic.reorder_bound`), as soon as one of the
 run's modes reorders a flow by design (every mode but ECMP), so that every mode runs
 on it; go-back-N (``--set transport=gbn``) answers spraying's reordering with
-retransmissions.
+retransmissions. ``window`` bounds each QP's unacknowledged frames (`traffic.window`):
+``auto`` (the default) is IRN's BDP window on the dragonfly, whose adversarial
+pattern sends a*p hosts' line rate into one global link (without a window or a
+congestion control its buffer overflows and every retransmission meets the same full
+queue: minimal routing measured 24 Gb/s against its 97 Gb/s share on
+dragonfly,2,2,2), and no window on the Clos workloads, whose fabrics have full
+bisection (a flow that queues behind a window runs below line rate, which routing's
+comparison there must not hide).
 
 Per case: busbw and completion time beside the ideal balanced bound and ECMP's
 expected collision loss (`experiments.routing_model`, a priori from the topology),
@@ -83,7 +90,9 @@ from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic import collectives
 from traffic.reorder_bound import reorders_by_design
+from traffic.selective_repeat import WINDOW_PACKETS
 from traffic.transport import TRANSPORTS
+from traffic.window import check_window
 
 NAME = "routing"
 
@@ -108,6 +117,23 @@ def _parse_dragonfly(value: Any) -> str:
     return spec
 
 
+def _parse_window(value: Any) -> int | str | None:
+    """'auto', or a window ``traffic.window.check_window`` takes ('none', 'bdp', frames)."""
+    word = value.strip().lower() if isinstance(value, str) else value
+    if word == "auto":
+        return "auto"
+    if isinstance(word, str) and word.isdigit():
+        word = parse_int(1, WINDOW_PACKETS)(word)
+    return check_window(word)
+
+
+def case_window(opts: Options, family: str) -> int | str | None:
+    """The window a case on a fabric of ``family`` runs with (``window``, auto resolved)."""
+    if opts.window != "auto":
+        return opts.window
+    return "bdp" if family == "dragonfly" else None
+
+
 OPTIONS: dict[str, Option] = with_common({
     "topos": Option([FATTREE4], "the Clos fabrics of the workloads (';'-separated, each "
                     f"SPEC or SPEC@S); e.g. add {FATTREE8}@{FATTREE8_SCALE:g} with "
@@ -128,6 +154,10 @@ OPTIONS: dict[str, Option] = with_common({
     "dragonfly_modes": Option(["ecmp", *GROUP_MODES], "routing modes on the dragonfly",
                               parse=parse_list(_MODE)),
     "cc": Option("off", CC_HELP, parse=parse_cc),
+    "window": Option("auto", "each QP's most unacknowledged frames: none, bdp (IRN's BDP-FC: "
+                     "the longest unloaded round trip at line rate plus the ACK coalescing), "
+                     "a frame count, or auto: bdp on the dragonfly, none on the Clos fabrics",
+                     parse=_parse_window),
 }, transport=Option("auto", f"{TRANSPORT.help}; auto: sr if one of the run's modes reorders "
                             "a flow by design (every mode but ecmp), else gbn",
                     parse=parse_choice("auto", *TRANSPORTS)))
@@ -146,6 +176,7 @@ class Options(CommonOptions):
     dragonfly: str
     dragonfly_modes: list[str]
     cc: str
+    window: int | str | None
 
 
 def check(opts: Options) -> None:
@@ -298,8 +329,9 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     label, workload = named
     model, frames = models
     transport = resolved_transport(opts)
-    m, bpf_time = _timed_measure(fab, workload, engine_config(opts.cc, opts.workers,
-                                                               transport=transport), opts)
+    config = engine_config(opts.cc, opts.workers, transport=transport,
+                           window=case_window(opts, fab.topo.family))
+    m, bpf_time = _timed_measure(fab, workload, config, opts)
     done_s = m.completion_s
     busbw = busbw_bps(collective_of(workload), len(workload.ranks), workload.size_bytes, done_s)
     links = fabric_links(topo_graph(fab.topo))
@@ -347,6 +379,7 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
                          "completion_s": done_s, "max_mean_load": measured_load,
                          "out_of_sequence": ooo, "retransmitted": retx,
                          "reorder_packets": m.stats.reorder_packets,
+                         "window": m.stats.window,
                          "data_frames": m.stats.data_packets_sent,
                          "frames_sent": m.stats.packets_sent, "link_crossings": crossings,
                          "cpu_per_frame_s": cpu_per_frame_s,

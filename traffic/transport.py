@@ -30,12 +30,14 @@ def check_transport(value: object) -> str:
 
 
 def new_sender(transport: str, total_packets: int, timeout_s: float,
-               reorder_s: float | None = None) -> GbnSender | SrSender:
+               reorder_s: float | None = None, window: int | None = None
+               ) -> GbnSender | SrSender:
     """A message's requester: go-back-N or selective repeat (``reorder_s``: its
-    reordering window in time)."""
+    reordering window in time; ``window``: the most frames unacknowledged, None for
+    the transport's largest)."""
     if check_transport(transport) == "sr":
-        return SrSender(total_packets, timeout_s=timeout_s, reorder_s=reorder_s)
-    return GbnSender(total_packets, timeout_s=timeout_s)
+        return SrSender(total_packets, window, timeout_s=timeout_s, reorder_s=reorder_s)
+    return GbnSender(total_packets, window, timeout_s=timeout_s)
 
 
 def new_receiver(transport: str, total_packets: int, ack_coalesce: int, ce_ack: bool,
