@@ -35,6 +35,7 @@ link_load.csv every fabric link's bytes (the heat map, link_load.png).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -88,11 +89,12 @@ from model.busbw import busbw_bps
 from topologies.loadbalance import GROUP_MODES, ROUTING_MODES
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
+from topologies.valiant import group_routes
 from traffic import collectives
 from traffic.reorder_bound import reorders_by_design
 from traffic.selective_repeat import WINDOW_PACKETS
 from traffic.transport import TRANSPORTS
-from traffic.window import check_window
+from traffic.window import bdp_window_packets, check_window
 
 NAME = "routing"
 
@@ -270,14 +272,27 @@ def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[
                              "their busiest link (a lower bound of the completion)")
             model = models[entry, name]
             # A priori, so priced once per case, not per attempt.
-            frames = (frame_estimate(workload, graph, routes, mode) if mode in FRAME_MODES
-                      else None)
+            frames = (frame_estimate(workload, graph, routes, mode,
+                                     groups=group_routes(topo, routes)
+                                     if mode in GROUP_MODES else None,
+                                     window=_window_frames(opts, topo, workload, mode))
+                      if mode in FRAME_MODES else None)
             run.attempt(partial(_measure, run, fab, case, mode,
                                 (_label(entry, name, opts), workload), (model, frames), opts,
                                 ecmp_cpu),
                         opts.attempts)
             run.commit(case)
             advance(case)
+
+
+def _window_frames(opts: Options, topo: Any, workload: Any, mode: str) -> int | None:
+    """The window (frames) the engine gives the case's QPs, as `engine.run` resolves it."""
+    window = case_window(opts, topo.family)
+    if window != "bdp":
+        return window
+    return bdp_window_packets(topo_graph(topo), compute_routes(topo),
+                              {(m.src, m.dst) for m in workload.messages}, mode,
+                              engine_config(opts.cc).acks_every)
 
 
 def _timed_measure(fab: Fabric, workload: Any, config: Any, opts: Options
@@ -367,7 +382,13 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     if not minimal:
         _dragonfly_metric(run, case, mode, fab, workload, busbw)
     if frames is not None:
-        _frame_metric(run, case, mode, frames, (busbw, model.ideal.busbw_bps or 0.0))
+        ideal_bps = model.ideal.busbw_bps or 0.0
+        # the Clos modes' ideal is the frame model's own (every flow at NIC rate); a
+        # dragonfly's is minimal routing's, so there the estimate's own time counts
+        rate = ((lambda r: busbw_bps(collective_of(workload), len(workload.ranks),
+                                     workload.size_bytes, r.completion_s))
+                if mode in GROUP_MODES else (lambda r: ideal_bps * r.ratio))
+        _frame_metric(run, case, mode, frames, busbw, rate)
     run.metric(case, "p99 one-way latency", "µs", _p99_us(m), model.latency_p99_s * 1e6,
                UNLOADED_LATENCY)
     run.metric(case, "retransmissions", "frames", retx, 0, NO_RETRANSMISSION)
@@ -425,15 +446,14 @@ def _p99_us(m: Measurement) -> float:
     return float(lat.quantile(0.99)) * 1e6 if len(lat) else float("nan")
 
 
-def _frame_metric(run: Run, case: str, mode: str, runs: list[FrameRun] | str,
-                  busbw_ideal_bps: tuple[float, float]) -> None:
-    """busbw beside `frame_estimate`'s ``runs``: the ideal x each run's ratio (a note
+def _frame_metric(run: Run, case: str, mode: str, runs: list[FrameRun] | str, busbw: float,
+                  rate_of: Callable[[FrameRun], float]) -> None:
+    """busbw beside `frame_estimate`'s ``runs``, each run's busbw by ``rate_of`` (a note
     if there are none)."""
-    busbw, ideal_bps = busbw_ideal_bps
     if isinstance(runs, str):
         run.note(f"{case}: {runs}")
         return
-    rates = [ideal_bps * r.ratio for r in runs]
+    rates = [rate_of(r) for r in runs]
     name = f"busbw ({mode} estimate)"
     run.metric(case, name, "Gb/s", busbw * 1e-9, float(np.mean(rates)) * 1e-9, FRAME_ESTIMATE)
     run.spread(case, name, _band(rates), _range(rates))

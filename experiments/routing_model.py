@@ -15,8 +15,9 @@ All from the topology and the workload, before anything runs:
   permutation's busbw bound) where that module exists; without it the case says so
   and has no model value.
 * the unloaded one-way latency of each message's path, a lower bound of its frames'.
-* **adaptive, spray, spray-rr (estimate)**: `model.adaptive`'s frame-level model, the
-  switches' decision on every frame, over seeds and timing noise (`frame_estimate`).
+* **adaptive, spray, spray-rr, valiant, ugal (estimate)**: `model.adaptive`'s
+  frame-level model, the switches' decision on every frame, over seeds and timing
+  noise (`frame_estimate`), with the case's window.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from core.errors import ParameterError
 from core.messages import Message, Workload
-from model.adaptive import FrameRun, flows_of, spread
+from model.adaptive import NOISE_LEVELS_S, FrameRun, flows_of, spread
 from model.alphabeta import (
     WorkloadPrediction,
     busiest_link_bound,
@@ -43,6 +44,7 @@ from model.alphabeta import (
 from model.claims import Claim, Kind, estimate
 from topologies.base import FabricTopo
 from topologies.routing import Routes
+from topologies.valiant import GroupRoutes
 
 IDEAL_TIME = Claim(Kind.LOWER_BOUND, None, "every message spread evenly over its paths")
 IDEAL_RATE = Claim(Kind.UPPER_BOUND, None, "every message spread evenly over its paths")
@@ -65,8 +67,8 @@ UGAL_BOUND = Claim(Kind.UPPER_BOUND, None, "UGAL: the better of minimal and Vali
 FRAME_ESTIMATE = estimate("frame model (model.adaptive): the switch's rule on every frame, "
                           "mean over seeds: start phases, timing noise 1-10 ns")
 #: The modes `frame_estimate` prices, and the frames x runs beyond which it would take
-#: more than about 10 s (fattree,8's permutation): skipped with a note.
-FRAME_MODES = ("adaptive", "spray", "spray-rr")
+#: more than about 10 s (fattree,8's permutation): fewer seeds, or skipped with a note.
+FRAME_MODES = ("adaptive", "spray", "spray-rr", "valiant", "ugal")
 FRAME_MODEL_MAX_FRAMES = 300_000
 
 
@@ -159,17 +161,20 @@ def dragonfly_bound(mode: str) -> Callable[..., Any] | None:
     return getattr(ugal, f"{mode}_bound", None)
 
 
-def frame_estimate(workload: Workload, graph: nx.Graph, routes: Routes, mode: str
+def frame_estimate(workload: Workload, graph: nx.Graph, routes: Routes, mode: str, *,
+                   groups: GroupRoutes | None = None, window: int | None = None
                    ) -> list[FrameRun] | str:
-    """`model.adaptive.spread` of ``mode`` on ``workload``, or why there is none (a
+    """`model.adaptive.spread` of ``mode`` on ``workload`` (``groups``: a dragonfly's,
+    for Valiant and UGAL; ``window``: the QPs' window in frames), with as many seeds per
+    noise level as FRAME_MODEL_MAX_FRAMES allows, at most 4; or why there is none (a
     workload whose messages wait, or one too large to price in seconds)."""
     try:
         flows = flows_of(workload)
     except ParameterError as exc:
         return f"no frame estimate: {exc}"
-    runs = 12  # spread's default: 4 seeds x 3 noise levels
     frames = sum(f.frames for f in flows)
-    if frames * runs > FRAME_MODEL_MAX_FRAMES:
-        return (f"no frame estimate: {frames} frames x {runs} runs would take too long "
-                f"(limit {FRAME_MODEL_MAX_FRAMES})")
-    return spread(graph, routes, flows, mode)
+    seeds = min(4, FRAME_MODEL_MAX_FRAMES // (frames * len(NOISE_LEVELS_S)))
+    if seeds < 1:
+        return (f"no frame estimate: {frames} frames x {len(NOISE_LEVELS_S)} runs would "
+                f"take too long (limit {FRAME_MODEL_MAX_FRAMES})")
+    return spread(graph, routes, flows, mode, seeds, groups=groups, window=window)

@@ -1,4 +1,5 @@
-"""A priori frame-level estimate of per-frame routing (adaptive, spray, spray-rr, ECMP).
+"""A priori frame-level estimate of per-frame routing (adaptive, spray, spray-rr, ECMP,
+and on a dragonfly Valiant and UGAL).
 
 Every directed link is a FIFO egress queue drained at its rate; each data frame of each
 flow is injected by its source host at NIC rate (the whole message fits in the
@@ -13,7 +14,19 @@ picks from the state the switch would read at that instant:
   member after the destination's last;
 * ``spray``: `spray_choice` of a seeded random draw; ``spray-rr``: `round_robin_choice`
   of the destination's counter; ``ecmp``: one seeded random member per flow and switch
-  (a hash draw).
+  (a hash draw);
+* ``valiant`` and ``ugal`` (a dragonfly, given its `topologies.valiant.GroupRoutes`):
+  each frame carries its tag, and each switch takes the decision router.c's
+  ``group_slot`` takes: at the source switch a uniform intermediate group
+  (`intermediate_group`), under ``ugal`` only if its shortest next-hop queue times
+  the Valiant path's links is below the minimal next hops' times the minimal path's
+  (`ugal_prefers_valiant`, queues in whole frames, ties from a random member), a
+  minimal frame decided again at the next switch of the source group; a tagged frame
+  follows the next hops toward its group, then minimal; members at random.
+
+With a ``window`` a host keeps at most that many of a flow's frames unacknowledged,
+as the engine's requester does (`traffic.window`): the next frame waits for the ACK
+that opens the window.
 
 The receiver returns an ACK every ``acks_every`` data frames and on the last one; ACKs
 are routed by the same rule and share a destination's state, as in the switch. Times
@@ -39,8 +52,8 @@ make it read 1 and force the choice, and forced choices unbalance each destinati
 split, which overloads the downlinks. Spray and spray-rr barely change. `spread` runs
 each of `NOISE_LEVELS_S`.
 
-What it leaves out: reordering's effect on the sender (none while the window holds
-the message), drops (queues are unbounded), HTB's bucket (a port may send up to a
+What it leaves out: reordering's effect on the sender (none: nothing is lost, and
+the window counts acknowledged frames), drops (queues are unbounded), HTB's bucket (a port may send up to a
 frame ahead of its rate; the switch's reading subtracts it, `queue_now_scaled`).
 
 `estimate` runs one workload; `ideal_s` is the model's own balanced reference (every
@@ -63,8 +76,18 @@ from core.frame import ACK_FRAME_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIR
 from core.messages import Workload
 from topologies.loadbalance import least_queue_choice, round_robin_choice, spray_choice
 from topologies.routing import Routes
+from topologies.valiant import (
+    TAG_MINIMAL,
+    TAG_UNDECIDED,
+    GroupRoutes,
+    intermediate_group,
+    tag_of,
+    ugal_prefers_valiant,
+)
 
+#: The modes of any fabric, and those that route through dragonfly groups.
 MODES = ("adaptive", "spray", "spray-rr", "ecmp")
+GROUP_MODES = ("valiant", "ugal")
 #: Data frames per ACK: the engine's default coalescing (engine.run.DEFAULT_ACKS_EVERY).
 DEFAULT_ACKS_EVERY = 16
 #: Timing noise of `estimate`: arrivals are never exactly simultaneous (see above).
@@ -153,10 +176,63 @@ class _Fabric:
 class _Decider:
     """A mode's per-switch decision and the state it keeps per destination."""
 
-    def __init__(self, mode: str, fabric: _Fabric, rng: random.Random):
+    def __init__(self, mode: str, fabric: _Fabric, rng: random.Random,
+                 routes: Routes, groups: GroupRoutes | None = None):
         self.mode, self.fabric, self.rng = mode, fabric, rng
+        self.routes, self.groups = routes, groups
         self.turn: dict[tuple[str, str], int] = {}      # (switch, dst) -> rr counter
         self.hashed: dict[tuple[str, str, str], int] = {}  # (switch, src, dst) -> member
+
+    def hop(self, node: str, src: str, dst: str, tag: int, from_host: bool, now_ps: int
+            ) -> tuple[str, int]:
+        """The next node of a frame from ``src`` to ``dst`` at ``node`` carrying ``tag``
+        (``from_host``: it came in from its host), and the tag it leaves with."""
+        if self.groups is not None and node not in (src, dst):
+            return self._group_hop(node, src, dst, tag, from_host, now_ps)
+        hops = self.routes.next_hops[node].get(dst)
+        if not hops:
+            raise ParameterError("routes", (node, dst), "no route for a frame of the workload")
+        return hops[self.member(node, hops, src, dst, now_ps) if len(hops) > 1 else 0], tag
+
+    def _group_hop(self, node: str, src: str, dst: str, tag: int, from_host: bool,
+                   now_ps: int) -> tuple[str, int]:
+        """router.c's group_slot: Valiant's or UGAL's decision and its tag."""
+        gr = self.groups
+        assert gr is not None
+        own, dst_group, n_groups = gr.group_of[node], gr.group_of[dst], gr.groups
+        minimal = self.routes.next_hops[node].get(dst)
+        if not minimal:
+            raise ParameterError("routes", (node, dst), "no route for a frame of the workload")
+        decide = False
+        if from_host:
+            decide = own != dst_group and n_groups >= 3
+        elif tag == TAG_UNDECIDED:
+            decide = (self.mode == "ugal" and own != dst_group and n_groups >= 3
+                      and gr.group_of[src] == own)
+        elif tag != TAG_MINIMAL:
+            via_hops = gr.to_group[node].get(tag - 1) if own not in (tag - 1, dst_group) else ()
+            if via_hops:
+                return self._any(via_hops), tag
+        if not decide:
+            return self._any(minimal), TAG_MINIMAL
+        via = intermediate_group(own, dst_group, n_groups, self.rng.getrandbits(32))
+        minimal_tag = TAG_UNDECIDED if from_host and self.mode == "ugal" else TAG_MINIMAL
+        toward = gr.to_group[node].get(via) if via is not None else ()
+        if not toward:
+            return self._any(minimal), minimal_tag
+        if self.mode == "valiant":
+            return self._any(toward), tag_of(via)
+        q_min = [self.fabric.frames_queued((node, h), now_ps) for h in minimal]
+        q_val = [self.fabric.frames_queued((node, h), now_ps) for h in toward]
+        m = least_queue_choice(q_min, self.rng.randrange(len(minimal)))
+        v = least_queue_choice(q_val, self.rng.randrange(len(toward)))
+        if ugal_prefers_valiant(q_min[m], gr.hops_to_host[dst][node], q_val[v],
+                                gr.via_hops(node, via, dst)):
+            return toward[v], tag_of(via)
+        return minimal[m], minimal_tag
+
+    def _any(self, hops: tuple[str, ...]) -> str:
+        return hops[self.rng.randrange(len(hops))] if len(hops) > 1 else hops[0]
 
     def member(self, node: str, hops: tuple[str, ...], src: str, dst: str, now_ps: int) -> int:
         n = len(hops)
@@ -180,23 +256,32 @@ class _Decider:
 
 def estimate(graph: nx.Graph, routes: Routes, flows: Sequence[Flow], mode: str, *,
              seed: int = 0, acks_every: int = DEFAULT_ACKS_EVERY,
-             timing_noise_s: float = DEFAULT_TIMING_NOISE_S, start_phase: bool = True
-             ) -> FrameRun:
+             timing_noise_s: float = DEFAULT_TIMING_NOISE_S, start_phase: bool = True,
+             groups: GroupRoutes | None = None, window: int | None = None) -> FrameRun:
     """Route every frame of ``flows`` (starting together, or each within
     its first frame's time with ``start_phase``) under ``mode`` on ``graph``
     (edge attributes ``rate_bps``, ``delay_s``; node ``switch_latency_s``) and
-    ``routes``; ``seed`` draws spray's members, ECMP's hashes, the start phases and
-    the timing noise; ``acks_every`` 0 sends no ACK."""
-    if mode not in MODES:
-        raise ParameterError("mode", mode, f"choose one of {' | '.join(MODES)}")
+    ``routes`` (``groups``: the dragonfly's, for `GROUP_MODES`); ``seed`` draws
+    spray's members, ECMP's hashes, the start phases and the timing noise;
+    ``acks_every`` 0 sends no ACK; ``window``: the most unacknowledged frames per
+    flow (None: no limit)."""
+    if mode not in MODES + GROUP_MODES:
+        raise ParameterError("mode", mode, f"choose one of {' | '.join(MODES + GROUP_MODES)}")
+    if mode in GROUP_MODES and groups is None:
+        raise ParameterError("groups", None, f"{mode} routes through dragonfly groups: "
+                                             "give the fabric's GroupRoutes")
     if acks_every < 0 or not 0 <= timing_noise_s < 1:
         raise ParameterError("acks_every/timing_noise_s", (acks_every, timing_noise_s),
                              "expected acks_every >= 0 and a noise in [0, 1 s)")
+    if window is not None and (window < 1 or not acks_every or window < acks_every):
+        raise ParameterError("window", window, "expected at least one ACK's frames "
+                                               "(acks_every >= 1) or None")
     rng = random.Random(seed)
     fabric = _Fabric(graph, rng, round(timing_noise_s * _PS_PER_S))
-    decider = _Decider(mode, fabric, rng)
-    # events: (time ps, sequence, node, flow index, psn, is ACK); a data frame at its
-    # source host is one waiting for the NIC
+    decider = _Decider(mode, fabric, rng, routes, groups if mode in GROUP_MODES else None)
+    # events: (time ps, sequence, node, came from its host, flow index, psn, is ACK,
+    # tag); a data frame at its source host is one waiting for the NIC, an ACK's psn
+    # the frames it acknowledges
     events = []
     for i, flow in enumerate(flows):
         first = routes.next_hops.get(flow.src, {}).get(flow.dst)
@@ -204,36 +289,47 @@ def estimate(graph: nx.Graph, routes: Routes, flows: Sequence[Flow], mode: str, 
             raise ParameterError("routes", (flow.src, flow.dst), "no route for a flow")
         frame_ps = fabric.serialize_ps((flow.src, first[0]), WIRE_FRAME_BYTES)
         phase = rng.randrange(frame_ps) if start_phase else 0
-        events.append((phase, i, flow.src, i, 0, False))
+        events.append((phase, i, flow.src, False, i, 0, False, TAG_UNDECIDED))
     heapq.heapify(events)
     seq = len(events)
     received = [0] * len(flows)
+    acked = [0] * len(flows)
+    waiting: dict[int, int] = {}  # flow -> the psn its window holds back
     done_ps = 0
     while events:
-        now, _, node, i, psn, ack = heapq.heappop(events)
+        now, _, node, from_host, i, psn, ack, tag = heapq.heappop(events)
         flow = flows[i]
         src, dst = (flow.dst, flow.src) if ack else (flow.src, flow.dst)
         if node == dst:
             if ack:
+                acked[i] = max(acked[i], psn)
+                held = waiting.get(i)
+                if window is not None and held is not None and held - acked[i] < window:
+                    del waiting[i]
+                    seq += 1
+                    heapq.heappush(events, (now, seq, flow.src, False, i, held, False,
+                                            TAG_UNDECIDED))
                 continue
             received[i] += 1
             done_ps = max(done_ps, now)
             if acks_every and (received[i] % acks_every == 0 or received[i] == flow.frames):
                 node, src, dst, ack = flow.dst, flow.dst, flow.src, True
+                psn, tag = received[i], TAG_UNDECIDED
             else:
                 continue
-        hops = routes.next_hops[node].get(dst)
-        if not hops:
-            raise ParameterError("routes", (node, dst), "no route for a frame of the workload")
-        nxt = hops[decider.member(node, hops, src, dst, now) if len(hops) > 1 else 0]
+        nxt, tag = decider.hop(node, src, dst, tag, from_host, now)
         wire = _ACK_WIRE_BYTES if ack else flow.wire_bytes(psn)
         arrive = fabric.send((node, nxt), now, wire)
         seq += 1
-        heapq.heappush(events, (arrive, seq, nxt, i, psn, ack))
+        heapq.heappush(events, (arrive, seq, nxt, node == src, i, psn, ack, tag))
         if node == flow.src and not ack and psn + 1 < flow.frames:
+            if window is not None and psn + 1 - acked[i] >= window:
+                waiting[i] = psn + 1
+                continue
             # the next frame waits for the NIC; an ACK queued meanwhile goes first
             seq += 1
-            heapq.heappush(events, (fabric.free_ps[(node, nxt)], seq, node, i, psn + 1, False))
+            heapq.heappush(events, (fabric.free_ps[(node, nxt)], seq, node, False, i, psn + 1,
+                                    False, TAG_UNDECIDED))
     return FrameRun(done_ps / _PS_PER_S, ideal_s(graph, routes, flows),
                     {link: b for link, b in fabric.carried.items() if b})
 
@@ -276,8 +372,10 @@ def flows_of(workload: Workload) -> list[Flow]:
 
 
 def spread(graph: nx.Graph, routes: Routes, flows: Sequence[Flow], mode: str,
-           seeds_per_level: int = 4) -> list[FrameRun]:
+           seeds_per_level: int = 4, groups: GroupRoutes | None = None,
+           window: int | None = None) -> list[FrameRun]:
     """`estimate` with ``seeds_per_level`` seeds at each of `NOISE_LEVELS_S`: the spread
     of spray's draws and of the unknown timing noise."""
-    return [estimate(graph, routes, flows, mode, seed=s, timing_noise_s=noise)
+    return [estimate(graph, routes, flows, mode, seed=s, timing_noise_s=noise,
+                     groups=groups, window=window)
             for noise in NOISE_LEVELS_S for s in range(seeds_per_level)]

@@ -5,12 +5,14 @@ global link, cc off: 16 MiB into a port whose buffer holds 8 MiB.
 
 * With the window each QP keeps at most its round trip's frames unacknowledged, so
   the global link's queue never overflows: not one retransmission, and the four flows
-  share the link as the fluid model says (97 Gb/s each).
+  share the link as the fluid model says (97 Gb/s each). UGAL, on the same window,
+  reaches more than 1.5x that and lands within 10 % of its frame model's estimate
+  (router.c's rule on every frame, `model.adaptive`).
 * Without it each QP sends its 4 MiB at line rate, the buffer overflows, and every
   retransmission meets the same full queue: frames are retransmitted and the flows
   end far below their share (24 Gb/s measured).
 
-About 50 s.
+About 60 s.
 """
 
 from __future__ import annotations
@@ -30,28 +32,34 @@ pytestmark = [pytest.mark.root,
 DRAGONFLY = "dragonfly,2,2,2,global_rate=400G"
 
 
-def _group_shift(tmp_path, window: str) -> tuple[pd.Series, object]:
+def _group_shift(tmp_path, window: str, modes: str = "ecmp"):
     overrides = {"topos": "leafspine,2,2,1", "modes": "ecmp", "workloads": "permutation",
-                 "size": "4MiB", "dragonfly": DRAGONFLY, "dragonfly_modes": "ecmp",
+                 "size": "4MiB", "dragonfly": DRAGONFLY, "dragonfly_modes": modes,
                  "window": window}
     result = run_judged(registry.cli_run, "routing", tmp_path, scale=SUITE_SCALE,
                         overrides=overrides)
     assert result.valid, result.fidelity.reasons
-    rows = pd.read_csv(tmp_path / "routing.csv").set_index("workload")
-    return rows.loc["group-shift"], rows.loc["permutation"]
+    rows = pd.read_csv(tmp_path / "routing.csv").set_index(["workload", "mode"])
+    return rows.loc["group-shift", "ecmp"], rows.loc["permutation", "ecmp"], rows, result
 
 
 def test_the_bdp_window_keeps_a_group_shift_lossless_and_at_its_share(tmp_path):
-    row, clos = _group_shift(tmp_path / "bdp", "auto")
+    row, clos, rows, result = _group_shift(tmp_path / "bdp", "auto", "ecmp;ugal")
     # auto: the BDP window on the dragonfly, none on the Clos fabric
     assert math.isnan(clos.window), clos
     assert 17 <= row.window < 1024, row  # a round trip's frames plus the ACK coalescing
     assert row.retransmitted == 0, row
     assert abs(row.busbw_bps / row.ecmp_busbw_bps - 1) <= 0.05, row
+    ugal = rows.loc["group-shift", "ugal"]
+    assert ugal.retransmitted == 0 and ugal.busbw_bps >= 1.5 * row.busbw_bps, rows
+    df = result.metrics
+    estimate = df[(df.case == "group-shift ugal") & (df.metric == "busbw (ugal estimate)")]
+    assert len(estimate) == 1, df[df.case == "group-shift ugal"]
+    assert abs(estimate.measured.iloc[0] / estimate.predicted.iloc[0] - 1) <= 0.10, estimate
 
 
 def test_without_a_window_the_full_global_link_loses_frames(tmp_path):
-    row, _ = _group_shift(tmp_path / "none", "none")
+    row, *_ = _group_shift(tmp_path / "none", "none")
     assert math.isnan(row.window), row
     assert row.retransmitted > 0, row
     assert row.busbw_bps < 0.8 * row.ecmp_busbw_bps, row
