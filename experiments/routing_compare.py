@@ -25,6 +25,8 @@ comparison there must not hide).
 
 Per case: busbw and completion time beside the ideal balanced bound and ECMP's
 expected collision loss (`experiments.routing_model`, a priori from the topology),
+Valiant's and UGAL's bounds, and for the per-frame modes (spray, spray-rr, adaptive,
+Valiant, UGAL) the frame model's estimate of the switches' rule (`model.adaptive`),
 p99 one-way latency beside the unloaded path's, the max/mean load of the
 switch-to-switch links beside the ideal's and ECMP's, out-of-sequence frames and
 retransmissions, and the engine's CPU per data frame against ECMP's on the same
