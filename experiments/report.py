@@ -427,6 +427,10 @@ def render_report(run_dir: str | Path, show: bool = True,
     if isinstance(predicted, list) and predicted and all(isinstance(r, dict)
                                                          for r in predicted):
         console.print(predictions_table(predicted))
+    notes = config.get("notes")
+    for note in notes if isinstance(notes, list) else []:
+        if isinstance(note, str):  # what the run says of its own cases (Run.note)
+            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     _print_case_verdicts(summary)
     disagree = [f"{r['case']}: {r['metric']}" for r in summary["metrics"]
                 if r.get("model_disagrees")]

@@ -358,6 +358,12 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     msgs = m.messages
     retx, ooo = int(msgs.retransmitted.sum()), int(msgs.out_of_sequence.sum())
     crossings = int(m.ports.tx_packets.sum())  # packets (data, ACK, CNP) x links crossed
+    drops = int(m.ports.drops.sum())
+    if drops and m.stats.window is None:
+        run.note(f"{case}: {drops} frames dropped by full port buffers and {retx} "
+                 "retransmitted: the models assume no loss, which a window or a congestion "
+                 "control keeps (--set window=bdp, --set cc=dcqcn); without them every "
+                 "retransmission meets the same full queue")
     minimal = mode not in GROUP_MODES
     # Minimal paths' ideal is no model of a mode that leaves them: those get their own
     # bound (`_dragonfly_metric`) and no value here.

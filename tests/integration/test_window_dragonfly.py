@@ -17,6 +17,7 @@ About 60 s.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -63,3 +64,7 @@ def test_without_a_window_the_full_global_link_loses_frames(tmp_path):
     assert math.isnan(row.window), row
     assert row.retransmitted > 0, row
     assert row.busbw_bps < 0.8 * row.ecmp_busbw_bps, row
+    # and the report says why it is below its model
+    notes = json.loads((tmp_path / "none" / "config.json").read_text())["notes"]
+    assert any("group-shift ecmp" in n and "dropped by full port buffers" in n
+               for n in notes), notes

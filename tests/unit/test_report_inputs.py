@@ -103,3 +103,14 @@ def test_a_copied_run_renders_the_same(run_dir, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
     assert len(render_report(copy, show=False)) == 2
+
+
+def test_a_runs_notes_are_printed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(rundir, "capabilities", lambda: {})
+    run = Run("synthetic", tmp_path / "run", {"scale": 1e5}, quick=True)
+    run.metric("c", "latency p99", "us", 2.0, 2.1, ALPHABETA)
+    run.note("c: 12 frames dropped [by full buffers]")
+    run.fidelity("c", FidelityReport(True, [], 1e5))
+    run.finish(show=False)
+    render_report(tmp_path / "run", show=True)
+    assert "note: c: 12 frames dropped [by full buffers]" in capsys.readouterr().out
