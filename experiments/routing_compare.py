@@ -358,12 +358,7 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     msgs = m.messages
     retx, ooo = int(msgs.retransmitted.sum()), int(msgs.out_of_sequence.sum())
     crossings = int(m.ports.tx_packets.sum())  # packets (data, ACK, CNP) x links crossed
-    drops = int(m.ports.drops.sum())
-    if drops and m.stats.window is None:
-        run.note(f"{case}: {drops} frames dropped by full port buffers and {retx} "
-                 "retransmitted: the models assume no loss, which a window or a congestion "
-                 "control keeps (--set window=bdp, --set cc=dcqcn); without them every "
-                 "retransmission meets the same full queue")
+    _note_loss(run, case, m, retx)
     minimal = mode not in GROUP_MODES
     # Minimal paths' ideal is no model of a mode that leaves them: those get their own
     # bound (`_dragonfly_metric`) and no value here.
@@ -390,13 +385,7 @@ def _measure(run: Run, fab: Fabric, case: str, mode: str, named: tuple[str, Any]
     if not minimal:
         _dragonfly_metric(run, case, mode, fab, workload, busbw)
     if frames is not None:
-        ideal_bps = model.ideal.busbw_bps or 0.0
-        # the Clos modes' ideal is the frame model's own (every flow at NIC rate); a
-        # dragonfly's is minimal routing's, so there the estimate's own time counts
-        rate = ((lambda r: busbw_bps(collective_of(workload), len(workload.ranks),
-                                     workload.size_bytes, r.completion_s))
-                if mode in GROUP_MODES else (lambda r: ideal_bps * r.ratio))
-        _frame_metric(run, case, mode, frames, busbw, rate)
+        _frame_metric(run, case, mode, frames, busbw, _estimate_rate(mode, workload, model))
     run.metric(case, "p99 one-way latency", "µs", _p99_us(m), model.latency_p99_s * 1e6,
                UNLOADED_LATENCY)
     run.metric(case, "retransmissions", "frames", retx, 0, NO_RETRANSMISSION)
@@ -452,6 +441,28 @@ def _link_loads(m: Measurement, links: list[tuple[str, str]]) -> pd.DataFrame:
 def _p99_us(m: Measurement) -> float:
     lat = m.latency.one_way_s if "one_way_s" in m.latency else pd.Series(dtype=float)
     return float(lat.quantile(0.99)) * 1e6 if len(lat) else float("nan")
+
+
+def _note_loss(run: Run, case: str, m: Measurement, retransmitted: int) -> None:
+    """A note where full port buffers dropped frames of QPs without a window."""
+    drops = int(m.ports.drops.sum())
+    if drops and m.stats.window is None:
+        run.note(f"{case}: {drops} frames dropped by full port buffers and {retransmitted} "
+                 "retransmitted: the models assume no loss, which a window or a congestion "
+                 "control keeps (--set window=bdp, --set cc=dcqcn); without them every "
+                 "retransmission meets the same full queue")
+
+
+def _estimate_rate(mode: str, workload: Any, model: Expectation
+                   ) -> Callable[[FrameRun], float]:
+    """A frame-model run's busbw: the Clos modes' ideal is the frame model's own (every
+    flow at NIC rate), times its ratio; a dragonfly's ideal is minimal routing's, so
+    there the run's own completion time counts."""
+    if mode in GROUP_MODES:
+        return lambda r: busbw_bps(collective_of(workload), len(workload.ranks),
+                                   workload.size_bytes, r.completion_s)
+    ideal_bps = model.ideal.busbw_bps or 0.0
+    return lambda r: ideal_bps * r.ratio
 
 
 def _frame_metric(run: Run, case: str, mode: str, runs: list[FrameRun] | str, busbw: float,
