@@ -4,13 +4,15 @@ settings a run may give."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from core.errors import ParameterError
 from core.frame import WIRE_FRAME_BYTES
 from engine.run import EngineConfig
-from experiments.routing_compare import _parse_window
+from experiments.routing_compare import _note_loss, _parse_window
 from topologies.routing import compute_routes, topo_graph
 from topologies.spec import build_topo
 from traffic.fixeddelay import round_trip_s
@@ -78,3 +80,25 @@ def test_the_routing_experiments_window_option(value, expected):
 def test_the_routing_experiment_refuses_a_bad_window(value):
     with pytest.raises(ParameterError):
         _parse_window(value)
+
+
+class _Notes:
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+@pytest.mark.parametrize("drops, window, noted", [(3823, None, True), (0, None, False),
+                                                  (12, 79, False)])
+def test_a_case_that_lost_frames_without_a_window_says_why(drops, window, noted):
+    run = _Notes()
+    m = SimpleNamespace(ports=pd.DataFrame({"drops": [drops, 0]}),
+                        stats=SimpleNamespace(window=window))
+    _note_loss(run, "group-shift ecmp", m, 6430)
+    assert bool(run.notes) == noted
+    if noted:
+        assert run.notes[0].startswith("group-shift ecmp: 3823 frames dropped by full port "
+                                       "buffers and 6430 retransmitted")
+        assert "--set window=bdp" in run.notes[0]
