@@ -49,8 +49,10 @@ def test_build_reach_all_pairs_and_tear_down_clean(spec):
 
 
 def test_shaping_holds_every_tier_and_the_ratios():
+    from core.machinecpu import cpu_ticks, steal_s
     from emu.linktest import expected_rate_bps, measure_port_rate
 
+    window_s = 2.0
     with _fabric("fattree,4", scale=8000) as fab:
         achieved = {}
         for node, peer in (("h1", "e1"), ("e1", "a1"), ("a1", "c1")):
@@ -60,9 +62,16 @@ def test_shaping_holds_every_tier_and_the_ratios():
             # time it could not send: a CI run read agg-core 1.5 % short once): every
             # window is judged for over-rate, the best of up to three for under-rate.
             windows: list[float] = []
+            stolen: list[float] = []  # CPU s the hypervisor took in each window
             while len(windows) < 3 and (not windows or max(windows) < 0.99 * expected):
-                windows.append(measure_port_rate(fab, node, peer, duration_s=2.0))
+                before = cpu_ticks()
+                windows.append(measure_port_rate(fab, node, peer, duration_s=window_s))
+                stolen.append(steal_s(before, cpu_ticks()))
                 assert windows[-1] <= 1.01 * expected, (port.tier, windows)
+            if max(windows) < 0.99 * expected and min(stolen) > 0.01 * window_s:
+                pytest.skip(f"{port.tier} ran {max(windows) / expected:.3f} of its rate at "
+                            f"best while the hypervisor took {min(stolen):.2f}-"
+                            f"{max(stolen):.2f} s of CPU per {window_s:g} s window")
             achieved[port.tier] = max(windows)
             assert achieved[port.tier] == pytest.approx(expected, rel=0.01), (port.tier, windows)
     # 400G : 800G : 1.6T

@@ -13,7 +13,11 @@ derived 500 us: what was black-holed comes back by timeout in 1 s of wall time, 
 
 from __future__ import annotations
 
+import time
+
 import pytest
+
+from core.machinecpu import cpu_ticks, steal_s
 
 pytestmark = pytest.mark.root
 
@@ -134,11 +138,21 @@ def test_a_host_link_at_a_quarter_of_its_rate_takes_four_times_as_long(fab):
 
     host, peer = fab.hosts[0], fab.hosts[-1]
     one = Workload("one", [Message(0, host, peer, 2 << 20)], [host, peer], 2 << 20)
-    alone = measure(fab, one, config()).completion_s
-    with planned(f"{host}-l1:rate=25%@0", 0.0):
-        slow = measure(fab, one, config())
-    assert slow.completion_s / alone == pytest.approx(4.0, rel=0.1)
-    assert list(slow.fault_events.op) == ["rate"]
+    ratios, stolen = [], []
+    for _ in range(3):  # a VM stall stretches either run: measured again, as the gate would
+        before, began = cpu_ticks(), time.monotonic()
+        alone = measure(fab, one, config()).completion_s
+        with planned(f"{host}-l1:rate=25%@0", 0.0):
+            slow = measure(fab, one, config())
+        stolen.append(steal_s(before, cpu_ticks()) / (time.monotonic() - began))
+        ratios.append(slow.completion_s / alone)
+        assert list(slow.fault_events.op) == ["rate"]
+        if ratios[-1] == pytest.approx(4.0, rel=0.1) or stolen[-1] <= 0.01:
+            break
+    if ratios[-1] != pytest.approx(4.0, rel=0.1) and min(stolen) > 0.01:
+        pytest.skip(f"slow / alone {', '.join(f'{r:.2f}' for r in ratios)} while the "
+                    f"hypervisor took {min(stolen):.1%}-{max(stolen):.1%} of the CPU")
+    assert ratios[-1] == pytest.approx(4.0, rel=0.1), (ratios, stolen)
     assert measure(fab, one, config()).completion_s == pytest.approx(alone, rel=0.05)
 
 

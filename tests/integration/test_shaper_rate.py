@@ -31,8 +31,8 @@ def _machine_explains(m) -> bool:
 def test_backlogged_port_never_exceeds_its_rate(overhead_bytes):
     """Frame bytes per second <= R x frame / (frame + overhead) within the measurement's
     own uncertainty (about 0.05% here), in every attempt. A loaded machine may only make
-    it slower: a starved attempt is measured again, and fails the test only when the
-    machine was quiet through every attempt."""
+    it slower, or widen the uncertainty (a stalled clock read): such an attempt is
+    measured again, and fails the test only when the machine was quiet meanwhile."""
     _root_or_skip()
     from emu.wirerate import measure_shaped_rate
 
@@ -41,14 +41,16 @@ def test_backlogged_port_never_exceeds_its_rate(overhead_bytes):
         m = measure_shaped_rate(RATE_EMU_BPS, 4154, duration_s=8.0, warmup_s=0.5,
                                 overhead_bytes=overhead_bytes, reads=2)
         assert m.always_backlogged and m.drops == 0, m
-        assert m.relative_uncertainty < 1e-3, m
         assert m.low_bps <= m.expected_bps, m  # never generous
         attempts.append(m)
+        if m.relative_uncertainty >= 1e-3:
+            assert _machine_explains(m), m  # a quiet machine reads its clock at once
+            continue
         if m.high_bps >= STARVED_BELOW * m.expected_bps:
             return
     if all(_machine_explains(m) for m in attempts):
-        pytest.skip("the shaper ran below 99% of its rate in every attempt, on a machine "
-                    "too busy to say why: " + "; ".join(
+        pytest.skip("no attempt measured the shaper at 99% of its rate within 0.1%, on a "
+                    "machine too busy to say why: " + "; ".join(
                         f"{m.measured_bps / m.expected_bps:.3f} of R, {m.machine_busy:.0%} "
                         f"busy, steal {m.steal_s * 1e3:.0f} ms" for m in attempts))
     pytest.fail(f"starved on a quiet machine: {attempts}")
