@@ -277,7 +277,8 @@ def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[
             frames = (frame_estimate(workload, graph, routes, mode,
                                      groups=group_routes(topo, routes)
                                      if mode in GROUP_MODES else None,
-                                     window=_window_frames(opts, topo, workload, mode))
+                                     window=_window_frames(opts, topo.family, (graph, routes),
+                                                           workload, mode))
                       if mode in FRAME_MODES else None)
             run.attempt(partial(_measure, run, fab, case, mode,
                                 (_label(entry, name, opts), workload), (model, frames), opts,
@@ -287,14 +288,16 @@ def _on_fabric(run: Run, opts: Options, entry: str, mode: str, todo: list[tuple[
             advance(case)
 
 
-def _window_frames(opts: Options, topo: Any, workload: Any, mode: str) -> int | None:
-    """The window (frames) the engine gives the case's QPs, as `engine.run` resolves it."""
-    window = case_window(opts, topo.family)
+def _window_frames(opts: Options, family: str, routed: tuple[Any, Any], workload: Any,
+                   mode: str) -> int | None:
+    """The window (frames) the engine gives the case's QPs, as `engine.run` resolves it,
+    on the fabric's already routed ``(graph, routes)``."""
+    window = case_window(opts, family)
     if window != "bdp":
         return window
-    return bdp_window_packets(topo_graph(topo), compute_routes(topo),
-                              {(m.src, m.dst) for m in workload.messages}, mode,
-                              engine_config(opts.cc).acks_every)
+    graph, routes = routed
+    return bdp_window_packets(graph, routes, {(m.src, m.dst) for m in workload.messages},
+                              mode, engine_config(opts.cc).acks_every)
 
 
 def _timed_measure(fab: Fabric, workload: Any, config: Any, opts: Options

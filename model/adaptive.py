@@ -74,7 +74,12 @@ import networkx as nx
 from core.errors import ParameterError
 from core.frame import ACK_FRAME_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from core.messages import Workload
-from topologies.loadbalance import least_queue_choice, round_robin_choice, spray_choice
+from topologies.loadbalance import (
+    GROUP_MODES,
+    least_queue_choice,
+    round_robin_choice,
+    spray_choice,
+)
 from topologies.routing import Routes
 from topologies.valiant import (
     TAG_MINIMAL,
@@ -85,9 +90,8 @@ from topologies.valiant import (
     ugal_prefers_valiant,
 )
 
-#: The modes of any fabric, and those that route through dragonfly groups.
+#: The modes of any fabric (and GROUP_MODES on a dragonfly).
 MODES = ("adaptive", "spray", "spray-rr", "ecmp")
-GROUP_MODES = ("valiant", "ugal")
 #: Data frames per ACK: the engine's default coalescing (engine.run.DEFAULT_ACKS_EVERY).
 DEFAULT_ACKS_EVERY = 16
 #: Timing noise of `estimate`: arrivals are never exactly simultaneous (see above).
@@ -189,9 +193,7 @@ class _Decider:
         (``from_host``: it came in from its host), and the tag it leaves with."""
         if self.groups is not None and node not in (src, dst):
             return self._group_hop(node, src, dst, tag, from_host, now_ps)
-        hops = self.routes.next_hops[node].get(dst)
-        if not hops:
-            raise ParameterError("routes", (node, dst), "no route for a frame of the workload")
+        hops = self._minimal(node, dst)
         return hops[self.member(node, hops, src, dst, now_ps) if len(hops) > 1 else 0], tag
 
     def _group_hop(self, node: str, src: str, dst: str, tag: int, from_host: bool,
@@ -200,9 +202,7 @@ class _Decider:
         gr = self.groups
         assert gr is not None
         own, dst_group, n_groups = gr.group_of[node], gr.group_of[dst], gr.groups
-        minimal = self.routes.next_hops[node].get(dst)
-        if not minimal:
-            raise ParameterError("routes", (node, dst), "no route for a frame of the workload")
+        minimal = self._minimal(node, dst)
         decide = False
         if from_host:
             decide = own != dst_group and n_groups >= 3
@@ -230,6 +230,13 @@ class _Decider:
                                 gr.via_hops(node, via, dst)):
             return toward[v], tag_of(via)
         return minimal[m], minimal_tag
+
+    def _minimal(self, node: str, dst: str) -> tuple[str, ...]:
+        """The fabric's next hops from ``node`` toward ``dst``."""
+        hops = self.routes.next_hops[node].get(dst)
+        if not hops:
+            raise ParameterError("routes", (node, dst), "no route for a frame of the workload")
+        return hops
 
     def _any(self, hops: tuple[str, ...]) -> str:
         return hops[self.rng.randrange(len(hops))] if len(hops) > 1 else hops[0]

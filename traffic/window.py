@@ -33,14 +33,10 @@ import networkx as nx
 
 from core.errors import ParameterError
 from core.frame import WIRE_FRAME_BYTES
+from topologies.loadbalance import GROUP_MODES
 from topologies.routing import Routes
 from traffic.fixeddelay import FORWARDING, round_trip_s
 from traffic.selective_repeat import WINDOW_PACKETS
-
-#: The windows a run may ask for: none (the transport's largest), IRN's BDP, or frames.
-WINDOW_CHOICES = ("none", "bdp")
-#: Routing modes whose paths detour through an intermediate group.
-DETOUR_MODES = frozenset({"valiant", "ugal"})
 
 
 def check_window(value: object) -> int | str | None:
@@ -65,7 +61,7 @@ def bdp_window_packets(graph: nx.Graph, routes: Routes, pairs: Iterable[tuple[st
     frames = max(math.ceil(round_trip_s(graph, routes.paths, src, dst, forwarding)
                            * _nic_bps(graph, src) / (8 * WIRE_FRAME_BYTES))
                  for src, dst in pairs)
-    if routing in DETOUR_MODES:
+    if routing in GROUP_MODES:  # their paths detour through an intermediate group
         frames *= 2
     return min(WINDOW_PACKETS, frames + max(0, acks_every))
 
