@@ -41,6 +41,13 @@ BATCH_FRAMES = 0.5
 NEVER_NS = 2**63 - 1                    # a NIC slot not armed, in the compiled loop's table
 
 
+def take(samples: array, buf: Any, n: int) -> None:
+    """Append the first ``n`` int64 of the C buffer ``buf`` to ``samples`` as bytes: a
+    full latency buffer (16,384 values) cost 0.7-1.9 ms as a list of ints, time in
+    which the worker read no ring."""
+    samples.frombytes(memoryview(buf).cast("B")[:n * 8])
+
+
 class Books:
     """A worker's shared state: ``plan``, ``shared``, clocks, ``deadlines``, counters."""
 

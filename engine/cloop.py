@@ -26,7 +26,7 @@ from typing import Any
 
 from core.errors import CapabilityError
 from emu.cbuild import compile_c
-from engine.books import NEVER_NS, Books
+from engine.books import NEVER_NS, Books, take
 from engine.csend import CompiledSendPath
 from engine.recvpath import CompiledReceivePath
 from engine.sources import Host, Nic, Source
@@ -143,10 +143,10 @@ class CompiledLoop:
         c = self.c
         books = self.books
         if c.n_lat:
-            books.lat.extend(self.lat[:c.n_lat])
+            take(books.lat, self.lat, c.n_lat)
             c.n_lat = 0
         if c.n_rx_lags:
-            books.rx_lags.extend(self.rx_lags[:c.n_rx_lags])
+            take(books.rx_lags, self.rx_lags, c.n_rx_lags)
             c.n_rx_lags = 0
         books.packets_received += c.packets_received
         c.packets_received = 0
@@ -174,9 +174,9 @@ class CompiledLoop:
                 self.recv.act(self.hosts[c.slot])
             elif answer == LOOP_PY:
                 now = c.now
-                for source in deadlines.pop_due(due):
-                    source.fire(now)
-                if due > now and deadlines.next_ns() == due:
+                source = deadlines.pop_next()
+                source.fire(now)  # type: ignore[union-attr]
+                if due > now and deadlines.armed(source) == due:
                     # Fired early, it armed itself for the same time again (a timer
                     # that has not expired yet): the worker sleeps until then.
                     c.wait_ns = due

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from engine.books import NEVER_NS, Books
+from engine.books import NEVER_NS, Books, take
 from engine.burst import MAX_BURST, Burst
 from engine.handover import Handover
 from engine.sendpath import SendPath
@@ -186,7 +186,7 @@ class CompiledSendPath(SendPath):
     def drain_lags(self) -> None:
         call = self.call
         if call.n_lags:
-            self.books.lags.extend(self.lags[:call.n_lags])
+            take(self.books.lags, self.lags, call.n_lags)
             call.n_lags = 0
 
     def _serve(self, nic: Nic, now: int) -> None:

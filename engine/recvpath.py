@@ -32,7 +32,7 @@ from core.frame import (
     RETH_BYTES,
     TS_BYTES,
 )
-from engine.books import Books
+from engine.books import Books, take
 from engine.completions import Completions
 from engine.handover import Handover
 from engine.rawsock import TP_STATUS_USER, TPACKET2_HDR
@@ -257,7 +257,7 @@ class CompiledReceivePath(ReceivePath):
             # What arrived before the run's start waited for the start, not for a read.
             books.rx_lags.extend((now - max(rx.oldest_ns.value, books.t0_ns), n))
         if rx.n_latency.value:
-            books.lat.extend(rx.latency[:rx.n_latency.value])
+            take(books.lat, rx.latency, rx.n_latency.value)
         self.act(h)
 
     def act(self, h: Host) -> None:

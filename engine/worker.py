@@ -412,9 +412,9 @@ class Worker:
             due = deadlines.next_ns()
             if due is None or due > now + turn_ns or due == self.wait_ns and due > now:
                 return now
-            for source in deadlines.pop_due(due):
-                source.fire(now)
-            if due > now and deadlines.next_ns() == due:
+            source = deadlines.pop_next()
+            source.fire(now)  # type: ignore[union-attr]
+            if due > now and deadlines.armed(source) == due:
                 # Fired early, it armed itself for the same time again (a timer that
                 # has not expired yet): the worker sleeps until then.
                 self.wait_ns = due

@@ -97,17 +97,17 @@ class Deadlines:
             heapq.heappop(heap)
         return None
 
-    def pop_due(self, now_ns: int) -> list[Hashable]:
-        """Keys due at or before ``now_ns``, earliest first (they are disarmed)."""
+    def pop_next(self) -> Hashable | None:
+        """The key of the earliest live deadline (``next_ns``'s), disarmed; None if none.
+        One at a time: a worker's loop looks at its clock and rings between two."""
         heap = self._heap
         armed = self._armed
-        out = []
-        while heap and heap[0][0] <= now_ns:
+        while heap:
             t, _, key = heapq.heappop(heap)
             if armed.get(key) == t:
                 del armed[key]
-                out.append(key)
-        return out
+                return key
+        return None
 
     def __len__(self) -> int:
         return len(self._armed)

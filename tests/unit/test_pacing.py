@@ -27,14 +27,16 @@ def test_deadlines_keep_one_live_deadline_per_key():
     d.arm("b", 10)
     d.arm("a", 5)                            # re-armed earlier: the 30 entry is stale
     assert d.next_ns() == 5
-    assert d.pop_due(10) == ["a", "b"]
-    assert d.next_ns() is None and len(d) == 0
+    assert [d.pop_next(), d.pop_next()] == ["a", "b"]
+    assert d.next_ns() is None and len(d) == 0 and d.pop_next() is None
     d.arm("c", 50)
     d.arm("c", 70)                           # re-armed later: the 50 entry is stale
-    assert d.pop_due(60) == []
-    assert d.armed("c") == 70
-    d.disarm("c")
-    assert d.pop_due(100) == [] and d.next_ns() is None
+    assert d.next_ns() == 70 and d.armed("c") == 70
+    d.arm("e", 70)                           # a tie goes in the order armed
+    assert [d.pop_next(), d.pop_next()] == ["c", "e"]
+    d.arm("f", 80)
+    d.disarm("f")
+    assert d.pop_next() is None and d.next_ns() is None
 
 
 def test_schedule_catches_up_small_lag_and_records_dropped_debt():

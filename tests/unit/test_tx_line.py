@@ -154,8 +154,8 @@ class _World:
         if not self.compiled:
             deadlines = self.books.deadlines  # as the worker's loop fires them
             while (due := deadlines.next_ns()) is not None and due <= wall + TURN_NS:
-                for line in deadlines.pop_due(due):
-                    Requester.release(self.requester, line, wall)  # type: ignore[arg-type]
+                line = deadlines.pop_next()
+                Requester.release(self.requester, line, wall)  # type: ignore[arg-type]
             return
         call = self.call
         call.now, call.horizon, call.build_only = wall, wall + TURN_NS, 0

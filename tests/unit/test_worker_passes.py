@@ -90,6 +90,17 @@ def test_a_pass_stops_after_a_turn_of_work_and_leaves_the_rest_due(rig):
     assert [name for name, _ in rig.log] == ["nic0", "nic1", "nic2", "nic3", "nic4"]
 
 
+def test_deadlines_due_together_still_yield_to_the_rings_after_a_turn(rig):
+    """Eight QPs of one worker started by one completion are due at one instant; 40 ns
+    of Python each would hold the rings for a ring all-reduce's step if they fired
+    as one."""
+    for k in range(5):
+        rig.work(f"qp{k}", 1000, cost_ns=40)
+    stopped = rig.fire_due()
+    assert [name for name, _ in rig.log] == ["qp0", "qp1", "qp2"]
+    assert stopped == 1120 and len(rig.deadlines) == 2
+
+
 def test_a_timer_that_fired_early_and_rearmed_for_the_same_time_is_waited_for(rig):
     rto = rig.work("rto", 1050, rearm_ns=1050)
     rig.fire_due()
