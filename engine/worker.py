@@ -30,7 +30,10 @@ and the timerfd (file descriptors in epoll):
   then the deadlines due within a turn (``engine.books.TURN_FRAMES``) of the pass,
   earliest first, each fired at the time it is fired; a pass fires deadlines for at
   most a turn, then reads the rings again before the rest, so that a worker with many
-  NICs due together never leaves its rings waiting for all of them. Only when nothing
+  NICs due together never leaves its rings waiting for all of them. Deadlines due at
+  the same instant count one by one (``Deadlines.pop_next``): a step of a ring
+  all-reduce starts eight QPs of a worker at once, 46-67 us of Python each, which
+  fired as one held its rings for 0.66 ms at S = 2000. Only when nothing
   is ready and no deadline is due within a turn does the worker sleep in ``epoll`` on
   its rings, its eventfd and a timerfd armed at the next deadline: a deadline a
   turn away is served early instead of costing a wake-up of its own, and a deadline
