@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from array import array
 
 from engine.books import TRACE_CNP, TRACE_ECHO, TRACE_TIMER, Books
 from engine.handover import Handover
@@ -25,7 +24,6 @@ from engine.sources import DelayLine, SendQp
 from traffic.ccload import check_read_back
 from traffic.int_telemetry import decode_block
 from traffic.pacing import DepCounter
-from traffic.transport import new_sender
 
 
 class Requester:
@@ -118,16 +116,16 @@ class Requester:
     def start(self, qp: SendQp, now: int) -> None:
         books = self.books
         p = books.plan
-        qp.gbn = new_sender(p.transport, qp.n, p.rto_s, p.reorder_s, p.window)
         # The real line rate and path round trip: CC never sees S.
         qp.cc = p.cc(qp.nic.rate_bps, books.real_s(now), qp.plan.base_rtt_s, qp.plan.hops)
-        qp.tx_ns = array("q", bytes(8 * qp.n))
         self.path.begin(qp, now)
         # A message counts from when it was posted, whether it is served up to a turn
         # early or late (then its first frames' lag is booked, as any stall's).
         post = qp.post_ns
         qp.start_ns = post
-        qp.next_trace_ns = now
+        # The rate trace's first row is the start's (a row due at the first burst
+        # would send every message's first burst back from C to Python for it).
+        books.trace(qp, now)
         self.arm_cc_timer(qp)
         self.wake(qp, now, post + self.overhead_ns)  # the NIC's per-message overhead
 

@@ -25,6 +25,7 @@ from engine.books import Books
 from engine.burst import MAX_BURST
 from engine.handover import Handover
 from engine.sources import MAX_CATCHUP_NS, Nic, SendQp
+from traffic.transport import new_sender
 
 
 class SendPath:
@@ -47,7 +48,11 @@ class SendPath:
         """The run starts at ``t0_ns`` (``books.t0_ns`` is set)."""
 
     def begin(self, qp: SendQp, now: int) -> None:
-        """``qp`` was started at ``now`` (NIC time): its go-back-N and CC exist."""
+        """``qp`` was started at ``now`` (NIC time), its CC made: its transport's sender
+        (``qp.gbn``) and the send times of its packets (``qp.tx_ns``)."""
+        p = self.books.plan
+        qp.gbn = new_sender(p.transport, qp.n, p.rto_s, p.reorder_s, p.window)
+        qp.tx_ns = array("q", bytes(8 * qp.n))
 
     def sync_cc(self, qp: SendQp) -> None:
         """Take in what ``qp``'s algorithm now says (after any of its events)."""
