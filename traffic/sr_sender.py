@@ -36,7 +36,8 @@ PSN held but not which frames below it arrived, so a reply to the last frame alo
 would leave the detector in time one round trip per lost frame before it (64 frames,
 the last 16 lost: done at 452 ticks, against 202 with the timer alone). A lost tail
 so costs about a round trip instead of a timeout. Once per
-episode: the probe is armed again only by progress. Not when the responder already
+episode: the probe is armed again only by progress, and pushed back by every
+retransmission (it waits for that frame's answer too). Not when the responder already
 said it holds the last frame (the detector has what it needs), nor before a
 round trip was measured.
 
@@ -192,6 +193,11 @@ class SrSender(RequesterCounters):
             self._lost_count -= n
             self._rtx = i + n
             self.retransmitted += n
+            if self._probe_due_s is not None:
+                # A retransmission is sent too: the probe waits for its answer as for
+                # the tail's (RFC 8985 arms the PTO at each transmission). Without this
+                # the probe sent again a frame the detector in time had just resent.
+                self._arm_probe(now_s)
         else:
             i = self._nxt
             n = min(max_count, self.total_packets - i, self.window - (i - self._una))

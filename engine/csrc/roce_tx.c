@@ -137,6 +137,12 @@ int64_t tx_sr_next_index(const struct tx_sr *s)
 }
 
 /* SrSender.take: the oldest run of lost indices, else new ones in the window. */
+/* SrSender._arm_probe */
+static void sr_arm_probe(struct tx_sr *s, double now_s)
+{
+	s->probe_due_s = s->srtt_s > 0.0 ? now_s + SR_PROBE_RTTS * s->srtt_s + s->reorder_s : NAN;
+}
+
 int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *psn)
 {
 	int64_t i, n = 0;
@@ -154,6 +160,8 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 		s->lost_count -= n;
 		s->rtx = i + n;
 		s->retransmitted += n;
+		if (!isnan(s->probe_due_s))  /* SrSender.take: re-armed by a retransmission */
+			sr_arm_probe(s, now_s);
 	} else {
 		i = s->nxt;
 		n = max_count;
@@ -166,9 +174,8 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 		for (int64_t j = i; j < i + n; j++)
 			s->resent[j % SR_WINDOW >> 6] &= ~(1ull << (j % SR_WINDOW & 63));
 		s->nxt = i + n;
-		if (s->nxt == s->total_packets)  /* SrSender._arm_probe */
-			s->probe_due_s = s->srtt_s > 0.0
-				? now_s + SR_PROBE_RTTS * s->srtt_s + s->reorder_s : NAN;
+		if (s->nxt == s->total_packets)
+			sr_arm_probe(s, now_s);
 	}
 	if (isnan(s->timer_start_s)) {
 		s->timer_start_s = now_s;
