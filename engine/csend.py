@@ -150,8 +150,8 @@ class CompiledSendPath(SendPath):
     def _prepare(self, qp: SendQp, c: TxQp) -> None:
         """Go-back-N's fresh state and the send-time array, made at set-up (before the
         run) instead of when ``qp`` starts: a start is Python's work in the run, and a
-        fattree,8 ring starts 64 of a worker's QPs at once, 8 frames each (about 20 of
-        a start's 73 us). Selective repeat's state (16 KB a QP) waits for the start."""
+        fattree,8 ring starts 64 of a worker's QPs at once, 8 frames each. Selective
+        repeat's state (16 KB a QP) waits for the start."""
         if self.books.plan.transport != "gbn":
             return
         SendPath.begin(self, qp, 0)
