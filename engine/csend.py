@@ -18,7 +18,7 @@ import os
 from engine.books import NEVER_NS, Books, take
 from engine.burst import MAX_BURST, Burst
 from engine.handover import Handover
-from engine.sendpath import SendPath
+from engine.sendpath import SendPath, fresh_transport
 from engine.sources import MAX_CATCHUP_NS, Nic, SendQp
 from engine.tx import (
     TX_AFTER,
@@ -33,6 +33,7 @@ from engine.tx import (
     TxLine,
     TxNic,
     TxQp,
+    TxSr,
     attach,
     line_ring,
 )
@@ -152,25 +153,23 @@ class CompiledSendPath(SendPath):
         run) instead of when ``qp`` starts: a start is Python's work in the run, and a
         fattree,8 ring starts 64 of a worker's QPs at once, 8 frames each. Selective
         repeat's state (16 KB a QP) waits for the start."""
-        if self.books.plan.transport != "gbn":
-            return
-        SendPath.begin(self, qp, 0)
-        c.gbn = TxGbn.of(qp.gbn)  # type: ignore[arg-type]
-        qp.gbn = None
+        if self.books.plan.transport == "gbn":
+            self._into_c(qp, c)
+
+    def _into_c(self, qp: SendQp, c: TxQp) -> TxGbn | TxSr:
+        """A fresh sender for ``qp`` with its state in ``c`` (go-back-N or selective
+        repeat) and its send-time array lent to ``c``: the view to use as its sender."""
+        sender, qp.tx_ns = fresh_transport(self.books.plan, qp.n)
         c.tx_ns = ctypes.cast(qp.tx_ns.buffer_info()[0], ctypes.POINTER(ctypes.c_int64))
+        return attach(c, sender)
 
     def begin(self, qp: SendQp, now: int) -> None:
         c = qp.c
         if c is None:
             super().begin(qp, now)
             return
-        # The compiled sender keeps the transport's state (go-back-N or selective repeat).
-        if c.tx_ns:
-            qp.gbn = c.gbn
-        else:
-            super().begin(qp, now)
-            qp.gbn = attach(c, qp.gbn)
-            c.tx_ns = ctypes.cast(qp.tx_ns.buffer_info()[0], ctypes.POINTER(ctypes.c_int64))
+        # The compiled sender keeps the transport's state; made at set-up if tx_ns is set.
+        qp.gbn = c.gbn if c.tx_ns else self._into_c(qp, c)
         c.calls_on_send = calls_on_send(qp.cc)
         self.sync_cc(qp)
 

@@ -28,6 +28,13 @@ from engine.sources import MAX_CATCHUP_NS, Nic, SendQp
 from traffic.transport import new_sender
 
 
+def fresh_transport(plan: Any, n_packets: int) -> tuple[Any, array]:
+    """A message's sender, go-back-N or selective repeat as ``plan`` says, and the send
+    times of its ``n_packets`` packets, both fresh."""
+    return (new_sender(plan.transport, n_packets, plan.rto_s, plan.reorder_s, plan.window),
+            array("q", bytes(8 * n_packets)))
+
+
 class SendPath:
     """Sends what a NIC owes (``service``) and keeps its busy QPs."""
 
@@ -50,9 +57,7 @@ class SendPath:
     def begin(self, qp: SendQp, now: int) -> None:
         """``qp`` was started at ``now`` (NIC time), its CC made: its transport's sender
         (``qp.gbn``) and the send times of its packets (``qp.tx_ns``)."""
-        p = self.books.plan
-        qp.gbn = new_sender(p.transport, qp.n, p.rto_s, p.reorder_s, p.window)
-        qp.tx_ns = array("q", bytes(8 * qp.n))
+        qp.gbn, qp.tx_ns = fresh_transport(self.books.plan, qp.n)
 
     def sync_cc(self, qp: SendQp) -> None:
         """Take in what ``qp``'s algorithm now says (after any of its events)."""
