@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,14 @@ def machine_only(reasons: list[str]) -> bool:
     return (any(any(m in r for m in MACHINE_REASONS) for r in reasons)
             and all(any(m in r for m in allowed) for r in reasons))
 
+#: The share of the wall-clock CPU the hypervisor takes (steal) above which a run the
+#: gate refused for the machine's timing alone, at S and again at a larger S, is the
+#: machine's and not the test's failure: the test skips with the reason (the rate
+#: tests use the same bound). A quiet spell on this project's VM steals 0.2-1.1 % (10 s
+#: windows); in the CI run that failed the quick demo three times in a row, the gate
+#: saw 12-15 ms of send lag at S = 20000 while the hypervisor took 30 and 360 ms.
+STEAL_SPELL = 0.01
+
 Overrides = Mapping[str, Any] | Callable[[float], Mapping[str, Any]]
 
 
@@ -82,13 +91,18 @@ def run_judged(run: Callable[..., Any], *args: Any, scale: float,
     On a shared VM a stall of a few ms (the hypervisor taking the CPU: 160-310 ms of
     it in one CI run) fails a frame time of 0.8 ms at S = 20000, and the gate is right
     to refuse the run; stalls come in bad spells, and a larger S lessens their weight.
-    ``overrides`` may depend on S (a callable of it). Any other reason is returned as
-    it is and fails the test."""
+    ``overrides`` may depend on S (a callable of it). Refused for the machine alone
+    twice over while the hypervisor stole more than `STEAL_SPELL` of the CPU, the test
+    skips with the gate's reasons; any other reason is returned as it is and fails
+    the test."""
     def attempt(s: float, force: bool) -> Any:
         extra = overrides(s) if callable(overrides) else (overrides or {})
         return run(*args, scale=s, overrides={"attempts": SUITE_ATTEMPTS, **extra},
                    force=force, **kwargs)
 
+    from core.machinecpu import cpu_ticks, steal_s
+
+    before, began = cpu_ticks(), time.monotonic()
     result = attempt(scale, force=False)
     reasons = list(result.fidelity.reasons)
     if not result.valid and machine_only(reasons):
@@ -96,6 +110,11 @@ def run_judged(run: Callable[..., Any], *args: Any, scale: float,
         print(f"run again at S = {again:g}: the gate refused the run for the machine's "
               f"timing: {reasons}")
         result = attempt(again, force=True)
+        stolen = steal_s(before, cpu_ticks()) / (time.monotonic() - began)
+        if not result.valid and machine_only(list(result.fidelity.reasons)) \
+                and stolen > STEAL_SPELL:
+            pytest.skip(f"the gate refused every run for the machine's timing while the "
+                        f"hypervisor took {stolen:.1%} of the CPU: {result.fidelity.reasons}")
     return result
 
 
