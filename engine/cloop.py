@@ -2,17 +2,19 @@
 
 ``CompiledLoop.run`` is ``engine.worker.Worker``'s loop (same passes, same order,
 same sleeps) with its hot part in C: epoll, the timerfd, reading the rings
-(roce_rx.c), serving the NICs' pacing slots (roce_tx.c's ``tx_service``) and
+(roce_rx.c), serving the NICs' pacing slots (roce_tx.c's ``tx_service``),
 handing over their delay lines' bursts when due (``tx_release``; the lines are in C,
 ``CompiledSendPath.use_lines``, and their heads are part of the loop's own wake-up
-time) run in ``loop_pass``, which returns to Python only for what Python does: the events a ring
-read left (ACKs for this worker's senders, completed messages, replies C could not
-send), the completion eventfd, the deadlines Python keeps (QPs' start and
-retransmission timers, congestion-control timers, the ACK and CNP delay lines,
-delayed ACKs), a sender's answer that needs Python (a QP gone idle, an algorithm's
-``on_send``, a trace, a short send, a full delay line), a NIC holding frames pushed
-back, and full
-sample buffers. The NICs' slots live in C's table (``Books.nic_due``), so every
+time) and holding the ACKs and CNPs of this worker's senders for their reply path's
+delay (the control line: taken out of a read's events, handed back when due, as
+``Requester.ctrl_in`` holds them on the Python loop) run in ``loop_pass``, which
+returns to Python only for what Python does: the events a ring read left
+(completed messages, replies C could not send, ACKs and CNPs without a delay or
+with an INT block), an ACK or CNP whose delay is up, the completion eventfd, the
+deadlines Python keeps (QPs' start and retransmission timers, congestion-control
+timers, delayed ACKs), a sender's answer that needs Python (a QP gone idle, an
+algorithm's ``on_send``, a trace, a short send, a full delay line), a NIC holding
+frames pushed back, and full sample buffers. The NICs' slots live in C's table (``Books.nic_due``), so every
 part of the engine arms a NIC through ``Books.arm_nic``.
 """
 
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import CapabilityError
+from core.frame import FIRST_QPN
 from emu.cbuild import compile_c
 from engine.books import NEVER_NS, Books, take
 from engine.csend import CompiledSendPath
@@ -33,11 +36,19 @@ from engine.sources import Host, Nic, Source
 
 # loop_pass's answers (roce_loop.c).
 (LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR,
- LOOP_LINE) = range(9)
+ LOOP_LINE, LOOP_CTRL) = range(10)
 _MAX_READY = 256
 _LAT_READS = 64                         # latency buffer: this many full reads' samples
 _RX_LAG_READS = 1000                    # receive-lag buffer: (lag, frames) of this many reads
 _LAT_PER_FRAME = 4
+
+
+class _CtrlHeld(ctypes.Structure):
+    """roce_loop.c's struct ctrl_held: an ACK or CNP in the control line."""
+
+    _fields_ = [("release_ns", ctypes.c_int64), ("seq", ctypes.c_int64), ("msg", ctypes.c_int64),
+                ("kind", ctypes.c_uint32), ("psn", ctypes.c_uint32), ("arg", ctypes.c_uint32),
+                ("msn", ctypes.c_uint32)]
 
 
 class _Loop(ctypes.Structure):
@@ -58,6 +69,11 @@ class _Loop(ctypes.Structure):
                 ("n_lat", ctypes.c_int64),
                 ("packets_received", ctypes.c_int64), ("wakeups", ctypes.c_int64),
                 ("timer_armed", ctypes.c_int64), ("py_due", ctypes.c_int64),
+                ("ctrl_delay_ns", ctypes.POINTER(ctypes.c_int64)),
+                ("ctrl_host", ctypes.POINTER(ctypes.c_int64)), ("n_msgs", ctypes.c_int64),
+                ("heap", ctypes.c_void_p), ("heap_n", ctypes.c_int64),
+                ("heap_cap", ctypes.c_int64), ("ctrl_seq", ctypes.c_int64),
+                ("ctrl", _CtrlHeld),
                 ("house_ns", ctypes.c_int64),
                 ("phase", ctypes.c_int64), ("n_ready", ctypes.c_int64),
                 ("at_ready", ctypes.c_int64), ("fired", ctypes.c_int64), ("now", ctypes.c_int64),
@@ -71,13 +87,20 @@ def source() -> Path:
 
 
 class LoopLib:
-    """roce_loop.c's ``loop_pass``."""
+    """roce_loop.c's ``loop_pass``, ``ctrl_hold`` (a read's events into the control
+    line, which ``loop_pass`` calls after each read) and ``loop_free``."""
 
     def __init__(self) -> None:
         lib = ctypes.CDLL(str(compile_c(source(), "shared", what="the engine's compiled loop")))
         lib.loop_pass.restype = ctypes.c_int
         lib.loop_pass.argtypes = [ctypes.c_void_p]
+        lib.ctrl_hold.restype = None
+        lib.ctrl_hold.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
+        lib.loop_free.restype = None
+        lib.loop_free.argtypes = [ctypes.c_void_p]
         self.loop_pass = lib.loop_pass
+        self.ctrl_hold = lib.ctrl_hold
+        self.loop_free = lib.loop_free
 
 
 def compiled_loop(books: Books, send: Any, recv: Any, hosts: list[Host], nics: list[Nic],
@@ -99,6 +122,7 @@ class CompiledLoop:
     def __init__(self, lib: LoopLib, books: Books, send: CompiledSendPath,
                  recv: CompiledReceivePath, hosts: list[Host], nics: list[Nic], idle_ns: int):
         self.pass_ = lib.loop_pass
+        self.free = lib.loop_free
         self.books = books
         self.send = send
         self.recv = recv
@@ -123,6 +147,23 @@ class CompiledLoop:
                        lat=self.lat, lat_cap=len(self.lat), wait_ns=-1)
         self.addr = ctypes.addressof(self.c)
         books.nic_due = self.due
+        self._hold_ctrl(books.plan.n_messages)
+
+    def _hold_ctrl(self, n_msgs: int) -> None:
+        """The control line holds the ACKs and CNPs of each sender with a delay line
+        for the reply path's delay and the NIC clock's (``Requester.ctrl_in``), when
+        they arrive on its host's ring."""
+        self.requester = self.recv.requester
+        self.ctrl_delay_ns = (ctypes.c_int64 * max(1, n_msgs))()
+        self.ctrl_host = (ctypes.c_int64 * max(1, n_msgs))()
+        for k, h in enumerate(self.hosts):
+            for qpn, qp in h.tx_qps.items():
+                if qp.delay is not None:
+                    self.ctrl_delay_ns[qpn - FIRST_QPN] = (qp.plan.back_delay_emu_ns
+                                                           + qp.nic.fwd_ns)
+                    self.ctrl_host[qpn - FIRST_QPN] = k
+        c = self.c
+        c.ctrl_delay_ns, c.ctrl_host, c.n_msgs = self.ctrl_delay_ns, self.ctrl_host, n_msgs
 
     def start(self, ep: Any, ep_io: Any, timer_fd: int) -> None:
         """The run starts (``books.t0_ns`` is set): the rings' argument blocks and the
@@ -150,6 +191,11 @@ class CompiledLoop:
             c.n_rx_lags = 0
         books.packets_received += c.packets_received
         c.packets_received = 0
+
+    def close(self) -> None:
+        """The run is over: what the control line still holds is dropped, as the
+        Python loop's delay lines are."""
+        self.free(self.addr)
 
     @property
     def wakeups(self) -> int:
@@ -188,6 +234,10 @@ class CompiledLoop:
                 self.nics[c.slot].fire(c.now)
             elif answer == LOOP_LINE:
                 self.send.release(self.nics[c.slot], c.now, c.tx_event)
+            elif answer == LOOP_CTRL:
+                held = c.ctrl
+                self.requester.released(held.msg, held.kind, held.psn,
+                                        held.arg | held.msn << 16, held.release_ns)
             elif answer == LOOP_FD:
                 by_fd[c.slot].fire(mono())
                 c.house_ns = 0  # it may have found everything acknowledged

@@ -111,7 +111,7 @@ class ReceivePath:
         ``qpn``: to the requester, or counted as unknown if that QP has not started (no
         transport state for an ACK, no congestion control for a CNP)."""
         qp = h.tx_qps.get(qpn)
-        if qp is None or (qp.gbn if kind == EV_ACK_IN else qp.cc) is None:
+        if qp is None or not self.requester.knows(qp, kind):
             self.books.unknown_frames += 1
         else:
             self.requester.ctrl_in(qp, kind, psn, arg, rx_ns, int_block)

@@ -3,8 +3,9 @@ sending (engine.sendpath).
 
 It serves a ``SendQp``'s own deadlines (its start, then its retransmission timer),
 its congestion control's timer, and its delay lines; it acts on the ACKs, NAKs and
-CNPs the receive path hands it (go-back-N, ``traffic.gbn``; the algorithm, from
-the plan's ``traffic.ccload.CcFactory``); and it posts messages whose
+CNPs the receive path hands it, or the compiled loop's control line releases
+(``released``; go-back-N, ``traffic.gbn``; the algorithm, from the plan's
+``traffic.ccload.CcFactory``); and it posts messages whose
 dependencies completed (``completed``). Every time here is NIC time (engine.worker's
 docstring, "Fixed delays") unless it says wall.
 """
@@ -173,6 +174,22 @@ class Requester:
         else:
             line.hold(line.ctrl, (rx_ns + qp.plan.back_delay_emu_ns + qp.nic.fwd_ns,
                                   kind, psn, arg, int_block), self.books.deadlines)
+
+    def released(self, index: int, kind: int, psn: int, arg: int, release_ns: int) -> None:
+        """An ACK or CNP (``ctrl_in``'s arguments) for message ``index`` that the
+        compiled loop held in its control line (engine.cloop) is due at
+        ``release_ns`` (wall); counted as unknown if that QP has not started."""
+        qp = self.by_index[index]
+        if self.knows(qp, kind):
+            self.act(qp, kind, psn, arg, release_ns - qp.nic.fwd_ns, b"")
+        else:
+            self.books.unknown_frames += 1
+
+    @staticmethod
+    def knows(qp: SendQp, kind: int) -> bool:
+        """``qp`` can act on an ACK (``EV_ACK_IN``: it has transport state) or a CNP
+        (it has congestion control): it has started."""
+        return (qp.gbn if kind == EV_ACK_IN else qp.cc) is not None
 
     def act(self, qp: SendQp, kind: int, psn: int, arg: int, t_ns: int,
             int_block: bytes) -> None:

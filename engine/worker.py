@@ -364,6 +364,7 @@ class Worker:
                     break
         if cloop is not None:
             cloop.drain()
+            cloop.close()
             self.wakeups = cloop.wakeups
         turns[w] = -1  # the results take a while; the watchdog leaves them be
         self.wall_ns = time.monotonic_ns() - t0

@@ -18,8 +18,18 @@
  *      is fired, for at most a turn of wall time. NICs' pacing slots (`due`, by
  *      NIC slot) are served here through roce_tx.c's tx_service (`service`), and
  *      their delay lines' bursts (due at the NIC's `line_due`) handed over through
- *      tx_release (`release`); Python keeps every other deadline (QP timers, the
- *      ACK and CNP delay lines, delayed ACKs) and tells the earliest in `py_due`.
+ *      tx_release (`release`), and the control line's ACKs and CNPs (below)
+ *      handed to Python when due; Python keeps every other deadline (QP timers,
+ *      congestion-control timers, delayed ACKs, the delay lines of what C does not
+ *      hold) and tells the earliest in `py_due`.
+ *
+ * The control line: an ACK or CNP a ring read leaves for one of this worker's
+ * senders whose replies have a path delay (`ctrl_delay_ns` by message, wall ns,
+ * > 0; engine/requester.py's Requester.ctrl_in on the Python loop) is taken out
+ * of the read's events and held here, in a heap by release time (its arrival
+ * plus that delay; arrival order among equal times), instead of going to Python
+ * once to be held and once when due. An ACK that echoes an INT block stays
+ * Python's, and so does any when the heap cannot grow.
  *
  * The pass returns to Python only for what Python must do, and Python calls it
  * again to go on where it stopped (`phase`, `at_ready`, `fired`):
@@ -38,6 +48,8 @@
  *   LOOP_LINE    NIC `slot`'s delay lines are due and tx_release answered
  *                `tx_event` (not TX_ARM), or, `tx_event` -1, not called because
  *                Python holds a backlog for the NIC: Python goes on (engine/csend.py);
+ *   LOOP_CTRL    the control line's earliest ACK or CNP is due: message `slot`'s,
+ *                `ctrl` its fields, released at `ctrl.release_ns`;
  *   LOOP_DRAIN   the latency or receive-lag buffer is full: Python empties it;
  *   LOOP_ERROR   epoll or the timerfd failed (`err`: errno).
  */
@@ -46,6 +58,8 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
 #include <time.h>
@@ -55,7 +69,14 @@
 #define LAT_PER_FRAME 4         /* roce_rx.c: int64 per latency sample */
 
 enum { LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR,
-       LOOP_LINE };
+       LOOP_LINE, LOOP_CTRL };
+
+struct ctrl_held {              /* engine/cloop.py: _CtrlHeld: an ACK or CNP in the line */
+	int64_t release_ns;         /* wall time Python acts on it */
+	int64_t seq;                /* arrival order: ties keep it */
+	int64_t msg;                /* the message (QPN - FIRST_QPN) */
+	uint32_t kind, psn, arg, msn;  /* the ring's event (roce_rx.h) */
+};
 
 struct loop {                   /* engine/cloop.py: _Loop */
 	int (*service)(struct tx_call *);
@@ -77,6 +98,12 @@ struct loop {                   /* engine/cloop.py: _Loop */
 	int64_t lat_cap, n_lat;
 	int64_t packets_received, wakeups, timer_armed;
 	int64_t py_due;             /* in: Python's earliest deadline; NEVER: none */
+	const int64_t *ctrl_delay_ns;  /* by message: > 0: its replies wait that long here */
+	const int64_t *ctrl_host;   /* by message: the ring its replies arrive on */
+	int64_t n_msgs;
+	struct ctrl_held *heap;     /* the control line (malloc'd here; loop_free) */
+	int64_t heap_n, heap_cap, ctrl_seq;
+	struct ctrl_held ctrl;      /* out, LOOP_CTRL */
 	int64_t house_ns;           /* in: Python's next housekeeping */
 	/* where the pass is */
 	int64_t phase, n_ready, at_ready, fired, now, end, wait_ns;
@@ -91,6 +118,101 @@ static int64_t mono_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int held_before(const struct ctrl_held *a, const struct ctrl_held *b)
+{
+	return a->release_ns < b->release_ns || (a->release_ns == b->release_ns && a->seq < b->seq);
+}
+
+/* Put `h` in the control line; -1 if it cannot grow. */
+static int ctrl_push(struct loop *l, struct ctrl_held h)
+{
+	if (l->heap_n == l->heap_cap) {
+		int64_t cap = l->heap_cap ? 2 * l->heap_cap : 256;
+		struct ctrl_held *grown = realloc(l->heap, (size_t)cap * sizeof(*grown));
+
+		if (!grown)
+			return -1;
+		l->heap = grown;
+		l->heap_cap = cap;
+	}
+	h.seq = l->ctrl_seq++;
+	int64_t i = l->heap_n++;
+
+	while (i > 0 && held_before(&h, &l->heap[(i - 1) / 2])) {
+		l->heap[i] = l->heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	l->heap[i] = h;
+	return 0;
+}
+
+/* The control line's earliest, taken out. */
+static struct ctrl_held ctrl_pop(struct loop *l)
+{
+	struct ctrl_held top = l->heap[0], last = l->heap[--l->heap_n];
+	int64_t i = 0, n = l->heap_n;
+
+	for (;;) {
+		int64_t k = 2 * i + 1;
+
+		if (k >= n)
+			break;
+		if (k + 1 < n && held_before(&l->heap[k + 1], &l->heap[k]))
+			k++;
+		if (!held_before(&l->heap[k], &last))
+			break;
+		l->heap[i] = l->heap[k];
+		i = k;
+	}
+	if (n)
+		l->heap[i] = last;
+	return top;
+}
+
+static int64_t ctrl_due(const struct loop *l)
+{
+	return l->heap_n ? l->heap[0].release_ns : NEVER;
+}
+
+/*
+ * Take the ACKs and CNPs of ring `h`'s last read (`c`) that the control line
+ * holds out of its events, keeping the others, with their INT blocks, in order.
+ */
+void ctrl_hold(struct loop *l, int64_t h, const struct rx_call *c)
+{
+	struct rx_event *ev = c->ev;
+	uint32_t n = *c->n_ev, kept = 0;
+
+	for (uint32_t k = 0; k < n; k++) {
+		const struct rx_event e = ev[k];
+		int64_t msg = (int64_t)e.qpn - FIRST_QPN;
+		int held = (e.kind == EV_CNP_IN ||
+			    (e.kind == EV_ACK_IN && !(c->intbuf && c->intbuf[(size_t)k * INT_BLOCK_BYTES])))
+			&& msg >= 0 && msg < l->n_msgs && l->ctrl_delay_ns[msg] > 0
+			&& l->ctrl_host[msg] == h
+			&& ctrl_push(l, (struct ctrl_held){e.rx_ns + l->ctrl_delay_ns[msg], 0, msg,
+							   e.kind, e.psn, e.arg, e.msn}) == 0;
+
+		if (held)
+			continue;
+		if (kept != k) {
+			ev[kept] = e;
+			if (c->intbuf)
+				memcpy(c->intbuf + (size_t)kept * INT_BLOCK_BYTES,
+				       c->intbuf + (size_t)k * INT_BLOCK_BYTES, INT_BLOCK_BYTES);
+		}
+		kept++;
+	}
+	*c->n_ev = kept;
+}
+
+void loop_free(struct loop *l)
+{
+	free(l->heap);
+	l->heap = NULL;
+	l->heap_n = l->heap_cap = 0;
 }
 
 /* The NIC slot due first, for its pacing slot or (`*line`) its delay lines (-1:
@@ -122,7 +244,9 @@ static int64_t next_due(const struct loop *l)
 	int line;
 
 	first_nic(l, &at, &line);
-	return at < l->py_due ? at : l->py_due;
+	if (l->py_due < at)
+		at = l->py_due;
+	return ctrl_due(l) < at ? ctrl_due(l) : at;
 }
 
 static int arm_timer(struct loop *l, int64_t at_ns)
@@ -197,6 +321,8 @@ static int read_ring(struct loop *l, int64_t h, int64_t now)
 	int got = l->read(c);
 
 	l->n_lat += *c->n_lat;
+	if (l->n_msgs && *c->n_ev)
+		ctrl_hold(l, h, c);
 	if (got) {
 		int64_t oldest = *c->oldest_ns > l->t0_ns ? *c->oldest_ns : l->t0_ns;
 
@@ -259,11 +385,19 @@ static int fire_due(struct loop *l)
 		int line;
 		int64_t k = first_nic(l, &nic_due, &line);
 		int64_t due = nic_due < l->py_due ? nic_due : l->py_due;
+		int64_t held = ctrl_due(l);
 
+		if (held < due)
+			due = held;
 		if (due == NEVER || due > now + l->turn_ns || (due == l->wait_ns && due > now))
 			break;
 		l->now = now;
 		l->fired = 1;
+		if (held == due) {
+			l->ctrl = ctrl_pop(l);
+			l->slot = l->ctrl.msg;
+			return LOOP_CTRL;
+		}
 		if (l->py_due <= nic_due) {
 			l->slot = l->py_due;
 			return LOOP_PY;

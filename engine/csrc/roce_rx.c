@@ -54,7 +54,6 @@
 #define IP_OVERHEAD 44          /* IPv4 20 + UDP 8 + BTH 12 + ICRC 4 */
 #define ACK_IP_BYTES 48         /* an ACK's IPv4 total length without INT: + AETH 4 */
 #define TS_BYTES 8
-#define INT_BLOCK_BYTES (INT_HEADER_BYTES + INT_MAX_HOPS * INT_RECORD_BYTES)
 #define OFF_IP 14
 #define OFF_BECN 46             /* BTH byte 4: FECN, BECN */
 #define BECN_BIT 0x40
@@ -66,8 +65,6 @@
 #define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
 #define SR_MAX_RUN 32
 
-enum { EV_ACK = 1, EV_NAK = 2, EV_CNP = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
-       EV_UNKNOWN = 7, EV_PENDING = 8, EV_SR = 9 };
 
 struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t host;              /* owning host + 1; 0: not a QP this worker receives */

@@ -9,6 +9,13 @@
 
 struct rx_qp;
 
+/* An event's kind (engine/rx.py: EV_*). */
+enum { EV_ACK = 1, EV_NAK = 2, EV_CNP = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
+       EV_UNKNOWN = 7, EV_PENDING = 8, EV_SR = 9 };
+
+/* An event's INT block in `intbuf` (hop count 0: none). */
+#define INT_BLOCK_BYTES (INT_HEADER_BYTES + INT_MAX_HOPS * INT_RECORD_BYTES)
+
 struct rx_event {               /* mirrors engine/rx.py: _RxEvent */
 	int64_t rx_ns;
 	uint32_t kind, qpn, psn, arg;
