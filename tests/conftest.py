@@ -59,14 +59,20 @@ SUITE_ATTEMPTS = 2
 MACHINE_REASONS = ("pacing lag", "receive lag", "pacing debt kept", "NIC rate", "machine CPU")
 
 
-def machine_only(reasons: list[str]) -> bool:
+def machine_only(reasons: list[str], stolen: float = 0.0) -> bool:
     """The gate's reasons name the machine's timing and nothing else: at least one of
     MACHINE_REASONS, and besides them only the suggested S and what a stall also fails
-    (experiments.rundir.STALL_CONSEQUENCES)."""
+    (experiments.rundir.STALL_CONSEQUENCES); or, while the hypervisor took more than
+    `STEAL_SPELL` of the CPU (``stolen``, a share of the wall clock), what a stall also
+    fails alone. A stolen CPU stalls a port's shaper as well as a worker: the real
+    queue then stays above the marker's virtual one (a CI run: 2.4-7.8 frames against
+    a limit of 2, with the workers on time), and the gate cannot tell that stall from
+    a wrong marker, so it refuses the run without naming the machine."""
     from experiments.rundir import STALL_CONSEQUENCES
 
     allowed = (*MACHINE_REASONS, *STALL_CONSEQUENCES, "suggested scale factor")
-    return (any(any(m in r for m in MACHINE_REASONS) for r in reasons)
+    named = MACHINE_REASONS + (STALL_CONSEQUENCES if stolen > STEAL_SPELL else ())
+    return (any(any(m in r for m in named) for r in reasons)
             and all(any(m in r for m in allowed) for r in reasons))
 
 #: The share of the wall-clock CPU the hypervisor takes (steal) above which a run the
@@ -102,17 +108,20 @@ def run_judged(run: Callable[..., Any], *args: Any, scale: float,
 
     from core.machinecpu import cpu_ticks, steal_s
 
+    def stolen_since(ticks: Any, began: float) -> float:
+        return steal_s(ticks, cpu_ticks()) / (time.monotonic() - began)
+
     before, began = cpu_ticks(), time.monotonic()
     result = attempt(scale, force=False)
     reasons = list(result.fidelity.reasons)
-    if not result.valid and machine_only(reasons):
+    if not result.valid and machine_only(reasons, stolen_since(before, began)):
         again = min(max(2 * scale, result.fidelity.suggested_scale), 4 * scale)
         print(f"run again at S = {again:g}: the gate refused the run for the machine's "
               f"timing: {reasons}")
         result = attempt(again, force=True)
-        stolen = steal_s(before, cpu_ticks()) / (time.monotonic() - began)
-        if not result.valid and machine_only(list(result.fidelity.reasons)) \
-                and stolen > STEAL_SPELL:
+        stolen = stolen_since(before, began)
+        if not result.valid and stolen > STEAL_SPELL \
+                and machine_only(list(result.fidelity.reasons), stolen):
             pytest.skip(f"the gate refused every run for the machine's timing while the "
                         f"hypervisor took {stolen:.1%} of the CPU: {result.fidelity.reasons}")
     return result
