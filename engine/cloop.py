@@ -151,16 +151,15 @@ class CompiledLoop:
 
     def _hold_ctrl(self, n_msgs: int) -> None:
         """The control line holds the ACKs and CNPs of each sender with a delay line
-        for the reply path's delay and the NIC clock's (``Requester.ctrl_in``), when
-        they arrive on its host's ring."""
-        self.requester = self.recv.requester
+        for ``Requester.reply_delay_ns`` (as ``Requester.ctrl_in`` does), when they
+        arrive on its host's ring."""
+        self.requester = requester = self.recv.requester
         self.ctrl_delay_ns = (ctypes.c_int64 * max(1, n_msgs))()
         self.ctrl_host = (ctypes.c_int64 * max(1, n_msgs))()
         for k, h in enumerate(self.hosts):
             for qpn, qp in h.tx_qps.items():
                 if qp.delay is not None:
-                    self.ctrl_delay_ns[qpn - FIRST_QPN] = (qp.plan.back_delay_emu_ns
-                                                           + qp.nic.fwd_ns)
+                    self.ctrl_delay_ns[qpn - FIRST_QPN] = requester.reply_delay_ns(qp)
                     self.ctrl_host[qpn - FIRST_QPN] = k
         c = self.c
         c.ctrl_delay_ns, c.ctrl_host, c.n_msgs = self.ctrl_delay_ns, self.ctrl_host, n_msgs

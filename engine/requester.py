@@ -172,8 +172,14 @@ class Requester:
         if line is None:
             self.act(qp, kind, psn, arg, rx_ns, int_block)
         else:
-            line.hold(line.ctrl, (rx_ns + qp.plan.back_delay_emu_ns + qp.nic.fwd_ns,
-                                  kind, psn, arg, int_block), self.books.deadlines)
+            line.hold(line.ctrl, (rx_ns + self.reply_delay_ns(qp), kind, psn, arg, int_block),
+                      self.books.deadlines)
+
+    @staticmethod
+    def reply_delay_ns(qp: SendQp) -> int:
+        """How long after its arrival (wall) the requester acts on an ACK or CNP for
+        ``qp`` that has a delay line: the reply path's delay, on the NIC's clock."""
+        return qp.plan.back_delay_emu_ns + qp.nic.fwd_ns
 
     def released(self, index: int, kind: int, psn: int, arg: int, release_ns: int) -> None:
         """An ACK or CNP (``ctrl_in``'s arguments) for message ``index`` that the

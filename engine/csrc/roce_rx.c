@@ -65,7 +65,6 @@
 #define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
 #define SR_MAX_RUN 32
 
-
 struct rx_qp {                  /* mirrors engine/rx.py: _RxQp */
 	uint32_t host;              /* owning host + 1; 0: not a QP this worker receives */
 	uint32_t total;
