@@ -90,35 +90,40 @@ def run_judged(run: Callable[..., Any], *args: Any, scale: float,
                overrides: Overrides | None = None, **kwargs: Any) -> Any:
     """``run(*args, scale=scale, overrides=..., **kwargs)`` (an experiment:
     ``registry.cli_run`` or ``registry.demo``), each case measured up to
-    `SUITE_ATTEMPTS` times while the gate refuses it for the machine's timing alone;
-    a run still refused for that alone runs once more, from scratch, at the S the gate
-    suggests, at least twice and at most four times the S.
-
-    On a shared VM a stall of a few ms (the hypervisor taking the CPU: 160-310 ms of
-    it in one CI run) fails a frame time of 0.8 ms at S = 20000, and the gate is right
-    to refuse the run; stalls come in bad spells, and a larger S lessens their weight.
-    ``overrides`` may depend on S (a callable of it). Refused for the machine alone
-    twice over while the hypervisor stole more than `STEAL_SPELL` of the CPU, the test
-    skips with the gate's reasons; any other reason is returned as it is and fails
-    the test."""
+    `SUITE_ATTEMPTS` times, judged as `judged` does."""
     def attempt(s: float, force: bool) -> Any:
         extra = overrides(s) if callable(overrides) else (overrides or {})
         return run(*args, scale=s, overrides={"attempts": SUITE_ATTEMPTS, **extra},
                    force=force, **kwargs)
+    return judged(attempt, scale)
 
+
+def judged(attempt: Callable[[float, bool], Any], scale: float) -> Any:
+    """``attempt(S, force)``: a run at S, from scratch, with its gate's verdict (an
+    object with ``valid`` and ``fidelity``, an `experiments.fidelity.FidelityReport`).
+    A run the gate refused for the machine's timing alone runs once more at the S the
+    gate suggests, at least twice and at most four times the S (``force``: even where
+    the experiment's own pre-flight would refuse that S).
+
+    On a shared VM a stall of a few ms (the hypervisor taking the CPU: 160-310 ms of
+    it in one CI run) fails a frame time of 0.8 ms at S = 20000, and the gate is right
+    to refuse the run; stalls come in bad spells, and a larger S lessens their weight.
+    Refused for the machine alone twice over while the hypervisor stole more than
+    `STEAL_SPELL` of the CPU, the test skips with the gate's reasons; any other reason
+    is returned as it is and fails the test."""
     from core.machinecpu import cpu_ticks, steal_s
 
     def stolen_since(ticks: Any, began: float) -> float:
         return steal_s(ticks, cpu_ticks()) / (time.monotonic() - began)
 
     before, began = cpu_ticks(), time.monotonic()
-    result = attempt(scale, force=False)
+    result = attempt(scale, False)
     reasons = list(result.fidelity.reasons)
     if not result.valid and machine_only(reasons, stolen_since(before, began)):
         again = min(max(2 * scale, result.fidelity.suggested_scale), 4 * scale)
         print(f"run again at S = {again:g}: the gate refused the run for the machine's "
               f"timing: {reasons}")
-        result = attempt(again, force=True)
+        result = attempt(again, True)
         stolen = stolen_since(before, began)
         if not result.valid and stolen > STEAL_SPELL \
                 and machine_only(list(result.fidelity.reasons), stolen):

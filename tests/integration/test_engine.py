@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from emu.ecn import Thresholds
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
 from engine.run import EngineConfig, run_workload
-from tests.conftest import roce_frames, tap
+from experiments.fidelity import FidelityReport
+from experiments.measure import Measurement, gate, measure
+from tests.conftest import judged, roce_frames, tap
 from topologies.fattree import FatTree, LeafSpine
 from traffic import collectives
 from traffic.roce import DATA_OPCODES, WRITE_FIRST, WRITE_LAST, WRITE_MIDDLE, Flow, QpTemplate
@@ -41,11 +44,12 @@ MB = 1 << 20
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _incast_fabric(marking: str, thresholds: Thresholds | None = None) -> Fabric:
+def _incast_fabric(marking: str, thresholds: Thresholds | None = None,
+                   scale: float = 5000) -> Fabric:
     # h1..h4 on leaf l1, receiver h5 on l2: the only bottleneck is l2 -> h5
     # (100G, 2 MB buffer); the single 400G spine uplink carries all four at line rate.
     topo = LeafSpine(leaves=2, spines=1, hosts_per_leaf=4, host_rate="100G")
-    return Fabric(topo, Scale(5000), marking=marking, thresholds=thresholds)
+    return Fabric(topo, Scale(scale), marking=marking, thresholds=thresholds)
 
 
 def _incast(size_bytes: int) -> Workload:
@@ -154,29 +158,51 @@ def test_a_timeout_while_sending_resends_each_frame_with_its_own_opcode(send_pat
         assert length == lengths[opcode], (psn, opcode, length)
 
 
-def test_incast_with_marking_generates_cnps_and_bounds_the_queue():
-    thresholds = Thresholds(40_000, 160_000, 0.2)
+@dataclass(frozen=True)
+class _GatedRun:
+    """One traffic run measured as the experiments measure it, with the gate's verdict."""
+
+    fidelity: FidelityReport
+    measured: Measurement
+    port: Any
+
+    @property
+    def valid(self) -> bool:
+        return self.fidelity.valid
+
+
+def _dcqcn_incast(thresholds: Thresholds, scale: float, force: bool) -> _GatedRun:
+    # ``force`` is for experiments' pre-flight; every S the gate suggests is allowed here.
     try:
-        fab = _incast_fabric("bpf", thresholds)
+        fab = _incast_fabric("bpf", thresholds, scale)
         fab.start()
     except (CapabilityError, ImportError, TypeError) as e:
         pytest.xfail(f"bpf marking back end not usable yet: {e}")
     try:
         port = _bottleneck(fab)
-        with QueueSampler([port], interval_s=0.002) as sampler:
-            result = run_workload(fab, _incast(MB), EngineConfig(cc="paper", timeout_s=60))
-        row = _port_row(fab, port)
+        workload = _incast(MB)
+        m = measure(fab, workload, EngineConfig(cc="paper", timeout_s=60), watch=[port])
+        return _GatedRun(gate(fab, m, workload, cc=True), m, port)
     finally:
         fab.stop()
-    _assert_exact(result)
-    m = result.messages
-    assert (m["ce_marked"] > 0).all() and (m["cnps_sent"] > 0).all()
-    assert (m["cnps_received"] > 0).all()
-    assert m["cnps_received"].sum() <= m["cnps_sent"].sum()  # CNPs are never invented
-    min_rate = result.rates.groupby("msg_id")["rate_bps"].min()
+
+
+def test_incast_with_marking_generates_cnps_and_bounds_the_queue():
+    thresholds = Thresholds(40_000, 160_000, 0.2)
+    # The queue's height is a matter of timing: a worker or a shaper stalled for a few
+    # ms lets it grow as no real fabric would, so the gate judges the run first.
+    run = judged(lambda s, force: _dcqcn_incast(thresholds, s, force), 5000)
+    assert run.valid, run.fidelity.reasons
+    port, m = run.port, run.measured
+    msgs = m.messages
+    assert (msgs["bytes_received"] == msgs["size_bytes"]).all() and msgs["completed"].all()
+    assert (msgs["ce_marked"] > 0).all() and (msgs["cnps_sent"] > 0).all()
+    assert (msgs["cnps_received"] > 0).all()
+    assert msgs["cnps_received"].sum() <= msgs["cnps_sent"].sum()  # CNPs are never invented
+    min_rate = m.rates.groupby("msg_id")["rate_bps"].min()
     assert (min_rate < 0.5 * port.rate_bps).all()  # every sender slowed down
-    assert row["qdisc_drops"] == 0 and m["retransmitted"].sum() == 0
-    q = sampler.frame()["backlog_bytes"]
+    assert m.port(port.name)["drops"] == 0 and msgs["retransmitted"].sum() == 0
+    q = m.queue["backlog_bytes"]
     busy = q[q > 0]
     # The queue passes Kmin (marking starts) but DCQCN keeps it well below the
     # buffer, with no drop; with CC off the same incast fills it (next test).
@@ -186,8 +212,8 @@ def test_incast_with_marking_generates_cnps_and_bounds_the_queue():
     assert q.max() > thresholds.kmin_bytes
     assert q.max() < 0.75 * port.buffer_bytes
     # The median sits near half the buffer since the engine holds CNPs for the ACK
-    # path's real fixed delay (a later reaction, as on a real fabric): 1.08 MB of 2 MiB
-    # measured; CC off fills the buffer.
+    # path's real fixed delay (a later reaction, as on a real fabric): 0.45-0.50 of
+    # 2 MiB measured in valid runs; CC off fills the buffer.
     assert busy.median() < 0.6 * port.buffer_bytes
     # ... and once the senders have slowed down it drains back below Kmax.
     assert (busy.iloc[busy.values.argmax():] < thresholds.kmax_bytes).any()
