@@ -44,7 +44,7 @@ from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
 from emu.runs import NamespaceSet, claim_session
 from emu.rxorder import cpu_masks, node_cpus, pin_receive_cpus
-from emu.shaping import MTU_BYTES, shape_port
+from emu.shaping import MTU_BYTES, port_lines, shape_port
 from emu.telemetry import port_stats
 from topologies import loadbalance
 from topologies.addressing import AddressPlan, plan_addresses
@@ -420,7 +420,12 @@ class Fabric(LinkState):
         self.receive_steering = f"rps: each node's receive work on one of CPUs {cpus}"
 
     def _shape_and_mark(self) -> None:
+        """Shape every port (``emu.shaping``: the plain ones in one tc batch per
+        namespace, RED leaves and netem delay lines through pyroute2), then put the
+        bpf marker on each switch port that marks."""
         policy = self._threshold_policy()
+        batches: dict[str, list[str]] = {}
+        ports: list[tuple[Port, str, bool]] = []
         for node in self.topo.nodes():
             is_switch = self.topo.role(node) != "host"
             for iface in self.plan.interfaces[node]:
@@ -438,20 +443,25 @@ class Fabric(LinkState):
                                leaf_options=red_qdisc_options(policy.for_port(port), rate_emu,
                                                               iface.buffer_bytes), delay=delay,
                                overhead_bytes=WIRE_OVERHEAD_BYTES)
-                else:
+                elif delay is not None:
                     shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes,
                                delay=delay, overhead_bytes=WIRE_OVERHEAD_BYTES)
-                if marked and self.marking == "bpf":
-                    # On clsact egress, i.e. before the delay line: the marker's virtual
-                    # queue is the real queue at leaf 10: shifted by the port's constant
-                    # delay, so it marks as the port's queue does; nothing to change.
-
-                    port.marker = attach_bpf_marker(
-                        port.netns_path, iface.ifname, rate_emu, iface.buffer_bytes,
-                        policy.for_port(port), ipr=self.namespaces.iprs[node], ifindex=idx,
-                        overhead_bytes=WIRE_OVERHEAD_BYTES,
-                        loaded=None if self._markers is None else self._markers.take())
-                self._ports.append(port)
+                else:
+                    batches.setdefault(self.namespaces.name(node), []).extend(port_lines(
+                        iface.ifname, rate_emu, iface.buffer_bytes, WIRE_OVERHEAD_BYTES))
+                ports.append((port, node, marked))
+        run_ip_batches(batches, tool="tc")
+        for port, node, marked in ports:
+            if marked and self.marking == "bpf":
+                # On clsact egress, i.e. before the delay line: the marker's virtual
+                # queue is the real queue at leaf 10: shifted by the port's constant
+                # delay, so it marks as the port's queue does; nothing to change.
+                port.marker = attach_bpf_marker(
+                    port.netns_path, port.ifname, port.rate_emu_bps, port.buffer_bytes,
+                    policy.for_port(port), ipr=self.namespaces.iprs[node], ifindex=port.ifindex,
+                    overhead_bytes=WIRE_OVERHEAD_BYTES,
+                    loaded=None if self._markers is None else self._markers.take())
+            self._ports.append(port)
 
     def _threshold_policy(self) -> Any:
         if self.marking == "off":

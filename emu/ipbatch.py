@@ -3,8 +3,9 @@
 Addresses, neighbours and routes of a k=8 fat-tree are ~13,000 netlink requests;
 pyroute2 spends ~1.5 ms of Python on each, while `ip -n NS -batch -` applies a
 namespace's whole list in one process at C speed. The batches run concurrently,
-so a fabric configures in about a second. Shaping stays on pyroute2 (few requests
-per port, and it needs the HTB rate tables computed in one place).
+so a fabric configures in about a second. Its ports' plain shaping goes the same
+way with ``tc`` (``emu.shaping.port_lines``); RED leaves and netem delay lines stay
+on pyroute2, which computes their tables in one place (``emu.ecn.red``).
 """
 
 from __future__ import annotations
