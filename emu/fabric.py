@@ -26,6 +26,7 @@ from typing import Any
 from core.ecn import ThresholdPolicy, Thresholds
 from core.errors import CapabilityError, FabricEmuError, NotRootError, ParameterError
 from core.frame import WIRE_OVERHEAD_BYTES
+from core.gcpause import collector_paused
 from core.scaling import Scale
 from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp_hashing import CHOICES as ECMP_HASH_CHOICES
@@ -168,6 +169,7 @@ class Fabric(LinkState):
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @collector_paused()
     def start(self) -> None:
         require_root()
         # Refused before any probe: counted as if every switch port gets an eBPF marker.

@@ -97,6 +97,7 @@ from core.frame import (
     WIRE_FRAME_BYTES,
     WIRE_OVERHEAD_BYTES,
 )
+from core.gcpause import collector_paused
 from core.machinecpu import cpu_ticks, machine_busy, steal_s
 from core.messages import Message, Workload
 from core.scaling import Scale
@@ -620,6 +621,7 @@ def auto_workers(rates: FrameRates, n_cpus: int) -> int:
     return max(1, min(n_cpus, math.ceil(need)))
 
 
+@collector_paused()
 def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dict[int, int],
            rt_offset_ns: int) -> list[plan.WorkerPlan]:
     scale = fab.scale
@@ -1057,6 +1059,7 @@ _MESSAGE_COLUMNS = ["msg_id", "src", "dst", "size_bytes", "start_s", "end_s", "f
                     "ack_path_delay_s", "step", "tag"]
 
 
+@collector_paused()
 def _result(fab: LiveFabric, workload: Workload, config: EngineConfig,
             plans: list[plan.WorkerPlan], reports: dict[int, WorkerStats], error: str | None,
             wall_s: float) -> EngineResult:

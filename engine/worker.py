@@ -173,6 +173,10 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
                 ring: RingSpec, burst: Burst, rx_lib: RxLib, parent_pid: int) -> None:
     """Entry point of a forked worker: run the NIC models, send the results on ``conn``."""
     realtime = _setup_process(plan.cpu)
+    # The set-up makes hundreds of thousands of long-lived objects (frame templates,
+    # QPs) and no garbage: the collector's passes over them were half of a fattree,8
+    # worker's set-up. It runs again once they are frozen, as the run starts (``run``).
+    gc.disable()
     w = plan.worker
     worker: Worker | None = None
     try:
@@ -309,6 +313,7 @@ class Worker:
         # The Scapy templates are hundreds of thousands of long-lived objects: out of
         # the collector's sight, a collection during the run costs microseconds.
         gc.freeze()
+        gc.enable()
         timer = TimerFd()
         eps = select.epoll(), select.epoll()
         try:

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from core.gcpause import collector_paused
 from core.scaling import Scale, scale_keeping_frame_time
 from core.units import format_size
 from emu.fabric import Fabric
@@ -200,6 +201,7 @@ def build_workload(topo: Any, routes: Routes, name: str, size_bytes: int) -> Any
 CURVE_MARGIN = 4
 
 
+@collector_paused()
 def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int,
                 wan: str = WAN_OFF) -> pd.DataFrame:
     """The model's time and busbw of ``name`` on topology ``spec`` over a dense size

@@ -19,6 +19,7 @@ from core.frame import (
     MTU_PAYLOAD_BYTES,
     WIRE_FRAME_BYTES,
 )
+from core.gcpause import collector_paused
 from emu.ecmp_hashing import ecmp_check
 from emu.fabric import Fabric
 from emu.telemetry import QueueSampler
@@ -375,6 +376,7 @@ def record_case(run: Run, fab: Fabric, case: str, m: Measurement, workload: Any,
 DEVIATION_TOLERANCE = 0.05
 
 
+@collector_paused()
 def measure_deviations(fab: Fabric, m: Measurement, case: str, graph: Any | None = None
                        ) -> list[dict[str, Any]]:
     """The fixed delays one run did not reproduce, measured.

@@ -43,6 +43,7 @@ import networkx as nx
 
 import model
 from core import safefile
+from core.gcpause import collector_paused
 from emu import cbuild
 from engine.cfluid import compiled_event_loop
 from model.alphabeta import (
@@ -193,6 +194,7 @@ def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, 
         _job = None
 
 
+@collector_paused()
 def hashed_draws(workload: Workload, graph: nx.Graph, paths: PathsLike, *, samples: int,
                  seed: int, **options: Any) -> list[WorkloadPrediction]:
     """`predict_workload_hashed`'s draws, from the cache when this call was priced

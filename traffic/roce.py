@@ -313,18 +313,28 @@ def _shape_key(flow: Flow) -> Flow:
 def _with_qp(prototype: bytes, flow: Flow) -> bytearray:
     """A copy of ``prototype`` (built for `_shape_key`) carrying ``flow``'s addresses,
     UDP source port and destination QPN: the bytes Scapy builds for ``flow`` itself."""
+    frame = bytearray(_addressed(prototype, flow.src_mac, flow.dst_mac, flow.src_ip,
+                                 flow.dst_ip))
+    struct.pack_into(">H", frame, OFF_SPORT, flow.sport)
+    frame[OFF_DQPN:OFF_DQPN + 3] = flow.dqpn.to_bytes(3, "big")
+    return frame
+
+
+@lru_cache(maxsize=_PROTOTYPES)
+def _addressed(prototype: bytes, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str) -> bytes:
+    """``prototype`` with a host pair's MACs and IPs (and so its IP checksum): shared by
+    the pair's QPs, which differ in UDP source port and QPN alone (a ring's 254
+    messages a pair on fattree,8)."""
     frame = bytearray(prototype)
-    frame[OFF_DST_MAC:OFF_DST_MAC + 6] = bytes.fromhex(flow.dst_mac.replace(":", ""))
-    frame[OFF_SRC_MAC:OFF_SRC_MAC + 6] = bytes.fromhex(flow.src_mac.replace(":", ""))
-    frame[OFF_SRC_IP:OFF_SRC_IP + 4] = socket.inet_aton(flow.src_ip)
-    frame[OFF_DST_IP:OFF_DST_IP + 4] = socket.inet_aton(flow.dst_ip)
+    frame[OFF_DST_MAC:OFF_DST_MAC + 6] = bytes.fromhex(dst_mac.replace(":", ""))
+    frame[OFF_SRC_MAC:OFF_SRC_MAC + 6] = bytes.fromhex(src_mac.replace(":", ""))
+    frame[OFF_SRC_IP:OFF_SRC_IP + 4] = socket.inet_aton(src_ip)
+    frame[OFF_DST_IP:OFF_DST_IP + 4] = socket.inet_aton(dst_ip)
     struct.pack_into(">H", frame, OFF_IP_CHECKSUM, 0)
     ihl_bytes = (frame[OFF_IP] & 0x0F) * 4
     struct.pack_into(">H", frame, OFF_IP_CHECKSUM,
                      internet_checksum(frame[OFF_IP:OFF_IP + ihl_bytes]))
-    struct.pack_into(">H", frame, OFF_SPORT, flow.sport)
-    frame[OFF_DQPN:OFF_DQPN + 3] = flow.dqpn.to_bytes(3, "big")
-    return frame
+    return bytes(frame)
 
 
 @lru_cache(maxsize=_PROTOTYPES)
