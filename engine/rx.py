@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import ctypes
 import mmap
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
@@ -142,13 +143,19 @@ class RxLib:
         return out.raw[:n]
 
 
+@lru_cache(maxsize=8)
+def _offsets_array(offsets: tuple[int, ...]) -> ctypes.Array:
+    """The slot offsets as C reads them, one array per ring geometry."""
+    return (ctypes.c_uint32 * len(offsets))(*offsets)
+
+
 class RxRing:
     """One host's ring as the C loop sees it: base address, slot offsets, next slot."""
 
-    def __init__(self, mm: mmap.mmap | bytearray, offsets: list[int], host_id: int):
+    def __init__(self, mm: mmap.mmap | bytearray, offsets: Sequence[int], host_id: int):
         self._keep = mm
         self.base = ctypes.addressof((ctypes.c_char * len(mm)).from_buffer(mm))
-        self.offsets = (ctypes.c_uint32 * len(offsets))(*offsets)
+        self.offsets = _offsets_array(tuple(offsets))  # C only reads it: shared
         self.n_slots = len(offsets)
         self.idx = ctypes.c_uint32(0)
         self.host_id = host_id

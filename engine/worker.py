@@ -173,9 +173,8 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
                 ring: RingSpec, burst: Burst, rx_lib: RxLib, parent_pid: int) -> None:
     """Entry point of a forked worker: run the NIC models, send the results on ``conn``."""
     realtime = _setup_process(plan.cpu)
-    # The set-up makes hundreds of thousands of long-lived objects (frame templates,
-    # QPs) and no garbage: the collector's passes over them were half of a fattree,8
-    # worker's set-up. It runs again once they are frozen, as the run starts (``run``).
+    # The set-up makes hundreds of thousands of long-lived objects and no garbage: the
+    # collector's passes were half of it (fattree,8). It resumes with them frozen (run).
     gc.disable()
     w = plan.worker
     worker: Worker | None = None
@@ -279,9 +278,12 @@ class Worker:
                 burst.prepare(shape)
             qp.nic = self.nics[(qp.plan.src, qp.plan.ifname)]
             self.hosts[qp.plan.src].tx_qps[qp.plan.reply_flow.dqpn] = qp
+        fwd: dict[int, int] = {}  # a NIC's clock leads by its QPs' shortest path delay
+        for qp in senders:
+            key = id(qp.nic)
+            fwd[key] = min(fwd.get(key, qp.plan.fwd_delay_emu_ns), qp.plan.fwd_delay_emu_ns)
         for nic in self.nics.values():
-            nic.fwd_ns = min((qp.plan.fwd_delay_emu_ns for qp in senders if qp.nic is nic),
-                             default=0)
+            nic.fwd_ns = fwd.get(id(nic), 0)
         for qp in senders:
             qp.line_ns = qp.plan.fwd_delay_emu_ns - qp.nic.fwd_ns
         return senders
