@@ -81,6 +81,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -484,6 +485,7 @@ class FixedDelays:
         self.forwarding = forwarding
         self._cache: dict[tuple[str, str, int], PathDelay] = {}
         self._rtt: dict[tuple[str, str], float] = {}
+        self._switches: dict[tuple[str, str], int] = {}
 
     def __call__(self, src: str, dst: str, frame_bytes: int) -> PathDelay:
         key = (src, dst, frame_bytes)
@@ -498,8 +500,11 @@ class FixedDelays:
     def switches(self, src: str, dst: str) -> int:
         """Switches a frame from ``src`` to ``dst`` crosses (the mean over the ECMP
         paths, rounded: equal in a Clos)."""
-        paths = self.fab.routes.paths(src, dst)
-        return round(sum(len(p) - 2 for p in paths) / len(paths))
+        key = (src, dst)
+        if key not in self._switches:
+            paths = self.fab.routes.paths(src, dst)
+            self._switches[key] = round(sum(len(p) - 2 for p in paths) / len(paths))
+        return self._switches[key]
 
     def base_rtt_s(self, src: str, dst: str) -> float:
         """The real fabric's unloaded round trip: a full frame there, its ACK back."""
@@ -630,9 +635,10 @@ def _plans(fab: LiveFabric, workload: Workload, config: EngineConfig, index: dic
     nic_keys: dict[str, set[str]] = defaultdict(set)
     delays = FixedDelays(fab, config.forwarding)
     fixed = delays if config.fixed_delays else None
+    egress = cache(fab.egress)  # per host pair: a ring has 254 messages a pair on fattree,8
     for i, m in enumerate(workload.messages):
-        eg = fab.egress(m.src, m.dst)
-        back = fab.egress(m.dst, m.src)
+        eg = egress(m.src, m.dst)
+        back = egress(m.dst, m.src)
         sport = 0xC000 | (i & 0x3FFF)  # per-QP ECMP entropy
         flow = Flow(eg.src_mac, eg.dst_mac, eg.src_ip, eg.dst_ip, sport, FIRST_QPN + i,
                     ecn=config.ecn)
