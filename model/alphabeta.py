@@ -43,8 +43,9 @@ from typing import Any, Protocol
 import networkx as nx
 
 from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
+from core.gcpause import collector_paused
 from model.busbw import busbw_factor
-from model.fluid import FluidJob, gc_paused, simulate
+from model.fluid import FluidJob, simulate
 from model.jobs import Late as Late
 from model.jobs import PathsLike as PathsLike
 from model.jobs import WorkloadJobs, memo_paths, resolve_paths
@@ -116,7 +117,7 @@ class WorkloadPrediction:
 
 
 
-@gc_paused()
+@collector_paused()
 def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                      mode: str = "spread", choice: Choice | None = None,
                      overhead_s: float = DEFAULT_OVERHEAD_S,
@@ -155,7 +156,7 @@ def hashed_pricer(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                             else wire_factor, nic_rate_bps=nic_rate_bps, late=late)
     capacities = link_capacities(graph)
 
-    @gc_paused()
+    @collector_paused()
     def price(choice: Choice | None) -> WorkloadPrediction:
         return _prediction(workload, prepared.jobs("hashed", choice), capacities, collective)
     return price

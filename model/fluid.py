@@ -19,18 +19,17 @@ allocations are cached by their multiset of job classes (steps repeat).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import networkx as nx
 import numpy as np
 
+from core.gcpause import collector_paused
 from model.maxmin import Flow, Link, as_capacities, as_flow, fill_classes, fill_sparse
 
 _DONE_REL = 1e-9
@@ -71,24 +70,6 @@ class FluidResult:
         return max(self.finish_s.values(), default=0.0)
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block (and back on after, if it was);
-    also a decorator (``@gc_paused()``).
-
-    A prediction allocates a few objects per job and frees none until it returns
-    (tens of thousands of tuples for a DAG): every allocation threshold crossed
-    starts a collection that walks them all and frees nothing, a quarter of a
-    fattree,8 ring's pricing. What the block leaves is collected later."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 #: The event loop `simulate` runs on a prepared `_FluidRun`: None for its Python
 #: `run`; an upper floor may install a compiled twin that returns the same floats
 #: (`use_event_loop`; the model cannot build C itself).
@@ -101,7 +82,7 @@ def use_event_loop(loop: Callable[[_FluidRun], FluidResult] | None) -> None:
     _event_loop = loop
 
 
-@gc_paused()
+@collector_paused()
 def simulate(jobs: Iterable[FluidJob], capacities: Mapping[Link, float]) -> FluidResult:
     """Run the fluid model; raises ValueError on unknown deps or a dependency cycle."""
     run = _FluidRun(jobs, capacities)

@@ -1,5 +1,5 @@
-"""`model.fluid.gc_paused`: the collector is off inside, as it was after; `simulate`
-runs with it paused and gives the fluid's answer."""
+"""`simulate` runs with the cyclic collector paused (`core.gcpause`) and gives the
+fluid's answer."""
 
 from __future__ import annotations
 
@@ -7,27 +7,7 @@ import gc
 
 import pytest
 
-from model.fluid import FluidJob, gc_paused, simulate
-
-
-def test_paused_inside_and_restored_after():
-    assert gc.isenabled()
-    with gc_paused():
-        assert not gc.isenabled()
-    assert gc.isenabled()
-    with pytest.raises(RuntimeError), gc_paused():
-        raise RuntimeError("leaves the block")
-    assert gc.isenabled()
-
-
-def test_left_off_when_it_was_off():
-    gc.disable()
-    try:
-        with gc_paused():
-            pass
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
+from model.fluid import FluidJob, simulate
 
 
 def test_simulate_pauses_it_and_answers_alike():
