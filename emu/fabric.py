@@ -427,7 +427,7 @@ class Fabric(LinkState):
         bpf marker on each switch port that marks."""
         policy = self._threshold_policy()
         batches: dict[str, list[str]] = {}
-        ports: list[tuple[Port, str, bool]] = []
+        ports: list[Port] = []
         for node in self.topo.nodes():
             is_switch = self.topo.role(node) != "host"
             for iface in self.plan.interfaces[node]:
@@ -437,8 +437,7 @@ class Fabric(LinkState):
                             iface.rate_bps, rate_emu, iface.buffer_bytes, iface.tier, is_switch,
                             delay_s=self.delays.delay_s.get((node, iface.peer_node), 0.0))
                 delay = self.delays.netem.get((node, iface.peer_node))
-                marked = is_switch and self.marking != "off"
-                if marked and self.marking == "red":
+                if is_switch and self.marking == "red":
                     # RED stays the leaf under HTB, below the delay line: it averages the
                     # port's queue, not the bytes in flight.
                     shape_port(self.namespaces.iprs[node], idx, rate_emu, iface.buffer_bytes, leaf="red",
@@ -451,16 +450,16 @@ class Fabric(LinkState):
                 else:
                     batches.setdefault(self.namespaces.name(node), []).extend(port_lines(
                         iface.ifname, rate_emu, iface.buffer_bytes, WIRE_OVERHEAD_BYTES))
-                ports.append((port, node, marked))
+                ports.append(port)
         run_ip_batches(batches, tool="tc")
-        for port, node, marked in ports:
-            if marked and self.marking == "bpf":
+        for port in ports:
+            if port.is_switch and self.marking == "bpf":
                 # On clsact egress, i.e. before the delay line: the marker's virtual
                 # queue is the real queue at leaf 10: shifted by the port's constant
                 # delay, so it marks as the port's queue does; nothing to change.
                 port.marker = attach_bpf_marker(
                     port.netns_path, port.ifname, port.rate_emu_bps, port.buffer_bytes,
-                    policy.for_port(port), ipr=self.namespaces.iprs[node], ifindex=port.ifindex,
+                    policy.for_port(port), ipr=self.namespaces.iprs[port.node], ifindex=port.ifindex,
                     overhead_bytes=WIRE_OVERHEAD_BYTES,
                     loaded=None if self._markers is None else self._markers.take())
             self._ports.append(port)

@@ -14,8 +14,8 @@ with an INT block), an ACK or CNP whose delay is up, the completion eventfd, the
 deadlines Python keeps (QPs' start and retransmission timers, congestion-control
 timers, delayed ACKs), a sender's answer that needs Python (a QP gone idle, an
 algorithm's ``on_send``, a trace, a short send, a full delay line), a NIC holding
-frames pushed back, and full sample buffers. The NICs' slots live in C's table (``Books.nic_due``), so every
-part of the engine arms a NIC through ``Books.arm_nic``.
+frames pushed back, and full sample buffers. The NICs' slots live in C's table
+(``Books.nic_due``), so every part of the engine arms a NIC through ``Books.arm_nic``.
 """
 
 from __future__ import annotations

@@ -100,6 +100,7 @@ import traceback
 from typing import Any
 
 from core.errors import CapabilityError
+from core.gcpause import collector_paused
 from engine.books import Books
 from engine.burst import Burst
 from engine.cloop import compiled_loop
@@ -173,13 +174,13 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
                 ring: RingSpec, burst: Burst, rx_lib: RxLib, parent_pid: int) -> None:
     """Entry point of a forked worker: run the NIC models, send the results on ``conn``."""
     realtime = _setup_process(plan.cpu)
-    # The set-up makes hundreds of thousands of long-lived objects and no garbage: the
-    # collector's passes were half of it (fattree,8). It resumes with them frozen (run).
-    gc.disable()
     w = plan.worker
     worker: Worker | None = None
     try:
-        worker = Worker(plan, shared, rx_socks, tx_socks, ring, burst, rx_lib, parent_pid)
+        # Hundreds of thousands of long-lived objects and no garbage: the collector's
+        # passes were half of a fattree,8 worker's set-up (run() freezes them).
+        with collector_paused():
+            worker = Worker(plan, shared, rx_socks, tx_socks, ring, burst, rx_lib, parent_pid)
         worker.realtime = realtime
         shared.status[w] = READY
         worker.run()
@@ -315,7 +316,6 @@ class Worker:
         # The Scapy templates are hundreds of thousands of long-lived objects: out of
         # the collector's sight, a collection during the run costs microseconds.
         gc.freeze()
-        gc.enable()
         timer = TimerFd()
         eps = select.epoll(), select.epoll()
         try:
