@@ -79,8 +79,30 @@ def test_it_sleeps_until_a_deadline_more_than_a_turn_away(loop):
     assert time.monotonic_ns() >= at - TURN_NS  # served at most a turn early
 
 
-def _write_later(fd: int, after_s: float) -> threading.Thread:
-    t = threading.Thread(target=lambda: (time.sleep(after_s), os.eventfd_write(fd, 1)))
+#: Where the kernel shows a thread asleep in epoll or on the clock (/proc/.../wchan).
+_ASLEEP = ("do_epoll_wait", "ep_poll", "hrtimer_nanosleep", "do_nanosleep")
+
+
+def _write_once_asleep(fd: int) -> threading.Thread:
+    """Write ``fd`` once the main thread sleeps in the loop (its wchan says so), so that
+    the write lands during the sleep however late the loop gets there."""
+    wchan = f"/proc/self/task/{threading.main_thread().native_id}/wchan"
+    try:
+        with open(wchan) as f:
+            f.read()
+    except OSError as e:
+        pytest.skip(f"cannot tell when the loop sleeps: {wchan}: {e.strerror}")
+
+    def write() -> None:
+        give_up = time.monotonic() + 10
+        while time.monotonic() < give_up:
+            with open(wchan) as f:
+                if f.read().strip() in _ASLEEP:
+                    break
+            time.sleep(0.0002)
+        os.eventfd_write(fd, 1)
+
+    t = threading.Thread(target=write)
     t.start()
     return t
 
@@ -90,10 +112,10 @@ def test_a_deadline_within_the_batch_is_slept_for_on_the_clock_alone(loop, batch
     """A file descriptor that gets ready during the sleep waits for the deadline when it
     is due within ``batch_ns``; otherwise it wakes the worker at once."""
     c, _, efd, run = loop
-    far_s = 0.2                               # the eventfd is written 0.195 s before it
+    far_s = 0.2                               # the eventfd is written during the sleep
     c.batch_ns = 2 * int(far_s * 1e9) if batched else TURN_NS
     at = time.monotonic_ns() + int(far_s * 1e9)
-    writer = _write_later(efd, 0.005)
+    writer = _write_once_asleep(efd)
     assert run(at) == LOOP_FD and c.wakeups == 1
     woke = time.monotonic_ns()
     writer.join()
