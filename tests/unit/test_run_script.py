@@ -116,9 +116,23 @@ def test_a_user_without_sudo_gets_a_clear_error(repo):
 
 @needs_root
 def test_ci_runs_the_readme_test_command(repo):
+    """Without arguments: the unit tests on every CPU, then the integration tests alone."""
     res = _run(repo, f"cd /tmp && {repo}/.ci/run")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.splitlines()[-1] == f"{repo}/.venv/bin/python -m pytest -q in {repo}"
+    assert res.stdout.splitlines()[-2:] == [
+        f"{repo}/.venv/bin/python -m pytest -q -n auto tests/unit in {repo}",
+        f"{repo}/.venv/bin/python -m pytest -q tests/integration in {repo}"]
+
+
+@needs_root
+@pytest.mark.parametrize("failing", ["tests/unit", "tests/integration"])
+def test_a_failing_pass_fails_the_suite_and_the_other_still_runs(repo, failing):
+    _write_exec(repo / ".venv" / "bin" / "python",
+                f'#!/bin/sh\necho "$*"\ncase "$*" in *{failing}*) exit 3;; esac\n')
+    res = _run(repo, "scripts/run test")
+    assert res.returncode == 3, res.stdout
+    assert [line.split()[-1] for line in res.stdout.splitlines()[-2:]] == [
+        "tests/unit", "tests/integration"]
 
 
 def test_the_readme_commands_carry_no_sudo_prefix():
