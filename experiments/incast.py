@@ -40,6 +40,7 @@ from experiments.measure import (
     model_graph,
     record_case,
 )
+from experiments.modelcache import PricedAhead
 from experiments.option_parsers import (
     CC_CHOICES,
     parse_cc,
@@ -141,7 +142,6 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
     ``dcqcn``), plus expected marks and CNPs."""
 
     graph = model_graph(fab)
-    port = bottleneck_port(fab, senders, receiver)
     common = dict(packet_bytes=WIRE_FRAME_BYTES, kmin_bytes=t.kmin_bytes, kmax_bytes=t.kmax_bytes,
                   pmax=t.pmax)
     n = len(senders)
@@ -150,6 +150,7 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
     if cc == "off":
         pred = predict_incast_on_graph(graph, fab.routes.paths, senders, receiver, wire_bytes,
                                        cc="off", **common)
+        port = bottleneck_port(fab, senders, receiver)
         dist = incast_cc_off(n, wire_bytes, pred["sender_rate_bps"], port.rate_bps,
                              port.buffer_bytes, packet_bytes=WIRE_FRAME_BYTES).queue
         pred["cnps"] = None  # receivers send CNPs with CC off too, but no model for them
@@ -192,16 +193,31 @@ def _note_model(run: Run, case: str, cc_name: str, model_cc: str | None,
                        tuple(x * factor for x in pred["ranges"][key]))
 
 
+def model_of(cc: str, dcqcn: str) -> str | None:
+    """The model's congestion control for the run's ``cc``: 'off', 'dcqcn' or None (the
+    model has none of that algorithm)."""
+    if resolve_cc(cc).is_off:
+        return "off"
+    return None if dcqcn_set(cc, dcqcn) is None else "dcqcn"
+
+
+def predict_case(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc: str,
+                 t: Thresholds, dcqcn: str) -> dict[str, Any]:
+    """`predict` for a case run with ``cc``; {} where the model has no such algorithm."""
+    model_cc = model_of(cc, dcqcn)
+    if model_cc is None:
+        return {}
+    return predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_set(cc, dcqcn) or dcqcn)
+
+
 def run_case(run: Run, fab: Fabric, case: str, senders: list[str], receiver: str,
              size_bytes: int, cc: str, t: Thresholds, dcqcn: str, workers: int | str,
-             capture: Sequence[str] = (), transport: str = TRANSPORTS[0]) -> None:
-    """Run one incast on ``fab`` and record it beside the model (CC off and DCQCN;
-    other algorithms are measured only)."""
+             capture: Sequence[str] = (), transport: str = TRANSPORTS[0], *,
+             pred: dict[str, Any]) -> None:
+    """Run one incast on ``fab`` and record it beside the model's ``pred`` (`predict_case`:
+    CC off and DCQCN; other algorithms are measured only)."""
     factory = resolve_cc(cc)
-    dcqcn_params = dcqcn_set(cc, dcqcn)
-    model_cc = "off" if factory.is_off else None if dcqcn_params is None else "dcqcn"
-    pred: dict[str, Any] = {} if model_cc is None else \
-        predict(fab, senders, receiver, size_bytes, model_cc, t, dcqcn_params or dcqcn)
+    model_cc = model_of(cc, dcqcn)
     port = bottleneck_port(fab, senders, receiver)
 
     claims = incast_claims(model_cc, bool(pred["drops"])) if pred else {}
@@ -269,6 +285,13 @@ def slowdown_table(fab: Fabric, workload: Any, messages: pd.DataFrame) -> pd.Dat
     return fct_slowdown(messages[messages.msg_id.isin(ideal)], ideal, predicted)
 
 
+def _predict_cases(fab: Fabric, senders: list[str], receiver: str, size_bytes: int,
+                   ccs: Sequence[str], t: Thresholds, dcqcn: str) -> dict[str, dict[str, Any]]:
+    """`predict_case` of each of ``ccs``, by cc (in `PricedAhead`'s process: the fabric
+    is not built yet, and the predictions need only its topology and routes)."""
+    return {cc: predict_case(fab, senders, receiver, size_bytes, cc, t, dcqcn) for cc in ccs}
+
+
 def execute(run: Run, opts: Options, prefix: str = "") -> None:
     """Every case of the incast experiment, recorded into ``run`` (each committed as
     it ends; cases a resumed run already has are skipped, fabrics with none left too)."""
@@ -286,16 +309,25 @@ def execute(run: Run, opts: Options, prefix: str = "") -> None:
             todo = [(cc, case) for cc, case in cases if not run.finished(case)]
             if not todo:
                 continue
-            with Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t,
-                        **opts.fabric_options()) as fab:
+            fab = Fabric(topo, Scale(opts.scale), marking="auto", thresholds=t,
+                         **opts.fabric_options())
+            receiver = fab.hosts[0]
+            senders = nearest_senders(fab, receiver, opts.senders)
+            # DCQCN's fluid realisations (seconds of CPU) are predicted while the fabric
+            # is built; every case is predicted once, not again on each attempt.
+            slow = [cc for cc, _ in todo if model_of(cc, opts.dcqcn) == "dcqcn"]
+            with (PricedAhead(partial(_predict_cases, fab, senders, receiver, opts.size, slow,
+                                      t, opts.dcqcn)) as ahead, fab):
+                ahead.wait()
+                preds = ahead.result or {}
                 run.fabric(f"{prefix}incast K={t.kmin_bytes}/{t.kmax_bytes}", fab)
-                receiver = fab.hosts[0]
-                senders = nearest_senders(fab, receiver, opts.senders)
                 for cc, case in todo:
                     advance.start(case)
+                    pred = preds[cc] if cc in preds else predict_case(
+                        fab, senders, receiver, opts.size, cc, t, opts.dcqcn)
                     run.attempt(partial(run_case, run, fab, case, senders, receiver,
                                         opts.size, cc, t, opts.dcqcn, opts.workers,
-                                        opts.capture, opts.transport),
+                                        opts.capture, opts.transport, pred=pred),
                                 opts.attempts)
                     run.commit(case)
                     advance(case)

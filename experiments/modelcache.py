@@ -19,8 +19,8 @@ but root (or us), else nothing is cached. Set FABRICEMU_MODEL_CACHE=off to price
 every time. At most MAX_FILES are kept, the oldest removed first.
 
 `PricedAhead` prices in a forked process while the parent builds a fabric (the
-collective experiment: the model's curve, which holds the measured sizes' draws),
-joined before anything is measured.
+collective experiment: the model's curve, which holds the measured sizes' draws; the
+incast experiment: DCQCN's fluid realisations), joined before anything is measured.
 """
 
 from __future__ import annotations
@@ -230,10 +230,10 @@ def _price_ahead(work: Callable[[], object], answer: Connection) -> None:
 
 
 class PricedAhead:
-    """``work`` (pricing through `hashed_draws`) run in a forked process while the
-    parent does something else, such as building a fabric: what it prices lands in
-    the cache, where the parent finds it, and what it returns in `result` (None if
-    it failed), after `wait`. The parent calls `wait` before it measures anything
+    """``work`` (the model's pricing) run in a forked process while the parent does
+    something else, such as building a fabric: what it prices through `hashed_draws`
+    lands in the cache, where the parent finds it, and what it returns in `result`
+    (None if it failed), after `wait`. The parent calls `wait` before it measures anything
     (the fidelity gate wants the machine to itself); leaving the block ends the
     process if it is still running. Nothing is forked when caching is off."""
 

@@ -118,3 +118,25 @@ def test_curves_priced_ahead_are_recorded_not_priced_again(monkeypatch):
     collective.record_model_curves(run, {"f4": "fattree,4"}, ["alltoall"], [1 << 20], 2,
                                    priced=priced)
     assert run.frames[-1][1] == "priced alltoall"
+
+
+def test_an_incast_predicted_ahead_on_an_unbuilt_fabric_is_the_one_predicted_after(cache):
+    """The incast experiment predicts DCQCN's cases while the fabric is built: from its
+    topology and routes alone, float for float what the parent predicts itself."""
+    from core.ecn import Thresholds
+    from emu.fabric import Fabric
+    from experiments import incast
+
+    fab = Fabric(build_topo("fattree,4"))          # constructed, never started
+    receiver = fab.hosts[0]
+    senders = incast.nearest_senders(fab, receiver, 3)
+    t = Thresholds.from_text("100K/400K", 0.01)
+    assert [incast.model_of(cc, "paper") for cc in ("off", "dcqcn", "dctcp")] == \
+        ["off", "dcqcn", None]
+    with mc.PricedAhead(lambda: incast._predict_cases(fab, senders, receiver, 256 << 10,
+                                                      ["dcqcn"], t, "paper")) as ahead:
+        ahead.wait()
+    here = incast.predict_case(fab, senders, receiver, 256 << 10, "dcqcn", t, "paper")
+    assert ahead.result == {"dcqcn": here}
+    assert here["completion_s"] > 0 and here["realisations"] > 1
+    assert incast.predict_case(fab, senders, receiver, 256 << 10, "dctcp", t, "paper") == {}
