@@ -36,6 +36,10 @@ class ParameterError(FabricEmuError, ValueError):
         self.why = why
         super().__init__(f"invalid {shorten(str(name), 60)}={quote(value)}: {shorten(why)}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, object, str]]:
+        # Rebuilt from its fields: a forked worker's error reaches the parent whole.
+        return type(self), (self.name, self.value, self.why)
+
 
 class CapabilityError(FabricEmuError):
     """A kernel or system feature the requested operation needs is missing."""
