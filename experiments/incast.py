@@ -30,6 +30,7 @@ import pandas as pd
 
 from core.ecn import Thresholds, mark_probability
 from core.errors import ParameterError
+from core.forkmap import forked_map
 from core.frame import MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES
 from core.scaling import Scale
 from core.units import format_size
@@ -156,8 +157,10 @@ def predict(fab: Fabric, senders: list[str], receiver: str, size_bytes: int, cc:
         pred["cnps"] = None  # receivers send CNPs with CC off too, but no model for them
         pred["marks"] = packets * mark_fraction(dist, t)
     else:
+        # Before a run or beside a fabric's build: the machine's CPUs are the model's.
         pred = predict_incast_on_graph(graph, fab.routes.paths, senders, receiver, wire_bytes,
-                                       cc="dcqcn", dcqcn=dcqcn, **common)
+                                       cc="dcqcn", dcqcn=dcqcn, map_realisations=forked_map,
+                                       **common)
         pred["marks"] = pred["ecn_marks"]
     pred["drops"] = pred["dropped_bytes"] / WIRE_FRAME_BYTES
     pred["goodput_bps"] = 8.0 * n * size_bytes / pred["completion_s"]

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
-import os
-import signal
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
@@ -31,6 +28,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from core import safefile  # noqa: E402
+from core.forkmap import forked_map  # noqa: E402
 from experiments.plotkit import (  # noqa: E402
     CSV_COLUMNS,
     GBPS,
@@ -391,22 +389,11 @@ def _draw(ctx: PlotContext, csv: str) -> Path | None:
                                f"{' '.join(str(e).split())}") from None
 
 
-def _quiet_child() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
-
-
 def render_plots(run_dir: Path, summary: Mapping[str, Any] | None = None,
                  config: Mapping[str, Any] | None = None) -> list[Path]:
-    """Every plot the run's CSVs make, in `PLOTS`' order. Two or more are drawn in
-    forked processes, one per CPU (a demo's six took 2.5 s in turn): a run ends with
-    the machine to itself."""
+    """Every plot the run's CSVs make, in `PLOTS`' order, drawn in forked processes
+    (`core.forkmap`; a demo's six took 2.2 s in turn): a run ends with the machine to
+    itself."""
     ctx = plot_context(run_dir, summary, config)
     todo = [csv for csv in PLOTS if (run_dir / csv).exists()]
-    cpus = len(os.sched_getaffinity(0))
-    if len(todo) < 2 or cpus < 2 or multiprocessing.current_process().daemon:
-        drawn = [_draw(ctx, csv) for csv in todo]
-    else:
-        with multiprocessing.get_context("fork").Pool(min(cpus, len(todo)),
-                                                      initializer=_quiet_child) as pool:
-            drawn = pool.map(partial(_draw, ctx), todo, chunksize=1)
-    return [path for path in drawn if path is not None]
+    return [path for path in forked_map(partial(_draw, ctx), todo) if path is not None]

@@ -11,7 +11,8 @@ own (`model.dcqcn_fluid`), from the publications; nothing of the engine runs her
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import networkx as nx
@@ -19,7 +20,7 @@ import networkx as nx
 from core.frame import CNP_FRAME_BYTES, FRAME_BYTES
 from model.alphabeta import DEFAULT_OVERHEAD_S
 from model.dcqcn_fluid import DcqcnParams, dcqcn_fixed_point, dcqcn_params
-from model.incast_fluid import incast_dcqcn
+from model.incast_fluid import IncastDcqcn, incast_dcqcn
 from model.queueing import (
     base_latency_s,
     incast_backlog_growth_bps,
@@ -42,6 +43,30 @@ def _band(values: Sequence[float]) -> tuple[float, float]:
     return v[round(0.05 * (len(v) - 1))], v[round(0.95 * (len(v) - 1))]
 
 
+RealisationMap = Callable[[Callable[[int | None], Any], Sequence[int | None]], Iterable[Any]]
+
+
+def _in_turn(fn: Callable[[int | None], Any], seeds: Sequence[int | None]) -> list[Any]:
+    return [fn(seed) for seed in seeds]
+
+
+def _realisation(n_senders: int, size_bytes: float, r: float, port_rate_bps: float,
+                 buffer_bytes: float, kmin_bytes: float, kmax_bytes: float, pmax: float,
+                 params: DcqcnParams, base_rtt_s: float, alpha_s: float, packet_bytes: float,
+                 reaction: str, paths_s: Sequence[tuple[float, float]],
+                 bases_s: Sequence[float], seed: int | None) -> tuple[IncastDcqcn, dict[str, float]]:
+    """One run of the DCQCN fluid (marks drawn from ``seed``) and its metrics."""
+    f = incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
+                     kmax_bytes, pmax, params, base_rtt_s=base_rtt_s, alpha_s=alpha_s,
+                     packet_bytes=packet_bytes, reaction=reaction, paths_s=paths_s, seed=seed)
+    row = {"completion_s": f.completion_s, "max_queue_bytes": f.queue.max_bytes,
+           "mean_queue_bytes": f.queue.mean_bytes, "ecn_marks": f.marks,
+           "cnps": float(f.cnps), "dropped_bytes": f.dropped_bytes,
+           **{_LATENCY_KEYS[q]: v for q, v in latency_percentiles_s(
+               bases_s, f.queue, port_rate_bps, _QUANTILES).items()}}
+    return f, row
+
+
 def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    buffer_bytes: float, sender_rate_bps: float | None = None,
                    cc: str = "off", kmin_bytes: float | None = None,
@@ -53,7 +78,8 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    base_rtt_s: float | None = None,
                    sender_paths_s: Sequence[tuple[float, float]] = (),
                    dcqcn_reaction: str = "events",
-                   realisations: int = DCQCN_REALISATIONS) -> dict[str, Any]:
+                   realisations: int = DCQCN_REALISATIONS,
+                   map_realisations: RealisationMap = _in_turn) -> dict[str, Any]:
     """Predicted metrics of an N->1 incast (model, real units).
 
     ``hop_rates_bps``/``hop_delays_s`` describe one sender's path (base latency);
@@ -75,6 +101,9 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
     set of `model.dcqcn_fluid`, 'paper' or 'nic', or is a `DcqcnParams`;
     ``dcqcn_reaction`` is the fluid's 'events' or 'mean-field' reaction point).
+    ``map_realisations(fn, seeds)`` computes the realisations, ``[fn(s) for s in
+    seeds]`` by default (a caller with CPUs to spare passes a parallel map:
+    `core.forkmap.forked_map`; the answer is the same).
     """
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps
     if sender_paths_s and len(sender_paths_s) != n_senders:
@@ -109,7 +138,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
             n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes, kmax_bytes,
             pmax, dcqcn_params(dcqcn), base_rtt_s=rtt_s, alpha_s=alpha_s,
             packet_bytes=packet_bytes, reaction=dcqcn_reaction, realisations=realisations,
-            sender_paths_s=sender_paths_s, bases_s=bases_s))
+            sender_paths_s=sender_paths_s, bases_s=bases_s, map_realisations=map_realisations))
     else:
         raise ValueError(f"cc must be 'off' or 'dcqcn', not {cc!r}")
     out["goodput_bps"] = 8.0 * n_senders * size_bytes / out["completion_s"]
@@ -121,22 +150,18 @@ def _dcqcn_prediction(n_senders: int, size_bytes: float, r: float, port_rate_bps
                       params: DcqcnParams, *, base_rtt_s: float, alpha_s: float,
                       packet_bytes: float, reaction: str, realisations: int,
                       sender_paths_s: Sequence[tuple[float, float]],
-                      bases_s: Sequence[float]) -> dict[str, Any]:
+                      bases_s: Sequence[float],
+                      map_realisations: RealisationMap) -> dict[str, Any]:
     """`predict_incast`'s DCQCN metrics: the mean of the fluid's realisations, their
     bands and ranges, the median-peak trajectory, and the fixed point when the port
     is oversubscribed."""
     first_s = min(bases_s)
-    fluids = [incast_dcqcn(n_senders, size_bytes, r, port_rate_bps, buffer_bytes, kmin_bytes,
-                           kmax_bytes, pmax, params, base_rtt_s=base_rtt_s, alpha_s=alpha_s,
-                           packet_bytes=packet_bytes, reaction=reaction,
-                           paths_s=[(b - first_s, rtt) for b, rtt in sender_paths_s],
-                           seed=seed)
-              for seed in (range(realisations) if realisations else [None])]
-    rows = [{"completion_s": f.completion_s, "max_queue_bytes": f.queue.max_bytes,
-             "mean_queue_bytes": f.queue.mean_bytes, "ecn_marks": f.marks,
-             "cnps": float(f.cnps), "dropped_bytes": f.dropped_bytes,
-             **{_LATENCY_KEYS[q]: v for q, v in latency_percentiles_s(
-                 bases_s, f.queue, port_rate_bps, _QUANTILES).items()}} for f in fluids]
+    realise = partial(_realisation, n_senders, size_bytes, r, port_rate_bps, buffer_bytes,
+                      kmin_bytes, kmax_bytes, pmax, params, base_rtt_s, alpha_s, packet_bytes,
+                      reaction, [(b - first_s, rtt) for b, rtt in sender_paths_s], bases_s)
+    done = list(map_realisations(realise, list(range(realisations)) if realisations else [None]))
+    fluids = [f for f, _ in done]
+    rows = [row for _, row in done]
     out: dict[str, Any] = {k: sum(row[k] for row in rows) / len(rows) for k in rows[0]}
     # The trajectory shown: the realisation whose peak is the median one.
     shown = sorted(fluids, key=lambda f: f.queue.max_bytes)[len(fluids) // 2]

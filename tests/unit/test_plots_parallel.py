@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from core import forkmap
 from core.errors import ParameterError
 from experiments import plots
 
@@ -40,7 +41,7 @@ def test_forked_and_in_turn_draw_the_same_plots(tmp_path, monkeypatch):
     run_dir = _run_dir(tmp_path)
     forked = plots.render_plots(run_dir)
     assert len(forked) == 2 and all(p.is_file() and p.stat().st_size > 0 for p in forked)
-    monkeypatch.setattr(plots.os, "sched_getaffinity", lambda _pid: {0})  # one CPU: in turn
+    monkeypatch.setattr(forkmap.os, "sched_getaffinity", lambda _pid: {0})  # one CPU: in turn
     assert plots.render_plots(run_dir) == forked
 
 

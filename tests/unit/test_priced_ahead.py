@@ -120,9 +120,12 @@ def test_curves_priced_ahead_are_recorded_not_priced_again(monkeypatch):
     assert run.frames[-1][1] == "priced alltoall"
 
 
-def test_an_incast_predicted_ahead_on_an_unbuilt_fabric_is_the_one_predicted_after(cache):
-    """The incast experiment predicts DCQCN's cases while the fabric is built: from its
-    topology and routes alone, float for float what the parent predicts itself."""
+def test_an_incast_predicted_ahead_on_an_unbuilt_fabric_is_the_one_predicted_after(
+        cache, monkeypatch):
+    """The incast experiment predicts DCQCN's cases while the fabric is built, its
+    realisations in forked processes: from its topology and routes alone, float for
+    float what the parent predicts itself, and what one CPU predicts in turn."""
+    from core import forkmap
     from core.ecn import Thresholds
     from emu.fabric import Fabric
     from experiments import incast
@@ -139,4 +142,6 @@ def test_an_incast_predicted_ahead_on_an_unbuilt_fabric_is_the_one_predicted_aft
     here = incast.predict_case(fab, senders, receiver, 256 << 10, "dcqcn", t, "paper")
     assert ahead.result == {"dcqcn": here}
     assert here["completion_s"] > 0 and here["realisations"] > 1
+    monkeypatch.setattr(forkmap.os, "sched_getaffinity", lambda _pid: {0})
+    assert incast.predict_case(fab, senders, receiver, 256 << 10, "dcqcn", t, "paper") == here
     assert incast.predict_case(fab, senders, receiver, 256 << 10, "dctcp", t, "paper") == {}
