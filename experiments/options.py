@@ -139,8 +139,7 @@ SCALE_HELP = "time-dilation factor S (emulated rate = real rate / S)"
 
 #: Every experiment's ``attempts`` option (`experiments.rundir.Run.attempt`).
 ATTEMPTS = Option(2, "measurements of a case the gate refuses for interference only (a "
-                     "worker fell behind, the machine was busy), each after up to 10 s "
-                     "waiting for the hypervisor to quiet down; refused ones are reported; "
+                     "worker fell behind, the machine was busy); refused ones are reported; "
                      "1 measures each case once", parse=parse_int(1))
 
 

@@ -44,9 +44,8 @@ from typing import Any
 
 import pandas as pd
 
-from core import machinecpu, safefile
+from core import safefile
 from core.errors import FabricEmuError, ParameterError
-from core.machinecpu import Quiet
 from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.capture import Captured
@@ -221,9 +220,8 @@ class Run:
         times while the gate refuses what it measured for interference only
         (`interference_only`: a worker fell behind its deadlines, the machine was busy).
         A refused attempt's records are discarded and its reasons kept (summary.json
-        ``refused_attempts``, the printed report), and the next one waits for a window
-        in which the hypervisor took little of the CPU (`wait_until_quiet`, noted);
-        cases refused for anything else, or on the last attempt, stay as measured."""
+        ``refused_attempts``, the printed report); cases refused for anything else, or on
+        the last attempt, stay as measured."""
         unit = self.pending
         for k in range(1, attempts + 1):
             mark = unit.mark()
@@ -237,13 +235,6 @@ class Run:
             for case, report in gated.items():
                 if not report.valid:
                     unit.refused.setdefault(case, []).append(list(report.reasons))
-            # Measured again in the same spell of hypervisor steal, it would be refused
-            # again: the next attempt waits (a while at most) for a quiet window.
-            seen = wait_until_quiet(QUIET_WAIT_S)
-            refused = ", ".join(c for c, r in gated.items() if not r.valid)
-            self.note(f"{refused}: attempt {k + 1} after {seen.waited_s:.1f} s watching the "
-                      f"machine; the hypervisor took {seen.steal_share:.0%} of its CPU in the "
-                      f"last {QUIET_WINDOW_S:g} s" + ("" if seen.quiet else " (still busy)"))
 
     # -- committing ------------------------------------------------------------------
     def finished(self, key: str) -> bool:
@@ -346,17 +337,6 @@ INTERFERENCE_CHECKS = ("pacing lag p99", "pacing lag mean", "pacing debt kept", 
 #: so the real queue stays above the virtual one until it empties. Measured again only
 #: beside a failed interference check of the same case.
 STALL_CONSEQUENCES = ("real vs virtual queue",)
-
-
-#: How long `Run.attempt` watches the machine, at most, before measuring a refused case
-#: again, for a window of QUIET_WINDOW_S in which the hypervisor took little of its CPU.
-QUIET_WAIT_S = 10.0
-QUIET_WINDOW_S = 0.5
-
-
-def wait_until_quiet(max_wait_s: float) -> Quiet:
-    """`core.machinecpu.wait_until_quiet` in windows of QUIET_WINDOW_S."""
-    return machinecpu.wait_until_quiet(max_wait_s, window_s=QUIET_WINDOW_S)
 
 
 def interference_only(failed: Collection[str]) -> bool:
