@@ -44,12 +44,13 @@ class RunRecord:
     valid: bool = False
     attempts: int = 0
     reasons: list[str] = field(default_factory=list)
+    failed_checks: list[str] = field(default_factory=list)   # the last attempt's, by name
     metrics: pd.DataFrame | None = None
 
 
 @dataclass
 class ScenarioRuns:
-    """What a scenario measured. ``ungraded``: why the machine could not (else None);
+    """What a scenario measured. ``ungraded``: why it could not (else None);
     ``student_error``: the student's code stopped a run (else None)."""
 
     scenario: Scenario
@@ -117,6 +118,20 @@ def _label(scenario: Scenario, point: str | None, repeat: int, attempt: int) -> 
     return "-".join(parts).replace("/", "_")
 
 
+def _refused(rec: RunRecord, label: str) -> str:
+    """Why a configuration no attempt of which was valid is ungraded: the machine's
+    timing where the gate's own rule says so (`experiments.rundir.interference_only`),
+    else the gate's refusal as it stands (a teacher then reads the reasons)."""
+    from experiments.rundir import interference_only
+
+    reasons = "; ".join(rec.reasons)[:300]
+    if interference_only(rec.failed_checks):
+        return (f"machine too busy: {rec.attempts} run(s) of {label} refused by the "
+                f"fidelity gate ({reasons})")
+    return (f"the fidelity gate refused {rec.attempts} run(s) of {label}, not for the "
+            f"machine's timing alone ({reasons})")
+
+
 def machine_reason() -> str | None:
     """Why this machine cannot run a fabric at all, or None."""
     if os.geteuid() != 0:
@@ -165,13 +180,12 @@ def run_scenarios(lab: Lab, workdir: Path, out: Path, *, attempts: int = ATTEMPT
                     rec.run_dir, rec.valid = result.run_dir, result.valid
                     rec.metrics = result.metrics
                     rec.reasons = list(result.fidelity.reasons)
+                    rec.failed_checks = [c.name for c in result.fidelity.checks if not c.ok]
                     say(f"{run_dir.name}: {'valid' if rec.valid else 'refused by the gate'} "
                         f"in {time.monotonic() - t0:.0f} s"
                         + ("" if rec.valid else f" ({'; '.join(rec.reasons)[:200]})"))
                 if not rec.valid and sr.student_error is None and sr.ungraded is None:
-                    sr.ungraded = (f"machine too busy: {rec.attempts} run(s) of "
-                                   f"{_label(scenario, point, repeat, 0)} refused by the "
-                                   f"fidelity gate ({'; '.join(rec.reasons)[:300]})")
+                    sr.ungraded = _refused(rec, _label(scenario, point, repeat, 0))
             if sr.student_error:
                 break
     return results
