@@ -1,6 +1,6 @@
 """The whole machine's CPU time, from /proc/stat: how busy it was between two readings, and
-how much the hypervisor took. The engine's fidelity checks, `emu doctor` and the shaper's
-rate measurement read it; it knows nothing about them."""
+how much the hypervisor took. The engine's fidelity checks, `emu doctor`, the shaper's
+rate measurement and the labs' grader read it; it knows nothing about them."""
 
 from __future__ import annotations
 
@@ -21,6 +21,12 @@ def cpu_ticks() -> CpuTicks:
 def steal_s(before: CpuTicks, after: CpuTicks) -> float:
     """CPU seconds the hypervisor took between two ``cpu_ticks`` readings."""
     return (after[2] - before[2]) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_share(before: CpuTicks, after: CpuTicks) -> float:
+    """Share of all CPU time the hypervisor took between two ``cpu_ticks`` readings."""
+    total = after[0] - before[0]
+    return (after[2] - before[2]) / total if total > 0 else 0.0
 
 
 def machine_busy(before: CpuTicks, after: CpuTicks) -> float:

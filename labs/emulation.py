@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from core.errors import ParameterError
+from core.machinecpu import cpu_ticks, steal_share
 from labs.catalog import Lab, Scenario
 from labs.student import StudentCode, StudentError
 
@@ -45,6 +46,8 @@ class RunRecord:
     attempts: int = 0
     reasons: list[str] = field(default_factory=list)
     failed_checks: list[str] = field(default_factory=list)   # the last attempt's, by name
+    #: per attempt, the share of the machine's CPU the hypervisor took (steal)
+    stolen_shares: list[float] = field(default_factory=list)
     metrics: pd.DataFrame | None = None
 
 
@@ -125,11 +128,14 @@ def _refused(rec: RunRecord, label: str) -> str:
     from experiments.rundir import interference_only
 
     reasons = "; ".join(rec.reasons)[:300]
+    shares = rec.stolen_shares
+    stolen = (f"; the hypervisor took {min(shares):.1%}-{max(shares):.1%} of the CPU in "
+              f"those runs" if shares else "")
     if interference_only(rec.failed_checks):
         return (f"machine too busy: {rec.attempts} run(s) of {label} refused by the "
-                f"fidelity gate ({reasons})")
+                f"fidelity gate ({reasons}){stolen}")
     return (f"the fidelity gate refused {rec.attempts} run(s) of {label}, not for the "
-            f"machine's timing alone ({reasons})")
+            f"machine's timing alone ({reasons}){stolen}")
 
 
 def machine_reason() -> str | None:
@@ -165,7 +171,7 @@ def run_scenarios(lab: Lab, workdir: Path, out: Path, *, attempts: int = ATTEMPT
                     rec.attempts += 1
                     say(f"{run_dir.name}: running (attempt {rec.attempts} of at most "
                         f"{attempts}, about {scenario.seconds:.0f} s)")
-                    t0 = time.monotonic()
+                    t0, ticks = time.monotonic(), cpu_ticks()
                     try:
                         result = cli_run(scenario.experiment, run_dir, scenario.quick, None,
                                          _settings(lab, scenario, workdir, point), show=False)
@@ -177,6 +183,7 @@ def run_scenarios(lab: Lab, workdir: Path, out: Path, *, attempts: int = ATTEMPT
                             sr.student_error = f"your class stopped the run: {e.why}"
                             break
                         raise
+                    rec.stolen_shares.append(steal_share(ticks, cpu_ticks()))
                     rec.run_dir, rec.valid = result.run_dir, result.valid
                     rec.metrics = result.metrics
                     rec.reasons = list(result.fidelity.reasons)
