@@ -2,8 +2,10 @@
 done while the machine is the caller's (the model before a run, the plots after it).
 
 In turn, in the caller, where there is one CPU or one item, or where the caller is a
-daemonic process (which may not fork a pool). The workers ignore Ctrl-C (the parent
-handles it); leaving the pool, on an answer or an exception, ends them. ``fn`` and
+daemonic process (which may not fork a pool). The workers ignore Ctrl-C and take
+SIGTERM's default whatever handler the caller set (the parent handles both, and ends
+the pool with SIGTERM); leaving the pool, on an answer or an exception, ends them. One
+item at a time goes to a free worker (the model's draws take seconds each). ``fn`` and
 the items go to the workers by pickle (a module-level function or a partial of one);
 what ``fn`` raises is raised in the caller.
 """
@@ -20,8 +22,9 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _ignore_sigint() -> None:
+def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def forked_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
@@ -30,5 +33,5 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     if len(items) < 2 or cpus < 2 or multiprocessing.current_process().daemon:
         return [fn(x) for x in items]
     with multiprocessing.get_context("fork").Pool(min(cpus, len(items)),
-                                                  initializer=_ignore_sigint) as pool:
-        return pool.map(fn, items)
+                                                  initializer=_quiet_worker) as pool:
+        return pool.map(fn, items, chunksize=1)

@@ -43,6 +43,7 @@ import networkx as nx
 
 import model
 from core import safefile
+from core.forkmap import forked_map
 from core.gcpause import collector_paused
 from emu import cbuild
 from engine.cfluid import compiled_event_loop
@@ -162,34 +163,24 @@ def _price_draw(k: int) -> dict[str, Any]:
     return _compact(price(choices[k]))
 
 
-def _quiet_child() -> None:
-    """A pricer leaves Ctrl-C and SIGTERM to the parent, which ends the pool."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _price(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, seed: int,
            options: dict[str, Any]) -> list[dict[str, Any]]:
     """`predict_workload_hashed`'s draws, compacted; the draws' paths are drawn here, in
-    order, and the draws priced in forked processes, one per CPU (the model runs
-    outside the measured window: the machine is ours)."""
+    order, and the draws priced in forked processes, one per CPU (`core.forkmap`; the
+    model runs outside the measured window: the machine is ours)."""
     global _job
     # The compiled event loop when it builds (same floats), inherited by the pricers.
     use_event_loop(compiled_event_loop())
     route = memo_paths(paths)
     choices = hash_draws(workload, route, samples=samples, seed=seed)
-    cpus = len(os.sched_getaffinity(0))
-    # A daemonic process may not fork a pool: it prices in turn.
-    if choices is None or cpus < 2 or samples < 2 or multiprocessing.current_process().daemon:
+    if choices is None:
         return [_compact(p) for p in predict_workload_hashed(workload, graph, route,
                                                               samples=samples, seed=seed,
                                                               **options)]
     # Laid out once, before the fork: every pricer prices its draws from it.
     _job = (hashed_pricer(workload, graph, route, **options), choices)
     try:
-        with multiprocessing.get_context("fork").Pool(min(cpus, samples),
-                                                      initializer=_quiet_child) as pool:
-            return pool.map(_price_draw, range(samples), chunksize=1)
+        return forked_map(_price_draw, range(samples))
     finally:
         _job = None
 

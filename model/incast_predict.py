@@ -43,11 +43,8 @@ def _band(values: Sequence[float]) -> tuple[float, float]:
     return v[round(0.05 * (len(v) - 1))], v[round(0.95 * (len(v) - 1))]
 
 
+#: ``map``'s shape: (fn, seeds) -> fn of each seed, in order.
 RealisationMap = Callable[[Callable[[int | None], Any], Sequence[int | None]], Iterable[Any]]
-
-
-def _in_turn(fn: Callable[[int | None], Any], seeds: Sequence[int | None]) -> list[Any]:
-    return [fn(seed) for seed in seeds]
 
 
 def _realisation(n_senders: int, size_bytes: float, r: float, port_rate_bps: float,
@@ -79,7 +76,7 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
                    sender_paths_s: Sequence[tuple[float, float]] = (),
                    dcqcn_reaction: str = "events",
                    realisations: int = DCQCN_REALISATIONS,
-                   map_realisations: RealisationMap = _in_turn) -> dict[str, Any]:
+                   map_realisations: RealisationMap = map) -> dict[str, Any]:
     """Predicted metrics of an N->1 incast (model, real units).
 
     ``hop_rates_bps``/``hop_delays_s`` describe one sender's path (base latency);
@@ -101,8 +98,8 @@ def predict_incast(n_senders: int, size_bytes: float, port_rate_bps: float, *,
     ``cc`` is 'off' or 'dcqcn' (needs Kmin, Kmax, Pmax; ``dcqcn`` names a parameter
     set of `model.dcqcn_fluid`, 'paper' or 'nic', or is a `DcqcnParams`;
     ``dcqcn_reaction`` is the fluid's 'events' or 'mean-field' reaction point).
-    ``map_realisations(fn, seeds)`` computes the realisations, ``[fn(s) for s in
-    seeds]`` by default (a caller with CPUs to spare passes a parallel map:
+    ``map_realisations(fn, seeds)`` computes the realisations, in turn by default
+    (``map``; a caller with CPUs to spare passes a parallel map:
     `core.forkmap.forked_map`; the answer is the same).
     """
     r = port_rate_bps if sender_rate_bps is None else sender_rate_bps
