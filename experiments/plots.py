@@ -372,11 +372,9 @@ def _with_csv_verdicts(ctx: PlotContext, df: pd.DataFrame) -> PlotContext:
 
 
 def _draw(ctx: PlotContext, csv: str) -> Path | None:
-    """The plot of the run's ``csv`` (`PLOTS`), None where there is nothing to draw;
-    ParameterError (one line) for a CSV it cannot draw."""
+    """The plot of the run's ``csv`` (`PLOTS`; the file exists), None where there is
+    nothing to draw; ParameterError (one line) for a CSV it cannot draw."""
     run_dir = ctx.run_dir
-    if not (run_dir / csv).exists():
-        return None
     df = read_csv(run_dir / csv, *CSV_COLUMNS[csv])
     if df.empty:
         return None
