@@ -14,6 +14,7 @@ machine.
     marker            eBPF marker cost per packet, port throughput with and without it, sampler CPU
     pathdelay         fixed delays held at the sender beside per-link delays where flows meet
     recording         run-directory recording and emu report per case, 200 cases beside 1,000
+    ns3ring           ns-3 running the same ring all-reduce: its slowdown beside the emulator's S
     reorder           out-of-order frames per flow, receive steering off beside on
     rxring            receive lag, wake-ups, CPU per frame: the engine's TPACKET_V2 ring beside V3
     shaping_accuracy  achieved beside configured rate (R/S) per tier, and the tier ratios

@@ -161,7 +161,7 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
         "workers": st.n_workers,
         "valid": report.valid,
         "reasons": [x for x in report.reasons if not x.startswith("suggested")],
-        "error": r.time_s / r.time_model_emulable_s - 1,
+        "time_s": r.time_s, "error": r.time_s / r.time_model_emulable_s - 1,
         "fps": frames / st.run_wall_s if st.run_wall_s else 0.0,
         "cpu_per_frame_us": cpu_s / frames * 1e6 if frames else float("nan"),
         # Every frame the engine put on the fabric: HPCC's ACK per data frame is a
