@@ -6,7 +6,10 @@ emulator's speed beside a packet simulator's.
 
 ns-3 is not a dependency of the emulator: install its Python wheel into the venv
 first (``.venv/bin/pip install ns3``; it builds cppyy, about 3 minutes, and its
-first import takes about 15 s). Without it the benchmark says so in one line.
+first import takes about 15 s). Without it the benchmark says so in one line. The
+wheel's import prints two "Failed to materialize symbols" lines from cppyy's JIT
+(ns-3's static time-resolution helper); ns-3 keeps its default nanosecond resolution,
+which is what the ring needs.
 
 What ns-3 runs, per topology (``topologies.spec.build_topo``, the emulator's own
 ``Topo``):
