@@ -56,7 +56,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.errors import CapabilityError, ParameterError
-from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, WIRE_OVERHEAD_BYTES
+from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, ROCE_UDP_PORT, WIRE_OVERHEAD_BYTES
 from core.machinecpu import cpu_ticks, steal_s
 from core.units import format_size
 from experiments.option_parsers import (
@@ -76,7 +76,7 @@ NS3_UDP_FRAMING_BYTES = 30
 #: A RoCEv2 frame's bytes on the wire besides its payload (headers, ICRC, preamble and
 #: gap): a UDP packet is padded by the difference.
 ROCE_WIRE_EXTRA_BYTES = HEADER_BYTES + WIRE_OVERHEAD_BYTES
-PORT = 4791  # RoCEv2's, for the look of a capture
+PORT = ROCE_UDP_PORT  # for the look of a capture
 TCP_MIN_RTO_S = 1e-3
 DRIVER = Path(__file__).with_name("ns3ring_driver.cc")
 
