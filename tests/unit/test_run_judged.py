@@ -55,3 +55,15 @@ def test_a_queue_drift_beside_a_stall_is_the_machines_alone_it_is_not():
     assert run_judged(run, "cc", "/tmp/x", scale=20000).valid and len(calls) == 2
     run, calls = _runner((False, [drift, "suggested scale factor S = 40000"]), (True, []))
     assert not run_judged(run, "cc", "/tmp/x", scale=20000).valid and len(calls) == 1
+
+
+def test_a_saturated_port_short_of_its_rate_beside_a_stall_is_the_machines():
+    """The kernel's shaper stalls with the CPU too; a port *above* its rate never does."""
+    under = "rate e1:e1-eth1: saturated port reached only 86.1% of its rate"
+    over = ("rate e1:e1-eth1: sent 112.0% of its configured rate, above the 101.0% a "
+            "shaped port can carry: the shaper or the measurement is wrong")
+    stall = "pacing lag p99: p99 send lag 3.936 ms emulated vs 2 x packet time 1.671 ms"
+    run, calls = _runner((False, [under, stall], 50000), (True, []))
+    assert run_judged(run, "incast", "/tmp/x", scale=20000).valid and len(calls) == 2
+    run, calls = _runner((False, [over, stall], 50000), (True, []))
+    assert not run_judged(run, "incast", "/tmp/x", scale=20000).valid and len(calls) == 1
