@@ -136,7 +136,7 @@ def test_a_deadline_within_the_batch_is_slept_for_on_the_clock_alone(batched):
     deadlines = Deadlines()
     fake = SimpleNamespace(books=SimpleNamespace(
         deadlines=deadlines, turn_ns=turn_ns, batch_ns=2 * far_ns if batched else turn_ns),
-        wait_ns=-1, wakeups=0, ready_from=0)
+        wait_ns=-1, wakeups=0)
     fake._fire_due = lambda now: worker_mod.Worker._fire_due(fake, now)  # type: ignore[arg-type]
     log: list = []
     efd = os.eventfd(0, os.EFD_NONBLOCK)
@@ -161,62 +161,3 @@ def test_a_deadline_within_the_batch_is_slept_for_on_the_clock_alone(batched):
     assert fake.wakeups == 1
     assert log[0][0] == "fd" and (log[0][1] >= at) == batched
     assert [name for name, _ in log] == (["fd", "due"] if batched else ["fd"])
-
-
-class _Costly(_Logged):
-    """Logs when it fires and takes ``cost_ns`` of the simulated clock."""
-
-    def __init__(self, name: str, log: list, clock: _Clock, cost_ns: int):
-        super().__init__(name, log)
-        self.clock, self.cost_ns = clock, cost_ns
-
-    def fire(self, now: int) -> None:
-        super().fire(now)
-        self.clock.t_ns += self.cost_ns
-
-
-@pytest.fixture
-def ready_fds(rig):
-    """Four eventfds ready in a pass's ``ep_io`` (never read: ready in every pass), and
-    the fake worker that passes over them."""
-    fds = [os.eventfd(0, os.EFD_NONBLOCK) for _ in range(4)]
-    ep, ep_io = select.epoll(), select.epoll()
-    fake = rig.fake
-    fake.wakeups, fake.ready_from = 0, 0
-    fake.books.batch_ns = TURN_NS
-    fake._fire_due = lambda now: worker_mod.Worker._fire_due(fake, now)
-    for fd in fds:
-        ep_io.register(fd, select.EPOLLIN)
-        os.eventfd_write(fd, 1)
-
-    def one_pass(by_fd: dict) -> None:
-        worker_mod.Worker._pass(fake, by_fd, None, ep, ep_io)  # type: ignore[arg-type]
-
-    yield fds, one_pass
-    for e in (ep, ep_io):
-        e.close()
-    for fd in fds:
-        os.close(fd)
-
-
-def test_within_a_turn_every_ready_fd_fires_once_before_the_deadlines(rig, ready_fds):
-    fds, one_pass = ready_fds
-    rig.work("due", rig.clock())
-    one_pass({fd: _Logged(f"fd{k}", rig.log) for k, fd in enumerate(fds)})
-    assert sorted(name for name, _ in rig.log[:4]) == ["fd0", "fd1", "fd2", "fd3"]
-    assert [name for name, _ in rig.log[4:]] == ["due"]
-
-
-def test_reading_stops_after_a_turn_for_the_deadlines_and_resumes_where_it_stopped(
-        rig, ready_fds):
-    """The Python twin of tests/unit/test_cloop.py's test of the same name: ready
-    eventfds, the first one's source taking two turns; the deadline due fires before
-    the second, and the next pass reads the second first."""
-    fds, one_pass = ready_fds
-    by_fd = {fd: _Costly(f"fd{k}", rig.log, rig.clock, 2 * TURN_NS) for k, fd in enumerate(fds)}
-    rig.work("due", rig.clock())
-    one_pass(by_fd)
-    first = rig.log[0][0]
-    assert [name for name, _ in rig.log] == [first, "due"]
-    one_pass(by_fd)
-    assert rig.log[2][0] != first
