@@ -78,7 +78,6 @@ class _Loop(ctypes.Structure):
                 ("phase", ctypes.c_int64), ("n_ready", ctypes.c_int64),
                 ("at_ready", ctypes.c_int64), ("fired", ctypes.c_int64), ("now", ctypes.c_int64),
                 ("end", ctypes.c_int64), ("wait_ns", ctypes.c_int64),
-                ("read_end", ctypes.c_int64), ("rr", ctypes.c_int64),
                 ("slot", ctypes.c_int64), ("tx_event", ctypes.c_int64), ("err", ctypes.c_int64),
                 ("ready", ctypes.c_int32 * _MAX_READY)]
 

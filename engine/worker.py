@@ -27,9 +27,6 @@ and the timerfd (file descriptors in epoll):
 
 * the loop runs in passes: first the rings and the eventfd that are ready (read
   without sleeping, so frames that arrived are answered before anything is sent),
-  for at most a turn, the next pass starting where this one stopped in epoll's
-  list (a worker with 64 hosts whose rings fill together, each read with its
-  completions in Python, would otherwise hold back every pacing slot due meanwhile),
   then the deadlines due within a turn (``engine.books.TURN_FRAMES``) of the pass,
   earliest first, each fired at the time it is fired; a pass fires deadlines for at
   most a turn, then reads the rings again before the rest, so that a worker with many
@@ -265,7 +262,6 @@ class Worker:
         self.cloop = compiled_loop(books, self.send, self.recv, hosts, nics, _IDLE_WAKE_NS)
         self.wakeups = 0
         self.wait_ns = -1               # a deadline that fired early and waits for its time
-        self.ready_from = 0             # where in epoll's ready list the next pass reads first
         self.cpu0 = 0.0
         self.times0: os.times_result | None = None
         self.cpu_wait0_ns = 0
@@ -410,16 +406,8 @@ class Worker:
                 timer.arm(now + _IDLE_WAKE_NS if due is None or due - now > _IDLE_WAKE_NS
                           else due)
                 events = ep.poll()
-        # A turn of reading at most, from where the last pass stopped (roce_loop.c's
-        # serve_ready): what is left is still ready for the next pass.
-        n = len(events)
-        read_end = mono() + self.books.turn_ns
-        for k in range(n):
-            if k and mono() > read_end:
-                n = k
-                break
-            by_fd[events[(k + self.ready_from) % len(events)][0]].fire(mono())
-        self.ready_from += n
+        for fd, _ in events:
+            by_fd[fd].fire(mono())
         return self._fire_due(mono())
 
     def _fire_due(self, now: int) -> int:

@@ -5,10 +5,7 @@
  *
  * A pass of the loop, as the Python one runs it:
  *
- *   1. the rings and the eventfd that are ready (epoll on `ep_io`, no sleep), for at
- *      most a turn of wall time, the next pass's phase 1 starting where this one
- *      stopped in epoll's list (every ready fd is read in turn, and 64 rings'
- *      reads and their completions do not hold back the NICs' pacing slots); if
+ *   1. the rings and the eventfd that are ready (epoll on `ep_io`, no sleep); if
  *      none is and no deadline is due within a turn (or the earliest is one that
  *      fired early and waits for its time, `wait_ns`), sleep: until the earliest
  *      deadline on the clock alone if it is due within `batch_ns` (what reaches
@@ -110,8 +107,6 @@ struct loop {                   /* engine/cloop.py: _Loop */
 	int64_t house_ns;           /* in: Python's next housekeeping */
 	/* where the pass is */
 	int64_t phase, n_ready, at_ready, fired, now, end, wait_ns;
-	int64_t read_end;           /* phase 1 hands the rest to the next pass from then */
-	int64_t rr;                 /* where in the ready list the next phase 1 starts */
 	/* out */
 	int64_t slot, tx_event, err;
 	int32_t ready[MAX_READY];
@@ -343,15 +338,11 @@ static int read_ring(struct loop *l, int64_t h, int64_t now)
 	return -1;
 }
 
-/* Phase 1: the ready fds, from where the last phase 1 stopped in epoll's order, for
- * at most a turn: the rest (still ready: level-triggered) wait for the next pass,
- * after the deadlines due. */
+/* Phase 1: the ready fds, in epoll's order. */
 static int serve_ready(struct loop *l)
 {
 	while (l->at_ready < l->n_ready) {
-		if (l->at_ready && mono_ns() > l->read_end)
-			break;
-		int fd = l->ready[(l->at_ready + l->rr) % l->n_ready];
+		int fd = l->ready[l->at_ready];
 		int64_t h = 0;
 
 		if (fd == l->timer_fd) {  /* re-armed before the next sleep resets it */
@@ -375,7 +366,6 @@ static int serve_ready(struct loop *l)
 		if (r >= 0)
 			return r;
 	}
-	l->rr += l->at_ready;
 	return -1;
 }
 
@@ -467,7 +457,6 @@ static int one_pass(struct loop *l)
 			return LOOP_ERROR;
 		}
 		l->phase = 1;
-		l->read_end = mono_ns() + l->turn_ns;
 	}
 	if (l->phase == 1) {
 		int r = serve_ready(l);

@@ -79,45 +79,6 @@ def test_it_sleeps_until_a_deadline_more_than_a_turn_away(loop):
     assert time.monotonic_ns() >= at - TURN_NS  # served at most a turn early
 
 
-@pytest.fixture()
-def two_ready(loop):
-    """The loop with a second eventfd in its ``ep_io``, both written: two ready fds."""
-    c, _, efd, run = loop
-    efd2 = os.eventfd(0, os.EFD_NONBLOCK)
-    ep_io = select.epoll.fromfd(os.dup(c.ep_io))  # the same epoll, through a copy of its fd
-    ep_io.register(efd2, select.EPOLLIN)
-    for fd in (efd, efd2):
-        os.eventfd_write(fd, 1)
-    yield c, run, {efd, efd2}
-    ep_io.close()
-    os.close(efd2)
-
-
-def test_reading_stops_after_a_turn_for_the_deadlines_and_resumes_where_it_stopped(two_ready):
-    """A ready fd whose handling took more than a turn leaves the next ready fd for
-    after the deadlines due; the next pass starts with the fd left unread."""
-    c, run, fds = two_ready
-    now = time.monotonic_ns()
-    assert run(now) == LOOP_FD and c.slot in fds
-    first = c.slot
-    time.sleep(2 * TURN_NS / 1e9)               # Python took two turns over the first
-    assert run(now) == LOOP_PY and c.slot == now
-    assert run() == LOOP_DONE
-    assert run() == LOOP_FD and c.slot == (fds - {first}).pop()  # both still ready
-
-
-def test_within_a_turn_every_ready_fd_comes_before_the_deadlines(two_ready):
-    c, run, fds = two_ready
-    c.turn_ns = 60 * 10**9                      # no handler here takes a minute
-    now = time.monotonic_ns()
-    handed = set()
-    for _ in fds:
-        assert run(now) == LOOP_FD
-        handed.add(c.slot)
-    assert handed == fds
-    assert run(now) == LOOP_PY
-
-
 #: Where the kernel shows a thread asleep in epoll or on the clock (/proc/.../wchan).
 _ASLEEP = ("do_epoll_wait", "ep_poll", "hrtimer_nanosleep", "do_nanosleep")
 
