@@ -230,7 +230,7 @@ def model_ring_s(spec: str, size_bytes: int) -> float:
     """The project's model of the ring all-reduce on ``spec`` (the real fabric: the
     mean over 16 hashed-ECMP draws, as ``emu run collective`` prices it)."""
     from experiments.collective import model_curve
-    curve = model_curve(spec, "allreduce-ring", [size_bytes], 16)
+    curve = model_curve(spec, "allreduce-ring", [size_bytes], 16, margin=1)
     return float(curve.set_index("size_bytes").loc[size_bytes, "time_model_s"])
 
 

@@ -203,16 +203,17 @@ CURVE_MARGIN = 4
 
 @collector_paused()
 def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int,
-                wan: str = WAN_OFF) -> pd.DataFrame:
+                wan: str = WAN_OFF, margin: int = CURVE_MARGIN) -> pd.DataFrame:
     """The model's time and busbw of ``name`` on topology ``spec`` over a dense size
-    grid (every power of two from the smallest measured size / CURVE_MARGIN to the
-    largest x CURVE_MARGIN, and the measured sizes), each priced as a measured case is
-    (`run_collective`: the mean over ``hash_draws`` hash outcomes seeded by the size):
-    the model's own curve, not a line through its values at the measured sizes."""
+    grid (every power of two from the smallest measured size / ``margin`` to the
+    largest x ``margin``, and the measured sizes; 1: the measured sizes and the powers
+    of two between them), each priced as a measured case is (`run_collective`: the
+    mean over ``hash_draws`` hash outcomes seeded by the size): the model's own curve,
+    not a line through its values at the measured sizes."""
     topo = fabric_topo(spec, wan)
     graph, routes = topo_graph(topo), compute_routes(topo)
-    lo = max(1, min(sizes) // CURVE_MARGIN)
-    hi = max(sizes) * CURVE_MARGIN
+    lo = max(1, min(sizes) // margin)
+    hi = max(sizes) * margin
     grid = sorted({*sizes, *(1 << k for k in range(lo.bit_length() - 1, hi.bit_length())
                              if lo <= 1 << k <= hi)})
     rows = []
