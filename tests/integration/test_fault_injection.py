@@ -130,6 +130,25 @@ def test_a_switch_down_and_up_recovers_everything(fab):
     assert after == before
 
 
+def until_quiet(ratio, expected: float, rel: float, what: str) -> float:
+    """``ratio()``, measured up to three times until it is within ``rel`` of
+    ``expected`` or was measured while the hypervisor took at most 1 % of the CPU: a VM
+    stall stretches a run, so a ratio off while the CPU was stolen is measured again,
+    as the gate would, and the test skips with the reason if every one was."""
+    ratios, stolen = [], []
+    for _ in range(3):
+        before, began = cpu_ticks(), time.monotonic()
+        ratios.append(ratio())
+        stolen.append(steal_s(before, cpu_ticks()) / (time.monotonic() - began))
+        if ratios[-1] == pytest.approx(expected, rel=rel) or stolen[-1] <= 0.01:
+            break
+    if ratios[-1] != pytest.approx(expected, rel=rel) and min(stolen) > 0.01:
+        pytest.skip(f"{what} {', '.join(f'{r:.2f}' for r in ratios)} while the "
+                    f"hypervisor took {min(stolen):.1%}-{max(stolen):.1%} of the CPU")
+    assert ratios[-1] == pytest.approx(expected, rel=rel), (what, ratios, stolen)
+    return ratios[-1]
+
+
 def test_a_host_link_at_a_quarter_of_its_rate_takes_four_times_as_long(fab):
     """Through the common ``faults`` option: measure() applies it and restores the rate."""
     from core.messages import Message, Workload
@@ -138,22 +157,18 @@ def test_a_host_link_at_a_quarter_of_its_rate_takes_four_times_as_long(fab):
 
     host, peer = fab.hosts[0], fab.hosts[-1]
     one = Workload("one", [Message(0, host, peer, 2 << 20)], [host, peer], 2 << 20)
-    ratios, stolen = [], []
-    for _ in range(3):  # a VM stall stretches either run: measured again, as the gate would
-        before, began = cpu_ticks(), time.monotonic()
-        alone = measure(fab, one, config()).completion_s
+    alone_s: list[float] = []
+
+    def slow_over_alone() -> float:
+        alone_s.append(measure(fab, one, config()).completion_s)
         with planned(f"{host}-l1:rate=25%@0", 0.0):
             slow = measure(fab, one, config())
-        stolen.append(steal_s(before, cpu_ticks()) / (time.monotonic() - began))
-        ratios.append(slow.completion_s / alone)
         assert list(slow.fault_events.op) == ["rate"]
-        if ratios[-1] == pytest.approx(4.0, rel=0.1) or stolen[-1] <= 0.01:
-            break
-    if ratios[-1] != pytest.approx(4.0, rel=0.1) and min(stolen) > 0.01:
-        pytest.skip(f"slow / alone {', '.join(f'{r:.2f}' for r in ratios)} while the "
-                    f"hypervisor took {min(stolen):.1%}-{max(stolen):.1%} of the CPU")
-    assert ratios[-1] == pytest.approx(4.0, rel=0.1), (ratios, stolen)
-    assert measure(fab, one, config()).completion_s == pytest.approx(alone, rel=0.05)
+        return slow.completion_s / alone_s[-1]
+
+    until_quiet(slow_over_alone, 4.0, 0.1, "slow / alone")
+    until_quiet(lambda: measure(fab, one, config()).completion_s / alone_s[-1], 1.0, 0.05,
+                "after the fault / alone")
 
 
 def test_random_loss_on_both_uplinks_is_recovered(fab):
