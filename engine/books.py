@@ -68,6 +68,8 @@ class Books:
         self.lags = array("q")
         self.lag_total_ns = 0
         self.rx_lags = array("q")      # (lag_ns, frames) per ring read, flattened
+        # Per message started: how far behind its post time (ns; < 0: up to a turn early)
+        self.start_lags = array("q")
         self.packets_sent = 0
         self.data_sent = 0
         self.ctrl_sent = 0

@@ -124,6 +124,7 @@ class Requester:
         # early or late (then its first frames' lag is booked, as any stall's).
         post = qp.post_ns
         qp.start_ns = post
+        books.start_lags.append(now - post)
         # The rate trace's first row is the start's (a row due at the first burst
         # would send every message's first burst back from C to Python for it).
         books.trace(qp, now)

@@ -78,6 +78,7 @@ import signal
 import socket
 import threading
 import time
+from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1158,18 +1159,25 @@ def _percentile_emu_s(lags_ns: np.ndarray, q: float) -> float:
     return float(np.percentile(lags_ns, q)) * 1e-9 if len(lags_ns) else 0.0
 
 
-def _lag_stats(reported: list[WorkerStats]) -> dict[str, float]:
-    """Pacing lag (per data frame) and receive lag (per frame, as long as its read's
-    oldest frame: an upper bound) percentiles, emulated s."""
-    lags = [np.frombuffer(r.lags, dtype=np.int64) for r in reported if len(r.lags)]
-    all_lags = np.concatenate(lags) if lags else np.zeros(0, dtype=np.int64)
+def _joined(arrays: list[array]) -> np.ndarray:
+    """The workers' int64 samples, one array."""
+    parts = [np.frombuffer(a, dtype=np.int64) for a in arrays if len(a)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _lag_stats(reported: list[WorkerStats]) -> dict[str, float | None]:
+    """Pacing lag (per data frame), receive lag (per frame, as long as its read's
+    oldest frame: an upper bound) and start lag (per message) percentiles, emulated s."""
+    all_lags = _joined([r.lags for r in reported])
+    starts = _joined([r.start_lags for r in reported])
     rx = [np.frombuffer(r.rx_lags, dtype=np.int64).reshape(-1, 2)
           for r in reported if len(r.rx_lags)]
     reads = np.concatenate(rx) if rx else np.zeros((0, 2), dtype=np.int64)
     frame_rx_lags_ns = np.repeat(reads[:, 0], reads[:, 1])
     return {"pacing_lag_p50_emu_s": _percentile_emu_s(all_lags, 50),
             "pacing_lag_p99_emu_s": _percentile_emu_s(all_lags, 99),
-            "receive_lag_p99_emu_s": _percentile_emu_s(frame_rx_lags_ns, 99)}
+            "receive_lag_p99_emu_s": _percentile_emu_s(frame_rx_lags_ns, 99),
+            "start_lag_p99_emu_s": _percentile_emu_s(starts, 99) if len(starts) else None}
 
 
 def _nic_busy(reported: list[WorkerStats]) -> list[NicBusy]:

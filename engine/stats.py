@@ -118,6 +118,7 @@ class WorkerStats:
     rates: list[tuple] = field(default_factory=list)
     lags: array = field(default_factory=lambda: array("q"))     # ns per data frame
     rx_lags: array = field(default_factory=lambda: array("q"))  # (lag ns, frames) per read
+    start_lags: array = field(default_factory=lambda: array("q"))  # ns per message started
     #: What a user's congestion control did to break the run (``traffic.ccload.run_fault``)
     cc_fault: str | None = None
     #: The signal that stopped the worker from outside the run (not the engine's own
@@ -189,6 +190,11 @@ class EngineStats:
     #: How long received frames waited in the rings for the worker (bounded above by each
     #: read's oldest frame): a late read sends its ACKs and CNPs late.
     receive_lag_p99_emu_s: float = 0.0
+    #: How far behind its post time (its dependencies' completion, or its start time)
+    #: the p99 message started; None: none started. A worker busy with other messages'
+    #: completions and starts starts the next late, and its frames' send lag counts
+    #: from the post time, so this tells a late start from a late pacing slot.
+    start_lag_p99_emu_s: float | None = None
     #: Lag as it accumulated (sum of every frame's lateness) and the schedule debt that
     #: stalls dropped (resets): nothing a stall costs disappears.
     pacing_lag_total_emu_s: float = 0.0

@@ -475,7 +475,7 @@ class Worker:
         ) for n in self.nics.values()]
         return WorkerStats(self._counters(), sends=sends, receives=receives, nics=nics,
                            latency=books.lat, rates=books.rates, lags=books.lags,
-                           rx_lags=books.rx_lags)
+                           rx_lags=books.rx_lags, start_lags=books.start_lags)
 
     def _counters(self) -> WorkerCounters:
         books = self.books

@@ -315,12 +315,16 @@ def _lag_checks(run: RunMeasures, limits: Limits) -> tuple[list[Check], float]:
     packet_time_emu_s = eng.scale.time_emu_s(run.packet_time_s)
     # A frame read late is answered late: its ACK or CNP leaves late, and a sender held
     # to its window (HPCC, DCTCP, Swift) loses throughput that no send lag shows.
-    for name, what, lag_s in (("pacing lag p99", "send", eng.pacing_lag_p99_emu_s),
-                              ("receive lag p99", "receive", eng.receive_lag_p99_emu_s)):
+    starts = ("" if eng.start_lag_p99_emu_s is None else
+              f"; messages started p99 {eng.start_lag_p99_emu_s * 1e3:.3f} ms behind "
+              "their post times")
+    for name, what, lag_s, more in (
+            ("pacing lag p99", "send", eng.pacing_lag_p99_emu_s, starts),
+            ("receive lag p99", "receive", eng.receive_lag_p99_emu_s, "")):
         lag, lag_need = _ratio_check(
             name, lag_s, limits.lag_packets * packet_time_emu_s,
             f"p99 {what} lag {lag_s * 1e3:.3f} ms emulated vs {limits.lag_packets:g} x "
-            f"packet time {packet_time_emu_s * 1e3:.3f} ms" + _stall_context(run))
+            f"packet time {packet_time_emu_s * 1e3:.3f} ms{more}" + _stall_context(run))
         checks.append(lag)
         need = max(need, lag_need)
 

@@ -379,3 +379,6 @@ def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(
     assert late_emu_s > stall_s / 4
     assert result.stats.pacing_lag_p99_emu_s >= 0.9 * late_emu_s
     assert result.stats.pacing_lag_total_emu_s >= 0.9 * late_emu_s
+    # The gate can tell a late start from a late pacing slot: message 1 started that
+    # far behind its post time (p99 of two starts: 0.99 of the later).
+    assert result.stats.start_lag_p99_emu_s >= 0.9 * late_emu_s

@@ -143,6 +143,34 @@ def test_pacing_lag_names_what_took_the_cpu():
     assert "waited" not in why                    # unknown: nothing claimed
 
 
+def test_pacing_lag_says_how_late_the_messages_started():
+    """A message started late lags every frame it sends: the reason tells a late start
+    from a late pacing slot, and claims nothing where no start was measured."""
+    lag_s = 4 * PKT_400G_S * 20000
+    rep = evaluate(measures(pacing_lag_p99_emu_s=lag_s, start_lag_p99_emu_s=1.25e-3))
+    (why,) = [r for r in rep.reasons if r.startswith("pacing lag p99")]
+    assert "messages started p99 1.250 ms behind their post times" in why
+    (why,) = [r for r in evaluate(measures(pacing_lag_p99_emu_s=lag_s)).reasons
+              if r.startswith("pacing lag p99")]
+    assert "started" not in why
+
+
+def test_the_workers_start_lags_make_one_percentile():
+    from array import array
+
+    from engine.run import _lag_stats
+    from engine.stats import WorkerStats
+
+    def worker(w: int, starts: list[int]) -> WorkerStats:
+        return WorkerStats(WorkerCounters(w), start_lags=array("q", starts))
+
+    # 100 starts: 98 on time (one of them early), two 2 ms late, one worker each.
+    stats = _lag_stats([worker(0, [-500] + [0] * 48 + [2_000_000]),
+                        worker(1, [0] * 49 + [2_000_000])])
+    assert 1.9e-3 < stats["start_lag_p99_emu_s"] <= 2e-3
+    assert _lag_stats([worker(0, []), worker(1, [])])["start_lag_p99_emu_s"] is None
+
+
 def test_saturated_port_below_rate_fails_but_unsaturated_port_may_idle():
     low = PortRate("e1:eth1", 400e9, 300e9, expect_saturated=True)
     idle = PortRate("e2:eth1", 400e9, 10e9, expect_saturated=False)
