@@ -19,8 +19,10 @@ Printed side by side:
   the fixed delays the emulator does not add), data frames/s, engine CPU per
   delivered frame (workers' CPU, user and kernel: a send's kernel time carries the
   frame through every shaper and switch on its path), the same per frame the engine
-  sent, ACKs, NAKs and CNPs included (HPCC ACKs every frame), and the machine's busy
-  share;
+  sent, ACKs, NAKs and CNPs included (HPCC ACKs every frame), the machine's busy
+  share, and the p99 send lag beside the p99 of how far behind its post time a
+  message started (a send lag with starts as late is per-message work: a worker
+  busy with other messages' completions and starts);
 * the smallest S at which the run is VALID and within 5 % of that model, and the
   engine's frames/s there divided by the kernel capacity;
 * **whole process**: what ``emu run collective`` spends on each ring case, from
@@ -172,6 +174,10 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
         "wakeups_per_frame": sum(w.wakeups for w in st.workers) / frames
         if frames else float("nan"),
         "machine_busy": st.machine_busy, "wall_s": st.run_wall_s,
+        # A send lag with the messages' starts as late is per-message work, not pacing.
+        "send_lag_p99_ms": st.pacing_lag_p99_emu_s * 1e3,
+        "start_lag_p99_ms": None if st.start_lag_p99_emu_s is None
+        else st.start_lag_p99_emu_s * 1e3,
         # Where the case's wall time went (module doc, "whole case").
         "whole_s": whole_s, "build_s": built_s, "model_s": r.model_wall_s,
         "start_s": st.start_wall_s - st.setup_wall_s, "setup_s": st.setup_wall_s,
@@ -207,7 +213,7 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
     for col in ("steering", "cc", "workers", "S", "gate", "time vs model", "frames/s", "÷ kernel",
                 "CPU/frame", "of which kernel", "CPU/frame, ACKs counted", "wake-ups/frame",
                 "≈ wake-up CPU/frame",
-                "machine busy", "wall", "why invalid"):
+                "machine busy", "wall", "p99 lag: send / start", "why invalid"):
         table.add_column(col)
     for r in rows:
         kernel_fps = cap[r["in_order"]]["delivered_fps"]
@@ -220,7 +226,8 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
                       f"{r['cpu_per_sent_frame_us']:.1f} µs", f"{r['wakeups_per_frame']:.2f}",
                       f"{r['wakeups_per_frame'] * wake_us:.1f} µs",
                       f"{r['machine_busy']:.0%}" if r["machine_busy"] is not None else "-",
-                      f"{r['wall_s']:.1f} s", "; ".join(x.split(":")[0] for x in r["reasons"]))
+                      f"{r['wall_s']:.1f} s", _lags(r),
+                      "; ".join(x.split(":")[0] for x in r["reasons"]))
     console.print(table)
     console.print(_time_parts(rows, spec, cap))
     for in_order in steering:
@@ -228,6 +235,12 @@ def bench_topology(console: Console, spec: str, scales: list[float], ccs: list[s
             for w in workers or [None]:
                 _smallest_valid(console, rows, spec, cc, in_order, w,
                                 cap[in_order]["delivered_fps"])
+
+
+def _lags(r: dict[str, Any]) -> str:
+    """The p99 send lag and the p99 message start behind its post time (emulated)."""
+    start = "-" if r["start_lag_p99_ms"] is None else f"{r['start_lag_p99_ms']:.2f}"
+    return f"{r['send_lag_p99_ms']:.2f} / {start} ms"
 
 
 def _time_parts(rows: list[dict[str, Any]], spec: str, cap: dict[bool, dict[str, float]]

@@ -91,6 +91,12 @@ def test_bench_capacity_splits_a_case_into_its_parts():
                      "7.0", "3.0", "25%", "41.5 µs", "0.50", "0.300"]
 
 
+def test_bench_capacity_puts_the_starts_lag_beside_the_send_lag():
+    from bench.capacity import _lags
+    assert _lags({"send_lag_p99_ms": 1.405, "start_lag_p99_ms": 1.367}) == "1.41 / 1.37 ms"
+    assert _lags({"send_lag_p99_ms": 0.2, "start_lag_p99_ms": None}) == "0.20 / - ms"
+
+
 @pytest.mark.parametrize("argv", [
     ["capacity", "--topo", "fattree,4@abc"], ["capacity", "--workers", "0"],
     ["rxring", "--frames", "0"], ["rxring", "--scales", "1e8"],
