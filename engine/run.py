@@ -1170,9 +1170,7 @@ def _lag_stats(reported: list[WorkerStats]) -> dict[str, float | None]:
     oldest frame: an upper bound) and start lag (per message) percentiles, emulated s."""
     all_lags = _joined([r.lags for r in reported])
     starts = _joined([r.start_lags for r in reported])
-    rx = [np.frombuffer(r.rx_lags, dtype=np.int64).reshape(-1, 2)
-          for r in reported if len(r.rx_lags)]
-    reads = np.concatenate(rx) if rx else np.zeros((0, 2), dtype=np.int64)
+    reads = _joined([r.rx_lags for r in reported]).reshape(-1, 2)
     frame_rx_lags_ns = np.repeat(reads[:, 0], reads[:, 1])
     return {"pacing_lag_p50_emu_s": _percentile_emu_s(all_lags, 50),
             "pacing_lag_p99_emu_s": _percentile_emu_s(all_lags, 99),

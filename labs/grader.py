@@ -7,9 +7,8 @@ student's exceptions, hangs and out-of-range values (``StudentError``,
 ``HarnessError``) fail the check with their one line; an emulation check whose
 scenario the machine could not measure is ungraded, never failed, and so is one that
 fails on runs during which the hypervisor took the CPU (``emulation.STEAL_LIMIT``). A
-checks module may
-also define ``plots(runs, out, code)``: the lab's own figures from the scenarios' runs
-and the student's code, written under ``out``.
+checks module may also define ``plots(runs, out, code)``: the lab's own figures from
+the scenarios' runs and the student's code, written under ``out``.
 """
 
 from __future__ import annotations

@@ -104,6 +104,14 @@ def run_judged(run: Callable[..., Any], *args: Any, scale: float,
     return judged(attempt, scale)
 
 
+def stolen_since(ticks: Any, began: float) -> float:
+    """CPU seconds the hypervisor took per wall second since ``cpu_ticks()`` read
+    ``ticks`` at ``time.monotonic()`` ``began`` (the unit of `STEAL_SPELL`)."""
+    from core.machinecpu import cpu_ticks, steal_s
+
+    return steal_s(ticks, cpu_ticks()) / (time.monotonic() - began)
+
+
 def judged(attempt: Callable[[float, bool], Any], scale: float) -> Any:
     """``attempt(S, force)``: a run at S, from scratch, with its gate's verdict (an
     object with ``valid`` and ``fidelity``, an `experiments.fidelity.FidelityReport`).
@@ -117,10 +125,7 @@ def judged(attempt: Callable[[float, bool], Any], scale: float) -> Any:
     Refused for the machine alone twice over while the hypervisor stole more than
     `STEAL_SPELL` of the CPU, the test skips with the gate's reasons; any other reason
     is returned as it is and fails the test."""
-    from core.machinecpu import cpu_ticks, steal_s
-
-    def stolen_since(ticks: Any, began: float) -> float:
-        return steal_s(ticks, cpu_ticks()) / (time.monotonic() - began)
+    from core.machinecpu import cpu_ticks
 
     before, began = cpu_ticks(), time.monotonic()
     result = attempt(scale, False)

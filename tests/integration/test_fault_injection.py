@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from core.machinecpu import cpu_ticks, steal_s
+from core.machinecpu import cpu_ticks
+from tests.conftest import STEAL_SPELL, stolen_since
 
 pytestmark = pytest.mark.root
 
@@ -132,17 +133,17 @@ def test_a_switch_down_and_up_recovers_everything(fab):
 
 def until_quiet(ratio, expected: float, rel: float, what: str) -> float:
     """``ratio()``, measured up to three times until it is within ``rel`` of
-    ``expected`` or was measured while the hypervisor took at most 1 % of the CPU: a VM
-    stall stretches a run, so a ratio off while the CPU was stolen is measured again,
-    as the gate would, and the test skips with the reason if every one was."""
+    ``expected`` or was measured while the hypervisor took at most `STEAL_SPELL` of the
+    CPU: a VM stall stretches a run, so a ratio off while the CPU was stolen is measured
+    again, as the gate would, and the test skips with the reason if every one was."""
     ratios, stolen = [], []
     for _ in range(3):
         before, began = cpu_ticks(), time.monotonic()
         ratios.append(ratio())
-        stolen.append(steal_s(before, cpu_ticks()) / (time.monotonic() - began))
-        if ratios[-1] == pytest.approx(expected, rel=rel) or stolen[-1] <= 0.01:
+        stolen.append(stolen_since(before, began))
+        if ratios[-1] == pytest.approx(expected, rel=rel) or stolen[-1] <= STEAL_SPELL:
             break
-    if ratios[-1] != pytest.approx(expected, rel=rel) and min(stolen) > 0.01:
+    if ratios[-1] != pytest.approx(expected, rel=rel) and min(stolen) > STEAL_SPELL:
         pytest.skip(f"{what} {', '.join(f'{r:.2f}' for r in ratios)} while the "
                     f"hypervisor took {min(stolen):.1%}-{max(stolen):.1%} of the CPU")
     assert ratios[-1] == pytest.approx(expected, rel=rel), (what, ratios, stolen)
