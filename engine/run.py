@@ -100,7 +100,7 @@ from core.frame import (
     WIRE_OVERHEAD_BYTES,
 )
 from core.gcpause import collector_paused
-from core.machinecpu import cpu_ticks, machine_busy, steal_s
+from core.machinecpu import cpu_ticks, machine_busy, steal_s, steal_share
 from core.messages import Message, Workload
 from core.scaling import Scale
 from emu.fabric import Egress, HostEndpoint
@@ -893,6 +893,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     st = result.stats
     st.machine_busy = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
     st.steal_s = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
+    st.steal_share = steal_share(*cpu_marks) if len(cpu_marks) == 2 else None
     st.quiet_wait_s = quiet_wait_s
     st.start_wall_s = started_s
     st.setup_wall_s = setup_s

@@ -220,6 +220,7 @@ class EngineStats:
     emulated_fixed_delays: dict[str, str] = field(default_factory=dict)
     machine_busy: float | None = None   # fraction of all CPU time busy during the run
     steal_s: float | None = None        # CPU time the hypervisor took meanwhile
+    steal_share: float | None = None    # and as a share of all CPU time
     quiet_wait_s: float = 0.0           # waiting for the kernel to finish a teardown
     #: From the engine's call to its clock's start: plans, sockets, and the workers
     #: building their QPs (frame templates, compiled views); 0 if the clock never started.

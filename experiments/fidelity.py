@@ -26,6 +26,11 @@ Pure checks over what a run measured; no kernel access. A run is *valid* when
   included) stays below a ceiling. A busy machine delays the shapers' timers
   and the engine alike, whatever the engine's own use; without that figure the
   workers' own CPU (busy CPU seconds / (wall x workers)) is judged instead;
+* the hypervisor left the machine its CPUs: it took (steal) at most 1 % of all CPU
+  time over the run. A stolen CPU stalls the kernel's shapers and a window's
+  reaction to its marks, which no engine lag shows, for many packet times at once;
+  the lag checks let at most 1 % of the sends be that late, and the fabric is held
+  to the same share;
 * nothing was lost outside the modelled fabric: no receive-ring drops, and no
   retransmissions unless a switch port dropped frames, or the routing mode reorders
   a flow by design (spraying, adaptive, flowlets) and the transport is go-back-N,
@@ -125,6 +130,7 @@ class Limits:
     rate_under: float = 0.10      # a saturated port must reach 90 % of its rate
     cpu_busy: float = 0.90        # of wall x workers (when the machine's figure is unknown)
     machine_busy: float = 0.85    # of all CPU time of the machine
+    steal_share: float = 0.01     # of all CPU time of the machine, taken by the hypervisor
     lag_packets: float = 2.0      # p99 pacing lag, in dilated packet times
     lag_mean_packets: float = 0.5  # mean pacing lag per frame, in dilated packet times
     margin: float = 1.25          # head-room in the suggested scale
@@ -263,6 +269,13 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
     cpu, cpu_need = _cpu_check(eng, limits)
     checks.append(cpu)
     need = max(need, cpu_need)
+    if eng.steal_share is not None:  # no S helps: the hypervisor's share is the same at any S
+        checks.append(Check(
+            "hypervisor steal", eng.steal_share <= limits.steal_share, eng.steal_share,
+            limits.steal_share,
+            f"the hypervisor took {eng.steal_share:.2%} of all CPU time during the run "
+            f"(limit {limits.steal_share:.0%}): the kernel's shapers and the senders' "
+            "reactions stalled with it; run again on a quieter machine"))
 
     checks.append(Check("receive rings kept up", eng.ring_drops == 0, eng.ring_drops, 0,
                         f"{eng.ring_drops} frames dropped by full receive rings"))

@@ -34,15 +34,6 @@ __all__ = ["RunRecord", "ScenarioRuns", "run_scenarios"]
 #: Measurements of one configuration before it is declared ungraded.
 ATTEMPTS = 3
 
-#: The share of all CPU time the hypervisor may take (steal) during a valid run whose
-#: measurement fails a student. The gate judges what a stall does to the engine's
-#: sends and reads; a stolen CPU also holds back the kernel's shapers and a window's
-#: reaction to its marks, and moves a queue's mean and swing with them: a CI run here
-#: failed lab 1's reference solution at K = 40K (mean queue 53.7 KB, 41 % over the
-#: model) with the hypervisor taking 11.6-18.4 % of the CPU, on runs the gate passed.
-#: Quiet runs on the project's VM lose 0.02-0.3 % of it; noisy ones 5-40 %.
-STEAL_LIMIT = 0.01
-
 
 @dataclass
 class RunRecord:
@@ -75,12 +66,6 @@ class ScenarioRuns:
 
     def valid_runs(self, point: str | None = None) -> list[RunRecord]:
         return [r for r in self.runs if r.valid and r.point == point]
-
-    def stolen_share(self) -> float:
-        """The largest share of the CPU the hypervisor took during a valid run (the
-        last attempt of each configuration); 0 without one."""
-        return max((r.stolen_shares[-1] for r in self.runs if r.valid and r.stolen_shares),
-                   default=0.0)
 
     def metric(self, metric: str, case_contains: str = "", point: str | None = None,
                column: str = "measured") -> float:

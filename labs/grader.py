@@ -5,8 +5,7 @@ A check is a function of the lab's ``checks.py``, named in ``lab.toml``, that ta
 ``CheckContext`` and returns an ``Outcome`` (``labs.verdict.ok/fail/ungraded``). The
 student's exceptions, hangs and out-of-range values (``StudentError``,
 ``HarnessError``) fail the check with their one line; an emulation check whose
-scenario the machine could not measure is ungraded, never failed, and so is one that
-fails on runs during which the hypervisor took the CPU (``emulation.STEAL_LIMIT``). A
+scenario the machine could not measure is ungraded, never failed. A
 checks module may also define ``plots(runs, out, code)``: the lab's own figures from
 the scenarios' runs and the student's code, written under ``out``.
 """
@@ -20,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from labs.catalog import CheckSpec, Lab
-from labs.emulation import STEAL_LIMIT, ScenarioRuns, machine_reason, run_scenarios, student_spec
+from labs.emulation import ScenarioRuns, machine_reason, run_scenarios, student_spec
 from labs.harness import Harness, HarnessError
 from labs.student import StudentCode, StudentError
-from labs.verdict import FAILED, CheckResult, Grade, Outcome, fail, ungraded
+from labs.verdict import CheckResult, Grade, Outcome, fail, ungraded
 
 __all__ = ["CheckContext", "grade", "run_lab"]
 
@@ -133,24 +132,12 @@ def grade(lab: Lab, workdir: Path, *, emulation: bool = True, out: Path | None =
         elif sr.ungraded:
             outcome = ungraded(sr.ungraded)
         else:
-            outcome = not_for_the_machine(_run_check(CheckContext(lab, spec, code, sr)), sr)
+            outcome = _run_check(CheckContext(lab, spec, code, sr))
         add(spec, outcome, time.monotonic() - t)
     g.seconds = time.monotonic() - t0
     if broken is None and lab.student_class:
         g.notes.append(f"your class as a cc setting: {student_spec(lab, workdir)}")
     return g
-
-
-def not_for_the_machine(outcome: Outcome, sr: ScenarioRuns) -> Outcome:
-    """A failed emulation check stands only if its scenario's runs had the CPU: where
-    the hypervisor took more than ``STEAL_LIMIT`` of it during a valid run, the check
-    is ungraded with what it measured and why (a pass stands either way)."""
-    stolen = sr.stolen_share()
-    if outcome.status != FAILED or stolen <= STEAL_LIMIT:
-        return outcome
-    return ungraded(f"{outcome.feedback} -- not counted: the hypervisor took {stolen:.1%} of "
-                    f"the CPU during a run it read (more than {STEAL_LIMIT:.0%}), which moves "
-                    "the timing it judges; check again on a quieter machine")
 
 
 def run_lab(lab: Lab, workdir: Path, out: Path,

@@ -62,6 +62,17 @@ def test_busy_machine_invalidates_whatever_the_workers_used():
     assert evaluate(measures(cpu_s=19.0, machine_busy=0.6)).valid
 
 
+def test_the_hypervisor_taking_more_than_one_percent_of_the_cpu_invalidates():
+    assert evaluate(measures(steal_share=0.01, steal_s=0.2)).valid
+    rep = evaluate(measures(steal_share=0.012, steal_s=0.24))
+    assert not rep.valid
+    assert rep.reasons == ["hypervisor steal: the hypervisor took 1.20% of all CPU time during "
+                           "the run (limit 1%): the kernel's shapers and the senders' reactions "
+                           "stalled with it; run again on a quieter machine"]
+    assert rep.suggested_scale == 20000   # no S helps
+    assert evaluate(measures()).valid     # not measured: nothing to judge
+
+
 def test_accumulated_lag_and_dropped_debt_invalidate():
     pkt_emu_s = PKT_400G_S * 20000
     assert evaluate(measures(data_packets_sent=1000, pacing_lag_total_emu_s=1000 * 0.3 * pkt_emu_s)).valid
