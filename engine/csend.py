@@ -90,6 +90,7 @@ class CompiledSendPath(SendPath):
                 q.bits[k] = qp.bits[k]
             q.first_tx_ns = q.last_tx_ns = -1
             q.line_ns = qp.line_ns
+            q.idle = True
             self._prepare(qp, q)
 
     def use_lines(self) -> None:
@@ -181,21 +182,29 @@ class CompiledSendPath(SendPath):
         c.rate_bps = rate
         c.window_bytes = -1.0 if window is None else window
 
+    # A compiled NIC's busy QPs are C's (``nic.active``, ``n_active``): tx_service
+    # takes a QP off when it runs out of frames, and the compiled loop puts the QPs
+    # it starts on.
     def activate(self, qp: SendQp) -> None:
         nic = qp.nic
-        nic.qps.append(qp)
-        if nic.c is not None:
-            nic.active[nic.c.n_active] = qp.slot
-            nic.c.n_active += 1
+        if nic.c is None:
+            super().activate(qp)
+            return
+        nic.active[nic.c.n_active] = qp.slot
+        nic.c.n_active += 1
 
     def deactivate(self, qp: SendQp) -> None:
         nic = qp.nic
-        k = nic.qps.index(qp)
-        del nic.qps[k]
-        if nic.c is not None:
-            n = nic.c.n_active
-            nic.active[k:n - 1] = nic.active[k + 1:n]
-            nic.c.n_active = n - 1
+        if nic.c is None:
+            super().deactivate(qp)
+            return
+        n = nic.c.n_active
+        k = nic.active[:n].index(qp.slot)
+        nic.active[k:n - 1] = nic.active[k + 1:n]
+        nic.c.n_active = n - 1
+
+    def busy(self, nic: Nic) -> bool:
+        return nic.qps != [] if nic.c is None else nic.c.n_active > 0
 
     def end_period(self, nic: Nic) -> None:
         self._close_period(nic, nic if nic.c is None else nic.c)
@@ -237,10 +246,7 @@ class CompiledSendPath(SendPath):
             elif event not in (TX_IDLE, TX_AFTER):  # TX_ERROR
                 raise OSError(call.err, f"sendmmsg: {os.strerror(call.err)}")
             elif event == TX_IDLE:  # window full or everything sent: wait for ACKs or the RTO
-                qp = self.senders[call.qp]
-                qp.idle = True
-                nic.qps.remove(qp)  # tx_service took it off the active slots
-                self.books.arm_rto(qp)
+                self.books.arm_rto(self.senders[call.qp])  # tx_service made it idle
             elif self._after(nic, self.senders[call.qp], now):
                 return
             event = service(addr)

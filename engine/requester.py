@@ -142,7 +142,7 @@ class Requester:
         due = now if due_ns is None else due_ns
         qp.sched.restart(due)
         nic = qp.nic
-        if not nic.qps:
+        if not self.path.busy(nic):
             nic.sched.restart(due)
         self.path.activate(qp)
         wall = now + nic.fwd_ns

@@ -66,6 +66,10 @@ class SendPath:
         """``qp`` joins its NIC's busy QPs."""
         qp.nic.qps.append(qp)
 
+    def busy(self, nic: Nic) -> bool:
+        """``nic`` has QPs with frames to send."""
+        return nic.qps != []
+
     def deactivate(self, qp: SendQp) -> None:
         """``qp`` leaves its NIC's busy QPs."""
         qp.nic.qps.remove(qp)

@@ -169,7 +169,7 @@ class SendQp(Source):
     timer once started."""
 
     __slots__ = ("plan", "tmpl", "first", "middle", "last", "n", "gbn", "cc", "nic",
-                 "sched", "idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
+                 "sched", "_idle", "start_ns", "acked_ns", "first_tx_ns", "last_tx_ns",
                  "bytes_sent", "next_trace_ns", "mid_bits", "bits", "tx_ns", "timer", "echoes",
                  "delay", "line_ns", "post_ns", "c", "slot", "server")
 
@@ -195,7 +195,7 @@ class SendQp(Source):
         self.cc: Any = None
         self.nic: Nic = None  # type: ignore[assignment]  # set by the worker
         self.sched = Schedule(MAX_CATCHUP_NS)
-        self.idle = True
+        self._idle = True
         self.start_ns = -1
         self.acked_ns = -1
         self.first_tx_ns = -1
@@ -213,6 +213,22 @@ class SendQp(Source):
         self.post_ns = -1
         self.c: TxQp | None = None      # the compiled sender's view of it, if any
         self.slot = -1
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to send now (before its start, waiting for ACKs or its timer): off
+        its NIC's busy QPs. The compiled sender's flag where it has one, which
+        tx_service sets when the QP runs out of frames and the compiled loop clears
+        when it starts the QP."""
+        c = self.c
+        return self._idle if c is None else bool(c.idle)
+
+    @idle.setter
+    def idle(self, value: bool) -> None:
+        if self.c is None:
+            self._idle = value
+        else:
+            self.c.idle = value
 
     def fire(self, now: int) -> None:
         self.server.on_due(self, now - self.nic.fwd_ns)

@@ -264,7 +264,8 @@ class TxQp(ctypes.Structure):
                 ("bytes_sent", ctypes.c_int64), ("first_tx_ns", ctypes.c_int64),
                 ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),
                 ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64),
-                ("sr", ctypes.POINTER(TxSr)), ("line", ctypes.POINTER(TxLine))]
+                ("sr", ctypes.POINTER(TxSr)), ("line", ctypes.POINTER(TxLine)),
+                ("idle", ctypes.c_int64)]
 
 
 class TxNic(ctypes.Structure):

@@ -191,8 +191,7 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 /* Schedule.restart */
 void tx_sched_restart(struct tx_sched *s, int64_t now_ns)
 {
-	if (s->next_ns < now_ns)
-		s->next_ns = now_ns;
+	sched_restart(s, now_ns);
 }
 
 /* Schedule.sent */
@@ -412,6 +411,7 @@ int tx_service(struct tx_call *c)
 		}
 		if (n == 0) {
 			remove_active(nic, k);
+			best->idle = 1;
 			c->qp = best - c->qps;
 			return TX_IDLE;
 		}

@@ -97,6 +97,7 @@ struct tx_qp {                  /* engine/tx.py: TxQp */
 	int64_t line_ns;            /* > 0: its bursts wait in a delay line first */
 	struct tx_sr *sr;           /* selective repeat's state instead of gbn's, or NULL */
 	struct tx_line *line;       /* its NIC's line for it; NULL: Python's (TX_AFTER, hold) */
+	int64_t idle;               /* nothing to send now: off its NIC's active slots */
 };
 
 struct tx_nic {                 /* engine/tx.py: TxNic */
@@ -129,6 +130,13 @@ struct tx_call {                /* engine/tx.py: TxCall */
 	int64_t hold, which, psn, lag, step, solicit;  /* a burst for the delay line */
 	int64_t build_only;         /* in, tx_release: Python holds a backlog, frames wait behind it */
 };
+
+/* Schedule.restart: a schedule idle until `now_ns` starts from there */
+static inline void sched_restart(struct tx_sched *s, int64_t now_ns)
+{
+	if (s->next_ns < now_ns)
+		s->next_ns = now_ns;
+}
 
 int tx_service(struct tx_call *c);
 int tx_release(struct tx_call *c);
