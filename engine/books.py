@@ -59,6 +59,7 @@ class Books:
         frame_ns = 8 * WIRE_FRAME_BYTES * min_ns_per_bit
         self.turn_ns = max(_EARLY_NS, int(TURN_FRAMES * frame_ns))
         self.batch_ns = max(self.turn_ns, int(BATCH_FRAMES * frame_ns))
+        self.trace_ns = int(plan.rate_trace_interval_s * self.scale_ns)  # the rate trace's period
         self.deadlines = Deadlines()
         # The NICs' pacing slots by NIC slot (wall ns, NEVER_NS: none) where the
         # compiled loop (engine.cloop) keeps them; None: in ``deadlines``.
@@ -121,9 +122,17 @@ class Books:
             self.deadlines.arm(qp, self.t0_ns + int(deadline * self.scale_ns) + qp.nic.fwd_ns)
 
     def trace(self, qp: SendQp, now: int, event: int = TRACE_SEND) -> None:
-        """A row of the rate trace: periodic while sending, and at each CNP, CC timer
-        and ECN-echo ACK (``event``, an index into TRACE_EVENTS), with the window of
-        a window-based algorithm (NaN without one)."""
+        """A row of the rate trace (``trace_row``), and the next periodic one due a
+        trace interval after it."""
+        self.trace_row(qp, now, event)
+        qp.next_trace_ns = now + self.trace_ns
+        if qp.c is not None:
+            qp.c.next_trace_ns = qp.next_trace_ns
+
+    def trace_row(self, qp: SendQp, now: int, event: int = TRACE_SEND) -> None:
+        """A row of the rate trace: at a QP's start, periodic while sending, and at
+        each CNP, CC timer and ECN-echo ACK (``event``, an index into TRACE_EVENTS),
+        with the window of a window-based algorithm (NaN without one)."""
         rate, target, alpha = qp.cc.trace()
         window = qp.cc.window_bytes
         self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha, event,
@@ -131,6 +140,3 @@ class Books:
         pace = self.shared.pace
         pace[2 * qp.plan.index] = rate
         pace[2 * qp.plan.index + 1] = -1.0 if window is None else window
-        qp.next_trace_ns = now + int(self.plan.rate_trace_interval_s * self.scale_ns)
-        if qp.c is not None:
-            qp.c.next_trace_ns = qp.next_trace_ns

@@ -7,15 +7,20 @@ handing over their delay lines' bursts when due (``tx_release``; the lines are i
 ``CompiledSendPath.use_lines``, and their heads are part of the loop's own wake-up
 time) and holding the ACKs and CNPs of this worker's senders for their reply path's
 delay (the control line: taken out of a read's events, handed back when due, as
-``Requester.ctrl_in`` holds them on the Python loop) run in ``loop_pass``, which
-returns to Python only for what Python does: the events a ring read left
-(completed messages, replies C could not send, ACKs and CNPs without a delay or
-with an INT block), an ACK or CNP whose delay is up, the completion eventfd, the
-deadlines Python keeps (QPs' start and retransmission timers, congestion-control
-timers, delayed ACKs), a sender's answer that needs Python (a QP gone idle, an
-algorithm's ``on_send``, a trace, a short send, a full delay line), a NIC holding
-frames pushed back, and full sample buffers. The NICs' slots live in C's table
-(``Books.nic_due``), so every part of the engine arms a NIC through ``Books.arm_nic``.
+``Requester.ctrl_in`` holds them on the Python loop) run in ``loop_pass``. So does
+the life of a message whose congestion control is off (``engine.cpost``): its
+dependencies counted down by the completions the rings read, its start at its post
+time, its ACKs (cumulative, without an ECN echo), its retransmission timer, and its
+count of wholly acknowledged messages. ``loop_pass`` returns to Python only for what
+Python does: the events a ring read left (completions other workers wait for,
+replies C could not send, ACKs and CNPs of the QPs it does not act for), an ACK or
+CNP of those whose delay is up, a start Python makes (an algorithm to build), the
+completion eventfd, the deadlines Python keeps (congestion-control timers, delayed
+ACKs, the timers of the QPs Python acts for), a sender's answer that needs Python
+(an algorithm's ``on_send``, a trace, a short send, a full delay line, a QP Python
+acts for gone idle), a NIC holding frames pushed back, and full sample buffers. The
+NICs' slots live in C's table (``Books.nic_due``), so every part of the engine arms
+a NIC through ``Books.arm_nic``.
 """
 
 from __future__ import annotations
@@ -30,13 +35,14 @@ from core.errors import CapabilityError
 from core.frame import FIRST_QPN
 from emu.cbuild import compile_c
 from engine.books import NEVER_NS, Books, take
+from engine.cpost import CompiledPosting
 from engine.csend import CompiledSendPath
 from engine.recvpath import CompiledReceivePath
 from engine.sources import Host, Nic, Source
 
 # loop_pass's answers (roce_loop.c).
 (LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR,
- LOOP_LINE, LOOP_CTRL) = range(10)
+ LOOP_LINE, LOOP_CTRL, LOOP_START) = range(11)
 _MAX_READY = 256
 _LAT_READS = 64                         # latency buffer: this many full reads' samples
 _RX_LAG_READS = 1000                    # receive-lag buffer: (lag, frames) of this many reads
@@ -73,7 +79,7 @@ class _Loop(ctypes.Structure):
                 ("ctrl_host", ctypes.POINTER(ctypes.c_int64)), ("n_msgs", ctypes.c_int64),
                 ("heap", ctypes.c_void_p), ("heap_n", ctypes.c_int64),
                 ("heap_cap", ctypes.c_int64), ("ctrl_seq", ctypes.c_int64),
-                ("ctrl", _CtrlHeld),
+                ("ctrl", _CtrlHeld), ("posts", ctypes.c_void_p),
                 ("house_ns", ctypes.c_int64),
                 ("phase", ctypes.c_int64), ("n_ready", ctypes.c_int64),
                 ("at_ready", ctypes.c_int64), ("fired", ctypes.c_int64), ("now", ctypes.c_int64),
@@ -88,19 +94,20 @@ def source() -> Path:
 
 class LoopLib:
     """roce_loop.c's ``loop_pass``, ``ctrl_hold`` (a read's events into the control
-    line, which ``loop_pass`` calls after each read) and ``loop_free``."""
+    line, which ``loop_pass`` calls after each read), ``post_at`` and ``post_done``
+    (``engine.cpost``) and ``loop_free``."""
 
     def __init__(self) -> None:
         lib = ctypes.CDLL(str(compile_c(source(), "shared", what="the engine's compiled loop")))
-        lib.loop_pass.restype = ctypes.c_int
-        lib.loop_pass.argtypes = [ctypes.c_void_p]
-        lib.ctrl_hold.restype = None
-        lib.ctrl_hold.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p]
-        lib.loop_free.restype = None
-        lib.loop_free.argtypes = [ctypes.c_void_p]
-        self.loop_pass = lib.loop_pass
-        self.ctrl_hold = lib.ctrl_hold
-        self.loop_free = lib.loop_free
+        i64, ptr = ctypes.c_int64, ctypes.c_void_p
+        for name, args, answer in (("loop_pass", [ptr], ctypes.c_int),
+                                   ("ctrl_hold", [ptr, i64, ptr], ctypes.c_int),
+                                   ("post_at", [ptr, i64, i64], ctypes.c_int),
+                                   ("post_done", [ptr, i64, i64], ctypes.c_int),
+                                   ("loop_free", [ptr], None)):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, answer
+            setattr(self, name, fn)
 
 
 def compiled_loop(books: Books, send: Any, recv: Any, hosts: list[Host], nics: list[Nic],
@@ -148,6 +155,9 @@ class CompiledLoop:
         self.addr = ctypes.addressof(self.c)
         books.nic_due = self.due
         self._hold_ctrl(books.plan.n_messages)
+        self.posting = CompiledPosting(lib, self.addr, self.requester, send)
+        self.c.posts = self.posting.addr
+        self.requester.posting = self.posting
 
     def _hold_ctrl(self, n_msgs: int) -> None:
         """The control line holds the ACKs and CNPs of each sender with a delay line
@@ -158,9 +168,9 @@ class CompiledLoop:
         self.ctrl_host = (ctypes.c_int64 * max(1, n_msgs))()
         for k, h in enumerate(self.hosts):
             for qpn, qp in h.tx_qps.items():
+                self.ctrl_host[qpn - FIRST_QPN] = k  # where its replies arrive
                 if qp.delay is not None:
                     self.ctrl_delay_ns[qpn - FIRST_QPN] = requester.reply_delay_ns(qp)
-                    self.ctrl_host[qpn - FIRST_QPN] = k
         c = self.c
         c.ctrl_delay_ns, c.ctrl_host, c.n_msgs = self.ctrl_delay_ns, self.ctrl_host, n_msgs
 
@@ -190,10 +200,12 @@ class CompiledLoop:
             c.n_rx_lags = 0
         books.packets_received += c.packets_received
         c.packets_received = 0
+        self.posting.drain()
 
     def close(self) -> None:
         """The run is over: what the control line still holds is dropped, as the
         Python loop's delay lines are."""
+        self.posting.finish()
         self.free(self.addr)
 
     @property
@@ -214,6 +226,7 @@ class CompiledLoop:
             c.py_due = NEVER_NS if due is None else due
             answer = pass_(addr)
             if answer == LOOP_DONE:
+                self.posting.drain()
                 return c.now
             if answer == LOOP_EVENTS:
                 self.recv.act(self.hosts[c.slot])
@@ -237,6 +250,8 @@ class CompiledLoop:
                 held = c.ctrl
                 self.requester.released(held.msg, held.kind, held.psn,
                                         held.arg | held.msn << 16, held.release_ns)
+            elif answer == LOOP_START:
+                self.posting.start(c.slot, c.now)
             elif answer == LOOP_FD:
                 by_fd[c.slot].fire(mono())
                 c.house_ns = 0  # it may have found everything acknowledged

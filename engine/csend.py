@@ -76,7 +76,7 @@ class CompiledSendPath(SendPath):
     def _compile_nic(self, nic: Nic, mine: list[SendQp], qps: ctypes.Array) -> None:
         """Give ``nic`` and its QPs ``mine`` C views (their schedules move into them)."""
         c = TxNic(fd=nic.sock.fileno(), fwd_ns=nic.fwd_ns, ns_per_bit=nic.ns_per_bit,
-                  period_start=-1, line_due=NEVER_NS)
+                  period_start=-1, line_due=NEVER_NS, rate_period_ns=nic.rate_period_ns)
         c.sched.max_catchup_ns = MAX_CATCHUP_NS
         nic.active = (ctypes.c_int32 * len(mine))()
         c.active = ctypes.cast(nic.active, ctypes.POINTER(ctypes.c_int32))
@@ -207,7 +207,10 @@ class CompiledSendPath(SendPath):
         return nic.qps != [] if nic.c is None else nic.c.n_active > 0
 
     def end_period(self, nic: Nic) -> None:
-        self._close_period(nic, nic if nic.c is None else nic.c)
+        if nic.c is None:
+            super().end_period(nic)
+        else:  # tx_service closes it when the NIC runs out of frames; the run's end here
+            self.lib.close_period(nic.c_addr)
 
     def drain_lags(self) -> None:
         call = self.call
@@ -236,8 +239,7 @@ class CompiledSendPath(SendPath):
             if event == TX_ARM:
                 self.books.arm_nic(nic, call.arm_ns)
                 return
-            if event == TX_EMPTY:
-                self.end_period(nic)
+            if event == TX_EMPTY:  # tx_service closed its busy period
                 return
             if event == TX_LAGS:
                 self.drain_lags()
@@ -293,4 +295,6 @@ class CompiledSendPath(SendPath):
                     q.c.bytes_sent, q.c.first_tx_ns, q.c.last_tx_ns
         for nic in self.nics:
             if nic.c is not None:
-                nic.bits_sent = nic.c.bits_sent
+                c = nic.c
+                nic.bits_sent, nic.busy_ns, nic.ideal_ns, nic.dropped = \
+                    c.bits_sent, c.busy_ns, c.ideal_ns, c.dropped_ns

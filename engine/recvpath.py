@@ -43,6 +43,7 @@ from engine.rx import (
     ARG_ECHO,
     EV_ACK,
     EV_ACK_IN,
+    EV_ANNOUNCE,
     EV_CNP,
     EV_CNP_IN,
     EV_DONE,
@@ -292,6 +293,8 @@ class CompiledReceivePath(ReceivePath):
             rq = h.rx_qps[qpn]
             rq.done_ns = rx_ns
             self.finished(h, rq)
+        elif kind == EV_ANNOUNCE:
+            self.completions.announce(h.rx_qps[qpn].plan.index, rx_ns)
         elif kind == EV_ACK_IN:
             self.to_requester(h, EV_ACK_IN, qpn, psn, arg | msn << 16, rx_ns, rx.int_block(k))
         elif kind == EV_CNP_IN:
@@ -306,6 +309,7 @@ class CompiledReceivePath(ReceivePath):
                 c = rx.qp(qpn)
                 rq.bytes, rq.ce, rq.seen = c.bytes, c.ce, c.seen
                 rq.first_rx_ns = c.first_rx_ns
+                rq.done_ns = c.done_ns  # also where the compiled loop took its EV_DONE
                 rq.gbn.duplicates, rq.gbn.out_of_order = c.duplicates, c.out_of_order
                 rq.cnps = c.cnps
         books = self.books

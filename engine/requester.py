@@ -5,9 +5,10 @@ It serves a ``SendQp``'s own deadlines (its start, then its retransmission timer
 its congestion control's timer, and its delay lines; it acts on the ACKs, NAKs and
 CNPs the receive path hands it, or the compiled loop's control line releases
 (``released``; go-back-N, ``traffic.gbn``; the algorithm, from the plan's
-``traffic.ccload.CcFactory``); and it posts messages whose
-dependencies completed (``completed``). Every time here is NIC time (engine.worker's
-docstring, "Fixed delays") unless it says wall.
+``traffic.ccload.CcFactory``); and it starts the messages its ``posting`` posts
+(``Posting`` here, counting dependencies in Python; ``engine.cpost``'s in the
+compiled loop). Every time here is NIC time (engine.worker's docstring, "Fixed
+delays") unless it says wall.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from typing import Any
 
 from engine.books import TRACE_CNP, TRACE_ECHO, TRACE_TIMER, Books
 from engine.handover import Handover
@@ -27,6 +29,66 @@ from traffic.int_telemetry import decode_block
 from traffic.pacing import DepCounter
 
 
+def publish_acked(books: Books, n_acked: int, n_senders: int) -> None:
+    """``n_acked`` of the worker's ``n_senders`` messages are wholly acknowledged: into
+    shared memory, and when that is all of them, every worker's eventfd written."""
+    shared = books.shared
+    shared.acked[books.plan.worker] = n_acked
+    if n_acked == n_senders:
+        for fd in shared.wake_fds:  # everyone re-checks "all acknowledged"
+            os.eventfd_write(fd, 1)
+
+
+class Posting:
+    """When each message of a worker is posted: its dependency counters
+    (``traffic.pacing.DepCounter``) and start times, armed as its QP's deadline; and
+    how many are wholly acknowledged. ``engine.cpost.CompiledPosting`` is the same in
+    the compiled loop."""
+
+    def __init__(self, requester: Requester):
+        self.requester = requester
+        self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in requester.senders})
+        self.n_acked = 0
+
+    def acked(self) -> None:
+        """One more message is wholly acknowledged."""
+        self.n_acked += 1
+        publish_acked(self.requester.books, self.n_acked, len(self.requester.senders))
+
+    def ready(self) -> None:
+        """Post every message without dependencies; called before ``t0``. Those posted
+        at ``t0`` itself are started now, as if at ``t0``: started when the clock runs,
+        an all-to-all's thousands of QPs (16,256 on fattree,8) would hold back every
+        NIC's first frames for as long as their set-up takes, beyond the NIC overhead
+        at any S. The parent leaves time for it before ``t0`` (``plan.PRESTART_NS``).
+        The others are armed at their start time."""
+        requester = self.requester
+        books = requester.books
+        for index in self.deps.ready():
+            qp = requester.by_index[index]
+            qp.post_ns = books.t0_ns + qp.plan.start_emu_ns
+            if starts_at_t0(qp.plan):
+                requester.start(qp, qp.post_ns)
+            else:
+                books.deadlines.arm(qp, qp.post_ns + qp.nic.fwd_ns)
+
+    def completed(self, index: int, done_ns: int, now: int) -> None:
+        """Message ``index`` was fully received at ``done_ns``: post what waited for it
+        then, plus its compute gap (``gap_emu_ns``). A worker that learns of it late (a
+        stall, a wake-up) starts the message late against that post time, and its
+        frames' lag says so. ``now`` is wall time."""
+        requester = self.requester
+        books = requester.books
+        for child in self.deps.complete(index):
+            qp = requester.by_index[child]
+            qp.post_ns = max(done_ns + qp.plan.gap_emu_ns, books.t0_ns + qp.plan.start_emu_ns)
+            fwd = qp.nic.fwd_ns
+            if qp.post_ns <= now - fwd:
+                requester.start(qp, now - fwd)
+            else:
+                books.deadlines.arm(qp, qp.post_ns + fwd)
+
+
 class Requester:
     def __init__(self, books: Books, path: SendPath, out: Handover, senders: list[SendQp]):
         self.books = books
@@ -34,27 +96,19 @@ class Requester:
         self.out = out
         self.senders = senders
         self.by_index = {qp.plan.index: qp for qp in senders}
-        self.deps = DepCounter({qp.plan.index: qp.plan.deps for qp in senders})
         self.overhead_ns = books.plan.scale.emu_ns(books.plan.nic_overhead_s)
-        self.acked_here = 0
         for qp in senders:
             qp.server = self
+        #: Python's; the compiled loop puts its own (``engine.cpost``).
+        self.posting: Any = Posting(self)
 
     def post_ready(self) -> None:
-        """Post every message without dependencies; called before ``t0``. Those posted
-        at ``t0`` itself are started now, as if at ``t0``: started when the clock runs,
-        an all-to-all's thousands of QPs (16,256 on fattree,8) would hold back every
-        NIC's first frames for as long as their set-up takes, beyond the NIC overhead
-        at any S. The parent leaves time for it before ``t0`` (``plan.PRESTART_NS``).
-        The others are armed at their start time."""
-        books = self.books
-        for index in self.deps.ready():
-            qp = self.by_index[index]
-            qp.post_ns = books.t0_ns + qp.plan.start_emu_ns
-            if starts_at_t0(qp.plan):
-                self.start(qp, qp.post_ns)
-            else:
-                books.deadlines.arm(qp, qp.post_ns + qp.nic.fwd_ns)
+        """Post every message without dependencies (``Posting.ready``)."""
+        self.posting.ready()
+
+    def completed(self, index: int, done_ns: int, now: int) -> None:
+        """Message ``index`` was fully received at ``done_ns`` (``Posting.completed``)."""
+        self.posting.completed(index, done_ns, now)
 
     # -- a QP's deadlines --------------------------------------------------------------
     def on_due(self, qp: SendQp, now: int) -> None:
@@ -101,19 +155,6 @@ class Requester:
             books.deadlines.arm(line, due)
 
     # -- starting and waking -------------------------------------------------------------
-    def completed(self, index: int, done_ns: int, now: int) -> None:
-        """Message ``index`` was fully received at ``done_ns``: post what waited for it
-        then, plus its compute gap (``gap_emu_ns``). A worker that learns of it late (a stall, a wake-up) starts the message
-        late against that post time, and its frames' lag says so. ``now`` is wall time."""
-        for child in self.deps.complete(index):
-            qp = self.by_index[child]
-            qp.post_ns = max(done_ns + qp.plan.gap_emu_ns, self.books.t0_ns + qp.plan.start_emu_ns)
-            fwd = qp.nic.fwd_ns
-            if qp.post_ns <= now - fwd:
-                self.start(qp, now - fwd)
-            else:
-                self.books.deadlines.arm(qp, qp.post_ns + fwd)
-
     def start(self, qp: SendQp, now: int) -> None:
         books = self.books
         p = books.plan
@@ -250,9 +291,4 @@ class Requester:
         if not qp.idle:
             qp.idle = True
             self.path.deactivate(qp)
-        self.acked_here += 1
-        shared = books.shared
-        shared.acked[books.plan.worker] = self.acked_here
-        if self.acked_here == len(self.senders):
-            for fd in shared.wake_fds:  # everyone re-checks "all acknowledged"
-                os.eventfd_write(fd, 1)
+        self.posting.acked()

@@ -40,6 +40,9 @@ from traffic.selective_repeat import WINDOW_PACKETS
 
 EV_ACK, EV_NAK, EV_CNP, EV_DONE, EV_ACK_IN, EV_CNP_IN, EV_UNKNOWN, EV_PENDING, EV_SR = \
     range(1, 10)
+#: An EV_DONE the compiled loop acted on (roce_loop.c: it posted the local dependants)
+#: that another worker waits for: Python announces it.
+EV_ANNOUNCE = 0x101
 #: Bits of an event's ``arg``: EV_ACK/EV_NAK complete and ECN echo; EV_ACK_IN the
 #: AETH syndrome (low byte) and the ACK's BECN (ECN echo); EV_SR (a selective-repeat
 #: ACK or NAK) the ECN echo, complete, and the AETH syndrome shifted by 8. An event's

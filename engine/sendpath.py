@@ -75,25 +75,22 @@ class SendPath:
         qp.nic.qps.remove(qp)
 
     def end_period(self, nic: Nic) -> None:
-        """``nic`` has nothing left to send: close its busy period."""
-        self._close_period(nic, nic)
+        """``nic`` has nothing left to send: its busy period joins its totals if it lasted
+        a rate period (shorter ones are wake-up lag; roce_tx.c's tx_close_period is the
+        compiled twin)."""
+        if nic.period_start < 0:
+            return
+        ideal = nic.ideal_end - nic.period_dropped - nic.period_start
+        if ideal >= nic.rate_period_ns:
+            nic.busy_ns += nic.actual_end - nic.period_first_out
+            nic.ideal_ns += ideal
+        nic.dropped += nic.period_dropped
+        nic.period_start = -1
 
     def finish(self) -> None:
         """The run is over: what this path counted joins the books and the QPs."""
 
     # -- Python ----------------------------------------------------------------------
-    def _close_period(self, nic: Nic, books: Any) -> None:
-        """Close the busy period whose books (``period_start``, ends, dropped debt) are
-        kept in ``books`` (the NIC, or its compiled view); the totals are ``nic``'s."""
-        if books.period_start < 0:
-            return
-        ideal = books.ideal_end - books.period_dropped - books.period_start
-        if ideal >= nic.rate_period_ns:
-            nic.busy_ns += books.actual_end - books.period_first_out
-            nic.ideal_ns += ideal
-        nic.dropped += books.period_dropped
-        books.period_start = -1
-
     def _serve(self, nic: Nic, now: int) -> None:
         books = self.books
         qps = nic.qps

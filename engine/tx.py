@@ -181,6 +181,8 @@ class TxLib:
         lib.tx_gbn_take.restype = ctypes.c_int64
         lib.tx_gbn_take.argtypes = [ctypes.POINTER(TxGbn), ctypes.c_double, ctypes.c_int64,
                                     ctypes.POINTER(ctypes.c_uint32)]
+        lib.tx_gbn_ack.restype = ctypes.c_int64
+        lib.tx_gbn_ack.argtypes = [ctypes.POINTER(TxGbn), ctypes.c_uint32, ctypes.c_double]
         lib.tx_sr_take.restype = ctypes.c_int64
         lib.tx_sr_take.argtypes = [ctypes.POINTER(TxSr), ctypes.c_double, ctypes.c_int64,
                                    ctypes.POINTER(ctypes.c_uint32)]
@@ -193,6 +195,9 @@ class TxLib:
                                       ctypes.c_int64]
         lib.tx_service.restype = ctypes.c_int
         lib.tx_service.argtypes = [ctypes.c_void_p]
+        lib.tx_close_period.restype = None
+        lib.tx_close_period.argtypes = [ctypes.c_void_p]
+        self.close_period = lib.tx_close_period
         lib.tx_wire_overhead.restype = ctypes.c_int64
         if lib.tx_wire_overhead() != WIRE_OVERHEAD_BYTES:
             raise CapabilityError("roce_tx.c's Ethernet overhead differs from core.frame's")
@@ -209,6 +214,10 @@ class TxLib:
         fn = self.lib.tx_sr_take if isinstance(g, TxSr) else self.lib.tx_gbn_take
         n = fn(ctypes.byref(g), now_s, max_count, ctypes.byref(psn))
         return (psn.value, n) if n else None
+
+    def ack(self, g: TxGbn, psn: int, now_s: float) -> bool:
+        """roce_tx.h's gbn_on_ack, which the compiled loop acts with."""
+        return bool(self.lib.tx_gbn_ack(ctypes.byref(g), psn, now_s))
 
     def next_index(self, s: TxSr) -> int:
         return self.lib.tx_sr_next_index(ctypes.byref(s))
@@ -278,7 +287,9 @@ class TxNic(ctypes.Structure):
                 ("actual_end", ctypes.c_int64), ("bits_sent", ctypes.c_int64),
                 ("n_active", ctypes.c_int64), ("active", ctypes.POINTER(ctypes.c_int32)),
                 ("n_lines", ctypes.c_int64), ("lines", ctypes.POINTER(TxLine)),
-                ("line_due", ctypes.c_int64)]
+                ("line_due", ctypes.c_int64), ("rate_period_ns", ctypes.c_double),
+                ("busy_ns", ctypes.c_int64), ("ideal_ns", ctypes.c_int64),
+                ("dropped_ns", ctypes.c_int64)]
 
 
 class TxCall(ctypes.Structure):

@@ -41,8 +41,8 @@ and the timerfd (file descriptors in epoll):
   is waited for. A deadline due within ``engine.books.BATCH_FRAMES`` is slept for
   on the clock alone: what reaches the rings meanwhile is read when it fires
   instead of waking the worker once per frame;
-* dependencies are counters (``traffic.pacing.DepCounter``) decremented on
-  completion; completions of other workers arrive through the completion rings of
+* dependencies are counters (``DepCounter``; C's in the compiled loop, ``engine.cpost``)
+  decremented on completion; completions of other workers arrive through the rings of
   ``engine.plan`` and wake this worker through its eventfd (``engine.completions``);
 * frames are received in batches from the TPACKET_V2 ring, headers only, and sent in
   compiled ``sendmmsg`` bursts (``engine.burst``, ``engine.handover``). Each read

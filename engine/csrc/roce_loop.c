@@ -31,6 +31,29 @@
  * once to be held and once when due. An ACK that echoes an INT block stays
  * Python's, and so does any when the heap cannot grow.
  *
+ * Posting (`posts`, NULL: Python posts every message): the dependency counters
+ * of this worker's senders, by sender slot. A message fully received here (a
+ * ring read's EV_DONE) counts down its local dependants; one whose last
+ * dependency it was is posted then plus its compute gap (not before its own start
+ * time) and waits in the control line until its post time on its NIC's clock
+ * (`KIND_POST`), as Python's Requester.completed arms it. When due, C starts it
+ * itself where its congestion control is off (`by_c`: line rate, no event to
+ * act on): off idle, its schedule from the post time plus the NIC's per-message
+ * overhead, onto its NIC's busy QPs, the NIC armed, and (slot, NIC time) kept in
+ * `started` for Python's books. Python starts the others (LOOP_START). The EV_DONE
+ * stays in the read's events, as EV_ANNOUNCE, only where another worker waits for
+ * the message too. Completions of other workers reach the counters through
+ * `post_done`, messages without dependencies through `post_at`.
+ *
+ * For the same QPs C acts on the rest of the message's life, as Requester does:
+ * a cumulative ACK without an ECN echo (a ring read's, or the control line's when
+ * its delay is up: `ack_here`), its retransmission timer in the control line
+ * (`KIND_RTO`, armed when tx_service finds the QP out of frames or an ACK leaves it
+ * so; one armed at a time, `rto_ns`: a replaced one is dropped when it comes up),
+ * and the worker's count of wholly acknowledged messages in shared memory, with
+ * every worker's eventfd written when it is all of them. NAKs, echoes and INT
+ * blocks stay Python's; both act on the same go-back-N state.
+ *
  * The pass returns to Python only for what Python must do, and Python calls it
  * again to go on where it stopped (`phase`, `at_ready`, `fired`):
  *
@@ -50,7 +73,9 @@
  *                Python holds a backlog for the NIC: Python goes on (engine/csend.py);
  *   LOOP_CTRL    the control line's earliest ACK or CNP is due: message `slot`'s,
  *                `ctrl` its fields, released at `ctrl.release_ns`;
- *   LOOP_DRAIN   the latency or receive-lag buffer is full: Python empties it;
+ *   LOOP_START   message `slot` is due to start and Python starts it, at `now`;
+ *   LOOP_DRAIN   the latency, receive-lag or `started` buffer is full: Python
+ *                empties it;
  *   LOOP_ERROR   epoll or the timerfd failed (`err`: errno).
  */
 #include "roce_tx.h"    /* first: it defines _GNU_SOURCE */
@@ -61,6 +86,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <time.h>
 
@@ -69,7 +95,46 @@
 #define LAT_PER_FRAME 4         /* roce_rx.c: int64 per latency sample */
 
 enum { LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, LOOP_ERROR,
-       LOOP_LINE, LOOP_CTRL };
+       LOOP_LINE, LOOP_CTRL, LOOP_START };
+
+#define KIND_POST 0x100         /* a message's post time in the control line (no rx event) */
+#define EV_ANNOUNCE 0x101       /* an EV_DONE C acted on; Python tells the other workers */
+#define KIND_RTO 0x102          /* a sender's retransmission timer in the control line */
+#define AETH_NAK_TYPE 0x60      /* traffic/gbn.py: _NAK_TYPE */
+#define ARG_BECN 0x100          /* engine/rx.py: an EV_ACK_IN's ECN echo */
+
+struct post_qp {                /* engine/cpost.py: _PostQp: one of this worker's senders */
+	int64_t post_ns;            /* when it is posted (NIC time); -1: not yet */
+	int64_t earliest_ns;        /* its own start time (NIC time) */
+	int64_t gap_ns;             /* its compute gap after its last dependency */
+	int64_t deps;               /* its dependencies not complete yet */
+	int64_t msg;                /* its message */
+	int64_t nic;                /* its NIC's slot */
+	int64_t fwd_ns;             /* its NIC's clock behind the wall clock */
+	int64_t by_c;               /* C starts it, and acts on its ACKs and timer */
+	int64_t started;            /* it started (C or Python) */
+	int64_t acked_ns;           /* when C saw it wholly acknowledged (NIC time); -1: not */
+	int64_t rto_ns;             /* its retransmission timer C armed (wall); NEVER: none */
+};
+
+struct posts {                  /* engine/cpost.py: _Posts */
+	struct post_qp *qp;         /* by sender slot */
+	const int32_t *sender;      /* by message: its sender slot here, or -1 */
+	const int64_t *kids_at;     /* by message: its local dependants' sender slots are */
+	const int32_t *kids;        /* kids[kids_at[m]] up to kids[kids_at[m + 1]] */
+	const uint8_t *remote;      /* by message: another worker waits for it too */
+	int8_t *received;           /* by message: Shared.received */
+	uint8_t *done;              /* by message: its completion counted (a second is not) */
+	int64_t overhead_ns;        /* a NIC's per-message overhead before the first frame */
+	int64_t trace_ns;           /* the rate trace's interval */
+	int64_t *started;           /* (sender slot, NIC time) of each start C made */
+	int64_t started_cap, n_started;
+	double scale_ns;            /* emulated ns per real second: what go-back-N's clock reads */
+	int64_t *acked;             /* Shared.acked: messages wholly acknowledged, by worker */
+	int64_t worker, acked_here, n_senders;
+	const int32_t *wake_fds;    /* every worker's eventfd: "all acknowledged" */
+	int64_t n_workers;
+};
 
 struct ctrl_held {              /* engine/cloop.py: _CtrlHeld: an ACK or CNP in the line */
 	int64_t release_ns;         /* wall time Python acts on it */
@@ -104,6 +169,7 @@ struct loop {                   /* engine/cloop.py: _Loop */
 	struct ctrl_held *heap;     /* the control line (malloc'd here; loop_free) */
 	int64_t heap_n, heap_cap, ctrl_seq;
 	struct ctrl_held ctrl;      /* out, LOOP_CTRL */
+	struct posts *posts;        /* NULL: Python posts every message */
 	int64_t house_ns;           /* in: Python's next housekeeping */
 	/* where the pass is */
 	int64_t phase, n_ready, at_ready, fired, now, end, wait_ns;
@@ -176,17 +242,205 @@ static int64_t ctrl_due(const struct loop *l)
 	return l->heap_n ? l->heap[0].release_ns : NEVER;
 }
 
+/* Sender slot `s` is posted at `post_ns` (NIC time): into the control line until
+ * then on its NIC's clock. 0, or -1 if the line cannot grow. */
+int post_at(struct loop *l, int64_t s, int64_t post_ns)
+{
+	struct post_qp *q = &l->posts->qp[s];
+
+	q->post_ns = post_ns;
+	return ctrl_push(l, (struct ctrl_held){post_ns + q->fwd_ns, 0, q->msg, KIND_POST, 0, 0, 0});
+}
+
+/* Message `msg` was fully received at `done_ns` (wall): post the local dependants
+ * whose last dependency it was (Requester.completed). 0, or -1 as post_at. */
+int post_done(struct loop *l, int64_t msg, int64_t done_ns)
+{
+	const struct posts *p = l->posts;
+
+	if (p->done[msg])
+		return 0;
+	p->done[msg] = 1;
+	for (int64_t k = p->kids_at[msg]; k < p->kids_at[msg + 1]; k++) {
+		struct post_qp *q = &p->qp[p->kids[k]];
+
+		if (--q->deps > 0)
+			continue;
+		int64_t post = done_ns + q->gap_ns;
+
+		if (post_at(l, p->kids[k], post > q->earliest_ns ? post : q->earliest_ns))
+			return -1;
+	}
+	return 0;
+}
+
+/* Requester.wake: idle sender slot `s` has frames to send from `due`; onto its
+ * NIC's busy QPs, the NIC served from `now` (NIC times). */
+static void wake(struct loop *l, int64_t s, int64_t now, int64_t due)
+{
+	struct post_qp *m = &l->posts->qp[s];
+	struct tx_qp *q = &l->tx->qps[s];
+	struct tx_nic *nic = l->nics[m->nic];
+
+	if (!q->idle)
+		return;
+	q->idle = 0;
+	m->rto_ns = NEVER;
+	sched_restart(&q->sched, due);
+	if (nic->n_active == 0)
+		sched_restart(&nic->sched, due);
+	nic->active[nic->n_active++] = (int32_t)s;
+	if (l->due[m->nic] > now + nic->fwd_ns)
+		l->due[m->nic] = now + nic->fwd_ns;
+}
+
+/* Start sender slot `s` at `now` (its NIC's time): Requester.start for a QP whose
+ * congestion control is off, the rest left to Python's books. */
+static void post_start(struct loop *l, int64_t s, int64_t now)
+{
+	struct posts *p = l->posts;
+	struct post_qp *m = &p->qp[s];
+
+	p->started[p->n_started++] = s;
+	p->started[p->n_started++] = now;
+	m->started = 1;
+	l->tx->qps[s].next_trace_ns = now + p->trace_ns;
+	wake(l, s, now, m->post_ns + p->overhead_ns);  /* the NIC's per-message overhead */
+}
+
+/* Books.arm_rto: sender slot `s`'s retransmission timer, if running, into the
+ * control line at its deadline (wall), replacing the one armed before. 0, or -1 if
+ * the line cannot grow. */
+static int rto_arm(struct loop *l, int64_t s)
+{
+	const struct tx_gbn *g = &l->tx->qps[s].gbn;
+	struct post_qp *m = &l->posts->qp[s];
+
+	if (isnan(g->timer_start_s))
+		return 0;
+	m->rto_ns = l->t0_ns + (int64_t)((g->timer_start_s + g->timeout_s) * l->posts->scale_ns)
+		+ m->fwd_ns;
+	return ctrl_push(l, (struct ctrl_held){m->rto_ns, 0, m->msg, KIND_RTO, 0, 0, 0});
+}
+
+static double real_s(const struct loop *l, int64_t t_ns)
+{
+	return (double)(t_ns - l->t0_ns) / l->posts->scale_ns;
+}
+
+/* Requester._acked: sender slot `s`'s message is wholly acknowledged at `t_ns`. */
+static void acked(struct loop *l, int64_t s, int64_t t_ns)
+{
+	struct posts *p = l->posts;
+	struct post_qp *m = &p->qp[s];
+	struct tx_qp *q = &l->tx->qps[s];
+
+	m->acked_ns = t_ns;
+	m->rto_ns = NEVER;
+	if (!q->idle) {
+		struct tx_nic *nic = l->nics[m->nic];
+		int64_t k = 0;
+
+		q->idle = 1;
+		while (k < nic->n_active && nic->active[k] != s)
+			k++;
+		for (; k + 1 < nic->n_active; k++)
+			nic->active[k] = nic->active[k + 1];
+		nic->n_active--;
+	}
+	p->acked[p->worker] = ++p->acked_here;
+	if (p->acked_here == p->n_senders)  /* everyone re-checks "all acknowledged" */
+		for (int64_t w = 0; w < p->n_workers; w++)
+			eventfd_write(p->wake_fds[w], 1);
+}
+
+/* Requester.on_ack for a QP C acts for: a cumulative ACK (not a NAK, no ECN echo)
+ * of message `msg` at `t_ns` (NIC time); 1 if C took it, 0 if it is Python's, -1 if
+ * the control line cannot grow. Congestion control off has nothing to learn from it. */
+static int ack_here(struct loop *l, int64_t msg, uint32_t psn, uint32_t arg, int64_t t_ns)
+{
+	const struct posts *p = l->posts;
+
+	if (!p || msg < 0 || msg >= l->n_msgs || (arg & 0xFF & AETH_NAK_TYPE) == AETH_NAK_TYPE
+	    || (arg & ARG_BECN))
+		return 0;
+	int64_t s = p->sender[msg];
+
+	if (s < 0 || !p->qp[s].by_c || !p->qp[s].started)
+		return 0;
+	struct tx_qp *q = &l->tx->qps[s];
+	struct tx_gbn *g = &q->gbn;
+
+	if (!gbn_on_ack(g, psn, real_s(l, t_ns)))
+		return 1;
+	if (g->una >= g->total_packets) {
+		if (p->qp[s].acked_ns < 0)
+			acked(l, s, t_ns);
+		return 1;
+	}
+	if (q->idle) {
+		int64_t now = mono_ns() - p->qp[s].fwd_ns;
+
+		if (g->nxt < g->total_packets)
+			wake(l, s, now, now);
+		else if (rto_arm(l, s))
+			return -1;
+	}
+	return 1;
+}
+
+/* Requester.on_due for a QP C acts for: its retransmission timer `h` is due at `now`
+ * (wall). 0, or -1 if the control line cannot grow. */
+static int rto_fire(struct loop *l, const struct ctrl_held *h, int64_t now)
+{
+	int64_t s = l->posts->sender[h->msg];
+	struct post_qp *m = &l->posts->qp[s];
+	struct tx_gbn *g = &l->tx->qps[s].gbn;
+
+	if (h->release_ns != m->rto_ns)
+		return 0;           /* replaced or disarmed since */
+	m->rto_ns = NEVER;
+	if (g->una >= g->total_packets)
+		return 0;
+	now -= m->fwd_ns;
+	gbn_advance(g, real_s(l, now));
+	if (g->nxt < g->total_packets) {
+		wake(l, s, now, now);
+		return 0;
+	}
+	return rto_arm(l, s);
+}
+
+/* An EV_DONE of a read: its local dependants posted; whether the event stays for
+ * Python (as EV_ANNOUNCE: another worker waits for the message too). -1: the
+ * control line cannot grow. */
+static int done_here(struct loop *l, struct rx_event *e)
+{
+	const struct posts *p = l->posts;
+	int64_t msg = (int64_t)e->qpn - FIRST_QPN;
+
+	if (msg < 0 || msg >= l->n_msgs)
+		return 1;
+	p->received[msg] = 1;
+	if (post_done(l, msg, e->rx_ns))
+		return -1;
+	e->kind = EV_ANNOUNCE;
+	return p->remote[msg];
+}
+
 /*
  * Take the ACKs and CNPs of ring `h`'s last read (`c`) that the control line
- * holds out of its events, keeping the others, with their INT blocks, in order.
+ * holds out of its events, and the completions C posts from (`posts`), keeping
+ * the others, with their INT blocks, in order. 0, or -1 if the line cannot grow
+ * for a completion (an ACK or CNP it cannot hold stays Python's).
  */
-void ctrl_hold(struct loop *l, int64_t h, const struct rx_call *c)
+int ctrl_hold(struct loop *l, int64_t h, const struct rx_call *c)
 {
 	struct rx_event *ev = c->ev;
 	uint32_t n = *c->n_ev, kept = 0;
 
 	for (uint32_t k = 0; k < n; k++) {
-		const struct rx_event e = ev[k];
+		struct rx_event e = ev[k];
 		int64_t msg = (int64_t)e.qpn - FIRST_QPN;
 		int held = (e.kind == EV_CNP_IN ||
 			    (e.kind == EV_ACK_IN && !(c->intbuf && c->intbuf[(size_t)k * INT_BLOCK_BYTES])))
@@ -195,17 +449,31 @@ void ctrl_hold(struct loop *l, int64_t h, const struct rx_call *c)
 			&& ctrl_push(l, (struct ctrl_held){e.rx_ns + l->ctrl_delay_ns[msg], 0, msg,
 							   e.kind, e.psn, e.arg, e.msn}) == 0;
 
+		if (e.kind == EV_DONE && l->posts) {
+			int stays = done_here(l, &e);
+
+			if (stays < 0)
+				return -1;
+			held = !stays;
+		} else if (!held && e.kind == EV_ACK_IN && msg >= 0 && msg < l->n_msgs
+			   && l->ctrl_delay_ns[msg] == 0 && l->ctrl_host[msg] == h
+			   && !(c->intbuf && c->intbuf[(size_t)k * INT_BLOCK_BYTES])) {
+			int took = ack_here(l, msg, e.psn, e.arg, e.rx_ns);  /* NIC time: no delay */
+
+			if (took < 0)
+				return -1;
+			held = took;
+		}
 		if (held)
 			continue;
-		if (kept != k) {
-			ev[kept] = e;
-			if (c->intbuf)
-				memcpy(c->intbuf + (size_t)kept * INT_BLOCK_BYTES,
-				       c->intbuf + (size_t)k * INT_BLOCK_BYTES, INT_BLOCK_BYTES);
-		}
+		ev[kept] = e;  /* an EV_DONE's kind may have changed */
+		if (kept != k && c->intbuf)
+			memcpy(c->intbuf + (size_t)kept * INT_BLOCK_BYTES,
+			       c->intbuf + (size_t)k * INT_BLOCK_BYTES, INT_BLOCK_BYTES);
 		kept++;
 	}
 	*c->n_ev = kept;
+	return 0;
 }
 
 void loop_free(struct loop *l)
@@ -321,8 +589,10 @@ static int read_ring(struct loop *l, int64_t h, int64_t now)
 	int got = l->read(c);
 
 	l->n_lat += *c->n_lat;
-	if (l->n_msgs && *c->n_ev)
-		ctrl_hold(l, h, c);
+	if (l->n_msgs && *c->n_ev && ctrl_hold(l, h, c)) {
+		l->err = ENOMEM;
+		return LOOP_ERROR;
+	}
 	if (got) {
 		int64_t oldest = *c->oldest_ns > l->t0_ns ? *c->oldest_ns : l->t0_ns;
 
@@ -391,12 +661,38 @@ static int fire_due(struct loop *l)
 			due = held;
 		if (due == NEVER || due > now + l->turn_ns || (due == l->wait_ns && due > now))
 			break;
+		struct posts *p = l->posts;
+
+		if (held == due && l->heap[0].kind == KIND_POST && p->started_cap - p->n_started < 2)
+			return LOOP_DRAIN;
 		l->now = now;
 		l->fired = 1;
 		if (held == due) {
-			l->ctrl = ctrl_pop(l);
-			l->slot = l->ctrl.msg;
-			return LOOP_CTRL;
+			struct ctrl_held *h = &l->ctrl;
+			int took = 0;
+
+			*h = ctrl_pop(l);
+			l->slot = h->msg;
+			if (h->kind == KIND_RTO) {
+				took = rto_fire(l, h, now) ? -1 : 1;
+			} else if (h->kind == KIND_POST) {
+				int64_t s = p->sender[h->msg];
+
+				if (!p->qp[s].by_c)
+					return LOOP_START;
+				post_start(l, s, now - p->qp[s].fwd_ns);
+				took = 1;
+			} else if (h->kind == EV_ACK_IN && p && p->sender[h->msg] >= 0) {
+				took = ack_here(l, h->msg, h->psn, h->arg,
+						h->release_ns - p->qp[p->sender[h->msg]].fwd_ns);
+			}
+			if (took < 0) {
+				l->err = ENOMEM;
+				return LOOP_ERROR;
+			}
+			if (!took)
+				return LOOP_CTRL;
+			continue;
 		}
 		if (l->py_due <= nic_due) {
 			l->slot = l->py_due;
@@ -431,6 +727,17 @@ static int fire_due(struct loop *l)
 		c->horizon = c->now + l->turn_ns;
 		int ev = l->service(c);
 
+		/* out of frames (window full or all sent): wait for ACKs or the timer */
+		while (ev == TX_IDLE && p && p->qp[c->qp].by_c) {
+			if (rto_arm(l, c->qp)) {
+				l->err = ENOMEM;
+				return LOOP_ERROR;
+			}
+			ev = l->service(c);
+		}
+
+		if (ev == TX_EMPTY)  /* nothing left to send: tx_service closed its busy period */
+			continue;
 		if (ev != TX_ARM) {
 			l->tx_event = ev;
 			return LOOP_TX;

@@ -19,18 +19,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#define PSN_MASK 0xFFFFFFu
-
-/* GbnSender.advance: fire the retransmission timer if due (go back to una). */
-static void gbn_advance(struct tx_gbn *g, double now_s)
-{
-	if (!isnan(g->timer_start_s) && now_s - g->timer_start_s >= g->timeout_s) {
-		g->timeouts++;          /* _go_back_on_timeout */
-		g->nxt = g->una;
-		g->timer_start_s = now_s;
-	}
-}
-
 /* GbnSender.take: up to max_count consecutive packets to send now; their count
  * (0: window full or everything sent), the first one's PSN in *psn. */
 int64_t tx_gbn_take(struct tx_gbn *g, double now_s, int64_t max_count, uint32_t *psn)
@@ -188,6 +176,12 @@ int64_t tx_sr_take(struct tx_sr *s, double now_s, int64_t max_count, uint32_t *p
 	return n;
 }
 
+/* GbnSender.on_ack with a time (roce_tx.h's gbn_on_ack), for the twin tests */
+int64_t tx_gbn_ack(struct tx_gbn *g, uint32_t psn, double now_s)
+{
+	return gbn_on_ack(g, psn, now_s);
+}
+
 /* Schedule.restart */
 void tx_sched_restart(struct tx_sched *s, int64_t now_ns)
 {
@@ -338,6 +332,22 @@ int tx_release(struct tx_call *c)
 	return ev;
 }
 
+/* SendPath._close_period: `nic` has nothing left to send; its busy period joins
+ * the totals if it lasted a rate period (shorter ones are wake-up lag). */
+void tx_close_period(struct tx_nic *nic)
+{
+	if (nic->period_start < 0)
+		return;
+	int64_t ideal = nic->ideal_end - nic->period_dropped - nic->period_start;
+
+	if ((double)ideal >= nic->rate_period_ns) {
+		nic->busy_ns += nic->actual_end - nic->period_first_out;
+		nic->ideal_ns += ideal;
+	}
+	nic->dropped_ns += nic->period_dropped;
+	nic->period_start = -1;
+}
+
 int tx_service(struct tx_call *c)
 {
 	struct tx_nic *nic = c->nic;
@@ -482,5 +492,6 @@ int tx_service(struct tx_call *c)
 			return TX_AFTER;
 		}
 	}
+	tx_close_period(nic);
 	return TX_EMPTY;
 }

@@ -7,7 +7,10 @@
 #define ROCE_TX_H
 #include "roce_burst.h"  /* first: it defines _GNU_SOURCE */
 
+#include <math.h>
 #include <stdint.h>
+
+#define PSN_MASK 0xFFFFFFu
 
 struct tx_gbn {                 /* engine/tx.py: TxGbn */
 	int64_t total_packets;
@@ -112,6 +115,8 @@ struct tx_nic {                 /* engine/tx.py: TxNic */
 	int64_t n_lines;
 	struct tx_line *lines;
 	int64_t line_due;           /* wall time its lines' earliest burst is due; TX_NEVER: none */
+	double rate_period_ns;      /* a busy period this long (ideal) counts for its rate */
+	int64_t busy_ns, ideal_ns, dropped_ns;  /* its closed busy periods, summed */
 };
 
 struct tx_call {                /* engine/tx.py: TxCall */
@@ -131,6 +136,34 @@ struct tx_call {                /* engine/tx.py: TxCall */
 	int64_t build_only;         /* in, tx_release: Python holds a backlog, frames wait behind it */
 };
 
+/* GbnSender.advance: fire the retransmission timer if due (go back to una). */
+static inline void gbn_advance(struct tx_gbn *g, double now_s)
+{
+	if (!isnan(g->timer_start_s) && now_s - g->timer_start_s >= g->timeout_s) {
+		g->timeouts++;          /* _go_back_on_timeout */
+		g->nxt = g->una;
+		g->timer_start_s = now_s;
+	}
+}
+
+/* GbnSender.on_ack (at `now_s`): a cumulative ACK of everything up to `psn`; 1 if
+ * it made progress, 0 for a stale one (counted). */
+static inline int gbn_on_ack(struct tx_gbn *g, uint32_t psn, double now_s)
+{
+	int64_t d = ((int64_t)psn - g->start_psn - g->una) & PSN_MASK;
+
+	if (d >= g->max_sent - g->una) {
+		g->stale_acks++;
+		return 0;
+	}
+	g->acks++;
+	g->una += d + 1;            /* _progress */
+	if (g->nxt < g->una)
+		g->nxt = g->una;
+	g->timer_start_s = g->una >= g->max_sent ? NAN : now_s;
+	return 1;
+}
+
 /* Schedule.restart: a schedule idle until `now_ns` starts from there */
 static inline void sched_restart(struct tx_sched *s, int64_t now_ns)
 {
@@ -139,6 +172,7 @@ static inline void sched_restart(struct tx_sched *s, int64_t now_ns)
 }
 
 int tx_service(struct tx_call *c);
+void tx_close_period(struct tx_nic *nic);
 int tx_release(struct tx_call *c);
 
 #endif /* ROCE_TX_H */
