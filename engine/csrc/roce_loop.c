@@ -74,8 +74,8 @@
  *   LOOP_CTRL    the control line's earliest ACK or CNP is due: message `slot`'s,
  *                `ctrl` its fields, released at `ctrl.release_ns`;
  *   LOOP_START   message `slot` is due to start and Python starts it, at `now`;
- *   LOOP_DRAIN   the latency, receive-lag or `started` buffer is full: Python
- *                empties it;
+ *   LOOP_DRAIN   the latency, receive-lag or `started` buffer is full, or the
+ *                loop would sleep with starts in `started`: Python empties them;
  *   LOOP_ERROR   epoll or the timerfd failed (`err`: errno).
  */
 #include "roce_tx.h"    /* first: it defines _GNU_SOURCE */
@@ -100,6 +100,7 @@ enum { LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, 
 #define KIND_POST 0x100         /* a message's post time in the control line (no rx event) */
 #define EV_ANNOUNCE 0x101       /* an EV_DONE C acted on; Python tells the other workers */
 #define KIND_RTO 0x102          /* a sender's retransmission timer in the control line */
+#define DRAIN_FIRST 1           /* gather: LOOP_DRAIN before the sleep */
 #define AETH_NAK_TYPE 0x60      /* traffic/gbn.py: _NAK_TYPE */
 #define ARG_BECN 0x100          /* engine/rx.py: an EV_ACK_IN's ECN echo */
 
@@ -548,7 +549,8 @@ static int sleep_until(struct loop *l, int64_t due, struct epoll_event *evs)
 }
 
 /* Phase 1's wait: the ready fds into `ready`, sleeping first if nothing is ready
- * and nothing is due within a turn. 0, or -errno. */
+ * and nothing is due within a turn. 0, -errno, or DRAIN_FIRST: it would sleep, and
+ * Python has the books of C's starts to keep first (in time it would sleep away). */
 static int gather(struct loop *l)
 {
 	struct epoll_event evs[MAX_READY];
@@ -560,6 +562,8 @@ static int gather(struct loop *l)
 		int64_t now = mono_ns(), due = next_due(l);
 
 		if (due == NEVER || due - now > l->turn_ns || (due == l->wait_ns && due > now)) {
+			if (l->posts && l->posts->n_started)
+				return DRAIN_FIRST;
 			l->wakeups++;
 			if (due - now <= l->batch_ns) {
 				n = sleep_until(l, due, evs);
@@ -759,6 +763,8 @@ static int one_pass(struct loop *l)
 	if (l->phase == 0) {
 		int err = gather(l);
 
+		if (err == DRAIN_FIRST)
+			return LOOP_DRAIN;
 		if (err) {
 			l->err = -err;
 			return LOOP_ERROR;

@@ -16,7 +16,7 @@ import pytest
 from core.errors import CapabilityError
 from core.frame import FIRST_QPN
 from engine.books import NEVER_NS
-from engine.cloop import LOOP_DONE, LOOP_NIC, LOOP_START, LoopLib, _Loop
+from engine.cloop import LOOP_DONE, LOOP_DRAIN, LOOP_NIC, LOOP_START, LoopLib, _Loop
 from engine.cpost import _PostQp, _Posts
 from engine.rawsock import TimerFd
 from engine.rx import EV_ACK_IN, EV_ANNOUNCE, EV_DONE, _RxCall, _RxEvent
@@ -116,6 +116,8 @@ def test_a_message_is_posted_at_its_last_dependency_and_started_by_c_or_python(p
     assert nic.sched.next_ns == post_qps[0].post_ns + OVERHEAD_NS  # the NIC was idle
     assert (nic.n_active, nic.active[0]) == (1, 0)
     assert lib.loop_pass(addr) == LOOP_DONE
+    # Nothing due: before it sleeps, Python keeps the books of the start.
+    assert lib.loop_pass(addr) == LOOP_DRAIN and c.wakeups == 0
 
 
 def test_a_post_waits_for_its_own_start_time_on_its_nic_s_clock(posting):
