@@ -29,7 +29,7 @@ _I64 = ctypes.c_int64
 #: Starts C makes before Python keeps their books; the loop also hands them over when
 #: it would sleep, in time it would sleep away. A start's books took 17 us of Python
 #: under cProfile (fattree,8 ring), so a full buffer holds the loop up a few hundred
-#: us at most, under fattree,8's lag limit at S = 8000 (0.67 ms); drained only at
+#: us at most, under fattree,8's lag limit at S = 8000 (1.34 ms); drained only at
 #: housekeeping (every 50 ms), a worker's starts meanwhile held it up for milliseconds.
 _STARTS_KEPT = 32
 
