@@ -101,8 +101,6 @@ enum { LOOP_DONE, LOOP_EVENTS, LOOP_FD, LOOP_PY, LOOP_TX, LOOP_NIC, LOOP_DRAIN, 
 #define EV_ANNOUNCE 0x101       /* an EV_DONE C acted on; Python tells the other workers */
 #define KIND_RTO 0x102          /* a sender's retransmission timer in the control line */
 #define DRAIN_FIRST 1           /* gather: LOOP_DRAIN before the sleep */
-#define AETH_NAK_TYPE 0x60      /* traffic/gbn.py: _NAK_TYPE */
-#define ARG_BECN 0x100          /* engine/rx.py: an EV_ACK_IN's ECN echo */
 
 struct post_qp {                /* engine/cpost.py: _PostQp: one of this worker's senders */
 	int64_t post_ns;            /* when it is posted (NIC time); -1: not yet */
@@ -343,11 +341,9 @@ static void acked(struct loop *l, int64_t s, int64_t t_ns)
 		int64_t k = 0;
 
 		q->idle = 1;
-		while (k < nic->n_active && nic->active[k] != s)
+		while (nic->active[k] != s)
 			k++;
-		for (; k + 1 < nic->n_active; k++)
-			nic->active[k] = nic->active[k + 1];
-		nic->n_active--;
+		remove_active(nic, k);
 	}
 	p->acked[p->worker] = ++p->acked_here;
 	if (p->acked_here == p->n_senders)  /* everyone re-checks "all acknowledged" */
@@ -362,7 +358,7 @@ static int ack_here(struct loop *l, int64_t msg, uint32_t psn, uint32_t arg, int
 {
 	const struct posts *p = l->posts;
 
-	if (!p || msg < 0 || msg >= l->n_msgs || (arg & 0xFF & AETH_NAK_TYPE) == AETH_NAK_TYPE
+	if (!p || msg < 0 || msg >= l->n_msgs || (arg & AETH_NAK_PSN_SEQ) == AETH_NAK_PSN_SEQ
 	    || (arg & ARG_BECN))
 		return 0;
 	int64_t s = p->sender[msg];

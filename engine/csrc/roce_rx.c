@@ -60,7 +60,6 @@
 #define OFF_PSN_WORD 50
 #define OFF_AETH 54
 #define AETH_ACK 0x00
-#define AETH_NAK_PSN_SEQ 0x60
 #define AETH_SR_NAK 0x40        /* selective repeat's NAK: | run - 1 */
 #define SR_WINDOW 1024          /* selective_repeat.WINDOW_PACKETS */
 #define SR_MAX_RUN 32
@@ -514,7 +513,7 @@ static int roce_rx(uint8_t *ring, const uint32_t *offsets, uint32_t n_slots, uin
 
 			int_copy(intbuf, ne, f, OFF_ACK_INT, h.snaplen, (int64_t)ip_len - ACK_IP_BYTES);
 			ev[ne++] = (struct rx_event){rx_ns, EV_ACK_IN, qpn, psn,
-						     f[54] | (uint32_t)(f[46] & 0x40) << 2,
+						     f[OFF_AETH] | (f[OFF_BECN] & BECN_BIT ? ARG_BECN : 0),
 						     be32(f + 54) & PSN_MASK};
 		} else if (op == 0x81) {
 			ev[ne++] = (struct rx_event){rx_ns, EV_CNP_IN, qpn, psn, 0};

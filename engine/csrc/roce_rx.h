@@ -13,6 +13,10 @@ struct rx_qp;
 enum { EV_ACK = 1, EV_NAK = 2, EV_CNP = 3, EV_DONE = 4, EV_ACK_IN = 5, EV_CNP_IN = 6,
        EV_UNKNOWN = 7, EV_PENDING = 8, EV_SR = 9 };
 
+/* An EV_ACK_IN's `arg`: the AETH syndrome, and the ACK's BECN (ECN echo) here. */
+#define ARG_BECN 0x100
+#define AETH_NAK_PSN_SEQ 0x60   /* the syndrome of go-back-N's NAK (traffic/gbn.py: _NAK_TYPE) */
+
 /* An event's INT block in `intbuf` (hop count 0: none). */
 #define INT_BLOCK_BYTES (INT_HEADER_BYTES + INT_MAX_HOPS * INT_RECORD_BYTES)
 

@@ -220,13 +220,6 @@ static double floordiv(double a, double b)
 	return fl;
 }
 
-static void remove_active(struct tx_nic *nic, int64_t k)
-{
-	for (int64_t i = k; i + 1 < nic->n_active; i++)
-		nic->active[i] = nic->active[i + 1];
-	nic->n_active--;
-}
-
 /* GbnSender.in_flight or SrSender.in_flight of `q` */
 static int64_t in_flight(const struct tx_qp *q)
 {

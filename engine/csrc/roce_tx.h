@@ -164,6 +164,14 @@ static inline int gbn_on_ack(struct tx_gbn *g, uint32_t psn, double now_s)
 	return 1;
 }
 
+/* The QP in `nic`'s busy slot `k` leaves them (the others keep their order). */
+static inline void remove_active(struct tx_nic *nic, int64_t k)
+{
+	for (int64_t i = k; i + 1 < nic->n_active; i++)
+		nic->active[i] = nic->active[i + 1];
+	nic->n_active--;
+}
+
 /* Schedule.restart: a schedule idle until `now_ns` starts from there */
 static inline void sched_restart(struct tx_sched *s, int64_t now_ns)
 {

@@ -11,44 +11,29 @@ import time
 
 import pytest
 
-from core.errors import CapabilityError
 from core.frame import FIRST_QPN, INT_BLOCK_BYTES
 from engine.books import NEVER_NS
-from engine.cloop import LOOP_CTRL, LOOP_DONE, LOOP_FD, LOOP_NIC, LOOP_PY, LoopLib, _Loop
-from engine.rawsock import TimerFd
+from engine.cloop import LOOP_CTRL, LOOP_DONE, LOOP_FD, LOOP_NIC, LOOP_PY, LoopLib
 from engine.rx import EV_ACK_IN, EV_CNP_IN, EV_DONE
-
-TURN_NS = 1_000_000
+from tests.unit.loop_rig import TURN_NS, loop_rig
 
 
 @pytest.fixture()
 def loop():
-    try:
-        lib = LoopLib()
-    except (CapabilityError, OSError) as e:
-        pytest.skip(f"no compiled loop here: {e}")
-    efd = os.eventfd(0, os.EFD_NONBLOCK)
-    timer = TimerFd()
-    ep, ep_io = select.epoll(), select.epoll()
-    ep.register(efd, select.EPOLLIN)
-    ep_io.register(efd, select.EPOLLIN)
-    ep.register(timer.fd, select.EPOLLIN)
     due = (ctypes.c_int64 * 1)(NEVER_NS)
     nics = (ctypes.c_void_p * 1)(None)       # a NIC Python serves (no QP sends on it)
     blocked = (ctypes.c_uint8 * 1)()
-    c = _Loop(nics=nics, blocked=ctypes.addressof(blocked), due=due, n_nics=1,
-              ep=ep.fileno(), ep_io=ep_io.fileno(), timer_fd=timer.fd,
-              turn_ns=TURN_NS, idle_ns=1_000_000_000, batch_ns=TURN_NS, wait_ns=-1,
-              py_due=NEVER_NS)
+    efd = os.eventfd(0, os.EFD_NONBLOCK)
+    with loop_rig(nics=nics, blocked=ctypes.addressof(blocked), due=due,
+                  n_nics=1) as (lib, c, ep, ep_io):
+        ep.register(efd, select.EPOLLIN)
+        ep_io.register(efd, select.EPOLLIN)
 
-    def run(py_due: int = NEVER_NS) -> int:
-        c.py_due = py_due
-        return lib.loop_pass(ctypes.addressof(c))
+        def run(py_due: int = NEVER_NS) -> int:
+            c.py_due = py_due
+            return lib.loop_pass(ctypes.addressof(c))
 
-    yield c, due, efd, run
-    for fd in (ep, ep_io):
-        fd.close()
-    timer.close()
+        yield c, due, efd, run
     os.close(efd)
 
 

@@ -8,22 +8,19 @@ from __future__ import annotations
 import ctypes
 import math
 import os
-import select
 import time
 
 import pytest
 
-from core.errors import CapabilityError
 from core.frame import FIRST_QPN
 from engine.books import NEVER_NS
-from engine.cloop import LOOP_DONE, LOOP_DRAIN, LOOP_NIC, LOOP_START, LoopLib, _Loop
+from engine.cloop import LOOP_DONE, LOOP_DRAIN, LOOP_NIC, LOOP_START
 from engine.cpost import _PostQp, _Posts
-from engine.rawsock import TimerFd
 from engine.rx import EV_ACK_IN, EV_ANNOUNCE, EV_DONE, _RxCall, _RxEvent
 from engine.tx import TxCall, TxNic, TxQp
+from tests.unit.loop_rig import TURN_NS, loop_rig
 from traffic.gbn import PSN_MASK
 
-TURN_NS = 1_000_000
 OVERHEAD_NS = 7_000
 GAP_NS = 300_000
 I64 = ctypes.c_int64
@@ -37,13 +34,6 @@ _KIDS = {0: [0, 1], 1: [0]}
 
 @pytest.fixture()
 def posting():
-    try:
-        lib = LoopLib()
-    except (CapabilityError, OSError) as e:
-        pytest.skip(f"no compiled loop here: {e}")
-    timer = TimerFd()
-    ep, ep_io = select.epoll(), select.epoll()
-    ep.register(timer.fd, select.EPOLLIN)
     keep: list = []                            # every array C points into
 
     def arr(ctype, values):
@@ -60,40 +50,35 @@ def posting():
     call = TxCall(qps=ctypes.cast(qps, ctypes.POINTER(TxQp)))
     due = arr(I64, [NEVER_NS])
     blocked = arr(ctypes.c_uint8, [1])         # Python serves the NIC: LOOP_NIC when due
-    c = _Loop(tx=ctypes.addressof(call), nics=arr(ctypes.c_void_p, [ctypes.addressof(nic)]),
-              blocked=ctypes.addressof(blocked), due=due, n_nics=1,
-              ep=ep.fileno(), ep_io=ep_io.fileno(), timer_fd=timer.fd,
-              turn_ns=TURN_NS, idle_ns=1_000_000_000, batch_ns=TURN_NS, wait_ns=-1,
-              py_due=NEVER_NS, ctrl_delay_ns=arr(I64, [0] * 5), ctrl_host=arr(I64, [0] * 5),
-              n_msgs=5)
-    post_qps = (_PostQp * 3)(*[_PostQp(post_ns=-1, deps=sum(s in k for k in _KIDS.values()),
-                                       msg=m, gap_ns=GAP_NS if s == 0 else 0, by_c=s == 0)
-                               for s, m in enumerate(_MSG)])
-    kids_at = [0]
-    for m in range(5):
-        kids_at.append(kids_at[-1] + len(_KIDS.get(m, [])))
-    received = arr(ctypes.c_int8, [0] * 5)
-    started = arr(I64, [0] * 6)
-    wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
-    c.t0_ns = time.monotonic_ns() - 10**9
-    posts = _Posts(qp=post_qps, sender=arr(ctypes.c_int32, [-1, -1, 0, 1, 2]),
-                   kids_at=arr(I64, kids_at),
-                   kids=arr(ctypes.c_int32, [s for m in range(5) for s in _KIDS.get(m, [])]),
-                   remote=arr(ctypes.c_uint8, [1, 0, 0, 0, 0]),
-                   received=ctypes.addressof(received), done=arr(ctypes.c_uint8, [0] * 5),
-                   overhead_ns=OVERHEAD_NS, trace_ns=TURN_NS, started=started,
-                   started_cap=len(started), scale_ns=1e9, acked=arr(I64, [0, 0]), worker=1,
-                   n_senders=1, wake_fds=arr(ctypes.c_int32, [wake_fd]), n_workers=1)
-    for p in post_qps:
-        p.acked_ns, p.rto_ns = -1, NEVER_NS
-    c.posts = ctypes.addressof(posts)
-    addr = ctypes.addressof(c)
-    yield lib, addr, c, qps, nic, post_qps, posts, received
-    lib.loop_free(addr)
-    os.close(wake_fd)
-    for fd in (ep, ep_io):
-        fd.close()
-    timer.close()
+    fields = dict(tx=ctypes.addressof(call), nics=arr(ctypes.c_void_p, [ctypes.addressof(nic)]),
+                  blocked=ctypes.addressof(blocked), due=due, n_nics=1,
+                  ctrl_delay_ns=arr(I64, [0] * 5), ctrl_host=arr(I64, [0] * 5), n_msgs=5)
+    with loop_rig(**fields) as (lib, c, _, _):
+        post_qps = (_PostQp * 3)(*[_PostQp(post_ns=-1, deps=sum(s in k for k in _KIDS.values()),
+                                           msg=m, gap_ns=GAP_NS if s == 0 else 0, by_c=s == 0)
+                                   for s, m in enumerate(_MSG)])
+        kids_at = [0]
+        for m in range(5):
+            kids_at.append(kids_at[-1] + len(_KIDS.get(m, [])))
+        received = arr(ctypes.c_int8, [0] * 5)
+        started = arr(I64, [0] * 6)
+        wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
+        c.t0_ns = time.monotonic_ns() - 10**9
+        posts = _Posts(qp=post_qps, sender=arr(ctypes.c_int32, [-1, -1, 0, 1, 2]),
+                       kids_at=arr(I64, kids_at),
+                       kids=arr(ctypes.c_int32, [s for m in range(5) for s in _KIDS.get(m, [])]),
+                       remote=arr(ctypes.c_uint8, [1, 0, 0, 0, 0]),
+                       received=ctypes.addressof(received), done=arr(ctypes.c_uint8, [0] * 5),
+                       overhead_ns=OVERHEAD_NS, trace_ns=TURN_NS, started=started,
+                       started_cap=len(started), scale_ns=1e9, acked=arr(I64, [0, 0]), worker=1,
+                       n_senders=1, wake_fds=arr(ctypes.c_int32, [wake_fd]), n_workers=1)
+        for p in post_qps:
+            p.acked_ns, p.rto_ns = -1, NEVER_NS
+        c.posts = ctypes.addressof(posts)
+        addr = ctypes.addressof(c)
+        yield lib, addr, c, qps, nic, post_qps, posts, received
+        lib.loop_free(addr)
+        os.close(wake_fd)
 
 
 def test_a_message_is_posted_at_its_last_dependency_and_started_by_c_or_python(posting):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import random
-import select
 import socket
 import time
 from array import array
@@ -21,9 +20,8 @@ from core.errors import CapabilityError
 from core.frame import WIRE_OVERHEAD_BYTES
 from engine.books import NEVER_NS, Books
 from engine.burst import Burst
-from engine.cloop import LOOP_DONE, LOOP_LINE, LoopLib, _Loop
+from engine.cloop import LOOP_DONE, LOOP_LINE
 from engine.handover import Handover
-from engine.rawsock import TimerFd
 from engine.requester import Requester
 from engine.sources import DelayLine
 from engine.tx import (
@@ -41,6 +39,7 @@ from engine.tx import (
     TxQp,
     line_ring,
 )
+from tests.unit.loop_rig import loop_rig
 from traffic.gbn import GbnSender
 from traffic.pacing import Deadlines
 from traffic.roce import Flow, QpTemplate, parse_frame
@@ -225,23 +224,14 @@ def test_the_compiled_loop_wakes_for_a_line_and_hands_a_blocked_nic_to_python(li
     """roce_loop.c: a NIC's line head is a deadline of the loop's own (one sleep, then
     tx_release, then nothing due); a NIC whose backlog Python holds goes to Python."""
     lib, _ = libs
-    try:
-        loop_lib = LoopLib()
-    except (CapabilityError, OSError) as e:
-        pytest.skip(f"no compiled loop here: {e}")
-    timer = TimerFd()
-    ep, ep_io = select.epoll(), select.epoll()
-    ep.register(timer.fd, select.EPOLLIN)
-    try:
-        nic = TxNic(line_due=NEVER_NS)  # no lines: tx_release finds it empty
-        nics = (ctypes.c_void_p * 1)(ctypes.addressof(nic))
-        due = (ctypes.c_int64 * 1)(NEVER_NS)
-        blocked = (ctypes.c_uint8 * 1)()
-        call = TxCall()
-        c = _Loop(release=lib.release_address, tx=ctypes.addressof(call), nics=nics,
-                  blocked=ctypes.addressof(blocked), due=due, n_nics=1, ep=ep.fileno(),
-                  ep_io=ep_io.fileno(), timer_fd=timer.fd, turn_ns=TURN_NS,
-                  idle_ns=1_000_000_000, batch_ns=TURN_NS, wait_ns=-1, py_due=NEVER_NS)
+    nic = TxNic(line_due=NEVER_NS)  # no lines: tx_release finds it empty
+    nics = (ctypes.c_void_p * 1)(ctypes.addressof(nic))
+    due = (ctypes.c_int64 * 1)(NEVER_NS)
+    blocked = (ctypes.c_uint8 * 1)()
+    call = TxCall()
+    with loop_rig(release=lib.release_address, tx=ctypes.addressof(call), nics=nics,
+                  blocked=ctypes.addressof(blocked), due=due, n_nics=1, turn_ns=TURN_NS,
+                  batch_ns=TURN_NS) as (loop_lib, c, _, _):
         at = time.monotonic_ns() + 20 * TURN_NS
         nic.line_due = at
         assert loop_lib.loop_pass(ctypes.addressof(c)) == LOOP_DONE
@@ -251,7 +241,3 @@ def test_the_compiled_loop_wakes_for_a_line_and_hands_a_blocked_nic_to_python(li
         blocked[0] = 1
         assert loop_lib.loop_pass(ctypes.addressof(c)) == LOOP_LINE
         assert (c.slot, c.tx_event) == (0, -1) and nic.line_due != NEVER_NS
-    finally:
-        ep.close()
-        ep_io.close()
-        timer.close()
