@@ -83,6 +83,8 @@ class BurstCredit:
     low_bytes: float
     high_bytes: float
     configured_burst_bytes: int
+    machine_busy: float = 0.0  # fraction of all the machine's CPU time busy meanwhile
+    steal_s: float = 0.0       # CPU time the hypervisor took meanwhile
 
 
 def read_rx_bytes(ipr: Any, ifindex: int) -> tuple[int, int, int]:
@@ -207,10 +209,12 @@ def measure_burst_credit(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, fr
     wire = frame_bytes + overhead_bytes
     started: list[int] = []
     try:
+        cpu0 = cpu_ticks()
         thread = pair.sender(_frame(frame_bytes), stop, count=frames,
                              sndbuf_bytes=frames * (frame_bytes + 1024), started=started)
         time.sleep(frames * wire * 8 / rate_emu_bps / 2)
         s, rx, e = pair.rx_bytes()
+        cpu1 = cpu_ticks()
         start = started[0]  # before the first send: elapsed over-, credit underestimated
         thread.join(timeout=frames * wire * 8 / rate_emu_bps + 5)
     finally:
@@ -220,7 +224,8 @@ def measure_burst_credit(rate_emu_bps: float, frame_bytes: int = FRAME_BYTES, fr
     # rx lies within one frame of the fluid count; elapsed between (s - start) and (e - start).
     low = rx - frame_bytes - frame_rate * (e - start) * 1e-9
     high = rx + frame_bytes - frame_rate * (s - start) * 1e-9
-    return BurstCredit(low, high, htb_burst_bytes(rate_emu_bps))
+    return BurstCredit(low, high, htb_burst_bytes(rate_emu_bps), machine_busy(cpu0, cpu1),
+                       steal_s(cpu0, cpu1))
 
 
 def capacity_bound_bps(rate_bps: float, wire_bytes: float, scale: Scale,

@@ -32,8 +32,10 @@ step() {  # step "what" command...
 
 APT_PACKAGES=(mininet iproute2 iputils-ping iperf3 ethtool bridge-utils clang llvm libbpf-dev libc6-dev git
               python3 python3-venv python3-pip python3-dev gcc make tshark prometheus)
-# One dpkg-query for all of them (one per package cost 0.4 s of every run).
-installed=" $(dpkg-query -W -f='${Package} ${Status}\n' "${APT_PACKAGES[@]}" 2>/dev/null \
+# One dpkg-query for all of them (one per package cost 0.4 s of every run). It exits 1
+# when any of them is unknown to dpkg, which set -e and pipefail must not take for a
+# failure: a fresh machine is exactly where some are.
+installed=" $({ dpkg-query -W -f='${Package} ${Status}\n' "${APT_PACKAGES[@]}" 2>/dev/null || true; } \
               | awk '/ install ok installed$/ {printf "%s ", $1}')"
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -59,13 +59,26 @@ def test_backlogged_port_never_exceeds_its_rate(overhead_bytes):
 def test_an_idle_port_gives_at_most_its_bucket_and_one_frame_for_free():
     """Small frames so that the one-frame uncertainty is small: the bytes delivered
     beyond R x t must not exceed the HTB bucket (4 ms of tokens here) plus the frame HTB
-    lets tokens go negative for. The old one-MTU bucket gave 9100 B here."""
+    lets tokens go negative for, in every attempt. The old one-MTU bucket gave 9100 B here.
+    The port must also deliver at least R x t: a stalled shaper timer loses the tokens
+    beyond its bucket, so an attempt short of that is measured again, and fails the test
+    only when the machine was quiet meanwhile."""
     _root_or_skip()
     from emu.shaping import htb_burst_bytes
     from emu.wirerate import measure_burst_credit
 
     rate, frame = 4e6, 500  # 400G at S = 1e5, the experiments' default
-    credit = measure_burst_credit(rate, frame, frames=400)
-    assert credit.configured_burst_bytes == htb_burst_bytes(rate) == 2000  # 4 ms of tokens
-    assert credit.low_bytes <= credit.configured_burst_bytes + frame, credit
-    assert credit.high_bytes >= 0, credit
+    attempts = []
+    for _ in range(ATTEMPTS):
+        credit = measure_burst_credit(rate, frame, frames=400)
+        assert credit.configured_burst_bytes == htb_burst_bytes(rate) == 2000  # 4 ms of tokens
+        assert credit.low_bytes <= credit.configured_burst_bytes + frame, credit
+        attempts.append(credit)
+        if credit.high_bytes >= 0:
+            return
+    if all(c.machine_busy > BUSY_MACHINE or c.steal_s > 0 for c in attempts):
+        pytest.skip("the port delivered less than R x t in every attempt, on a machine too "
+                    "busy to say why: " + "; ".join(
+                        f"{c.high_bytes:.0f} B, {c.machine_busy:.0%} busy, steal "
+                        f"{c.steal_s * 1e3:.0f} ms" for c in attempts))
+    pytest.fail(f"the shaper was starved on a quiet machine: {attempts}")

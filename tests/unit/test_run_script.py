@@ -141,3 +141,23 @@ def test_the_readme_commands_carry_no_sudo_prefix():
     assert "sudo scripts/run" not in readme
     assert "bash scripts/run test" not in (ROOT / ".ci" / "run").read_text()
     assert "exec scripts/run test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_setup_installs_the_apt_packages_dpkg_does_not_know(repo):
+    """On a fresh machine dpkg-query exits 1 (some packages are unknown to it): the set-up
+    must install them, not stop silently under set -e."""
+    shutil.copy2(ROOT / "scripts" / "setup.sh", repo / "scripts" / "setup.sh")
+    (repo / "pyproject.toml").write_text("")
+    (repo / ".venv" / ".fabricemu-installed").touch()  # the venv is up to date
+    fakebin = repo.parent / "fakebin"
+    _write_exec(fakebin / "dpkg-query",
+                "#!/bin/sh\necho 'gcc install ok installed'\necho 'git install ok installed'\n"
+                "echo 'dpkg-query: no packages found matching mininet' >&2\nexit 1\n")
+    _write_exec(fakebin / "apt-get", f'#!/bin/sh\necho "$*" >> {repo}/apt-calls\n')
+    _write_exec(fakebin / "debconf-set-selections", "#!/bin/sh\ncat > /dev/null\n")
+    _write_exec(fakebin / "sudo", '#!/bin/sh\nexec "$@"\n')
+    res = _run(repo, "scripts/setup.sh", path=f"{fakebin}:{SAFE_PATH}")
+    assert res.returncode == 0, res.stdout + res.stderr
+    install = (repo / "apt-calls").read_text().splitlines()[-1].split()
+    assert "mininet" in install and "clang" in install
+    assert "gcc" not in install and "git" not in install
