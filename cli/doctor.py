@@ -42,6 +42,7 @@ def report_capabilities(console: Console, marking: str) -> bool:
     before = cpu_ticks()
     console.print(_wakeup_note())
     console.print(_steal_note(before, cpu_ticks()))
+    console.print(_throttling_note())
     console.print(_default_scale_note())
     console.print(_workers_note(len(os.sched_getaffinity(0))))
     _print_registry(console)
@@ -68,8 +69,28 @@ def _steal_note(before: tuple[int, int, int], after: tuple[int, int, int]) -> st
     during = (after[2] - before[2]) / total if total > 0 else 0.0
     return (f"Hypervisor steal: {since_boot:.1%} of this machine's CPU time since boot, "
             f"{during:.1%} during the wake-up probe (a host running other guests stalls "
-            "the workers for ms at a time; the gate refuses such runs for pacing or "
-            "receive lag and suggests a larger S)")
+            "the workers for ms at a time; the gate refuses a run with over 1 %: "
+            "'hypervisor steal')")
+
+
+def _throttling_note(probe_s: float = 2.0) -> str:
+    """How much of ``probe_s`` on the idle machine the hypervisor slowed every CPU
+    without counting steal (engine.speedprobe), measured now."""
+    import time
+
+    from engine.speedprobe import SpeedProbe
+
+    probe = SpeedProbe()
+    if not probe.start():
+        return "Hidden throttling: not measured (the speed probe needs clang and SCHED_FIFO)"
+    time.sleep(probe_s)
+    result = probe.stop()
+    if result is None:
+        return "Hidden throttling: not measured (the speed probe could not run)"
+    return (f"Hidden throttling: every CPU ran at under 1/4 of its speed for "
+            f"{result.throttled_share:.1%} of {probe_s:g} s idle, uncounted as steal (the "
+            "gate refuses a run with over 1 %: 'hypervisor throttling'; a host's CPU quota "
+            "does it in spells of 20-50 ms)")
 
 
 def _default_scale_note() -> str:

@@ -110,6 +110,7 @@ from engine import plan, rawsock, worker
 from engine.books import TRACE_EVENTS
 from engine.burst import Burst
 from engine.rx import RxLib
+from engine.speedprobe import SpeedProbe
 from engine.stats import (
     EngineStats,
     FixedDelaySettings,
@@ -816,6 +817,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         pace=ctx.RawArray("d", 2 * max(1, len(index))),
     )
     cpu_marks: list[tuple[int, int, int]] = []
+    probe, probed = SpeedProbe(), None
     main_thread = threading.current_thread() is threading.main_thread()
     terminated: list[int] = []
 
@@ -862,7 +864,11 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             started_s = time.perf_counter() - called
             setup_s = time.perf_counter() - forked
             cpu_marks.append(cpu_ticks())
-            error = _collect(shared, procs, conns, reports, wall0 + timeout_s, timeout_s)
+            probing = probe.start()
+            try:
+                error = _collect(shared, procs, conns, reports, wall0 + timeout_s, timeout_s)
+            finally:
+                probed = probe.stop() if probing else None
             cpu_marks.append(cpu_ticks())
     except BaseException:
         _request_stop(shared)
@@ -894,6 +900,8 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
     st.machine_busy = machine_busy(*cpu_marks) if len(cpu_marks) == 2 else None
     st.steal_s = steal_s(*cpu_marks) if len(cpu_marks) == 2 else None
     st.steal_share = steal_share(*cpu_marks) if len(cpu_marks) == 2 else None
+    if probed is not None:
+        st.throttled_s, st.throttled_share = probed.throttled_ns / 1e9, probed.throttled_share
     st.quiet_wait_s = quiet_wait_s
     st.start_wall_s = started_s
     st.setup_wall_s = setup_s

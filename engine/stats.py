@@ -221,6 +221,10 @@ class EngineStats:
     machine_busy: float | None = None   # fraction of all CPU time busy during the run
     steal_s: float | None = None        # CPU time the hypervisor took meanwhile
     steal_share: float | None = None    # and as a share of all CPU time
+    #: Wall time during which every CPU ran at under 1/4 of its speed, steal or not
+    #: (engine.speedprobe), and its share of the run; None: the probe did not run.
+    throttled_s: float | None = None
+    throttled_share: float | None = None
     quiet_wait_s: float = 0.0           # waiting for the kernel to finish a teardown
     #: From the engine's call to its clock's start: plans, sockets, and the workers
     #: building their QPs (frame templates, compiled views); 0 if the clock never started.

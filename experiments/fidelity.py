@@ -31,6 +31,12 @@ Pure checks over what a run measured; no kernel access. A run is *valid* when
   reaction to its marks, which no engine lag shows, for many packet times at once;
   the lag checks let at most 1 % of the sends be that late, and the fabric is held
   to the same share;
+* the hypervisor did not slow the CPUs without counting it: every CPU ran at under
+  1/4 of its speed for at most 1 % of the run (``engine.speedprobe``: a fixed piece
+  of work timed every 4 ms on each CPU). A host's CPU quota does that for spells of
+  20-50 ms with no steal counted; the lag checks see its effect on the workers, this
+  one names the cause. A run that fails either machine check with the machine's CPU
+  below its ceiling suggests no larger S;
 * nothing was lost outside the modelled fabric: no receive-ring drops, and no
   retransmissions unless a switch port dropped frames, or the routing mode reorders
   a flow by design (spraying, adaptive, flowlets) and the transport is go-back-N,
@@ -123,6 +129,10 @@ class RunMeasures:
     reorders_by_design: bool = False
 
 
+#: Checks of the machine alone, which no S passes: a run that fails one is not priced.
+_MACHINE_CHECKS = ("hypervisor steal", "hypervisor throttling")
+
+
 @dataclass(frozen=True)
 class Limits:
     """Tolerances of the gate (fractions)."""
@@ -131,6 +141,8 @@ class Limits:
     cpu_busy: float = 0.90        # of wall x workers (when the machine's figure is unknown)
     machine_busy: float = 0.85    # of all CPU time of the machine
     steal_share: float = 0.01     # of all CPU time of the machine, taken by the hypervisor
+    #: of the run's wall time, every CPU at under 1/4 of its speed (engine.speedprobe)
+    throttled_share: float = 0.01
     lag_packets: float = 2.0      # p99 pacing lag, in dilated packet times
     lag_mean_packets: float = 0.5  # mean pacing lag per frame, in dilated packet times
     margin: float = 1.25          # head-room in the suggested scale
@@ -244,6 +256,8 @@ def _stall_context(run: RunMeasures) -> str:
         parts.append(f"workers waited {cpu_wait_s * 1e3:.1f} ms for a CPU")
     if run.engine.steal_s is not None:
         parts.append(f"the hypervisor took {run.engine.steal_s * 1e3:.0f} ms of CPU")
+    if run.engine.throttled_s is not None:
+        parts.append(f"every CPU ran at under 1/4 speed for {run.engine.throttled_s * 1e3:.0f} ms")
     return f" ({', '.join(parts)}, wall clock)" if parts else ""
 
 
@@ -276,6 +290,18 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
             f"the hypervisor took {eng.steal_share:.2%} of all CPU time during the run "
             f"(limit {limits.steal_share:.0%}): the kernel's shapers and the senders' "
             "reactions stalled with it; run again on a quieter machine"))
+    if eng.throttled_share is not None:
+        checks.append(Check(
+            "hypervisor throttling", eng.throttled_share <= limits.throttled_share,
+            eng.throttled_share, limits.throttled_share,
+            f"every CPU ran at under 1/4 of its speed for {eng.throttled_share:.1%} of the "
+            f"run (limit {limits.throttled_share:.0%}), which the hypervisor did not count "
+            "as steal (a host's CPU quota, for one): the kernel's shapers and the senders "
+            "slowed with it; run again on a quieter machine"))
+    if cpu.ok and not all(c.ok for c in checks if c.name in _MACHINE_CHECKS):
+        # The machine paused a run that left it head-room: a larger S does not make the
+        # machine ours again. A busy machine may be short of CPU as well: priced.
+        need = 1.0
 
     checks.append(Check("receive rings kept up", eng.ring_drops == 0, eng.ring_drops, 0,
                         f"{eng.ring_drops} frames dropped by full receive rings"))

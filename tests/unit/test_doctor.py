@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 from rich.console import Console
@@ -82,3 +83,12 @@ def test_the_worker_rule_and_this_machines_cpus_are_told():
     assert f"one per {WORKER_PEAK_FRAMES_PER_S:,} frames/s of its sending NICs" in note
     assert f"one per {WORKER_MEAN_LINK_FRAMES_PER_S:,} frames/s on average" in note
     assert "at most 6 here" in note
+
+
+def test_hidden_throttling_is_measured_on_the_idle_machine_or_said_not_to_be():
+    note = cli._throttling_note(probe_s=0.2)
+    if os.geteuid() != 0:
+        assert note.startswith("Hidden throttling: not measured")
+    else:
+        assert note.startswith("Hidden throttling: every CPU ran at under 1/4 of its speed for ")
+        assert "% of 0.2 s idle" in note

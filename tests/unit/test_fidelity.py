@@ -73,6 +73,29 @@ def test_the_hypervisor_taking_more_than_one_percent_of_the_cpu_invalidates():
     assert evaluate(measures()).valid     # not measured: nothing to judge
 
 
+def test_cpus_slowed_beyond_one_percent_of_the_run_invalidate_and_price_no_s():
+    """The speed probe's throttled share, judged as steal is; the lag it caused then
+    suggests no larger S (the machine paused the run, not the emulator)."""
+    assert evaluate(measures(throttled_share=0.01, throttled_s=0.06)).valid
+    lag_s = 40 * PKT_400G_S * 20000
+    rep = evaluate(measures(throttled_share=0.081, throttled_s=0.056, pacing_lag_p99_emu_s=lag_s))
+    assert not rep.valid
+    assert [c.name for c in rep.checks if not c.ok] == ["pacing lag p99", "hypervisor throttling"]
+    (why,) = [r for r in rep.reasons if r.startswith("hypervisor throttling")]
+    assert why.startswith("hypervisor throttling: every CPU ran at under 1/4 of its speed for "
+                          "8.1% of the run (limit 1%)")
+    (lag,) = [r for r in rep.reasons if r.startswith("pacing lag p99")]
+    assert "every CPU ran at under 1/4 speed for 56 ms" in lag
+    assert rep.suggested_scale == 20000
+    assert not any("suggested" in r for r in rep.reasons)
+    # the same lag on a machine the probe found at full speed is priced, and so is a
+    # machine too busy as well (the engine may be short of CPU besides)
+    assert evaluate(measures(throttled_share=0.0, throttled_s=0.0,
+                             pacing_lag_p99_emu_s=lag_s)).suggested_scale > 20000
+    assert evaluate(measures(throttled_share=0.03, throttled_s=0.3, machine_busy=0.9,
+                             pacing_lag_p99_emu_s=lag_s)).suggested_scale > 20000
+
+
 def test_accumulated_lag_and_dropped_debt_invalidate():
     pkt_emu_s = PKT_400G_S * 20000
     assert evaluate(measures(data_packets_sent=1000, pacing_lag_total_emu_s=1000 * 0.3 * pkt_emu_s)).valid
