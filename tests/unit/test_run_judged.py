@@ -2,7 +2,16 @@
 
 from types import SimpleNamespace
 
+import pytest
+
+from tests import conftest
 from tests.conftest import SUITE_ATTEMPTS, run_judged
+
+
+@pytest.fixture(autouse=True)
+def _machine_steal_not_counted(monkeypatch):
+    """The machine's own steal over these microseconds would be a share of anything."""
+    monkeypatch.setattr(conftest, "stolen_since", lambda ticks, began: 0.0)
 
 
 def _runner(*verdicts):
@@ -67,3 +76,13 @@ def test_a_saturated_port_short_of_its_rate_beside_a_stall_is_the_machines():
     assert run_judged(run, "incast", "/tmp/x", scale=20000).valid and len(calls) == 2
     run, calls = _runner((False, [over, stall], 50000), (True, []))
     assert not run_judged(run, "incast", "/tmp/x", scale=20000).valid and len(calls) == 1
+
+
+def test_a_refusal_for_the_hypervisor_skips_at_once():
+    """No S changes the share of the CPU the hypervisor takes or throttles."""
+    for machine in ("hypervisor throttling: every CPU ran at under 1/4 of its speed for 3.1%",
+                    "hypervisor steal: the hypervisor took 2.2% of all CPU time"):
+        run, calls = _runner((False, ["pacing lag p99: 4.0 ms", machine]), (True, []))
+        with pytest.raises(pytest.skip.Exception, match="refused the run for the machine"):
+            run_judged(run, "cc", "/tmp/x", scale=20000)
+        assert len(calls) == 1
