@@ -143,8 +143,8 @@ def judged(attempt: Callable[[float, bool], Any], scale: float) -> Any:
     stolen = stolen_since(before, began)
     if not result.valid and machine_only(reasons, stolen):
         if stolen_spell(reasons, stolen):
-            pytest.skip(f"the gate refused the run for the machine's timing while the "
-                        f"hypervisor took {stolen:.1%} of the CPU: {reasons}")
+            pytest.skip(f"the gate refused the run for the machine's timing (steal over "
+                        f"the test: {stolen:.1%} of the CPU): {reasons}")
         again = min(max(2 * scale, result.fidelity.suggested_scale), 4 * scale)
         print(f"run again at S = {again:g}: the gate refused the run for the machine's "
               f"timing: {reasons}")
@@ -152,8 +152,8 @@ def judged(attempt: Callable[[float, bool], Any], scale: float) -> Any:
         stolen = stolen_since(before, began)
         reasons = list(result.fidelity.reasons)
         if not result.valid and stolen_spell(reasons, stolen) and machine_only(reasons, stolen):
-            pytest.skip(f"the gate refused every run for the machine's timing while the "
-                        f"hypervisor took {stolen:.1%} of the CPU: {result.fidelity.reasons}")
+            pytest.skip(f"the gate refused every run for the machine's timing (steal over "
+                        f"the test: {stolen:.1%} of the CPU): {result.fidelity.reasons}")
     return result
 
 
