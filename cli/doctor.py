@@ -88,9 +88,9 @@ def _throttling_note(probe_s: float = 2.0) -> str:
     if result is None:
         return "Hidden throttling: not measured (the speed probe could not run)"
     return (f"Hidden throttling: every CPU ran at under 1/4 of its speed for "
-            f"{result.throttled_share:.1%} of {probe_s:g} s idle, uncounted as steal (the "
-            "gate refuses a run with over 1 %: 'hypervisor throttling'; a host's CPU quota "
-            "does it in spells of 20-50 ms)")
+            f"{result.throttled_share:.1%} of {probe_s:g} s idle, uncounted as steal (a "
+            "host's CPU quota does it in spells of 20-50 ms; the gate refuses a run that "
+            "lagged with over 1 %: 'hypervisor throttling')")
 
 
 def _default_scale_note() -> str:

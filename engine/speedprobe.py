@@ -1,9 +1,9 @@
 """The CPU speed probe: how much of a run the hypervisor slowed every CPU at once
 without counting it as steal. engine/csrc/speed_probe.c through ctypes.
 
-``engine.run`` runs it beside the workers; the fidelity gate judges its share
-(``experiments.fidelity``, "hypervisor throttling"); ``emu doctor`` runs it on the idle
-machine.
+``engine.run`` runs it beside the workers; the fidelity gate judges its share where
+the run lagged (``experiments.fidelity``, "hypervisor throttling"); ``emu doctor`` runs
+it on the idle machine.
 
 Why: a host that caps its VM's CPU (a quota) stops or slows every virtual CPU for
 spells of tens of ms without /proc/stat's steal counting any of it. On this
