@@ -78,7 +78,7 @@ def _throttling_note(probe_s: float = 2.0) -> str:
     without counting steal (engine.speedprobe), measured now."""
     import time
 
-    from engine.speedprobe import SpeedProbe
+    from engine.speedprobe import SLOW_FACTOR, SpeedProbe
 
     probe = SpeedProbe()
     if not probe.start():
@@ -87,7 +87,7 @@ def _throttling_note(probe_s: float = 2.0) -> str:
     result = probe.stop()
     if result is None:
         return "Hidden throttling: not measured (the speed probe could not run)"
-    return (f"Hidden throttling: every CPU ran at under 1/4 of its speed for "
+    return (f"Hidden throttling: every CPU ran at under 1/{SLOW_FACTOR} of its speed for "
             f"{result.throttled_share:.1%} of {probe_s:g} s idle, uncounted as steal (a "
             "host's CPU quota does it in spells of 20-50 ms; the gate refuses a run that "
             "lagged with over 1 %: 'hypervisor throttling')")

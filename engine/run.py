@@ -864,11 +864,11 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             started_s = time.perf_counter() - called
             setup_s = time.perf_counter() - forked
             cpu_marks.append(cpu_ticks())
-            probing = probe.start()
+            probe.start()
             try:
                 error = _collect(shared, procs, conns, reports, wall0 + timeout_s, timeout_s)
             finally:
-                probed = probe.stop() if probing else None
+                probed = probe.stop()
             cpu_marks.append(cpu_ticks())
     except BaseException:
         _request_stop(shared)

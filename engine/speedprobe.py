@@ -104,7 +104,8 @@ def source() -> Path:
 
 class SpeedProbe:
     """``start()`` one probe thread per CPU this process may use; ``stop()`` returns
-    what they saw, or None where the probe could not run (no compiler, no SCHED_FIFO)."""
+    what they saw, or None where the probe could not run (no compiler, no SCHED_FIFO):
+    it may be called whatever ``start()`` answered."""
 
     def __init__(self, period_ns: int = PERIOD_NS, work_ns: int = WORK_NS) -> None:
         self.period_ns = period_ns
@@ -129,7 +130,7 @@ class SpeedProbe:
         iters = max(100, self.work_ns * 1000 // per_1000)
         self._cpus = sorted(os.sched_getaffinity(0))
         ready = threading.Barrier(len(self._cpus) + 1)
-        self._t0_ns = _now_ns()
+        self._t0_ns = time.monotonic_ns()
         for cpu in self._cpus:
             starts, took = (ctypes.c_int64 * _CAP)(), (ctypes.c_int64 * _CAP)()
             probe = _Probe(period_ns=self.period_ns, iters=iters, cap=_CAP,
@@ -160,7 +161,7 @@ class SpeedProbe:
             lib.probe_run(ctypes.byref(probe))
 
     def stop(self) -> ProbeResult | None:
-        wall_ns = _now_ns() - self._t0_ns
+        wall_ns = time.monotonic_ns() - self._t0_ns
         for probe in self._probes:
             probe.stop = 1
         for thread in self._threads:
@@ -173,7 +174,3 @@ class SpeedProbe:
                      for i in range(probe.n_slow))
         return ProbeResult(len(self._probes), self.period_ns, self._t0_ns, wall_ns,
                            sum(p.runs for p in self._probes), slow)
-
-
-def _now_ns() -> int:
-    return time.monotonic_ns()

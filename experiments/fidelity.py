@@ -62,6 +62,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from engine.speedprobe import SLOW_FACTOR
 from engine.stats import EngineStats
 
 
@@ -132,7 +133,7 @@ class RunMeasures:
 
 
 #: Checks of the machine alone, which no S passes: a run that fails one is not priced.
-_MACHINE_CHECKS = ("hypervisor steal", "hypervisor throttling")
+MACHINE_CHECKS = ("hypervisor steal", "hypervisor throttling")
 
 
 @dataclass(frozen=True)
@@ -260,7 +261,8 @@ def _stall_context(run: RunMeasures) -> str:
     if run.engine.steal_s is not None:
         parts.append(f"the hypervisor took {run.engine.steal_s * 1e3:.0f} ms of CPU")
     if run.engine.throttled_s is not None:
-        parts.append(f"every CPU ran at under 1/4 speed for {run.engine.throttled_s * 1e3:.0f} ms")
+        parts.append(f"every CPU ran at under 1/{SLOW_FACTOR} speed for "
+                     f"{run.engine.throttled_s * 1e3:.0f} ms")
     return f" ({', '.join(parts)}, wall clock)" if parts else ""
 
 
@@ -300,12 +302,13 @@ def evaluate(run: RunMeasures, limits: Limits = Limits(),
         checks.append(Check(
             "hypervisor throttling", not lagged or eng.throttled_share <= limits.throttled_share,
             eng.throttled_share, limits.throttled_share,
-            f"every CPU ran at under 1/4 of its speed for {eng.throttled_share:.1%} of the "
+            f"every CPU ran at under 1/{SLOW_FACTOR} of its speed for "
+            f"{eng.throttled_share:.1%} of the "
             f"run (limit {limits.throttled_share:.0%} where the run lagged), which the "
             "hypervisor did not count as steal (a host's CPU quota, for one)"
             + ("; the workers lagged with it: run again on a quieter machine" if lagged
                else "; the workers kept their timing")))
-    if cpu.ok and not all(c.ok for c in checks if c.name in _MACHINE_CHECKS):
+    if cpu.ok and not all(c.ok for c in checks if c.name in MACHINE_CHECKS):
         # The machine paused a run that left it head-room: a larger S does not make the
         # machine ours again. A busy machine may be short of CPU as well: priced.
         need = 1.0

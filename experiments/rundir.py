@@ -52,7 +52,7 @@ from engine.capture import Captured
 from engine.run import EngineConfig
 from experiments.environment import capabilities, git_commit, versions
 from experiments.exporter import current
-from experiments.fidelity import FidelityReport
+from experiments.fidelity import MACHINE_CHECKS, FidelityReport
 from experiments.option_parsers import format_value
 from experiments.options import Option
 from experiments.report import render_report
@@ -331,8 +331,7 @@ def pcap_path(run_dir: Path, case: str, host: str) -> Path:
 #: Checks (name prefixes) that a busy or paused machine fails and a correct emulator
 #: passes on a quiet one: ``Run.attempt`` may measure such a case again.
 INTERFERENCE_CHECKS = ("pacing lag p99", "pacing lag mean", "pacing debt kept", "machine CPU",
-                       "hypervisor steal", "hypervisor throttling", "receive lag p99",
-                       "receive rings kept up", "NIC rate ")
+                       *MACHINE_CHECKS, "receive lag p99", "receive rings kept up", "NIC rate ")
 #: Checks a stall also fails, but not only a stall: a port's shaper never makes up the
 #: service a stall of its CPU took, while the marker's virtual queue drains through it,
 #: so the real queue stays above the virtual one until it empties. Measured again only

@@ -109,8 +109,9 @@ def stolen_spell(reasons: list[str], stolen: float) -> bool:
     """The hypervisor took more than `STEAL_SPELL` of the CPU: ``stolen`` (a share of the
     wall clock) over the test, or the gate's own count (steal, or its speed probe's
     throttling) over a run it refused for it."""
-    return stolen > STEAL_SPELL or any("hypervisor steal" in r or "hypervisor throttling" in r
-                                       for r in reasons)
+    from experiments.fidelity import MACHINE_CHECKS
+
+    return stolen > STEAL_SPELL or any(m in r for r in reasons for m in MACHINE_CHECKS)
 
 
 def stolen_since(ticks: Any, began: float) -> float:

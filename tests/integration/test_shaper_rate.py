@@ -35,11 +35,11 @@ def _probed(measure: Callable[[], T]) -> tuple[T, float]:
     from engine.speedprobe import SpeedProbe
 
     probe = SpeedProbe()
-    probing = probe.start()
+    probe.start()
     try:
         result = measure()
     finally:
-        probed = probe.stop() if probing else None
+        probed = probe.stop()
     return result, probed.throttled_ns / 1e6 if probed is not None else 0.0
 
 
