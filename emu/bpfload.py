@@ -44,6 +44,8 @@ _CLSACT_EGRESS = 0xFFFFFFF3
 _CLSACT_INGRESS = 0xFFFFFFF2
 
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+#: A NULL print hook: libbpf logs nothing.
+_SILENT = _PRINT_FN()
 
 
 def _load_libbpf() -> ctypes.CDLL:
@@ -92,8 +94,8 @@ class _Libbpf:
         self._vsnprintf = libc.vsnprintf
         self._vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
         self.log: list[str] = []
-        self._printer = _PRINT_FN(self._print)  # keep a reference: libbpf stores the pointer
-        lib.libbpf_set_print(self._printer)
+        self.printer = _PRINT_FN(self._print)  # keep a reference: libbpf stores the pointer
+        lib.libbpf_set_print(self.printer)
         self.ncpus = lib.libbpf_num_possible_cpus()
         self.lock = threading.Lock()
 
@@ -205,30 +207,51 @@ def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, wha
     must be like (the kernel compares their type, sizes and locks).
     """
     lb = libbpf()
-    with lb.lock:  # libbpf's log buffer is shared
-        lb.log.clear()
-        obj = lb.lib.bpf_object__open_file(str(obj_path).encode(), None)
-        if not obj:
-            err = ctypes.get_errno()
-            raise CapabilityError(f"libbpf cannot open {obj_path}: {os.strerror(err)}")
+    with lb.lock:  # libbpf's log buffer and print hook are shared
+        # libbpf logs dozens of debug lines per load through the Python hook, each one
+        # taking the GIL from whichever thread holds it (the fabric's builder, while its
+        # markers load ahead in a thread): a load runs silent, and only one the kernel
+        # refuses runs again with its log captured, for the error message.
+        lb.lib.libbpf_set_print(_SILENT)
         try:
-            for name in small_maps:
-                lb.lib.bpf_map__set_max_entries(
-                    lb.lib.bpf_object__find_map_by_name(obj, name.encode()), 1)
-            for name, fd in (inner_maps or {}).items():
-                lb.lib.bpf_map__set_inner_map_fd(
-                    lb.lib.bpf_object__find_map_by_name(obj, name.encode()), fd)
-            ret = lb.lib.bpf_object__load(obj)
-            if ret != 0:
-                tail = "\n".join(lb.log[-15:])
-                raise CapabilityError(f"the kernel refused {what} ({os.strerror(-ret)}):\n{tail}")
-            fds = [lb.lib.bpf_program__fd(lb.lib.bpf_object__find_program_by_name(
-                obj, program.encode()))] + [
-                lb.lib.bpf_map__fd(lb.lib.bpf_object__find_map_by_name(obj, n.encode()))
-                for n in maps]
-            return [os.dup(fd) for fd in fds]
+            loaded = _load_once(lb, obj_path, program, maps, small_maps, inner_maps)
         finally:
-            lb.lib.bpf_object__close(obj)
+            lb.lib.libbpf_set_print(lb.printer)
+        if isinstance(loaded, list):
+            return loaded
+        lb.log.clear()
+        loaded = _load_once(lb, obj_path, program, maps, small_maps, inner_maps)
+        if isinstance(loaded, list):
+            return loaded
+        tail = "\n".join(lb.log[-15:])
+        raise CapabilityError(f"the kernel refused {what} ({os.strerror(-loaded)}):\n{tail}")
+
+
+def _load_once(lb: _Libbpf, obj_path: Path, program: str, maps: tuple[str, ...],
+               small_maps: tuple[str, ...], inner_maps: Mapping[str, int] | None
+               ) -> list[int] | int:
+    """`load_object`'s open and load: the dup'ed fds, or libbpf's negative error."""
+    obj = lb.lib.bpf_object__open_file(str(obj_path).encode(), None)
+    if not obj:
+        err = ctypes.get_errno()
+        raise CapabilityError(f"libbpf cannot open {obj_path}: {os.strerror(err)}")
+    try:
+        for name in small_maps:
+            lb.lib.bpf_map__set_max_entries(
+                lb.lib.bpf_object__find_map_by_name(obj, name.encode()), 1)
+        for name, fd in (inner_maps or {}).items():
+            lb.lib.bpf_map__set_inner_map_fd(
+                lb.lib.bpf_object__find_map_by_name(obj, name.encode()), fd)
+        ret = lb.lib.bpf_object__load(obj)
+        if ret != 0:
+            return int(ret)
+        fds = [lb.lib.bpf_program__fd(lb.lib.bpf_object__find_program_by_name(
+            obj, program.encode()))] + [
+            lb.lib.bpf_map__fd(lb.lib.bpf_object__find_map_by_name(obj, n.encode()))
+            for n in maps]
+        return [os.dup(fd) for fd in fds]
+    finally:
+        lb.lib.bpf_object__close(obj)
 
 
 def create_array_map(value_bytes: int, name: str) -> int:

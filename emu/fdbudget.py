@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 #: ICMP socket and the RoCEv2 sink (UDP fallback) or the engine's capture.
 HOST_SOCKETS = 2
 #: Open at once only while building: the pipes of the concurrent `ip -batch`
-#: processes, a BPF object being loaded (its maps and program) and the interpreter's own.
+#: processes, a BPF object being loaded (its maps and program) and the interpreter's own;
+#: beside them, each marked port's program until it is attached (`emu.ecn.preload`).
 TRANSIENT_FDS = 2 * MAX_CONCURRENT + 64
 
 
@@ -79,7 +80,7 @@ class FdNeed:
                          for a, b in topo.links())
         switches = len(topo.switch_nodes())
         return cls(len(topo.host_nodes()), switches, marked, iproute_fds(),
-                   switches if bpf_routing else 0)
+                   switches if bpf_routing else 0, transient=TRANSIENT_FDS + marked)
 
     @property
     def fabric(self) -> int:

@@ -29,7 +29,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -207,6 +207,43 @@ def in_threads(fn: Callable[[T], R], items: list[T]) -> list[R | BaseException]:
 def close_all(socks: list[socket.socket]) -> None:
     """Close packet sockets in parallel threads (see SOCKET_THREADS)."""
     in_threads(socket.socket.close, socks)
+
+
+#: Descriptors in one SCM_RIGHTS message, at most (the kernel's SCM_MAX_FD is 253).
+_FDS_PER_MESSAGE = 250
+_HANDOVER_POLL_S = 0.05
+
+
+def hand_over(channel: socket.socket, socks: Sequence[socket.socket]) -> None:
+    """Send ``socks``' descriptors, in order, over the AF_UNIX ``channel`` to a process
+    that takes them over (`take_over`; the parent keeps its own)."""
+    fds = [s.fileno() for s in socks]
+    for i in range(0, len(fds), _FDS_PER_MESSAGE):
+        socket.send_fds(channel, [b"s"], fds[i:i + _FDS_PER_MESSAGE])
+
+
+def take_over(channel: socket.socket, count: int, stopped: Callable[[], bool]
+              ) -> list[socket.socket]:
+    """The ``count`` sockets `hand_over` sends on ``channel``, in its order.
+    ConnectionAbortedError once ``stopped()`` or the sender closed its end first."""
+    socks: list[socket.socket] = []
+    channel.settimeout(_HANDOVER_POLL_S)
+    try:
+        while len(socks) < count:
+            if stopped():
+                raise ConnectionAbortedError("the engine stopped before the sockets came")
+            try:
+                msg, fds, _, _ = socket.recv_fds(channel, 16, _FDS_PER_MESSAGE)
+            except TimeoutError:
+                continue
+            socks.extend(socket.socket(fileno=fd) for fd in fds)
+            if not msg:
+                raise ConnectionAbortedError("the engine closed the sockets' channel")
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
 
 
 def ring_drops(sock: socket.socket) -> int:

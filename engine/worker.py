@@ -88,26 +88,20 @@ receive times are the ring's kernel timestamps converted with the parent's
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import gc
 import os
 import select
-import signal
 import socket
 import time
-import traceback
-from typing import Any
 
 from core.errors import CapabilityError
-from core.gcpause import collector_paused
 from engine.books import Books
 from engine.burst import Burst
 from engine.cloop import compiled_loop
 from engine.completions import Completions
 from engine.csend import CompiledSendPath
 from engine.handover import Handover
-from engine.plan import FAILED, FINISHED, READY, STUCK_S, Shared, WorkerPlan
+from engine.plan import Shared, WorkerPlan
 from engine.rawsock import RingSpec, TimerFd, ring_drops
 from engine.recvpath import RX_BUDGET, CompiledReceivePath, ReceivePath
 from engine.requester import Requester
@@ -116,14 +110,9 @@ from engine.sendpath import SendPath
 from engine.sources import Host, Nic, RecvQp, SendQp, Source
 from engine.stats import NicRecord, ReceiveRecord, SendRecord, WorkerCounters, WorkerStats
 from engine.tx import TxLib
-from traffic.ccload import run_fault
 
-PR_SET_PDEATHSIG = 1
-PR_SET_TIMERSLACK = 29
 _IDLE_WAKE_NS = 50_000_000              # the longest sleep: stop and parent checks
 
-
-# ----------------------------------------------------------------------------- process
 
 def runqueue_wait_ns() -> int:
     """ns this thread has waited on a run queue while runnable (/proc schedstat, field 2;
@@ -135,81 +124,14 @@ def runqueue_wait_ns() -> int:
         return 0
 
 
-class _Stop(Exception):
-    """SIGTERM (or SIGHUP) inside a worker; its one argument is the signal."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Stop(signum)
-
-
-def _setup_process(cpu: int | None) -> bool:
-    """Prepare a forked worker; True if it runs under the real-time scheduler."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    # Die with the engine process, even if it is SIGKILLed: no orphans.
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # The timerfd fires within ~1 us of the deadline instead of the default 50 us slack.
-    libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent coordinates Ctrl-C
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    signal.signal(signal.SIGHUP, _on_sigterm)  # not the CLI's handler, inherited by the fork
-    if cpu is not None:
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, {cpu})
-    # The lowest real-time priority: a worker whose timer fires takes its CPU at once
-    # instead of waiting for the running task's slice to end (under the fair scheduler a
-    # runnable worker can wait milliseconds behind the engine's own sampler and kworkers,
-    # many frame times at any S; docs/validation.md). Workers sleep between deadlines, and the kernel's
-    # real-time throttling (95 % by default) keeps the machine responsive regardless.
-    # Without the privilege the worker stays a normal task (the run says so).
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-    except OSError:
-        return False
-    return True
-
-
-def worker_main(plan: WorkerPlan, shared: Shared, conn: Any,
-                rx_socks: dict[str, socket.socket], tx_socks: dict[tuple[str, str], socket.socket],
-                ring: RingSpec, burst: Burst, rx_lib: RxLib, parent_pid: int) -> None:
-    """Entry point of a forked worker: run the NIC models, send the results on ``conn``."""
-    realtime = _setup_process(plan.cpu)
-    w = plan.worker
-    worker: Worker | None = None
-    try:
-        # Hundreds of thousands of long-lived objects and no garbage: the collector's
-        # passes were half of a fattree,8 worker's set-up (run() freezes them).
-        with collector_paused():
-            worker = Worker(plan, shared, rx_socks, tx_socks, ring, burst, rx_lib, parent_pid)
-        worker.realtime = realtime
-        shared.status[w] = READY
-        worker.run()
-        conn.send(worker.results())
-        shared.status[w] = FINISHED
-    except BaseException as e:  # report anything, also SIGTERM, then leave
-        shared.status[w] = FAILED
-        shared.stop.value = 1
-        with contextlib.suppress(OSError):
-            for fd in shared.wake_fds:
-                os.eventfd_write(fd, 1)
-        reason = "terminated" if isinstance(e, _Stop) else traceback.format_exc(limit=8)
-        stuck_s = STUCK_S if shared.stuck[w] else None  # the parent's watchdog stopped it
-        if stuck_s is not None:
-            here = [f for f in traceback.extract_tb(e.__traceback__) if f.name != "_on_sigterm"]
-            reason = f"no progress for {stuck_s:g} s" + (
-                f", stopped in {here[-1].name} ({here[-1].filename}, line {here[-1].lineno})"
-                if here else "")
-        report = WorkerStats.failed(w, f"worker {w}: {reason}", killed_by=e.args[0] if
-                                    isinstance(e, _Stop) and stuck_s is None else None)
-        # A plain stop (SIGTERM at the end) may find the worker in a user's class too.
-        if worker is not None and isinstance(e, Exception) and (stuck_s or not isinstance(e, _Stop)):
-            with contextlib.suppress(Exception):  # the report goes out whatever this does
-                report.cc_fault = run_fault(plan.cc, [q.cc for q in worker.senders if q.cc], e,
-                                            stuck_s)
-        with contextlib.suppress(Exception):
-            conn.send(report)
-    finally:
-        conn.close()
+def prepared_senders(plan: WorkerPlan, burst: Burst) -> list[SendQp]:
+    """The requester QPs of ``plan``, their frames prepared for ``burst`` (a worker's
+    longest set-up step; they meet their NICs in `Worker`)."""
+    senders = [SendQp(m, plan.payload_bytes) for m in plan.sends]
+    for qp in senders:
+        for shape in {id(s): s for s in (qp.first, qp.middle, qp.last)}.values():
+            burst.prepare(shape)
+    return senders
 
 
 class _Alarm(Source):
@@ -229,7 +151,8 @@ class _Alarm(Source):
 class Worker:
     """A worker's NICs, QPs and hosts, its send and receive paths, and its loop."""
 
-    def __init__(self, plan: WorkerPlan, shared: Shared, rx_socks: dict[str, socket.socket],
+    def __init__(self, plan: WorkerPlan, shared: Shared, senders: list[SendQp],
+                 rx_socks: dict[str, socket.socket],
                  tx_socks: dict[tuple[str, str], socket.socket], ring: RingSpec, burst: Burst,
                  rx_lib: RxLib, parent_pid: int):
         self.plan = plan
@@ -240,7 +163,7 @@ class Worker:
         self.nics = {(n.host, n.ifname): n for n in nics}
         self.books = books = Books(plan, shared, min((n.ns_per_bit for n in nics), default=0))
         self.hosts = {h: Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
-        self.senders = self._senders(burst)
+        self.senders = self._on_nics(senders)
         for m in plan.receives:
             n_packets = -(-m.size_bytes // plan.payload_bytes)
             self.hosts[m.dst].rx_qps[m.flow.dqpn] = RecvQp(
@@ -270,13 +193,9 @@ class Worker:
         self.drops = {h: 0 for h in self.hosts}
         self.stop_reason: str | None = None
 
-    def _senders(self, burst: Burst) -> list[SendQp]:
-        """The requester QPs, on their NICs' clocks, their frames prepared for ``burst``."""
-        plan = self.plan
-        senders = [SendQp(m, plan.payload_bytes) for m in plan.sends]
+    def _on_nics(self, senders: list[SendQp]) -> list[SendQp]:
+        """``senders`` (`prepared_senders`) on their NICs and their NICs' clocks."""
         for qp in senders:
-            for shape in {id(s): s for s in (qp.first, qp.middle, qp.last)}.values():
-                burst.prepare(shape)
             qp.nic = self.nics[(qp.plan.src, qp.plan.ifname)]
             self.hosts[qp.plan.src].tx_qps[qp.plan.reply_flow.dqpn] = qp
         fwd: dict[int, int] = {}  # a NIC's clock leads by its QPs' shortest path delay

@@ -50,7 +50,7 @@ from experiments.measure import (
     model_graph,
     record_case,
 )
-from experiments.modelcache import PricedAhead, hashed_draws
+from experiments.modelcache import PricedAhead, hashed_draws, spread_prediction
 from experiments.option_parsers import (
     CC_HELP,
     parse_cc,
@@ -73,7 +73,6 @@ from experiments.wanmodel import record_wan
 from model.alphabeta import (
     DEFAULT_OVERHEAD_S,
     WorkloadPrediction,
-    predict_workload,
     roce_wire_factor,
     workload_bottleneck_rate_bps,
 )
@@ -236,7 +235,7 @@ def run_collective(fab: Fabric, name: str, size_bytes: int, cc: str,
     graph = model_graph(fab)
     draws = hashed_draws(workload, graph, fab.routes.paths, samples=hash_draws,
                          seed=size_bytes)
-    spread = predict_workload(workload, graph, fab.routes.paths, mode="spread")
+    spread = spread_prediction(workload, graph, fab.routes.paths)
     bare_graph, bare = emulable_pricing(fab, graph)
     emulable = hashed_draws(workload, bare_graph, fab.routes.paths, samples=hash_draws,
                             seed=size_bytes, **bare)
@@ -388,9 +387,16 @@ def execute(run: Run, opts: Options, prefix: str = "", label: str = NAME) -> Non
 
 def price_curves(spec: str, opts: Options) -> dict[tuple[str, str], pd.DataFrame]:
     """Every collective's `model_curve` on ``spec`` ({(spec, collective): curve}), its
-    draws left in the cache (`PricedAhead`)."""
-    return {(spec, name): model_curve(spec, name, opts.sizes, opts.hash_draws, opts.wan)
-            for name in opts.collectives}
+    draws left in the cache (`PricedAhead`), and there too each measured size's spread
+    prediction (`run_collective`'s)."""
+    curves = {(spec, name): model_curve(spec, name, opts.sizes, opts.hash_draws, opts.wan)
+              for name in opts.collectives}
+    topo = fabric_topo(spec, opts.wan)
+    graph, routes = topo_graph(topo), compute_routes(topo)
+    for name in opts.collectives:
+        for size in opts.sizes:
+            spread_prediction(build_workload(topo, routes, name, size), graph, routes.paths)
+    return curves
 
 
 def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],

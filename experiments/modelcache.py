@@ -18,8 +18,12 @@ under the same rule: the directory and every directory above it writable by no o
 but root (or us), else nothing is cached. Set FABRICEMU_MODEL_CACHE=off to price
 every time. At most MAX_FILES are kept, the oldest removed first.
 
+`spread_prediction` keeps `predict_workload`'s prediction with ECMP spread evenly
+(a collective case's ideal beside its draws) the same way, as zero draws.
+
 `PricedAhead` prices in a forked process while the parent builds a fabric (the
-collective experiment: the model's curve, which holds the measured sizes' draws; the
+collective experiment: the model's curve, which holds the measured sizes' draws, and
+their spread predictions; the
 incast experiment: DCQCN's fluid realisations), joined before anything is measured.
 """
 
@@ -191,18 +195,37 @@ def hashed_draws(workload: Workload, graph: nx.Graph, paths: PathsLike, *, sampl
     """`predict_workload_hashed`'s draws, from the cache when this call was priced
     before: each with its completion time, algbw, busbw, recomputations and link bits
     (its per-message times left empty, whether cached or not)."""
+    return _cached(workload, graph, paths, samples, seed, options,
+                   lambda: _price(workload, graph, paths, samples, seed, options))
+
+
+@collector_paused()
+def spread_prediction(workload: Workload, graph: nx.Graph, paths: PathsLike,
+                      **options: Any) -> WorkloadPrediction:
+    """`predict_workload`'s prediction with ECMP spread evenly (its ``mode="spread"``,
+    no draws: kept as zero samples), from the cache when priced before; its per-message
+    times left empty."""
+    def price() -> list[dict[str, Any]]:
+        return [_compact(predict_workload(workload, graph, paths, mode="spread", **options))]
+    return _cached(workload, graph, paths, 0, 0, options, price)[0]
+
+
+def _cached(workload: Workload, graph: nx.Graph, paths: PathsLike, samples: int, seed: int,
+            options: dict[str, Any], price: Callable[[], list[dict[str, Any]]]
+            ) -> list[WorkloadPrediction]:
+    """What ``price`` returns (compacted predictions) for this call, read from its file
+    when it was priced before, else priced and written there."""
     directory = _directory()
     key = case_key(workload, graph, paths, samples, seed, options)
     path = None if directory is None else directory / f"{key[:32]}.json"
     if path is not None and (found := _read(path, key)) is not None:
         return found
-    draws = _price(workload, graph, paths, samples, seed, options)
+    draws = price()
     if path is not None:
         with contextlib.suppress(OSError):
             safefile.write_json(path, {"key": key, "draws": draws}, indent=None)
             _prune(directory)
     return [_prediction(d) for d in draws]
-
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

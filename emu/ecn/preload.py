@@ -4,8 +4,10 @@ Loading a marker (`emu.ecn.bpf`: one bpf_object per port, its maps its own) runs
 kernel's verifier, a few ms per port: 2 s for fattree,8's 640 switch ports, in the
 build's critical path. libbpf's calls release the GIL, so a thread loads them while
 the builder creates the namespaces, links and shapers (pyroute2, Python), on the
-other CPU. At most `AHEAD` loaded objects wait (their program fds beyond the fd
-budget, `emu.fdbudget`); the builder takes them in turn, one per marked port.
+other CPU. It loads them all as fast as it can (their program fds are counted in the
+build's fd budget, `emu.fdbudget`): a loader held back until the builder reaches the
+shapers would load them in the critical path again. The builder takes them in turn,
+one per marked port.
 """
 
 from __future__ import annotations
@@ -17,10 +19,6 @@ import threading
 
 from emu.ecn.bpf import _load, _Loaded, close_loaded, compile_marker
 
-#: Loaded markers waiting for their port, at most.
-AHEAD = 16
-_POLL_S = 0.1
-
 
 class MarkerPreload:
     """``count`` markers loaded in a thread; `take` the next, `close` the rest."""
@@ -28,7 +26,7 @@ class MarkerPreload:
     def __init__(self, count: int) -> None:
         self.obj_path = compile_marker()   # here: a compiler's error is the builder's
         self._left = count
-        self._ready: queue.Queue[_Loaded | BaseException] = queue.Queue(AHEAD)
+        self._ready: queue.Queue[_Loaded | BaseException] = queue.Queue()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._load, args=(count,), daemon=True,
                                         name="fabricemu-marker-preload")
@@ -40,21 +38,12 @@ class MarkerPreload:
         # that does not block it: this one blocks them all, the main thread handles them.
         signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         for _ in range(count):
-            try:
-                item: _Loaded | BaseException = _load(self.obj_path, False)
-            except BaseException as e:  # noqa: BLE001 - handed to the builder by `take`
-                item = e
-            while not self._stop.is_set():
-                try:
-                    self._ready.put(item, timeout=_POLL_S)
-                    break
-                except queue.Full:
-                    continue
-            else:
-                if isinstance(item, _Loaded):
-                    close_loaded(item)
+            if self._stop.is_set():
                 return
-            if isinstance(item, BaseException):
+            try:
+                self._ready.put(_load(self.obj_path, False))
+            except BaseException as e:  # noqa: BLE001 - handed to the builder by `take`
+                self._ready.put(e)
                 return
 
     def take(self) -> _Loaded:

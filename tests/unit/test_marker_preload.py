@@ -42,15 +42,29 @@ def test_each_take_is_a_marker_of_its_own_and_nothing_is_left_open():
     assert open_fds() == before
 
 
-def test_closing_early_releases_what_was_loaded_ahead():
-    before = open_fds()
-    markers = preload.MarkerPreload(preload.AHEAD * 2)
-    first = markers.take()
+def loaded_ahead(markers: preload.MarkerPreload, count: int) -> None:
+    """Wait until ``count`` markers wait to be taken."""
     deadline = time.monotonic() + 30
-    while not markers._ready.full():   # AHEAD wait, one more is being loaded
+    while markers._ready.qsize() < count:
         assert time.monotonic() < deadline, "the markers were never loaded"
         time.sleep(0.01)
+
+
+def test_the_markers_load_ahead_without_being_taken():
+    """All of them: a loader that waited for the builder to take them would load them
+    in the build's critical path again."""
+    with preload.MarkerPreload(24) as markers:
+        loaded_ahead(markers, 24)
+        assert markers._thread.join(timeout=30) is None and not markers._thread.is_alive()
+
+
+def test_closing_early_releases_what_was_loaded_ahead():
+    before = open_fds()
+    markers = preload.MarkerPreload(10_000)
+    first = markers.take()
+    loaded_ahead(markers, 4)
     markers.close()
+    assert not markers._thread.is_alive()
     close_loaded(first)
     assert open_fds() == before
 
@@ -79,12 +93,9 @@ def test_the_loading_thread_blocks_every_signal():
     not blocking it (CI saw one such failure): the loading thread blocks them all."""
     import signal
 
-    markers = preload.MarkerPreload(preload.AHEAD * 2)
+    markers = preload.MarkerPreload(10_000)
     try:
-        deadline = time.monotonic() + 30
-        while not markers._ready.full():   # the thread is alive, waiting for room
-            assert time.monotonic() < deadline, "the markers were never loaded"
-            time.sleep(0.01)
+        loaded_ahead(markers, 1)   # the thread is alive: it has thousands more to load
         status = Path(f"/proc/self/task/{markers._thread.native_id}/status").read_text()
         blocked = int(next(line.split()[1] for line in status.splitlines()
                            if line.startswith("SigBlk:")), 16)

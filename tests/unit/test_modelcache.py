@@ -77,3 +77,20 @@ def test_off_unsafe_or_foreign_files_are_priced_afresh(case, monkeypatch):
     assert entry.stat().st_mode & 0o777 == 0o644  # written anew
     os.chmod(directory, 0o777)  # the directory too: nothing cached
     assert mc._directory() is None
+
+
+def test_the_spread_prediction_is_cached_apart_from_the_draws(case, monkeypatch):
+    """Zero draws: never a hashed call's file, and read back float for float."""
+    from model.alphabeta import predict_workload
+    workload, graph, paths, directory = case
+    fresh = predict_workload(workload, graph, paths, mode="spread")
+    first = mc.spread_prediction(workload, graph, paths)
+    mc.hashed_draws(workload, graph, paths, samples=1, seed=0)
+    assert len(list(directory.glob("*.json"))) == 2
+
+    def priced_again(*args, **kwargs):
+        raise AssertionError("priced again instead of read from the cache")
+    monkeypatch.setattr(mc, "predict_workload", priced_again)
+    again = mc.spread_prediction(workload, graph, paths)
+    assert summary([again]) == summary([first]) == summary([fresh])
+    assert fresh.finish_s and not again.finish_s

@@ -59,3 +59,44 @@ def test_ring_slots_hold_headers_only_and_the_filter_snaps_them():
     assert max(offsets) + ring.frame_size <= ring.size_bytes
     accept = _bpf_program(SNAP_BYTES)[-1]
     assert accept[0] == 0x06 and accept[3] == SNAP_BYTES  # BPF_RET k: the snap length
+
+
+def test_sockets_handed_over_arrive_in_order_also_past_one_message():
+    """SCM_RIGHTS carries at most 253 descriptors a message: 300 go in two."""
+    import socket
+
+    from engine.rawsock import hand_over, take_over
+    give, take = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sent = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(300)]
+    try:
+        for k, s in enumerate(sent):
+            s.bind(("127.0.0.1", 0))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096 + 64 * k)
+        hand_over(give, sent)
+        got = take_over(take, len(sent), lambda: False)
+        assert [g.getsockname() for g in got] == [s.getsockname() for s in sent]
+        assert [g.fileno() not in {s.fileno() for s in sent} for g in got] == [True] * 300
+        for g in got:
+            g.close()
+    finally:
+        for s in [*sent, give, take]:
+            s.close()
+
+
+def test_taking_over_sockets_ends_when_the_engine_stops_or_hangs_up():
+    import socket
+
+    import pytest
+
+    from engine.rawsock import take_over
+    give, take = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        began = time.monotonic()
+        with pytest.raises(ConnectionAbortedError, match="stopped"):
+            take_over(take, 2, lambda: time.monotonic() - began > 0.1)
+        give.close()
+        with pytest.raises(ConnectionAbortedError, match="closed"):
+            take_over(take, 2, lambda: False)
+    finally:
+        give.close()
+        take.close()
