@@ -240,13 +240,13 @@ class RecvQp(Source):
     __slots__ = ("plan", "gbn", "resp", "nic", "done_ns", "bytes", "ce", "cnps", "seen",
                  "first_rx_ns", "server")
 
-    def __init__(self, plan: MsgPlan, n_packets: int, ack_coalesce: int, ce_ack: bool, nic: Nic,
+    def __init__(self, plan: MsgPlan, n_packets: int, ack_coalesce: int, ce_ack: bool,
                  transport: str, reorder_packets: int):
         self.plan = plan
         self.server: RingServer = None  # type: ignore[assignment]  # set by the worker
         self.gbn = new_receiver(transport, n_packets, ack_coalesce, ce_ack, reorder_packets)
         self.resp = ResponderTemplate(plan.reply_flow)
-        self.nic = nic
+        self.nic: Nic = None  # type: ignore[assignment]  # set by the worker
         self.done_ns = -1
         self.bytes = 0
         self.ce = 0

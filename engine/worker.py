@@ -93,6 +93,7 @@ import os
 import select
 import socket
 import time
+from dataclasses import dataclass
 
 from core.errors import CapabilityError
 from engine.books import Books
@@ -124,14 +125,28 @@ def runqueue_wait_ns() -> int:
         return 0
 
 
-def prepared_senders(plan: WorkerPlan, burst: Burst) -> list[SendQp]:
-    """The requester QPs of ``plan``, their frames prepared for ``burst`` (a worker's
-    longest set-up step; they meet their NICs in `Worker`)."""
+@dataclass
+class PreparedQps:
+    """A worker's QPs, built before its sockets exist (`prepared_qps`)."""
+
+    senders: list[SendQp]
+    receivers: list[RecvQp]
+
+
+def prepared_qps(plan: WorkerPlan, burst: Burst) -> PreparedQps:
+    """The requester and responder QPs of ``plan``, their frames built (the senders'
+    prepared for ``burst``): a worker's longest set-up step, made while the parent
+    opens its sockets. They meet their NICs and hosts in `Worker`."""
     senders = [SendQp(m, plan.payload_bytes) for m in plan.sends]
     for qp in senders:
         for shape in {id(s): s for s in (qp.first, qp.middle, qp.last)}.values():
             burst.prepare(shape)
-    return senders
+    receivers = []
+    for m in plan.receives:
+        n_packets = -(-m.size_bytes // plan.payload_bytes)
+        receivers.append(RecvQp(m, n_packets, plan.ack_coalesce or n_packets, plan.ce_ack,
+                                plan.transport, plan.reorder_packets))
+    return PreparedQps(senders, receivers)
 
 
 class _Alarm(Source):
@@ -151,7 +166,7 @@ class _Alarm(Source):
 class Worker:
     """A worker's NICs, QPs and hosts, its send and receive paths, and its loop."""
 
-    def __init__(self, plan: WorkerPlan, shared: Shared, senders: list[SendQp],
+    def __init__(self, plan: WorkerPlan, shared: Shared, qps: PreparedQps,
                  rx_socks: dict[str, socket.socket],
                  tx_socks: dict[tuple[str, str], socket.socket], ring: RingSpec, burst: Burst,
                  rx_lib: RxLib, parent_pid: int):
@@ -163,12 +178,10 @@ class Worker:
         self.nics = {(n.host, n.ifname): n for n in nics}
         self.books = books = Books(plan, shared, min((n.ns_per_bit for n in nics), default=0))
         self.hosts = {h: Host(h, rx_socks[h], ring, plan.cnp_interval_s) for h in plan.hosts}
-        self.senders = self._on_nics(senders)
-        for m in plan.receives:
-            n_packets = -(-m.size_bytes // plan.payload_bytes)
-            self.hosts[m.dst].rx_qps[m.flow.dqpn] = RecvQp(
-                m, n_packets, plan.ack_coalesce or n_packets, plan.ce_ack,
-                self.nics[(m.dst, m.reply_ifname)], plan.transport, plan.reorder_packets)
+        self.senders = self._on_nics(qps.senders)
+        for qp in qps.receivers:
+            qp.nic = self.nics[(qp.plan.dst, qp.plan.reply_ifname)]
+            self.hosts[qp.plan.dst].rx_qps[qp.plan.flow.dqpn] = qp
         rx = (RxState(rx_lib, plan.n_messages, RX_BUDGET, len(nics), books.scale_ns,
                       plan.cnp_interval_s) if rx_lib.available else None)
         out = Handover(books, burst, None if rx is None else rx.blocked)
@@ -194,7 +207,7 @@ class Worker:
         self.stop_reason: str | None = None
 
     def _on_nics(self, senders: list[SendQp]) -> list[SendQp]:
-        """``senders`` (`prepared_senders`) on their NICs and their NICs' clocks."""
+        """``senders`` (`prepared_qps`) on their NICs and their NICs' clocks."""
         for qp in senders:
             qp.nic = self.nics[(qp.plan.src, qp.plan.ifname)]
             self.hosts[qp.plan.src].tx_qps[qp.plan.reply_flow.dqpn] = qp

@@ -24,7 +24,7 @@ from engine.plan import FAILED, FINISHED, READY, STUCK_S, Shared, WorkerPlan
 from engine.rawsock import RingSpec, take_over
 from engine.rx import RxLib
 from engine.stats import WorkerStats
-from engine.worker import Worker, prepared_senders
+from engine.worker import Worker, prepared_qps
 from traffic.ccload import run_fault
 
 PR_SET_PDEATHSIG = 1
@@ -85,13 +85,13 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any, sockets: socket.soc
         # passes were half of a fattree,8 worker's set-up (run() freezes them).
         with collector_paused():
             # The QPs' frames first: the parent opens the sockets meanwhile.
-            senders = prepared_senders(plan, burst)
+            qps = prepared_qps(plan, burst)
             socks = take_over(sockets, len(plan.hosts) + len(plan.nics),
                               lambda: bool(shared.stop.value))
             rx_socks = dict(zip(plan.hosts, socks[:len(plan.hosts)], strict=True))
             tx_socks = {(n.host, n.ifname): s
                         for n, s in zip(plan.nics, socks[len(plan.hosts):], strict=True)}
-            worker = Worker(plan, shared, senders, rx_socks, tx_socks, ring, burst, rx_lib,
+            worker = Worker(plan, shared, qps, rx_socks, tx_socks, ring, burst, rx_lib,
                             parent_pid)
         worker.realtime = _realtime()
         shared.status[w] = READY

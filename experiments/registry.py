@@ -12,8 +12,9 @@ report("runs/x")                         # `emu report DIR`
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,36 +23,39 @@ import tomllib
 
 from core import safefile
 from core.errors import FabricEmuError, ParameterError
-from experiments import (
-    bimodal,
-    cc_compare,
-    collective,
-    ecmp,
-    failure,
-    fairness,
-    incast,
-    inference,
-    ratios,
-    routing_compare,
-    sweep,
-    training,
-    workload,
-)
-from experiments import demo as demo_module
 from experiments.report import render_report
 from experiments.rundir import RunResult
 from experiments.runner import run_experiment
 from experiments.storage import MAX_RUN_JSON_BYTES
 
+
+class _Modules(Mapping[str, ModuleType]):
+    """Experiment name -> its module, imported when first asked for: `emu run
+    collective` need not import the other thirteen first (0.6 s, 1/4 of its start)."""
+
+    def __init__(self, paths: dict[str, str]) -> None:
+        self._paths = paths
+
+    def __getitem__(self, name: str) -> ModuleType:
+        return importlib.import_module(self._paths[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
 #: Each module declares NAME, OPTIONS (name -> Option), Options (their typed form, a
 #: frozen dataclass), check(opts: Options) and execute(run, opts: Options); `cli_run`
 #: runs it through `experiments.runner.run_experiment`.
-EXPERIMENTS: dict[str, ModuleType] = {
-    "incast": incast, "collective": collective, "ratios": ratios, "ecmp": ecmp,
-    "fairness": fairness, "sweep": sweep, "cc": cc_compare, "demo": demo_module,
-    "workload": workload, "training": training, "failure": failure, "routing": routing_compare,
-    "inference": inference, "bimodal": bimodal,
-}
+EXPERIMENTS: Mapping[str, ModuleType] = _Modules({
+    name: f"experiments.{module}" for name, module in (
+        ("incast", "incast"), ("collective", "collective"), ("ratios", "ratios"),
+        ("ecmp", "ecmp"), ("fairness", "fairness"), ("sweep", "sweep"), ("cc", "cc_compare"),
+        ("demo", "demo"), ("workload", "workload"), ("training", "training"),
+        ("failure", "failure"), ("routing", "routing_compare"), ("inference", "inference"),
+        ("bimodal", "bimodal"))})
 
 
 def parse_sets(items: list[str] | None) -> dict[str, str]:
