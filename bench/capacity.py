@@ -29,8 +29,8 @@ Printed side by side:
   building its fabric to the model's curve after the teardown, and its parts: the
   fabric build, the model pricing the case (``experiments.collective.run_collective``:
   16 hashed-ECMP draws on the real and the emulable fabric), the engine's start
-  (plans and sockets), the workers' set-up (their QPs' frame templates and compiled
-  views), the run itself (the longest worker's loop), the rest (reading counters, the
+  (its plans), the workers' set-up (their QPs' frame templates, built while the
+  engine opens the sockets it hands them, then their compiled views), the run itself (the longest worker's loop), the rest (reading counters, the
   gate, the teardown) and the model's curve (``model_curve``: 16 draws at each power
   of two from a quarter to four times the size), beside the CPU and wake-ups per
   frame and the share of the kernel's capacity. The model's draws are kept across
