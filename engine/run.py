@@ -864,8 +864,11 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
         # drops its references instead of closing them one by one.
         rx, tx = _open_sockets(fab, plans, ring)
         for wp, give in zip(plans, channels, strict=True):
-            rawsock.hand_over(give, [*(rx[h] for h in wp.hosts),
-                                     *(tx[(n.host, n.ifname)] for n in wp.nics)])
+            # A worker that already stopped (it failed, or SIGTERM) has hung up: what it
+            # reports, or the signal, is the cause, which `_start_clock` finds.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                rawsock.hand_over(give, [*(rx[h] for h in wp.hosts),
+                                         *(tx[(n.host, n.ifname)] for n in wp.nics)])
         if live is not None:
             live(shared)
         error = _start_clock(shared, procs, conns, reports, start_delay_ns)
