@@ -943,12 +943,13 @@ def _start_clock(shared: plan.Shared, procs: list[Any], conns: list[Any],
         if all(s == plan.READY for s in states):
             shared.t0_ns.value = time.monotonic_ns() + start_delay_ns
             return None
-        if shared.stop.value:  # SIGTERM: workers still building need not be waited for
-            return "stopped before the start"
+        # A worker that failed raised the stop flag too: its error is the cause.
         if plan.FAILED in states or any(not p.is_alive() for p in procs):
             _request_stop(shared)
             _collect(shared, procs, conns, reports, time.perf_counter() + _STOP_GRACE_S, None)
             return _first_error(reports) or "a worker died while starting"
+        if shared.stop.value:  # SIGTERM: workers still building need not be waited for
+            return "stopped before the start"
         if time.perf_counter() > deadline:
             _request_stop(shared)
             return f"workers not ready after {_READY_TIMEOUT_S:.0f} s"

@@ -396,3 +396,38 @@ def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(
     # The gate can tell a late start from a late pacing slot: message 1 started that
     # far behind its post time (p99 of two starts: 0.99 of the later).
     assert result.stats.start_lag_p99_emu_s >= 0.9 * late_emu_s
+
+
+def _kernel_objects_open() -> list[str]:
+    """The sockets, pipes and eventfds this process holds (not multiprocessing's shared
+    memory, which it keeps for the process's life once a run made it)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(("socket:", "pipe:", "anon_inode:")):
+                held.append(target)
+    return sorted(held)
+
+
+@pytest.mark.parametrize("fails", ["before its sockets", "with its sockets"])
+def test_a_worker_failing_in_its_set_up_is_the_runs_error_and_leaves_nothing_open(
+        fails, monkeypatch):
+    """The workers build their QPs while this process opens the sockets it hands them
+    (`engine.rawsock.hand_over`): a worker that fails on either side of the hand-over
+    ends the run with its own error, not the hand-over's, and every socket is closed."""
+    import engine.workerproc as workerproc
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the frames could not be built")
+    monkeypatch.setattr(workerproc, "prepared_qps" if fails == "before its sockets"
+                        else "Worker", broken)
+    with _incast_fabric("off") as fab:
+        before = _kernel_objects_open()
+        began = time.monotonic()
+        result = run_workload(fab, _incast(64 * 1024), EngineConfig(timeout_s=30))
+        took_s = time.monotonic() - began
+        assert _kernel_objects_open() == before
+    assert not result.completed
+    assert "RuntimeError: the frames could not be built" in (result.stats.error or "")
+    assert took_s < 25, f"the failure took {took_s:.1f} s to end the run"
