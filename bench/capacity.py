@@ -26,16 +26,19 @@ Printed side by side:
 * the smallest S at which the run is VALID and within 5 % of that model, and the
   engine's frames/s there divided by the kernel capacity;
 * **whole process**: what ``emu run collective`` spends on each ring case, from
-  building its fabric to the model's curve after the teardown, and its parts: the
-  fabric build, the model pricing the case (``experiments.collective.run_collective``:
-  16 hashed-ECMP draws on the real and the emulable fabric), the engine's start
-  (its plans), the workers' set-up (their QPs' frame templates, built while the
-  engine opens the sockets it hands them, then their compiled views), the run itself (the longest worker's loop), the rest (reading counters, the
-  gate, the teardown) and the model's curve (``model_curve``: 16 draws at each power
-  of two from a quarter to four times the size), beside the CPU and wake-ups per
-  frame and the share of the kernel's capacity. The model's draws are kept across
-  runs (``experiments.modelcache``): the first S of a topology prices them, the
-  others read them (set FABRICEMU_MODEL_CACHE=off to price every time);
+  building its fabric to its teardown, and its parts: the fabric build, the wait
+  for the model's curve after it (``model_curve``: 16 draws at each power of two from
+  a quarter to four times the size, priced beside the build as the CLI does), the
+  model pricing the case (``experiments.collective.run_collective``: 16 hashed-ECMP
+  draws on the real and the emulable fabric), the engine's start (its plans), the
+  workers' set-up (their QPs' frame templates, built while the engine opens the
+  sockets it hands them, then their compiled views), the run itself (the longest
+  worker's loop) and the rest (reading counters, the gate, the teardown), beside the
+  CPU and wake-ups per frame and the share of the kernel's capacity. The CLI also
+  writes the run directory and its plots (2-3 s on fattree,8: docs/validation.md).
+  The model's draws are kept across runs (``experiments.modelcache``): the first S of
+  a topology prices them, the others read them (set FABRICEMU_MODEL_CACHE=off to
+  price every time);
 * with ``--cc``, the ring once per congestion-control setting at each S: the CPU a
   frame costs with each algorithm (its per-ACK and per-CNP Python work, and HPCC's
   ACK per frame and in-band telemetry);
@@ -60,6 +63,7 @@ import argparse
 import multiprocessing
 import os
 import time
+from functools import partial
 from typing import Any
 
 from rich.console import Console
@@ -73,6 +77,7 @@ from engine.burst import MAX_BURST, Burst
 from engine.rawsock import WAKE_SLEEP_S, open_tx_socket, wakeup_cpu_us
 from experiments.collective import model_curve, run_collective
 from experiments.measure import fidelity_of
+from experiments.modelcache import PricedAhead
 from experiments.option_parsers import (
     arg_type,
     clear_errors,
@@ -146,13 +151,18 @@ def engine_ring(spec: str, scale: float, cc: str = "off", in_order: bool = False
     control ``cc`` on ``workers`` workers (None: the engine's choice), gated and priced."""
 
     began = time.perf_counter()
-    with Fabric(build_topo(spec), Scale(scale), marking="auto", in_order=in_order) as fab:
+    curve = partial(model_curve, spec, "allreduce-ring", [RING_BYTES], 16)
+    # The model's curve priced beside the build, as `emu run collective` does
+    # (`experiments.collective.execute`): the case waits only for what is left of it.
+    with (PricedAhead(curve) as ahead,
+          Fabric(build_topo(spec), Scale(scale), marking="auto", in_order=in_order) as fab):
         built_s = time.perf_counter() - began
+        ahead.wait()
+        if ahead.result is None:  # not priced ahead (the model's cache off): priced here
+            curve()
+        curve_s = time.perf_counter() - began - built_s
         r = run_collective(fab, "allreduce-ring", RING_BYTES, cc, 16, workers=workers)
         report = fidelity_of(fab, r.measurement, r.workload, cc=cc != "off")
-    curve_began = time.perf_counter()
-    model_curve(spec, "allreduce-ring", [RING_BYTES], 16)
-    curve_s = time.perf_counter() - curve_began
     whole_s = time.perf_counter() - began
     st = r.measurement.stats
     frames = st.data_packets_sent
@@ -250,7 +260,7 @@ def _time_parts(rows: list[dict[str, Any]], spec: str, cap: dict[bool, dict[str,
     table = Table(title=f"where a ring case's time goes, {spec} (wall s; module doc, "
                         "'whole process')")
     for col in ("steering", "cc", "workers", "S", "whole", "fabric build", "model",
-                "engine start", "workers' set-up (templates)", "run", "rest", "model curve",
+                "engine start", "workers' set-up (templates)", "run", "rest", "model curve (wait)",
                 "run ÷ whole", "CPU/frame", "wake-ups/frame", "÷ kernel"):
         table.add_column(col)
     for r in rows:
