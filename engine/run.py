@@ -867,8 +867,7 @@ def run_workload(fab: LiveFabric, workload: Workload, config: EngineConfig | Non
             # A worker that already stopped (it failed, or SIGTERM) has hung up: what it
             # reports, or the signal, is the cause, which `_start_clock` finds.
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                rawsock.hand_over(give, [*(rx[h] for h in wp.hosts),
-                                         *(tx[(n.host, n.ifname)] for n in wp.nics)])
+                rawsock.hand_over(give, workerproc.sockets_in_order(wp, rx, tx))
         if live is not None:
             live(shared)
         error = _start_clock(shared, procs, conns, reports, start_delay_ns)

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 from core.gcpause import collector_paused
@@ -72,11 +73,22 @@ def _realtime() -> bool:
     return True
 
 
+def sockets_in_order(plan: WorkerPlan, rx: Mapping[str, socket.socket],
+                     tx: Mapping[tuple[str, str], socket.socket]) -> list[socket.socket]:
+    """The sockets a worker of ``plan`` takes over, in the order it expects them: its
+    hosts' receive rings (``plan.hosts``' order), then its NICs' send sockets."""
+    return [*(rx[h] for h in plan.hosts), *(tx[key] for key in _nic_keys(plan))]
+
+
+def _nic_keys(plan: WorkerPlan) -> list[tuple[str, str]]:
+    return [(n.host, n.ifname) for n in plan.nics]
+
+
 def worker_main(plan: WorkerPlan, shared: Shared, conn: Any, sockets: socket.socket,
                 ring: RingSpec, burst: Burst, rx_lib: RxLib, parent_pid: int) -> None:
     """Entry point of a forked worker: run the NIC models, send the results on ``conn``.
-    Its hosts' receive rings and its NICs' send sockets come on ``sockets``
-    (`engine.rawsock.hand_over`: the hosts' in ``plan.hosts`` order, then the NICs')."""
+    Its sockets come on ``sockets`` (`engine.rawsock.hand_over`), as `sockets_in_order`
+    lists them."""
     _setup_process(plan.cpu)
     w = plan.worker
     worker: Worker | None = None
@@ -89,8 +101,7 @@ def worker_main(plan: WorkerPlan, shared: Shared, conn: Any, sockets: socket.soc
             socks = take_over(sockets, len(plan.hosts) + len(plan.nics),
                               lambda: bool(shared.stop.value))
             rx_socks = dict(zip(plan.hosts, socks[:len(plan.hosts)], strict=True))
-            tx_socks = {(n.host, n.ifname): s
-                        for n, s in zip(plan.nics, socks[len(plan.hosts):], strict=True)}
+            tx_socks = dict(zip(_nic_keys(plan), socks[len(plan.hosts):], strict=True))
             worker = Worker(plan, shared, qps, rx_socks, tx_socks, ring, burst, rx_lib,
                             parent_pid)
         worker.realtime = _realtime()

@@ -202,13 +202,15 @@ CURVE_MARGIN = 4
 
 @collector_paused()
 def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int,
-                wan: str = WAN_OFF, margin: int = CURVE_MARGIN) -> pd.DataFrame:
+                wan: str = WAN_OFF, margin: int = CURVE_MARGIN,
+                spreads: bool = False) -> pd.DataFrame:
     """The model's time and busbw of ``name`` on topology ``spec`` over a dense size
     grid (every power of two from the smallest measured size / ``margin`` to the
     largest x ``margin``, and the measured sizes; 1: the measured sizes and the powers
     of two between them), each priced as a measured case is (`run_collective`: the
     mean over ``hash_draws`` hash outcomes seeded by the size): the model's own curve,
-    not a line through its values at the measured sizes."""
+    not a line through its values at the measured sizes. ``spreads``: the measured
+    sizes' spread predictions (`run_collective`'s) priced too, into the cache."""
     topo = fabric_topo(spec, wan)
     graph, routes = topo_graph(topo), compute_routes(topo)
     lo = max(1, min(sizes) // margin)
@@ -219,6 +221,8 @@ def model_curve(spec: str, name: str, sizes: Sequence[int], hash_draws: int,
     for size in grid:
         workload = build_workload(topo, routes, name, size)
         draws = hashed_draws(workload, graph, routes.paths, samples=hash_draws, seed=size)
+        if spreads and size in sizes:
+            spread_prediction(workload, graph, routes.paths)
         time_s = float(np.mean([p.completion_s for p in draws]))
         rows.append({"size_bytes": size, "time_model_s": time_s,
                      "busbw_model_bps": 8.0 * size / time_s * workload.meta["busbw_factor"]})
@@ -389,14 +393,9 @@ def price_curves(spec: str, opts: Options) -> dict[tuple[str, str], pd.DataFrame
     """Every collective's `model_curve` on ``spec`` ({(spec, collective): curve}), its
     draws left in the cache (`PricedAhead`), and there too each measured size's spread
     prediction (`run_collective`'s)."""
-    curves = {(spec, name): model_curve(spec, name, opts.sizes, opts.hash_draws, opts.wan)
-              for name in opts.collectives}
-    topo = fabric_topo(spec, opts.wan)
-    graph, routes = topo_graph(topo), compute_routes(topo)
-    for name in opts.collectives:
-        for size in opts.sizes:
-            spread_prediction(build_workload(topo, routes, name, size), graph, routes.paths)
-    return curves
+    return {(spec, name): model_curve(spec, name, opts.sizes, opts.hash_draws, opts.wan,
+                                      spreads=True)
+            for name in opts.collectives}
 
 
 def record_model_curves(run: Run, fabrics: Mapping[str, str], names: Sequence[str],
