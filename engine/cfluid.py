@@ -22,7 +22,7 @@ import numpy as np
 
 from core.errors import CapabilityError
 from emu.cbuild import compile_c
-from model.fluid import FluidJob, FluidResult, _FluidRun
+from model.fluid import FluidResult, _FluidRun
 
 _I64 = ctypes.POINTER(ctypes.c_int64)
 _F64 = ctypes.POINTER(ctypes.c_double)
@@ -67,14 +67,11 @@ def _i64(a: np.ndarray) -> ctypes._Pointer:
 
 
 def _run(fn: Callable[[ctypes._Pointer], int], run: _FluidRun) -> FluidResult:
-    jobs = run.job_list
+    jobs, dag = run.job_list, run.dag
     n = len(jobs)
-    columns = list(zip(*jobs, strict=True)) if jobs else [()] * len(FluidJob._fields)
-    per_job = {name: np.array(columns[FluidJob._fields.index(name)], dtype=float)
-               for name in ("gap_s", "release_s", "pre_s", "post_s")}
+    post = np.fromiter((j.post_s for j in jobs), dtype=float, count=n)
     instant = np.array(run.instant(), dtype=np.uint8)
     waiting = np.ascontiguousarray(run.waiting, dtype=np.int64)
-    dep_ptr, dep_idx = _csr(run.dependents)
     cls_ptr, cls_link = _csr(run.cls_links)
     cls_cap = np.array(run.cap_list, dtype=float)
     job_class = np.ascontiguousarray(run.job_class, dtype=np.int64)
@@ -93,11 +90,11 @@ def _run(fn: Callable[[ctypes._Pointer], int], run: _FluidRun) -> FluidResult:
     callback = _SOLVE(solve)
     f = _Fluid(n=n, n_cls=len(run.cls_links), n_links=len(run.link_jobs),
                job_class=_i64(job_class), size=_f64(run.size),
-               gap=_f64(per_job["gap_s"]), release=_f64(per_job["release_s"]),
-               pre=_f64(per_job["pre_s"]), post=_f64(per_job["post_s"]),
+               gap=_f64(dag.gap_s), release=_f64(dag.release_s), pre=_f64(dag.pre_s),
+               post=_f64(post),
                instant=instant.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
                remaining=_f64(run.remaining), rate=_f64(run.rate), waiting=_i64(waiting),
-               dep_ptr=_i64(dep_ptr), dep_idx=_i64(dep_idx), cls_ptr=_i64(cls_ptr),
+               dep_ptr=_i64(dag.dep_start), dep_idx=_i64(dag.dep_index), cls_ptr=_i64(cls_ptr),
                cls_link=_i64(cls_link), cls_cap=_f64(cls_cap), solve=callback,
                ready=_f64(out[0]), start=_f64(out[1]), drained=_f64(out[2]),
                finish=_f64(out[3]), ready_order=_i64(order[0]), start_order=_i64(order[1]),
@@ -110,7 +107,7 @@ def _run(fn: Callable[[ctypes._Pointer], int], run: _FluidRun) -> FluidResult:
     if rc == _NO_MEMORY:
         raise MemoryError("the compiled fluid loop ran out of memory")
     res = run.res
-    ids = [j.job_id for j in jobs]
+    ids = dag.ids
     counts = (f.n_ready, f.n_start, f.n_drained, f.n_finish)
     for row, (table, count) in enumerate(zip((res.ready_s, res.start_s, res.drained_s,
                                               res.finish_s), counts, strict=True)):

@@ -45,7 +45,7 @@ import networkx as nx
 from core.frame import HEADER_BYTES, MTU_PAYLOAD_BYTES, WIRE_FRAME_BYTES, WIRE_OVERHEAD_BYTES
 from core.gcpause import collector_paused
 from model.busbw import busbw_factor
-from model.fluid import FluidJob, simulate
+from model.fluid import FluidDag, FluidJob, simulate
 from model.jobs import Late as Late
 from model.jobs import PathsLike as PathsLike
 from model.jobs import WorkloadJobs, memo_paths, resolve_paths
@@ -158,15 +158,17 @@ def hashed_pricer(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
 
     @collector_paused()
     def price(choice: Choice | None) -> WorkloadPrediction:
-        return _prediction(workload, prepared.jobs("hashed", choice), capacities, collective)
+        return _prediction(workload, prepared.jobs("hashed", choice), capacities, collective,
+                           prepared.dag)
     return price
 
 
 def _prediction(workload: Workload, jobs: tuple[list[FluidJob], dict[tuple[str, str], float]],
-                capacities: Mapping[tuple[str, str], float], collective: str | None
-                ) -> WorkloadPrediction:
-    """The prediction of ``workload`` from its fluid jobs and links' bits."""
-    res = simulate(jobs[0], capacities)
+                capacities: Mapping[tuple[str, str], float], collective: str | None,
+                dag: FluidDag | None = None) -> WorkloadPrediction:
+    """The prediction of ``workload`` from its fluid jobs and links' bits (``dag``:
+    theirs, laid out before)."""
+    res = simulate(jobs[0], capacities, dag)
     t0 = min((m.start_s for m in workload.messages), default=0.0)
     pred = WorkloadPrediction(
         completion_s=res.makespan_s - t0 if workload.messages else 0.0,

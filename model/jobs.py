@@ -19,7 +19,7 @@ import networkx as nx
 import numpy as np
 
 from core.frame import WIRE_FRAME_BYTES
-from model.fluid import FluidJob
+from model.fluid import FluidDag, FluidJob
 from model.maxmin import Choice, Flow, Link, Path, choose_path, make_flow
 
 PathsLike = Callable[[str, str], Sequence[Sequence[str]]] | Mapping[tuple[str, str], Sequence[Sequence[str]]]
@@ -136,6 +136,8 @@ class WorkloadJobs:
         #: ``route_start[k]`` is where route k's begin (k = its number).
         self.route_start, self.route_links, self.route_fracs = [0], [], []
         self._flat: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        #: The jobs' `FluidDag` (the same whatever their paths), laid out by the first `jobs`.
+        self.dag: FluidDag | None = None
         self.size_bits_array = np.array(self.size_bits, dtype=float)
         self.alone = self._numbered({}, 0.0)
 
@@ -234,6 +236,8 @@ class WorkloadJobs:
         jobs = list(map(FluidJob, self.ids, [r.fractions for r in routes], self.size_bits,
                         [self.cap_bps] * n, self.release_s, self.deps, self.pre_s,
                         [r.latency_s for r in routes], self.gap_s))
+        if self.dag is None:
+            self.dag = FluidDag(jobs)
         return jobs, self._link_bits(routes)
 
     def _link_bits(self, routes: list[_Route]) -> dict[Link, float]:

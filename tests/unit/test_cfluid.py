@@ -89,3 +89,26 @@ def test_a_cycle_and_a_stall_fail_as_in_python(compiled: None) -> None:
         fluid.simulate(cycle, {link: 1e9})
     with pytest.raises(RuntimeError, match="stalled"):
         fluid.simulate([FluidJob(0, {link: 1.0}, 1e3)], {link: 0.0})
+
+
+@pytest.mark.parametrize("loop", [None, COMPILED], ids=["python", "compiled"])
+@pytest.mark.parametrize("seed", range(4))
+def test_runs_sharing_one_dag_give_each_run_alones_floats(loop: object, seed: int) -> None:
+    """A `FluidDag` laid out once serves runs of the same jobs on other paths (hashed
+    ECMP's draws): each gives what it gives laid out alone, and no run counts down the
+    dependencies of the next."""
+    rng = random.Random(seed)
+    jobs, capacities = random_case(rng, 150, 12)
+    dag = fluid.FluidDag(jobs)
+    fluid.use_event_loop(loop)  # type: ignore[arg-type]
+    try:
+        for _ in range(3):
+            paths = [job.fractions for job in rng.sample(jobs, len(jobs))]
+            draw = [job._replace(fractions=f, post_s=rng.choice([0.0, 1e-6]))
+                    for job, f in zip(jobs, paths, strict=True)]
+            assert outcome(fluid.simulate(draw, capacities, dag)) == \
+                outcome(fluid.simulate(draw, capacities))
+        with pytest.raises(ValueError, match="the DAG has 150 jobs, the run 149"):
+            fluid.simulate(jobs[:-1], capacities, dag)
+    finally:
+        fluid.use_event_loop(None)
