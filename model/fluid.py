@@ -24,6 +24,7 @@ import itertools
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 import networkx as nx
@@ -33,6 +34,7 @@ from core.gcpause import collector_paused
 from model.maxmin import Flow, Link, as_capacities, as_flow, fill_classes, fill_sparse
 
 _DONE_REL = 1e-9
+_FRACTIONS, _CAP = attrgetter("fractions"), attrgetter("cap_bps")
 #: Components with at most this many job classes are solved in plain Python.
 _SMALL_COMPONENT = 64
 #: Components of more jobs than this are grouped into classes with numpy.
@@ -141,20 +143,22 @@ class _FluidRun:
         cls_fracs: list[Mapping[Link, float]] = []
         cls_cap: list[float] = []
         # Jobs often share one fractions mapping (one per path): its class is looked up
-        # once per mapping (by id: every mapping lives as long as job_list) and cap.
+        # once per mapping (by id: every mapping lives as long as job_list) and cap,
+        # the mappings in the order jobs first use them (classes numbered in that order).
+        fractions = list(map(_FRACTIONS, job_list))
+        caps = list(map(_CAP, job_list))
+        keys = list(zip(map(id, fractions), caps, strict=True))
+        first = dict(zip(reversed(keys), range(n - 1, -1, -1), strict=True))
         class_of: dict[tuple[int, float], int] = {}
-        job_class_list: list[int] = []
-        for job in job_list:
-            c = class_of.get((id(job.fractions), job.cap_bps))
+        for mapping_key, i in sorted(first.items(), key=itemgetter(1)):
+            key = (tuple(sorted(fractions[i].items())), caps[i])
+            c = class_key.get(key)
             if c is None:
-                key = (tuple(sorted(job.fractions.items())), job.cap_bps)
-                c = class_key.get(key)
-                if c is None:
-                    c = class_key[key] = len(cls_fracs)
-                    cls_fracs.append(job.fractions)
-                    cls_cap.append(job.cap_bps)
-                class_of[(id(job.fractions), job.cap_bps)] = c
-            job_class_list.append(c)
+                c = class_key[key] = len(cls_fracs)
+                cls_fracs.append(fractions[i])
+                cls_cap.append(caps[i])
+            class_of[mapping_key] = c
+        job_class_list = list(map(class_of.__getitem__, keys))
         self.job_class = np.array(job_class_list, dtype=np.int64)
         links = sorted({link for fr in cls_fracs for link in fr})
         missing = [link for link in links if link not in capacities]

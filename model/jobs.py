@@ -127,6 +127,9 @@ class WorkloadJobs:
             self.gap_s.append(float(getattr(m, "gap_s", 0.0)))
         #: Messages with a path to choose (not to themselves), by index.
         self.routed = [i for i, (s, d) in enumerate(self.pairs) if s != d]
+        self.routed_ids = [self.ids[i] for i in self.routed]
+        self.routed_pairs = [self.pairs[i] for i in self.routed]
+        self.routed_last_bytes = [self.last_bytes[i] for i in self.routed]
         self.link_of: dict[Link, int] = {}
         self.links: list[Link] = []
         self.by_path: dict[tuple, _Route] = {}
@@ -200,12 +203,13 @@ class WorkloadJobs:
         """Every message's route, each hashed onto one path by ``choice``."""
         routes = [self.alone] * len(self.ids)
         if isinstance(choice, Mapping):
-            ids, picked, hashed = self.ids, self.picked, self._hashed
-            for i in self.routed:
-                answer = choice[ids[i]]
-                found = picked.get((id(answer), self.pairs[i], self.last_bytes[i]))
+            answers = list(map(choice.__getitem__, self.routed_ids))
+            keys = zip(map(id, answers), self.routed_pairs, self.routed_last_bytes,
+                       strict=True)
+            for i, answer, found in zip(self.routed, answers, map(self.picked.get, keys),
+                                        strict=True):
                 routes[i] = found[1] if found is not None and found[0] is answer else \
-                    hashed(i, answer)
+                    self._hashed(i, answer)
         else:
             for i in self.routed:
                 routes[i] = self._path_route(i, choice)
