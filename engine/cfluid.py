@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from functools import cache
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from model.fluid import FluidResult, _FluidRun
 
 _I64 = ctypes.POINTER(ctypes.c_int64)
 _F64 = ctypes.POINTER(ctypes.c_double)
+_POST = attrgetter("post_s")
 _SOLVE = ctypes.CFUNCTYPE(ctypes.c_int, _I64, ctypes.c_int64)
 # fluid_loop.c's answers.
 _OK, _STALLED, _SOLVE_FAILED, _NO_MEMORY = range(4)
@@ -69,7 +70,7 @@ def _i64(a: np.ndarray) -> ctypes._Pointer:
 def _run(fn: Callable[[ctypes._Pointer], int], run: _FluidRun) -> FluidResult:
     jobs, dag = run.job_list, run.dag
     n = len(jobs)
-    post = np.fromiter((j.post_s for j in jobs), dtype=float, count=n)
+    post = np.fromiter(map(_POST, jobs), dtype=float, count=n)
     instant = np.array(run.instant(), dtype=np.uint8)
     waiting = np.ascontiguousarray(run.waiting, dtype=np.int64)
     cls_ptr, cls_link = _csr(run.cls_links)

@@ -137,7 +137,8 @@ def predict_workload(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
     return _prediction(workload, workload_jobs(
         workload, graph, paths, mode=mode, choice=choice, overhead_s=overhead_s,
         packet_bytes=packet_bytes, forwarding=forwarding, wire_factor=wire_factor,
-        nic_rate_bps=nic_rate_bps, late=late), link_capacities(graph), collective)
+        nic_rate_bps=nic_rate_bps, late=late), link_capacities(graph), collective,
+        _first_start_s(workload))
 
 
 def hashed_pricer(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
@@ -155,23 +156,28 @@ def hashed_pricer(workload: Workload, graph: nx.Graph, paths: PathsLike, *,
                             wire_factor=roce_wire_factor() if wire_factor is None
                             else wire_factor, nic_rate_bps=nic_rate_bps, late=late)
     capacities = link_capacities(graph)
+    t0_s = _first_start_s(workload)
 
     @collector_paused()
     def price(choice: Choice | None) -> WorkloadPrediction:
         return _prediction(workload, prepared.jobs("hashed", choice), capacities, collective,
-                           prepared.dag)
+                           t0_s, prepared.dag)
     return price
+
+
+def _first_start_s(workload: Workload) -> float:
+    """When the first of ``workload``'s messages starts (its completion counts from it)."""
+    return min((m.start_s for m in workload.messages), default=0.0)
 
 
 def _prediction(workload: Workload, jobs: tuple[list[FluidJob], dict[tuple[str, str], float]],
                 capacities: Mapping[tuple[str, str], float], collective: str | None,
-                dag: FluidDag | None = None) -> WorkloadPrediction:
-    """The prediction of ``workload`` from its fluid jobs and links' bits (``dag``:
-    theirs, laid out before)."""
+                t0_s: float, dag: FluidDag | None = None) -> WorkloadPrediction:
+    """The prediction of ``workload`` from its fluid jobs and links' bits (``t0_s``:
+    its `_first_start_s`; ``dag``: its jobs', laid out before)."""
     res = simulate(jobs[0], capacities, dag)
-    t0 = min((m.start_s for m in workload.messages), default=0.0)
     pred = WorkloadPrediction(
-        completion_s=res.makespan_s - t0 if workload.messages else 0.0,
+        completion_s=res.makespan_s - t0_s if workload.messages else 0.0,
         finish_s=dict(res.finish_s), ready_s=dict(res.ready_s),
         duration_s={k: res.finish_s[k] - res.ready_s[k] for k in res.finish_s},
         recomputations=res.recomputations, link_bits=jobs[1],

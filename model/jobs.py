@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import networkx as nx
@@ -96,6 +97,9 @@ class _Route(NamedTuple):
     fractions: dict[Link, float]
     latency_s: float
     number: int
+
+
+_NUMBER = attrgetter("number")
 
 
 class WorkloadJobs:
@@ -252,7 +256,7 @@ class WorkloadJobs:
                           np.array(self.route_links, dtype=np.intp),
                           np.array(self.route_fracs, dtype=float))
         start, links, fracs = self._flat
-        number = np.fromiter((r.number for r in routes), dtype=np.intp, count=len(routes))
+        number = np.fromiter(map(_NUMBER, routes), dtype=np.intp, count=len(routes))
         counts = start[number + 1] - start[number]
         total = int(counts.sum())
         if not total:
