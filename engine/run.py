@@ -83,6 +83,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from operator import attrgetter
 from typing import Any, Protocol
 
 import numpy as np
@@ -1121,7 +1122,7 @@ def _messages(scale: Scale, workload: Workload, plans: list[plan.WorkerPlan],
     mp = [msg_plans[i] for i in range(n)]
 
     def ints(records: list[Any], name: str) -> np.ndarray:
-        return np.fromiter((getattr(r, name) for r in records), dtype=np.int64, count=n)
+        return np.fromiter(map(attrgetter(name), records), dtype=np.int64, count=n)
 
     def real_s(ns: np.ndarray) -> np.ndarray:
         return np.where(ns >= 0, scale.real_s_of_emu_ns(ns.astype(np.float64)), np.nan)
