@@ -1,7 +1,7 @@
 """The model's hashed-ECMP pricing of a case, kept across runs per topology and seed.
 
 `model.alphabeta.predict_workload_hashed` prices a fattree,8 ring all-reduce in
-about half a second per hash draw, and a collective case asks for 16 draws on the
+0.13-0.19 s per hash draw (one CPU), and a collective case asks for 16 draws on the
 real-fabric graph, 16 on the graph without the fixed delays the emulator lacks and
 16 per point of the model's curve. The answer is in real-fabric units: it does not
 depend on S, so a rerun of the same case at another S (finding the smallest valid
