@@ -25,7 +25,7 @@ _NO_SOCKET = -1
 
 
 class _CShape(ctypes.Structure):
-    _fields_ = [("frame", ctypes.c_char_p), ("len", ctypes.c_uint32),
+    _fields_ = [("frame", ctypes.c_void_p), ("len", ctypes.c_uint32),
                 ("ts_off", ctypes.c_uint32), ("window_end", ctypes.c_uint32),
                 ("icrc_off", ctypes.c_uint32), ("prefix_crc", ctypes.c_uint32),
                 ("rest_crc", ctypes.c_uint32), ("ackreq", ctypes.c_uint32),
@@ -88,7 +88,7 @@ class Burst:
             # The prototype is the shape's own buffer (no copy per QP): C copies it
             # into each frame and patches every byte that Shape.write would.
             frame = (ctypes.c_char * len(shape.buf)).from_buffer(shape.buf)
-            cs = _CShape(ctypes.cast(frame, ctypes.c_char_p), len(lay.frame), lay.ts_off,
+            cs = _CShape(ctypes.addressof(frame), lay.frame_bytes, lay.ts_off,
                          lay.window_end, lay.icrc_off, lay.prefix_crc, lay.rest_crc, lay.ackreq,
                          tables[0])
             entry = (cs, frame, shape)  # keep the buffer view alive
@@ -99,9 +99,9 @@ class Burst:
     def compiled(self) -> bool:
         return self._lib is not None
 
-    def c_shape(self, shape: Shape) -> _CShape:
-        """``shape``'s compiled view (kept alive here) for roce_tx.c."""
-        return self._cshape(shape)
+    def shape_address(self, shape: Shape) -> int:
+        """The address of ``shape``'s compiled view (kept alive here), for roce_tx.c."""
+        return ctypes.addressof(self._cshape(shape))
 
     @property
     def buffer_address(self) -> int:

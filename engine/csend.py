@@ -86,7 +86,7 @@ class CompiledSendPath(SendPath):
             q.sched.max_catchup_ns = MAX_CATCHUP_NS
             qp.sched = q.sched
             for k, shape in enumerate((qp.first, qp.middle, qp.last)):
-                q.shape[k] = ctypes.pointer(self.burst.c_shape(shape))
+                q.shape[k] = self.burst.shape_address(shape)
                 q.bits[k] = qp.bits[k]
             q.first_tx_ns = q.last_tx_ns = -1
             q.line_ns = qp.line_ns

@@ -20,7 +20,6 @@ from typing import Any
 from core.errors import CapabilityError
 from core.frame import WIRE_OVERHEAD_BYTES
 from emu.cbuild import compile_c
-from engine.burst import _CShape
 from traffic import gbn
 from traffic.gbn import RequesterCounters
 from traffic.pacing import Schedule
@@ -268,7 +267,8 @@ class TxQp(ctypes.Structure):
 
     _fields_ = [("gbn", TxGbn), ("sched", TxSched),
                 ("rate_bps", ctypes.c_double), ("window_bytes", ctypes.c_double),
-                ("shape", ctypes.POINTER(_CShape) * 3), ("bits", ctypes.c_int64 * 3),
+                # Each its _CShape's address (Burst.shape_address), kept alive by the Burst.
+                ("shape", ctypes.c_void_p * 3), ("bits", ctypes.c_int64 * 3),
                 ("tx_ns", ctypes.POINTER(ctypes.c_int64)),
                 ("bytes_sent", ctypes.c_int64), ("first_tx_ns", ctypes.c_int64),
                 ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),

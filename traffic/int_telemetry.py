@@ -35,7 +35,7 @@ from core.frame import (
     OFF_UDP,
 )
 from traffic.ccalgos.common import IntRecord
-from traffic.roce import compute_icrc
+from traffic.icrc import compute_icrc
 
 __all__ = ["IntRecord", "ack_with_int", "block_at", "decode_block", "encode_block"]
 

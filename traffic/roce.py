@@ -35,17 +35,8 @@ AckReq.  Set on LAST and ONLY; the engine also sets it on the data frame that fi
 its congestion window, and the responder ACKs such a frame at once (a requester
 soliciting an ACK, as IBTA defines the bit), so coalesced ACKs never stall a window.
 
-ICRC trick.  The ICRC is CRC-32 over ``0xff*8 + IP + UDP + BTH + rest`` with the
-IP TOS, TTL and checksum, the UDP checksum and BTH byte 4 (FECN, BECN, resv6) set
-to ones.  Per packet only a short *window* changes: BTH bytes 8-11 (AckReq, PSN)
-up to the end of the timestamp (or of the AETH).  So
-* the CRC of the masked bytes before the window is computed once (``prefix_crc``);
-* the window is fed to ``zlib.crc32(window, prefix_crc)`` (4-28 bytes);
-* the constant rest of length L (~4 KiB of payload) is not hashed again: with
-  ``g(c) = zlib.crc32(rest, c)`` we have ``g(c) = A_L(c) ^ g(0)`` where ``A_L``
-  (advance the CRC register over L zero bytes) is linear over GF(2), so it is
-  four 256-entry table lookups, one per byte of ``c`` (tables cached per L).
-This costs ~0.8 us per 4 KiB packet against ~1.3 us for hashing the frame alone.
+ICRC.  `traffic.icrc` holds the ICRC and how a shape finishes it per packet from
+precomputed CRC state.
 """
 
 from __future__ import annotations
@@ -78,8 +69,8 @@ from core.frame import (
     RETH_BYTES,
     ROCE_UDP_PORT,
     TS_BYTES,
-    UDP_BYTES,
 )
+from traffic.icrc import advance_tables, compute_icrc, masked_input
 
 WRITE_FIRST = 0x06
 WRITE_MIDDLE = 0x07
@@ -158,47 +149,6 @@ class Flow(NamedTuple):
                 / bth)
 
 
-def _masked(frame: bytes | bytearray | memoryview, end: int) -> bytearray:
-    """The ICRC input up to ``end`` (exclusive): pseudo-LRH of ones, then the masked headers."""
-    out = bytearray(b"\xff" * 8)
-    out += frame[OFF_IP:end]
-    base = 8 - OFF_IP  # frame offset -> out offset
-    ihl_bytes = (frame[OFF_IP] & 0x0F) * 4
-    for off in (OFF_IP + 1, OFF_IP + 8, OFF_IP + 10, OFF_IP + 11):  # TOS, TTL, checksum
-        out[base + off] = 0xFF
-    udp = OFF_IP + ihl_bytes
-    out[base + udp + 6] = out[base + udp + 7] = 0xFF  # UDP checksum
-    out[base + udp + UDP_BYTES + 4] = 0xFF  # BTH FECN, BECN, resv6
-    return out
-
-
-def compute_icrc(frame: bytes | bytearray | memoryview) -> int:
-    """The ICRC a frame should carry (ignores its last 4 bytes)."""
-    return zlib.crc32(_masked(frame, len(frame) - ICRC_BYTES))
-
-
-def icrc_ok(frame: bytes | bytearray | memoryview) -> bool:
-    """True if the frame's ICRC (little-endian, last 4 bytes) is valid."""
-    return len(frame) >= MIN_FRAME_BYTES and (
-        struct.unpack_from("<I", frame, len(frame) - ICRC_BYTES)[0] == compute_icrc(frame))
-
-
-@lru_cache(maxsize=256)
-def _advance_tables(length: int) -> tuple[tuple[int, ...], ...]:
-    """Tables T[j][b] = A_L(b << 8j): the linear map 'run the CRC over L constant bytes'."""
-    zeros = bytes(length)
-    g0 = zlib.crc32(zeros, 0)
-    basis = [zlib.crc32(zeros, 1 << i) ^ g0 for i in range(32)]
-    tables = []
-    for j in range(4):
-        table = [0] * 256
-        for b in range(1, 256):
-            low = b & -b
-            table[b] = table[b ^ low] ^ basis[8 * j + low.bit_length() - 1]
-        tables.append(tuple(table))
-    return tuple(tables)
-
-
 _crc32 = zlib.crc32
 _pack_le32 = struct.Struct("<I").pack_into
 _pack_be32 = struct.Struct(">I").pack_into
@@ -206,9 +156,9 @@ _pack_be64 = struct.Struct(">Q").pack_into
 
 
 class ShapeLayout(NamedTuple):
-    """A shape's prototype and ICRC state, offsets in bytes from the frame start."""
+    """A shape's frame length and ICRC state, offsets in bytes from the frame start."""
 
-    frame: bytes
+    frame_bytes: int
     ts_off: int
     window_end: int
     icrc_off: int
@@ -218,35 +168,79 @@ class ShapeLayout(NamedTuple):
     advance_tables: tuple[tuple[int, ...], ...]
 
 
+class _ShapeFixed(NamedTuple):
+    """What every QP's frame of one prototype shares (`_fixed`): its opcode, AckReq,
+    offsets, BECN byte, payload, and the ICRC state of the bytes after the window."""
+
+    opcode: int
+    ackreq: int
+    icrc_off: int
+    ts_off: int
+    becn: int
+    payload_bytes: int
+    advance_tables: tuple[tuple[int, ...], ...]
+    rest_crc: int
+
+
+#: Bytes between BTH and the timestamp, by opcode (RETH or AETH).
+_BEFORE_TS = {ACKNOWLEDGE: AETH_BYTES, WRITE_FIRST: RETH_BYTES, WRITE_ONLY: RETH_BYTES}
+#: Where `masked_input`'s output holds the UDP source port and the destination QPN.
+_MASKED_SPORT, _MASKED_DQPN = 8 - OFF_IP + OFF_SPORT, 8 - OFF_IP + OFF_DQPN
+
+
+@lru_cache(maxsize=_PROTOTYPES)
+def _fixed(prototype: bytes, window_end: int) -> _ShapeFixed:
+    """``prototype``'s `_ShapeFixed`: read once, shared by its QPs' shapes."""
+    opcode = prototype[OFF_BTH]
+    icrc_off = len(prototype) - ICRC_BYTES
+    ts_off = OFF_AFTER_BTH + _BEFORE_TS.get(opcode, 0)
+    rest = prototype[window_end:icrc_off]
+    return _ShapeFixed(opcode, prototype[OFF_PSN_WORD] >> 7, icrc_off, ts_off,
+                       prototype[OFF_BECN], icrc_off - ts_off - (prototype[OFF_BTH + 1] >> 4 & 3),
+                       advance_tables(len(rest)), zlib.crc32(rest, 0))
+
+
+@lru_cache(maxsize=_PROTOTYPES)
+def _masked_prefix(addressed: bytes) -> bytes:
+    """The ICRC input before the PSN word (`masked_input`) of a host pair's frame, its UDP
+    source port and destination QPN still zero: a QP's differs in those alone."""
+    return bytes(masked_input(addressed, OFF_PSN_WORD))
+
+
 class Shape:
-    """One prototype frame plus the precomputed ICRC state; patches its own buffer.
+    """One QP's frame of a prototype (built for `_shape_key`) plus the precomputed ICRC
+    state; patches its own buffer.
 
     ``buf`` is preallocated and reused: send it (or copy it) before the next call.
+    What does not depend on the QP is read from the prototype once (`_fixed`,
+    `_masked_prefix`): a fattree,8 ring builds four shapes for each of its 32,512
+    messages.
     """
 
     __slots__ = ("buf", "opcode", "payload_bytes", "ackreq", "_ts_off", "_aeth_off", "_becn",
                  "_prefix_crc", "_t0", "_t1", "_t2", "_t3", "_k", "_window", "_icrc_off")
 
-    def __init__(self, frame: bytes, window_end: int):
-        self.buf = bytearray(frame)
-        self.opcode = frame[OFF_BTH]
-        self.ackreq = frame[OFF_PSN_WORD] >> 7
-        self._icrc_off = len(frame) - ICRC_BYTES
-        self._window = memoryview(self.buf)[OFF_PSN_WORD:window_end]
-        hdr = {ACKNOWLEDGE: AETH_BYTES, WRITE_FIRST: RETH_BYTES, WRITE_ONLY: RETH_BYTES}
-        self._ts_off = OFF_AFTER_BTH + hdr.get(self.opcode, 0)
+    def __init__(self, prototype: bytes, flow: Flow, window_end: int):
+        addressed = _addressed(prototype, flow.src_mac, flow.dst_mac, flow.src_ip,
+                               flow.dst_ip)
+        sport, dqpn = flow.sport.to_bytes(2, "big"), flow.dqpn.to_bytes(3, "big")
+        self.buf = buf = bytearray(addressed)
+        buf[OFF_SPORT:OFF_SPORT + 2] = sport
+        buf[OFF_DQPN:OFF_DQPN + 3] = dqpn
+        masked = bytearray(_masked_prefix(addressed))
+        masked[_MASKED_SPORT:_MASKED_SPORT + 2] = sport
+        masked[_MASKED_DQPN:_MASKED_DQPN + 3] = dqpn
+        # The prefix ends at the PSN word: everything before it is constant per QP.
+        self._prefix_crc = _crc32(masked)
+        (self.opcode, self.ackreq, self._icrc_off, self._ts_off, self._becn,
+         self.payload_bytes, (self._t0, self._t1, self._t2, self._t3),
+         self._k) = _fixed(prototype, window_end)
         self._aeth_off = OFF_AFTER_BTH
-        self._becn = self.buf[OFF_BECN]
-        self.payload_bytes = self._icrc_off - self._ts_off - (frame[OFF_BTH + 1] >> 4 & 3)
-        # The prefix ends at the PSN word: everything before it is constant per shape.
-        self._prefix_crc = zlib.crc32(_masked(frame, OFF_PSN_WORD))
-        rest = frame[window_end:self._icrc_off]
-        self._t0, self._t1, self._t2, self._t3 = _advance_tables(len(rest))
-        self._k = zlib.crc32(rest, 0)
+        self._window = memoryview(buf)[OFF_PSN_WORD:window_end]
 
     def layout(self) -> ShapeLayout:
         """What a compiled hot path needs to patch this shape (see engine/burst.py)."""
-        return ShapeLayout(bytes(self.buf), self._ts_off, OFF_PSN_WORD + len(self._window),
+        return ShapeLayout(len(self.buf), self._ts_off, OFF_PSN_WORD + len(self._window),
                            self._icrc_off, self._prefix_crc, self._k, self.ackreq,
                            (self._t0, self._t1, self._t2, self._t3))
 
@@ -395,7 +389,7 @@ class QpTemplate:
                                         int(opcode in (WRITE_LAST, WRITE_ONLY)), va, rkey,
                                         message_bytes)
             ts_end = OFF_AFTER_BTH + (RETH_BYTES if opcode in RETH_OPCODES else 0) + TS_BYTES
-            self.shapes[opcode] = Shape(_with_qp(prototype, flow), ts_end)
+            self.shapes[opcode] = Shape(prototype, flow, ts_end)
 
     def opcode(self, index: int) -> int:
         """Opcode of packet ``index`` (0-based) of the message."""
@@ -415,7 +409,7 @@ class ResponderTemplate:
 
     def __init__(self, flow: Flow):
         key = _shape_key(flow)
-        self.ack = Shape(_with_qp(_ack_prototype(key), flow), OFF_AFTER_BTH + AETH_BYTES)
+        self.ack = Shape(_ack_prototype(key), flow, OFF_AFTER_BTH + AETH_BYTES)
         cnp = _with_qp(_cnp_prototype(key), flow)  # nothing in a CNP varies: sealed here
         _pack_le32(cnp, len(cnp) - ICRC_BYTES, compute_icrc(cnp))
         self.cnp = bytes(cnp)

@@ -23,9 +23,10 @@ from engine.run import EngineConfig, run_workload
 from tests.conftest import roce_frames, tap
 from topologies.spec import build_topo
 from traffic.ccload import resolve_cc
+from traffic.icrc import icrc_ok
 from traffic.int_telemetry import decode_block
 from traffic.pcap import iter_pcap
-from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, RETH_OPCODES, icrc_ok
+from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, RETH_OPCODES
 
 pytestmark = [
     pytest.mark.root,

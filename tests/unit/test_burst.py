@@ -8,7 +8,8 @@ import pytest
 
 from core.errors import CapabilityError
 from engine.burst import MAX_BURST, Burst
-from traffic.roce import Flow, QpTemplate, icrc_ok, parse_frame
+from traffic.icrc import icrc_ok
+from traffic.roce import Flow, QpTemplate, parse_frame
 
 FLOW = Flow("02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2", 0xC001, 77)
 

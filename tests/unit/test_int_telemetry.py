@@ -14,6 +14,7 @@ from core.errors import CapabilityError
 from core.frame import FIRST_QPN, INT_MAX_HOPS, OFF_ACK_INT, OFF_INT, OFF_INT_RETH, TS_BYTES
 from engine.rawsock import SNAP_INT_BYTES, RingSpec, slot_offsets
 from engine.rx import EV_ACK, EV_ACK_IN, RxLib, RxQpSpec, RxRing, RxState
+from traffic.icrc import icrc_ok
 from traffic.int_telemetry import IntRecord, ack_with_int, block_at, decode_block, encode_block
 from traffic.roce import (
     AETH_ACK,
@@ -21,7 +22,6 @@ from traffic.roce import (
     Flow,
     QpTemplate,
     ResponderTemplate,
-    icrc_ok,
     parse_frame,
 )
 

@@ -18,8 +18,9 @@ from scapy.utils import rdpcap, wrpcap
 from core.errors import FabricEmuError, ParameterError
 from core.frame import WIRE_OVERHEAD_BYTES
 from traffic import collectives
+from traffic.icrc import icrc_ok
 from traffic.pcap import DEFAULT_MAX_PCAP_BYTES, PcapError, iter_pcap, read_roce_pcap, write_pcap
-from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, WRITE_LAST, WRITE_ONLY, icrc_ok, parse_frame
+from traffic.roce import ACKNOWLEDGE, DATA_OPCODES, WRITE_LAST, WRITE_ONLY, parse_frame
 from traffic.workload_pcap import (
     collective_pcap,
     collective_shape,

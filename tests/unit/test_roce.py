@@ -13,6 +13,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from core.errors import ParameterError
+from traffic.icrc import icrc_ok
 from traffic.roce import (
     ACKNOWLEDGE,
     AETH_ACK,
@@ -28,7 +29,6 @@ from traffic.roce import (
     Flow,
     QpTemplate,
     ResponderTemplate,
-    icrc_ok,
     parse_frame,
 )
 

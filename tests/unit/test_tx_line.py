@@ -90,7 +90,7 @@ class _World:
             q.sched.max_catchup_ns = 20_000_000
             q.rate_bps, q.window_bytes = 100e9, -1.0
             for j, shape in enumerate(shapes[k]):
-                q.shape[j] = ctypes.pointer(burst.c_shape(shape))
+                q.shape[j] = burst.shape_address(shape)
                 q.bits[j] = (len(shape.buf) + WIRE_OVERHEAD_BYTES) * 8
             q.tx_ns = ctypes.cast(self.tx_ns[k].buffer_info()[0], ctypes.POINTER(ctypes.c_int64))
             q.first_tx_ns = q.last_tx_ns = -1
