@@ -83,6 +83,24 @@ def run_with(fab, text: str, detect_s: float, holddown_s: float = 0.0):
     return m, injector.events(), routes_at_end, state, len(workload.messages)
 
 
+#: How far the injector's detection delay may miss its mark (real s: 50 ms of wall at S).
+DETECT_TOLERANCE_S = 5e-6
+
+
+def skip_if_stalled_late(m, late_s: float, tolerance_s: float) -> None:
+    """Skip, naming the machine, when an event was ``late_s`` (real s) behind its mark,
+    beyond ``tolerance_s``, and the hypervisor held every CPU at under a quarter of its
+    speed for at least that long (wall) during the run: the injector's thread stalls
+    with them (a CI run: 51.6 ms late beside a throttling spell). Early is never the
+    machine's."""
+    excess_wall_s = (late_s - tolerance_s) * SCALE
+    throttled_s = m.stats.throttled_s or 0.0
+    if excess_wall_s > 0 and throttled_s >= excess_wall_s:
+        pytest.skip(f"the injector was {excess_wall_s * 1e3:.1f} ms of wall late beyond "
+                    f"its tolerance while every CPU ran at under 1/4 speed for "
+                    f"{throttled_s * 1e3:.0f} ms: the machine's timing, not the injector's")
+
+
 def retransmissions_explained(fab, m, workload) -> bool:
     """The fidelity gate's retransmission check (the others judge the machine)."""
     from experiments.measure import fidelity_of
@@ -101,7 +119,8 @@ def test_a_link_down_and_up_recovers_everything(fab, detect_s):
     assert ops == [("link", False), ("learn", False), ("link", True), ("learn", True)]
     learn = events[(events.op == "learn") & ~events.up.astype(bool)].applied_s.iloc[0]
     down = events[(events.op == "link") & ~events.up.astype(bool)].applied_s.iloc[0]
-    assert learn - down == pytest.approx(detect_s, abs=5e-6)  # real s, dilated by S
+    skip_if_stalled_late(m, (learn - down) - detect_s, DETECT_TOLERANCE_S)
+    assert learn - down == pytest.approx(detect_s, abs=DETECT_TOLERANCE_S)
     assert (events.applied_s >= events.planned_s - 1e-9).all()
     assert not dead and not known
     assert after == before  # routes restored when the link came back
