@@ -22,7 +22,7 @@ import numpy as np
 
 from core.errors import CapabilityError
 from emu.cbuild import compile_c
-from model.fluid import FluidResult, _FluidRun
+from model.fluid import FluidResult, _FluidRun, csr
 
 _I64 = ctypes.POINTER(ctypes.c_int64)
 _F64 = ctypes.POINTER(ctypes.c_double)
@@ -51,14 +51,6 @@ def source() -> Path:
     return Path(__file__).resolve().parent / "csrc" / "fluid_loop.c"
 
 
-def _csr(rows: list) -> tuple[np.ndarray, np.ndarray]:
-    """Row pointers and the concatenated rows of a list of int sequences."""
-    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum([len(r) for r in rows])
-    flat = np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(ptr[-1]))
-    return ptr, flat
-
-
 def _f64(a: np.ndarray) -> ctypes._Pointer:
     return a.ctypes.data_as(_F64)
 
@@ -73,7 +65,7 @@ def _run(fn: Callable[[ctypes._Pointer], int], run: _FluidRun) -> FluidResult:
     post = np.fromiter(map(_POST, jobs), dtype=float, count=n)
     instant = np.array(run.instant(), dtype=np.uint8)
     waiting = np.ascontiguousarray(run.waiting, dtype=np.int64)
-    cls_ptr, cls_link = _csr(run.cls_links)
+    cls_ptr, cls_link = csr(run.cls_links)
     cls_cap = np.array(run.cap_list, dtype=float)
     job_class = np.ascontiguousarray(run.job_class, dtype=np.int64)
     out = np.full((4, n), np.nan)

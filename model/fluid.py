@@ -119,11 +119,17 @@ class FluidDag:
         self.gap_s, self.release_s, self.pre_s = (
             np.array([getattr(j, name) for j in jobs], dtype=float)
             for name in ("gap_s", "release_s", "pre_s"))
-        counts = np.array([len(d) for d in self.dependents], dtype=np.int64)
         #: The dependents in CSR form: job i's at dep_index[dep_start[i]:dep_start[i+1]].
-        self.dep_start = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        self.dep_index = np.fromiter((k for d in self.dependents for k in d), dtype=np.int64,
-                                     count=int(counts.sum()))
+        self.dep_start, self.dep_index = csr(self.dependents)
+
+
+def csr(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Row pointers and the concatenated rows of a list of int sequences (int64), as the
+    compiled loop reads a ragged table."""
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(r) for r in rows])
+    flat = np.fromiter((x for r in rows for x in r), dtype=np.int64, count=int(ptr[-1]))
+    return ptr, flat
 
 
 class _FluidRun:

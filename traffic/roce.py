@@ -201,10 +201,13 @@ def _fixed(prototype: bytes, window_end: int) -> _ShapeFixed:
 
 
 @lru_cache(maxsize=_PROTOTYPES)
-def _masked_prefix(addressed: bytes) -> bytes:
-    """The ICRC input before the PSN word (`masked_input`) of a host pair's frame, its UDP
-    source port and destination QPN still zero: a QP's differs in those alone."""
-    return bytes(masked_input(addressed, OFF_PSN_WORD))
+def _masked_prefix(prototype: bytes, src_mac: str, dst_mac: str, src_ip: str,
+                   dst_ip: str) -> bytes:
+    """The ICRC input before the PSN word (`masked_input`) of ``prototype`` with a host
+    pair's addresses (`_addressed`), its UDP source port and destination QPN still zero:
+    a QP's differs in those alone."""
+    return bytes(masked_input(_addressed(prototype, src_mac, dst_mac, src_ip, dst_ip),
+                              OFF_PSN_WORD))
 
 
 class Shape:
@@ -221,15 +224,12 @@ class Shape:
                  "_prefix_crc", "_t0", "_t1", "_t2", "_t3", "_k", "_window", "_icrc_off")
 
     def __init__(self, prototype: bytes, flow: Flow, window_end: int):
-        addressed = _addressed(prototype, flow.src_mac, flow.dst_mac, flow.src_ip,
-                               flow.dst_ip)
-        sport, dqpn = flow.sport.to_bytes(2, "big"), flow.dqpn.to_bytes(3, "big")
-        self.buf = buf = bytearray(addressed)
-        buf[OFF_SPORT:OFF_SPORT + 2] = sport
-        buf[OFF_DQPN:OFF_DQPN + 3] = dqpn
-        masked = bytearray(_masked_prefix(addressed))
-        masked[_MASKED_SPORT:_MASKED_SPORT + 2] = sport
-        masked[_MASKED_DQPN:_MASKED_DQPN + 3] = dqpn
+        self.buf = buf = _with_qp(prototype, flow)
+        # The host pair's masked prefix with this QP's port and QPN copied in.
+        masked = bytearray(_masked_prefix(prototype, flow.src_mac, flow.dst_mac, flow.src_ip,
+                                          flow.dst_ip))
+        masked[_MASKED_SPORT:_MASKED_SPORT + 2] = buf[OFF_SPORT:OFF_SPORT + 2]
+        masked[_MASKED_DQPN:_MASKED_DQPN + 3] = buf[OFF_DQPN:OFF_DQPN + 3]
         # The prefix ends at the PSN word: everything before it is constant per QP.
         self._prefix_crc = _crc32(masked)
         (self.opcode, self.ackreq, self._icrc_off, self._ts_off, self._becn,
