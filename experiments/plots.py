@@ -306,8 +306,9 @@ PLOTS: dict[str, Callable[[PlotContext, pd.DataFrame], Path | None]] = {
 
 def _scales(config: Mapping[str, Any]) -> tuple[float, ...]:
     """Every S of the run: its own and each fabric's (a fabric may run at its own)."""
-    found = [config.get("scale")] + [f.get("scale") for f in (config.get("fabrics") or {}).values()
-                                     if isinstance(f, dict)]
+    fabrics = config.get("fabrics")
+    found = [config.get("scale")] + [f.get("scale") for f in (
+        fabrics.values() if isinstance(fabrics, dict) else ()) if isinstance(f, dict)]
     return tuple(sorted({float(s) for s in found if isinstance(s, (int, float))
                          and not isinstance(s, bool)}))
 
@@ -339,7 +340,8 @@ def plot_context(run_dir: Path, summary: Mapping[str, Any] | None = None,
 
     summary = load("summary.json") if summary is None else summary
     config = load("config.json") if config is None else config
-    cases = summary.get("cases") or {}
+    cases = summary.get("cases")
+    cases = cases if isinstance(cases, dict) else {}
     invalid = frozenset(str(c) for c, rep in cases.items()
                         if isinstance(rep, dict) and not rep.get("valid"))
     return PlotContext(run_dir, read_csv(run_dir / "metrics.csv", *CSV_COLUMNS["metrics.csv"]),

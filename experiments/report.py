@@ -372,7 +372,9 @@ def _print_case_verdicts(summary: Mapping[str, Any]) -> None:
 def title_scales(config: Mapping[str, Any]) -> str:
     """The S the run's fabrics ran at ('10000', '10000, 90000'): a fabric given as
     ``SPEC@S`` runs at its own S, not the run's; the run's without a fabric recorded."""
-    found = {f.get("scale") for f in (config.get("fabrics") or {}).values() if isinstance(f, dict)}
+    fabrics = config.get("fabrics")
+    found = {f.get("scale") for f in (fabrics.values() if isinstance(fabrics, dict) else ())
+             if isinstance(f, dict)}
     scales = sorted(float(s) for s in found if isinstance(s, (int, float))
                     and not isinstance(s, bool))
     if not scales:
