@@ -70,7 +70,7 @@ class VethRig:
                 ipr.link("set", index=idx, state="up")
                 ifindex[h] = idx
             self.roce_sinks = install_roce_sinks(
-                HostPorts(self.namespaces.path(h), iprs[h], [ifindex[h]]) for h in self.hosts)
+                HostPorts(self.namespaces.path(h), self.namespaces.rtnls[h], [ifindex[h]]) for h in self.hosts)
         except BaseException:
             self.__exit__()
             raise

@@ -69,10 +69,11 @@ def attach_time(n_ports: int = 64) -> float:
             shape_port(ipr, j, 10e6, 100_000)
             idx.append(j)
         attach_bpf_marker(scratch.path("bench"), "p0", 10e6, 100_000, Thresholds(1, 2, 1.0),
-                          ipr=ipr, ifindex=idx[0]).close()  # compile/cache warm-up
+                          rtnl=scratch.rtnls["bench"], ifindex=idx[0]).close()  # compile/cache warm-up
         t0 = time.perf_counter()
         markers = [attach_bpf_marker(scratch.path("bench"), f"p{i}", 10e6, 100_000,
-                                     Thresholds(10_000, 40_000, 0.2), ipr=ipr, ifindex=j)
+                                     Thresholds(10_000, 40_000, 0.2), rtnl=scratch.rtnls["bench"],
+                                     ifindex=j)
                    for i, j in enumerate(idx[1:], start=1)]
         per_port_ms = (time.perf_counter() - t0) / len(markers) * 1e3
         for m in markers:

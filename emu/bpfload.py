@@ -6,7 +6,7 @@
 * :func:`load_object` opens and loads an object and returns dup'ed fds of one
   program and its maps, then closes the object: whoever attaches the program holds it.
 * :func:`attach_clsact` / :func:`detach_clsact`: a direct-action cls_bpf filter on a
-  port's clsact hook, through a pyroute2 IPRoute (no fork of ``tc``);
+  port's clsact hook, through the namespace's `emu.rtnl.Rtnl` (no fork of ``tc``);
   :func:`attach_counted` builds, loads and attaches a program with one array map of u64,
   read and set by :func:`read_u64` / :func:`write_u64` (loss filters, port counters).
 * :func:`run_time_stats` turns on the kernel's timing of every BPF program while it is
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
 import struct
 import threading
@@ -26,11 +25,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
-
 from core.errors import CapabilityError
 from emu.cbuild import compile_c, system_library
+from emu.rtnl import Rtnl
 
 #: Explicit tc priorities (the kernel refuses to delete a filter by handle without one).
 #: A hook runs its filters by rising priority: a link's loss filter comes before the port's
@@ -40,8 +37,6 @@ FILTER_PRIO = 2
 PIN_ROOT = "/sys/fs/bpf/fabricemu"
 #: bpf_map_lookup_elem_flags: read a value under its bpf_spin_lock.
 BPF_F_LOCK = 4
-_CLSACT_EGRESS = 0xFFFFFFF3
-_CLSACT_INGRESS = 0xFFFFFFF2
 
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 #: A NULL print hook: libbpf logs nothing.
@@ -262,34 +257,27 @@ def create_array_map(value_bytes: int, name: str) -> int:
     return fd
 
 
-def attach_clsact(ipr: IPRoute, ifindex: int, prog_fd: int, name: str, *, ingress: bool,
+def attach_clsact(rtnl: Rtnl, ifindex: int, prog_fd: int, name: str, *, ingress: bool,
                   prio: int = FILTER_PRIO) -> None:
     """Attach a direct-action cls_bpf filter on the port's clsact hook (adding clsact). A
     filter that lets a frame go on to the next one returns TC_ACT_UNSPEC, not TC_ACT_OK."""
-    try:
-        ipr.tc("add", "clsact", ifindex)
-    except NetlinkError as e:
-        if e.code != errno.EEXIST:
-            raise
-    ipr.tc("add-filter", "bpf", ifindex, ":1", fd=prog_fd, name=name,
-           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, classid=1,
-           direct_action=True, prio=prio)
+    rtnl.add_clsact(ifindex)
+    rtnl.add_bpf_filter(ifindex, prog_fd, name, ingress=ingress, prio=prio)
 
 
-def detach_clsact(ipr: IPRoute, ifindex: int, *, ingress: bool, prio: int = FILTER_PRIO) -> None:
+def detach_clsact(rtnl: Rtnl, ifindex: int, *, ingress: bool, prio: int = FILTER_PRIO) -> None:
     """Delete the filter :func:`attach_clsact` added (clsact itself stays)."""
-    ipr.tc("del-filter", "bpf", ifindex, ":1",
-           parent=_CLSACT_INGRESS if ingress else _CLSACT_EGRESS, prio=prio)
+    rtnl.del_bpf_filter(ifindex, ingress=ingress, prio=prio)
 
 
-def attach_counted(ipr: IPRoute, ifindex: int, source: Path, program: str, map_name: str,
+def attach_counted(rtnl: Rtnl, ifindex: int, source: Path, program: str, map_name: str,
                    name: str, *, ingress: bool, what: str, prio: int = FILTER_PRIO) -> int:
     """Compile ``source``, load ``program`` with its one array map ``map_name`` and attach
     it on the port's clsact hook; return the map's fd (the filter holds the program)."""
     prog_fd, map_fd = load_object(compile_c(source, "bpf", what=what), program, (map_name,),
                                   what=what)
     try:
-        attach_clsact(ipr, ifindex, prog_fd, name, ingress=ingress, prio=prio)
+        attach_clsact(rtnl, ifindex, prog_fd, name, ingress=ingress, prio=prio)
     except BaseException:
         os.close(map_fd)
         raise

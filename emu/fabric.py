@@ -43,6 +43,7 @@ from emu.linkstate import LinkState
 from emu.pfc_controller import PfcController
 from emu.ports import Port
 from emu.rocesink import HostPorts, RoceSinks, install_roce_sinks
+from emu.rtnl import Rtnl
 from emu.runs import NamespaceSet, claim_session
 from emu.rxorder import cpu_masks, node_cpus, pin_receive_cpus
 from emu.shaping import MTU_BYTES, port_lines, shape_port
@@ -226,6 +227,10 @@ class Fabric(LinkState):
         """The netlink socket bound to ``node``'s namespace."""
         return self.namespaces.iprs[node]
 
+    def rtnl(self, node: str) -> Rtnl:
+        """The raw rtnetlink socket bound to ``node``'s namespace (`emu.rtnl`)."""
+        return self.namespaces.rtnls[node]
+
     def iprs_by_path(self) -> dict[str, Any]:
         return {self.netns_path(n): ipr for n, ipr in self.namespaces.iprs.items()}
 
@@ -382,8 +387,6 @@ class Fabric(LinkState):
             else:
                 sysctls = {**_SWITCH_SYSCTLS, **self.ecmp_hash.sysctls[node]}
             self.namespaces.create(node, sysctls)
-        for host in self.hosts:
-            self.namespaces.iprs[host].addr("add", index=1, address=self.plan.host_ip[host], prefixlen=32)
 
     def _create_links(self) -> None:
         """Phase 1 creates the veths (each from its first node's namespace, the peer
@@ -401,8 +404,8 @@ class Fabric(LinkState):
                      for n in self.topo.nodes()}
         run_ip_batches(configure)
         for node in self.topo.nodes():
-            for link in self.namespaces.iprs[node].get_links():
-                self._ifindex[(node, link.get_attr("IFLA_IFNAME"))] = link["index"]
+            for ifname, index in self.namespaces.rtnls[node].links().items():
+                self._ifindex[(node, ifname)] = index
 
     def _steer_receive(self) -> None:
         if not self.in_order:
@@ -459,7 +462,7 @@ class Fabric(LinkState):
                 # delay, so it marks as the port's queue does; nothing to change.
                 port.marker = attach_bpf_marker(
                     port.netns_path, port.ifname, port.rate_emu_bps, port.buffer_bytes,
-                    policy.for_port(port), ipr=self.namespaces.iprs[port.node], ifindex=port.ifindex,
+                    policy.for_port(port), rtnl=self.namespaces.rtnls[port.node], ifindex=port.ifindex,
                     overhead_bytes=WIRE_OVERHEAD_BYTES,
                     loaded=None if self._markers is None else self._markers.take())
             self._ports.append(port)
@@ -474,10 +477,10 @@ class Fabric(LinkState):
             self.routers = install_routers(
                 self.routing, round(self.scale.time_emu_s(self.flowlet_gap_s) * 1e9),
                 loadbalance.fabric_tables(self.topo, self.plan, self.routes, self.routing),
-                self._ports, self.namespaces.iprs, self.marking)
+                self._ports, self.namespaces.rtnls, self.marking)
 
     def _install_roce_sinks(self) -> None:
         self.roce_sinks = install_roce_sinks(
-            HostPorts(self.netns_path(h), self.namespaces.iprs[h],
+            HostPorts(self.netns_path(h), self.namespaces.rtnls[h],
                       [self._ifindex[(h, i.ifname)] for i in self.plan.interfaces[h]])
             for h in self.hosts)

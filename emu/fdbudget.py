@@ -2,8 +2,8 @@
 
 A fabric keeps open, for as long as it runs: one pyroute2 IPRoute per namespace
 (a netlink socket on a shared event loop, ``emu.netns.open_iproute``; counted by
-opening one, so a pyroute2 version with another count is measured, not assumed),
-the map fds of every eBPF-marked port (``emu.ecn.bpf.MARKER_MAPS``) and of every
+opening one, so a pyroute2 version with another count is measured, not assumed)
+and one raw rtnetlink socket (``emu.rtnl.Rtnl``), the map fds of every eBPF-marked port (``emu.ecn.bpf.MARKER_MAPS``) and of every
 switch's router under a routing mode beyond ECMP (``emu.lbrouter.MAPS``),
 and per host the sockets of its checks and of the traffic (a raw ICMP socket for
 pingall, a RoCEv2 sink or capture socket). A k=12 fat-tree needs ~8,000, a
@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 #: Sockets a host may hold beyond its namespace's netlink socket: pingall's raw
 #: ICMP socket and the RoCEv2 sink (UDP fallback) or the engine's capture.
 HOST_SOCKETS = 2
+#: The raw rtnetlink socket of each namespace (``emu.runs.NamespaceSet.rtnls``).
+RTNL_FDS = 1
 #: Open at once only while building: the pipes of the concurrent `ip -batch`
 #: processes, a BPF object being loaded (its maps and program) and the interpreter's own;
 #: beside them, each marked port's program until it is attached (`emu.ecn.preload`).
@@ -79,7 +81,7 @@ class FdNeed:
             marked = sum((topo.role(a) != "host") + (topo.role(b) != "host")
                          for a, b in topo.links())
         switches = len(topo.switch_nodes())
-        return cls(len(topo.host_nodes()), switches, marked, iproute_fds(),
+        return cls(len(topo.host_nodes()), switches, marked, iproute_fds() + RTNL_FDS,
                    switches if bpf_routing else 0, transient=TRANSIENT_FDS + marked)
 
     @property

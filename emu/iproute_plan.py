@@ -42,8 +42,10 @@ def route_specs(topo: FabricTopo, plan: AddressPlan, routes: Routes, node: str,
 
 
 def node_config(topo: FabricTopo, plan: AddressPlan, routes: Routes, node: str) -> list[str]:
-    """Every command that configures ``node`` on a new fabric, for ``ip -batch``."""
-    lines = []
+    """Every command that configures ``node`` on a new fabric, for ``ip -batch``: a
+    host's own /32 on its loopback first (its routes name it as their source)."""
+    lines = ([f"addr add {plan.host_ip[node]}/32 dev lo"] if topo.role(node) == "host"
+             else [])
     for iface in plan.interfaces[node]:
         lines += [
             f"addr add {iface.ip}/{iface.prefixlen} dev {iface.ifname}",

@@ -38,6 +38,7 @@ from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object, pr
 from emu.cbuild import compile_c
 from emu.ecn.bpf import SCALE
 from emu.ports import Port
+from emu.rtnl import Rtnl
 from topologies.loadbalance import (
     MAX_NEXT_HOPS,
     MAX_PORTS,
@@ -232,7 +233,7 @@ def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns
     return router, prog_fd
 
 
-def install_router(switch: str, tables: SwitchTables, ipr: Any, ifindex: Mapping[str, int],
+def install_router(switch: str, tables: SwitchTables, rtnl: Rtnl, ifindex: Mapping[str, int],
                    mode: str, flowlet_gap_emu_ns: int, rate_emu_bps: Mapping[str, float],
                    vq_fds: Mapping[str, int], burst_bytes: Mapping[str, int]) -> SwitchRouter:
     """`load_router`, attached to every port's clsact ingress (the filters hold the program)."""
@@ -240,7 +241,7 @@ def install_router(switch: str, tables: SwitchTables, ipr: Any, ifindex: Mapping
                                   rate_emu_bps, vq_fds, burst_bytes)
     try:
         for port in tables.ports:
-            attach_clsact(ipr, ifindex[port.ifname], prog_fd, FILTER_NAME, ingress=True)
+            attach_clsact(rtnl, ifindex[port.ifname], prog_fd, FILTER_NAME, ingress=True)
     except BaseException:
         router.close()
         raise
@@ -251,10 +252,10 @@ def install_router(switch: str, tables: SwitchTables, ipr: Any, ifindex: Mapping
 
 
 def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, SwitchTables],
-                    ports: list[Port], iprs: Mapping[str, Any], marking: str
+                    ports: list[Port], rtnls: Mapping[str, Rtnl], marking: str
                     ) -> dict[str, SwitchRouter]:
     """A router in every switch of ``tables`` (its ports among ``ports``, its netlink
-    socket in ``iprs``). Adaptive routing reads the ECN markers' queues, so it needs
+    socket in ``rtnls``). Adaptive routing reads the ECN markers' queues, so it needs
     ``marking`` 'bpf'. A one-line CapabilityError when a router cannot be installed
     (the fabric then stops: never a silent ECMP)."""
     if (mode.startswith("adaptive") or mode == "ugal") and marking != "bpf":
@@ -266,7 +267,7 @@ def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, Swi
         for switch, table in tables.items():
             own = [p for p in ports if p.node == switch]
             routers[switch] = install_router(
-                switch, table, iprs[switch], {p.ifname: p.ifindex for p in own}, mode,
+                switch, table, rtnls[switch], {p.ifname: p.ifindex for p in own}, mode,
                 flowlet_gap_emu_ns, {p.ifname: p.rate_emu_bps for p in own},
                 {p.ifname: p.marker.vq_map_fd() for p in own if p.marker is not None},
                 {p.ifname: p.marker.burst_bytes for p in own if p.marker is not None})

@@ -45,7 +45,7 @@ class LinkLoss:
             write_u64(fd, _THRESHOLD_KEY, threshold_of(probability), "loss_cfg")
 
     def _attach(self, node: str, peer: str) -> int:
-        fd = attach_counted(self.fab.ipr(node), self.fab.port(node, peer).ifindex, loss_source(),
+        fd = attach_counted(self.fab.rtnl(node), self.fab.port(node, peer).ifindex, loss_source(),
                             "link_loss", "loss_cfg", FILTER_NAME, ingress=True,
                             what="link loss", prio=LINK_FILTER_PRIO)
         self._maps[(node, peer)] = fd
@@ -59,7 +59,7 @@ class LinkLoss:
         """Remove every filter this object attached."""
         for (node, peer), fd in self._maps.items():
             with contextlib.suppress(Exception):
-                detach_clsact(self.fab.ipr(node), self.fab.port(node, peer).ifindex, ingress=True,
+                detach_clsact(self.fab.rtnl(node), self.fab.port(node, peer).ifindex, ingress=True,
                               prio=LINK_FILTER_PRIO)
             os.close(fd)
         self._maps.clear()

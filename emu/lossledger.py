@@ -83,7 +83,7 @@ class LossLedger:
         for name, fd in self._maps.items():
             p = by_name[name]
             with contextlib.suppress(Exception):
-                detach_clsact(self.fab.ipr(p.node), p.ifindex, ingress=False)
+                detach_clsact(self.fab.rtnl(p.node), p.ifindex, ingress=False)
             os.close(fd)
         self._maps.clear()
 
@@ -109,7 +109,7 @@ class LossLedger:
         return out
 
     def _attach(self, port: Port) -> int:
-        return attach_counted(self.fab.ipr(port.node), port.ifindex, counter_source(),
+        return attach_counted(self.fab.rtnl(port.node), port.ifindex, counter_source(),
                               "port_count", "offered", FILTER_NAME, ingress=False,
                               what="the port counter")
 

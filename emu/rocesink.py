@@ -20,13 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyroute2 import IPRoute
-
 from core.errors import CapabilityError
 from core.frame import ROCE_UDP_PORT
 from emu import netns as ns
 from emu.bpfload import attach_clsact, load_object
 from emu.cbuild import compile_c
+from emu.rtnl import Rtnl
 
 FILTER_NAME = "fabricemu_roce_sink"
 
@@ -36,7 +35,7 @@ class HostPorts:
     """The interfaces of one host: its namespace, a netlink socket in it, ifindexes."""
 
     netns_path: str
-    ipr: IPRoute
+    rtnl: Rtnl
     ifindexes: list[int]
 
 
@@ -85,7 +84,7 @@ def _attach_bpf(hosts: list[HostPorts]) -> None:
     try:  # one program, one filter per host interface; each filter holds the program
         for host in hosts:
             for ifindex in host.ifindexes:
-                attach_clsact(host.ipr, ifindex, prog_fd, FILTER_NAME, ingress=True)
+                attach_clsact(host.rtnl, ifindex, prog_fd, FILTER_NAME, ingress=True)
     finally:
         with contextlib.suppress(OSError):
             os.close(prog_fd)

@@ -39,6 +39,7 @@ from pyroute2 import IPRoute
 from core import safefile
 from core.errors import FabricEmuError
 from emu.netns import create_netns, delete_netns, list_netns, netns_path
+from emu.rtnl import Rtnl
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +254,9 @@ def clean_runs(include_alive: bool = False) -> list[RunInfo]:
 
 
 class NamespaceSet:
-    """The namespaces of one run, each with the netlink socket bound to it.
+    """The namespaces of one run, each with the netlink sockets bound to it: a pyroute2
+    IPRoute (``iprs``) and an `emu.rtnl.Rtnl` for the requests made by the hundred
+    (``rtnls``).
 
     Every creator of namespaces (fabrics, capability probes, test rigs, benchmarks)
     goes through this, so each is registered before it exists and named
@@ -266,6 +269,7 @@ class NamespaceSet:
         self.run_id = new_run_id()
         self.description = description
         self.iprs: dict[str, IPRoute] = {}
+        self.rtnls: dict[str, Rtnl] = {}
         self._registered = False
 
     def name(self, node: str) -> str:
@@ -282,6 +286,7 @@ class NamespaceSet:
             self.iprs[node] = create_netns(self.name(node), sysctls)
         except FileExistsError as e:  # never adopt a namespace we did not create
             raise FabricEmuError(f"namespace {e.filename} exists already") from e
+        self.rtnls[node] = Rtnl.open(self.path(node))
         return self.iprs[node]
 
     def veth(self, a: str, ifname_a: str, b: str, ifname_b: str, *, mtu: int | None = None,
@@ -314,6 +319,9 @@ class NamespaceSet:
         for ipr in self.iprs.values():
             with contextlib.suppress(Exception):
                 ipr.close()
+        for rtnl in self.rtnls.values():
+            rtnl.close()
+        self.rtnls.clear()
         for node in self.iprs:
             delete_netns(self.name(node))
         if self._registered:

@@ -36,9 +36,10 @@ def _probe_in_scratch_ns() -> dict[str, Any]:
             obj = compile_marker()
             out["clang"] = {"ok": True, "object": str(obj)}
             t0 = time.perf_counter()
-            marker = attach_bpf_marker(scratch.path("probe"), "p0", rate, buf, t, ipr=ipr, ifindex=idx)
+            marker = attach_bpf_marker(scratch.path("probe"), "p0", rate, buf, t,
+                                       rtnl=scratch.rtnls["probe"], ifindex=idx)
             out["bpf"] = {"ok": True, "attach_ms": round((time.perf_counter() - t0) * 1e3, 2)}
-            marker.detach(ipr)
+            marker.detach(scratch.rtnls["probe"])
         except Exception as e:  # noqa: BLE001 - any failure means "not available", with why
             out.setdefault("clang", {"ok": False, "why": str(e)})
             out["bpf"] = {"ok": False, "why": str(e).splitlines()[0] if str(e) else repr(e)}

@@ -5,8 +5,8 @@
   (owner, mode, recorded sha256) before it is loaded, see :mod:`emu.cbuild`.
 * Load: :func:`emu.bpfload.load_object`, one bpf_object per port, so the maps of a
   port are its own (isolated between ports and between fabrics).
-* Attach: :func:`emu.bpfload.attach_clsact` on clsact egress, through an IPRoute
-  bound to the port's namespace.
+* Attach: :func:`emu.bpfload.attach_clsact` on clsact egress, through an
+  `emu.rtnl.Rtnl` bound to the port's namespace.
 * Clean-up: nothing is pinned. After attaching we keep only the map fds we read
   (3 per port) and close the object; the tc filter holds the program, the program
   holds its maps. Deleting the namespace (the veth) drops the filter, and closing
@@ -20,18 +20,16 @@ import contextlib
 import ctypes
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
 from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import FRAME_BYTES
 from emu.bpfload import BPF_F_LOCK, attach_clsact, detach_clsact, libbpf, load_object, program_id
 from emu.cbuild import compile_c
-from emu.netns import in_netns
+from emu.rtnl import Rtnl
 from emu.shaping import htb_burst_bytes
 
 PROGRAM_NAME = "fabricemu_mark"
@@ -277,11 +275,11 @@ class PortMarker:
         return out
 
     # detach
-    def detach(self, ipr: IPRoute | None = None) -> None:
+    def detach(self, rtnl: Rtnl | None = None) -> None:
         """Remove the tc filter (if the port still exists) and release the maps."""
         if self._fds is None:
             return
-        with contextlib.suppress(NetlinkError, OSError), _ipr_for(self.netns_path, ipr) as r:
+        with contextlib.suppress(OSError), _rtnl_for(self.netns_path, rtnl) as r:
             detach_clsact(r, self.ifindex, ingress=False)
         self.close()
 
@@ -302,16 +300,12 @@ class PortMarker:
 
 
 @contextlib.contextmanager
-def _ipr_for(netns_path: str, ipr: IPRoute | None):
-    if ipr is not None:
-        yield ipr
+def _rtnl_for(netns_path: str, rtnl: Rtnl | None) -> Iterator[Rtnl]:
+    if rtnl is not None:
+        yield rtnl
         return
-    with in_netns(netns_path):
-        own = IPRoute()
-    try:
+    with Rtnl.open(netns_path) as own:
         yield own
-    finally:
-        own.close()
 
 
 def default_hist_bucket_bytes(buffer_bytes: int) -> int:
@@ -320,7 +314,7 @@ def default_hist_bucket_bytes(buffer_bytes: int) -> int:
 
 
 def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_bytes: int,
-                      thresholds: Thresholds, *, ipr: IPRoute | None = None,
+                      thresholds: Thresholds, *, rtnl: Rtnl | None = None,
                       ifindex: int | None = None, burst_bytes: int | None = None,
                       hist_bucket_bytes: int | None = None, overhead_bytes: int = 0,
                       trace: bool = False, obj_path: Path | None = None,
@@ -329,8 +323,8 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
 
     ``rate_emu_bps`` is the EMULATED rate the port is shaped to (R/S) and the
     virtual queue drains at; ``buffer_bytes`` and the thresholds are real bytes.
-    Pass ``ipr`` (an IPRoute bound to the namespace) and ``ifindex`` to avoid
-    opening a netlink socket per port. ``burst_bytes`` is the port's HTB burst
+    Pass ``rtnl`` (an `emu.rtnl.Rtnl` bound to the namespace) and ``ifindex`` to
+    avoid opening a netlink socket per port. ``burst_bytes`` is the port's HTB burst
     (default: what :func:`emu.shaping.shape_port` configures). ``overhead_bytes`` is
     what the shaper charges each packet beyond its length (Ethernet's preamble, FCS
     and gap); the virtual queue, its thresholds and INT's transmitted bytes count
@@ -357,12 +351,12 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
                         loaded, trace, overhead_bytes)
     try:
         marker._write_cfg()
-        with _ipr_for(netns_path, ipr) as r:
+        with _rtnl_for(netns_path, rtnl) as r:
             if not ifindex:
-                links = r.link_lookup(ifname=ifname)
-                if not links:
+                found = r.links().get(ifname)
+                if found is None:
                     raise ParameterError("ifname", ifname, f"no such interface in {netns_path}")
-                marker.ifindex = links[0]
+                marker.ifindex = found
             attach_clsact(r, marker.ifindex, loaded.prog_fd, FILTER_NAME, ingress=False)
     except BaseException:
         marker.close()

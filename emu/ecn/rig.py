@@ -89,7 +89,8 @@ class MarkerRig:
         shape_port(ipr_w, self.w1_index, self.rate_emu_bps, self.buffer_bytes)
         if thresholds is not None:
             self.marker = attach_bpf_marker(self.namespaces.path("sw"), "w1", self.rate_emu_bps,
-                                            self.buffer_bytes, thresholds, ipr=ipr_w,
+                                            self.buffer_bytes, thresholds,
+                                            rtnl=self.namespaces.rtnls["sw"],
                                             ifindex=self.w1_index, trace=trace)
         with in_netns(self.namespaces.path("snd")):
             self.tx_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)

@@ -92,6 +92,8 @@ def test_iproute_commands_follow_the_routes():
         f"route add default via {plan.iface('h1', 'l1').peer_ip} dev "
         f"{plan.iface('h1', 'l1').ifname} src {plan.host_ip['h1']}"]
     assert any(c.startswith(f"addr add {plan.iface('h1', 'l1').ip}/") for c in host)
+    assert host[0] == f"addr add {plan.host_ip['h1']}/32 dev lo"
+    assert not any("dev lo" in c for c in node_config(topo, plan, routes, "l1"))
     remote = f"{plan.host_ip['h1']}/32"
     assert route_specs(topo, plan, routes, "l2")[remote].count("nexthop via") == 2
     cut = compute_routes(topo, down(("l1", "s1")))
