@@ -398,29 +398,21 @@ def measure_deviations(fab: Fabric, m: Measurement, case: str, graph: Any | None
     emulated = emulated_fixed_delays(fab, m.stats.emulated_fixed_delays)
     msgs = m.messages[m.messages.end_s.notna() & (m.messages.src != m.messages.dst)]
     lowest = m.latency.groupby("msg_id").one_way_s.min() if not m.latency.empty else pd.Series()
-    lowest_s = lowest.to_dict()
-    parts: list[dict[str, float]] = []
-    measured: list[float] = []
-    shortest: dict[tuple[str, str, int], dict[str, float]] = {}  # a ring's 254 messages a pair
-    for msg in msgs.itertuples():
-        low = lowest_s.get(msg.msg_id)
-        if low is None:
-            continue
-        frame = first_frame_bytes(int(msg.size_bytes), MTU_PAYLOAD_BYTES)
-        key = (msg.src, msg.dst, frame)
-        if key not in shortest:
-            shortest[key] = min((path_delay(graph, p, frame)
-                                 for p in fab.routes.paths(msg.src, msg.dst)),
-                                key=lambda d: d.total_s).parts()
-        parts.append(shortest[key])
-        measured.append(float(low))
+    seen = msgs[msgs.msg_id.isin(lowest.index)]
+    # One shortest-route delay per (pair, first frame size): a ring's 254 messages a pair.
+    keys = list(zip(seen.src, seen.dst, (first_frame_bytes(int(b), MTU_PAYLOAD_BYTES)
+                                         for b in seen.size_bytes), strict=True))
+    shortest = {key: min((path_delay(graph, p, key[2]) for p in fab.routes.paths(key[0], key[1])),
+                         key=lambda d: d.total_s).parts() for key in dict.fromkeys(keys)}
     rows = []
-    if parts:
-        real = {k: float(pd.Series([d[k] for d in parts]).median()) for k in parts[0]}
+    if keys:
+        real = {k: float(pd.Series([shortest[key][k] for key in keys]).median())
+                for k in shortest[keys[0]]}
+        measured_s = float(seen.msg_id.map(lowest).astype(float).median())
         rows.append(_deviation_row(
             case, list(real), [k for k in real if not emulated[k]["emulated"]],
             "unloaded one-way latency of a message's first frames (median over messages)",
-            sum(real.values()), float(pd.Series(measured).median()),
+            sum(real.values()), measured_s,
             "; ".join(f"{k} {v * 1e9:.0f} ns ({emulated[k]['how']})" for k, v in real.items())))
     started = msgs[(msgs.first_tx_s >= 0) & (msgs.start_s >= 0)]
     if not started.empty:
