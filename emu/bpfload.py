@@ -192,12 +192,14 @@ def program_alive(prog_id: int) -> bool:
 
 
 def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, what: str,
-                small_maps: tuple[str, ...] = (), inner_maps: Mapping[str, int] | None = None
+                max_entries: Mapping[str, int] | None = None,
+                inner_maps: Mapping[str, int] | None = None
                 ) -> list[int]:
     """Open and load a BPF object; return dup'ed fds of ``program`` and ``maps``.
 
     The object itself is closed again: whoever attaches the program holds it.
-    ``small_maps`` are shrunk to one entry before loading (optional features);
+    ``max_entries`` sizes maps (by name) before loading: one entry for an optional
+    feature left off, a switch's port count for per-port state;
     ``inner_maps`` gives each map-of-maps (by name) the fd of a map its entries
     must be like (the kernel compares their type, sizes and locks).
     """
@@ -209,13 +211,13 @@ def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, wha
         # refuses runs again with its log captured, for the error message.
         lb.lib.libbpf_set_print(_SILENT)
         try:
-            loaded = _load_once(lb, obj_path, program, maps, small_maps, inner_maps)
+            loaded = _load_once(lb, obj_path, program, maps, max_entries or {}, inner_maps)
         finally:
             lb.lib.libbpf_set_print(lb.printer)
         if isinstance(loaded, list):
             return loaded
         lb.log.clear()
-        loaded = _load_once(lb, obj_path, program, maps, small_maps, inner_maps)
+        loaded = _load_once(lb, obj_path, program, maps, max_entries or {}, inner_maps)
         if isinstance(loaded, list):
             return loaded
         tail = "\n".join(lb.log[-15:])
@@ -223,7 +225,7 @@ def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, wha
 
 
 def _load_once(lb: _Libbpf, obj_path: Path, program: str, maps: tuple[str, ...],
-               small_maps: tuple[str, ...], inner_maps: Mapping[str, int] | None
+               max_entries: Mapping[str, int], inner_maps: Mapping[str, int] | None
                ) -> list[int] | int:
     """`load_object`'s open and load: the dup'ed fds, or libbpf's negative error."""
     obj = lb.lib.bpf_object__open_file(str(obj_path).encode(), None)
@@ -231,9 +233,9 @@ def _load_once(lb: _Libbpf, obj_path: Path, program: str, maps: tuple[str, ...],
         err = ctypes.get_errno()
         raise CapabilityError(f"libbpf cannot open {obj_path}: {os.strerror(err)}")
     try:
-        for name in small_maps:
+        for name, entries in max_entries.items():
             lb.lib.bpf_map__set_max_entries(
-                lb.lib.bpf_object__find_map_by_name(obj, name.encode()), 1)
+                lb.lib.bpf_object__find_map_by_name(obj, name.encode()), entries)
         for name, fd in (inner_maps or {}).items():
             lb.lib.bpf_map__set_inner_map_fd(
                 lb.lib.bpf_object__find_map_by_name(obj, name.encode()), fd)

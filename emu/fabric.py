@@ -32,7 +32,6 @@ from emu.delay import DelayPlan, choose_delay, parse_delay_request, plan_delays
 from emu.ecmp_hashing import CHOICES as ECMP_HASH_CHOICES
 from emu.ecmp_hashing import HashPlan, choose_mechanism, plan_hashing
 from emu.ecn.backend import choose_backend
-from emu.ecn.bpf import attach_bpf_marker
 from emu.ecn.preload import MarkerPreload
 from emu.ecn.red import red_qdisc_options
 from emu.fdbudget import FdNeed, ensure_fd_limit
@@ -351,11 +350,12 @@ class Fabric(LinkState):
         self.marking = choose_backend(self.marking_requested)
 
     def _preload_markers(self) -> None:
-        """Every switch port's eBPF marker loaded in a thread while the rest is built."""
+        """Every switch's eBPF marker loaded in a thread while the rest is built, in
+        the order `_shape_and_mark` takes them."""
         if self.marking == "bpf":
-            self._markers = MarkerPreload(sum(len(self.plan.interfaces[n])
-                                              for n in self.topo.nodes()
-                                              if self.topo.role(n) != "host"))
+            self._markers = MarkerPreload([len(self.plan.interfaces[n])
+                                           for n in self.topo.nodes()
+                                           if self.topo.role(n) != "host"])
 
     def _end_preload(self) -> None:
         if self._markers is not None:
@@ -455,17 +455,23 @@ class Fabric(LinkState):
                         iface.ifname, rate_emu, iface.buffer_bytes, WIRE_OVERHEAD_BYTES))
                 ports.append(port)
         run_ip_batches(batches, tool="tc")
+        self._ports.extend(ports)  # before marking: stop() closes what was attached
+        if self.marking == "bpf":
+            self._mark(ports, policy)
+
+    def _mark(self, ports: list[Port], policy: Any) -> None:
+        """Each switch's marker on its ports' clsact egress, i.e. before the delay line:
+        the marker's virtual queue is the real queue at leaf 10: shifted by the port's
+        constant delay, so it marks as the port's queue does."""
+        assert self._markers is not None  # _preload_markers made it for bpf marking
+        by_switch: dict[str, list[Port]] = {}
         for port in ports:
-            if port.is_switch and self.marking == "bpf":
-                # On clsact egress, i.e. before the delay line: the marker's virtual
-                # queue is the real queue at leaf 10: shifted by the port's constant
-                # delay, so it marks as the port's queue does; nothing to change.
-                port.marker = attach_bpf_marker(
-                    port.netns_path, port.ifname, port.rate_emu_bps, port.buffer_bytes,
-                    policy.for_port(port), rtnl=self.namespaces.rtnls[port.node], ifindex=port.ifindex,
-                    overhead_bytes=WIRE_OVERHEAD_BYTES,
-                    loaded=None if self._markers is None else self._markers.take())
-            self._ports.append(port)
+            if port.is_switch:
+                by_switch.setdefault(port.node, []).append(port)
+        for node in self.topo.nodes():
+            if node in by_switch:
+                self._markers.attach(by_switch[node], policy.for_port, self.namespaces.rtnls[node],
+                                     WIRE_OVERHEAD_BYTES)
 
     def _threshold_policy(self) -> Any:
         if self.marking == "off":

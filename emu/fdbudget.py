@@ -39,8 +39,10 @@ HOST_SOCKETS = 2
 RTNL_FDS = 1
 #: Open at once only while building: the pipes of the concurrent `ip -batch`
 #: processes, a BPF object being loaded (its maps and program) and the interpreter's own;
-#: beside them, each marked port's program until it is attached (`emu.ecn.preload`).
+#: beside them, each marked port's program and slot map until it is attached
+#: (`ATTACH_FDS`, `emu.ecn.preload`).
 TRANSIENT_FDS = 2 * MAX_CONCURRENT + 64
+ATTACH_FDS = 2
 
 
 @functools.cache
@@ -82,7 +84,7 @@ class FdNeed:
                          for a, b in topo.links())
         switches = len(topo.switch_nodes())
         return cls(len(topo.host_nodes()), switches, marked, iproute_fds() + RTNL_FDS,
-                   switches if bpf_routing else 0, transient=TRANSIENT_FDS + marked)
+                   switches if bpf_routing else 0, transient=TRANSIENT_FDS + ATTACH_FDS * marked)
 
     @property
     def fabric(self) -> int:

@@ -9,8 +9,9 @@ between switches and fabrics), attached to the clsact ingress hook of every port
   HTB bucket depth;
 * ``dests``: destination host IP -> the slots of its equal-cost next hops
   (``topologies.loadbalance.switch_tables``, from the fabric's routes);
-* ``port_vq`` (adaptive, ugal): each slot's ECN marker ``vq`` map, so the switch reads its
-  own ports' queues;
+* ``port_vq`` (adaptive, ugal): each slot's ECN marker ``vq`` map (the switch's marker
+  object's, the port at its ``vq_slot`` in ``ports``), so the switch reads its own
+  ports' queues;
 * ``to_group``, ``host_ifs`` (valiant, ugal): the slots toward each group, the host
   ports' ifindexes (``topologies.loadbalance.GroupSlots``); ``dests`` then also holds
   each destination's group and hop counts;
@@ -36,7 +37,7 @@ from core.errors import CapabilityError
 from core.frame import WIRE_FRAME_BYTES
 from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object, program_id
 from emu.cbuild import compile_c
-from emu.ecn.bpf import SCALE
+from emu.ecn.bpf import SCALE, VqRef
 from emu.ports import Port
 from emu.rtnl import Rtnl
 from topologies.loadbalance import (
@@ -70,7 +71,7 @@ class _Cfg(ctypes.Structure):
 
 
 class _Port(ctypes.Structure):
-    _fields_ = [("ifindex", ctypes.c_uint32), ("pad", ctypes.c_uint32),
+    _fields_ = [("ifindex", ctypes.c_uint32), ("vq_slot", ctypes.c_uint32),
                 ("rate_emu_bps", ctypes.c_uint64), ("max_delta_ns", ctypes.c_uint64),
                 ("burst_scaled", ctypes.c_uint64), ("mac", ctypes.c_uint8 * 6), ("peer_mac", ctypes.c_uint8 * 6),
                 ("pad2", ctypes.c_uint32)]
@@ -139,7 +140,7 @@ class SwitchRouter:
         return self._fds[name]
 
     def configure(self, mode: str, flowlet_gap_emu_ns: int, ifindex: Mapping[str, int],
-                  rate_emu_bps: Mapping[str, float], vq_fds: Mapping[str, int],
+                  rate_emu_bps: Mapping[str, float], vq: Mapping[str, VqRef],
                   burst_bytes: Mapping[str, int]) -> None:
         """Write the mode, every port slot (by ifname: its ifindex, rate, marker map,
         HTB bucket depth, 0 without a marker) and the destinations (and the group tables)."""
@@ -152,12 +153,13 @@ class SwitchRouter:
         for slot, port in enumerate(self.tables.ports):
             rate = rate_emu_bps[port.ifname]
             _update(self._fd("ports"), ctypes.c_uint32(slot),
-                    _Port(ifindex[port.ifname], 0, max(1, round(rate)), max_idle_ns(rate),
+                    _Port(ifindex[port.ifname], vq[port.ifname].slot if port.ifname in vq else 0,
+                          max(1, round(rate)), max_idle_ns(rate),
                           burst_bytes.get(port.ifname, 0) * SCALE, _mac(port.mac),
                           _mac(port.peer_mac), 0), "ports")
-            if port.ifname in vq_fds:
+            if port.ifname in vq:
                 _update(self._fd("port_vq"), ctypes.c_uint32(slot),
-                        ctypes.c_uint32(vq_fds[port.ifname]), "port_vq")
+                        ctypes.c_uint32(vq[port.ifname].fd), "port_vq")
         if groups is not None:
             for slot in groups.host_slots:
                 _update(self._fd("host_ifs"), ctypes.c_uint32(ifindex[self.tables.ports[slot].ifname]),
@@ -208,14 +210,14 @@ class SwitchRouter:
 
 def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns: int,
                 ifindex: Mapping[str, int], rate_emu_bps: Mapping[str, float],
-                vq_fds: Mapping[str, int], burst_bytes: Mapping[str, int]
+                vq: Mapping[str, VqRef], burst_bytes: Mapping[str, int]
                 ) -> tuple[SwitchRouter, int]:
     """Load and configure one router for ``switch`` (`SwitchRouter.configure`); returns
     it and its program's fd, which the caller attaches (or runs) and closes.
     CapabilityError when clang, libbpf or the kernel refuses."""
     # port_vq's entries are markers' maps: one of them is the template; without
     # markers, an array of their size (port_vq stays empty, adaptive is refused).
-    template = next(iter(vq_fds.values()), None)
+    template = next((ref.fd for ref in vq.values()), None)
     own_template = create_array_map(VQ_STATE_BYTES, "fabemu_vq") if template is None else -1
     try:
         prog_fd, *fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router",
@@ -225,7 +227,7 @@ def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns
             os.close(own_template)
     router = SwitchRouter(switch, tables, fds, program_id(prog_fd))
     try:
-        router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq_fds, burst_bytes)
+        router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq, burst_bytes)
     except BaseException:
         router.close()
         os.close(prog_fd)
@@ -235,10 +237,10 @@ def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns
 
 def install_router(switch: str, tables: SwitchTables, rtnl: Rtnl, ifindex: Mapping[str, int],
                    mode: str, flowlet_gap_emu_ns: int, rate_emu_bps: Mapping[str, float],
-                   vq_fds: Mapping[str, int], burst_bytes: Mapping[str, int]) -> SwitchRouter:
+                   vq: Mapping[str, VqRef], burst_bytes: Mapping[str, int]) -> SwitchRouter:
     """`load_router`, attached to every port's clsact ingress (the filters hold the program)."""
     router, prog_fd = load_router(switch, tables, mode, flowlet_gap_emu_ns, ifindex,
-                                  rate_emu_bps, vq_fds, burst_bytes)
+                                  rate_emu_bps, vq, burst_bytes)
     try:
         for port in tables.ports:
             attach_clsact(rtnl, ifindex[port.ifname], prog_fd, FILTER_NAME, ingress=True)
@@ -269,7 +271,7 @@ def install_routers(mode: str, flowlet_gap_emu_ns: int, tables: Mapping[str, Swi
             routers[switch] = install_router(
                 switch, table, rtnls[switch], {p.ifname: p.ifindex for p in own}, mode,
                 flowlet_gap_emu_ns, {p.ifname: p.rate_emu_bps for p in own},
-                {p.ifname: p.marker.vq_map_fd() for p in own if p.marker is not None},
+                {p.ifname: p.marker.vq_ref() for p in own if p.marker is not None},
                 {p.ifname: p.marker.burst_bytes for p in own if p.marker is not None})
     except BaseException as e:
         for router in routers.values():

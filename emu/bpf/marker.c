@@ -30,9 +30,13 @@
  * `int_scale`). The frame's ICRC is left as the sender computed it (nothing here
  * checks it; a capture shows such frames with a stale ICRC).
  *
- * One object (program + maps) is loaded per port, so state is isolated between
- * ports and between fabrics by construction. Python writes `cfg` and reads
- * `vq` and `stats` (see emu/ecn/bpf.py, which mirrors these layouts).
+ * One object (program + maps) is loaded per switch and attached to each of its
+ * marked ports: the verifier runs once per switch, not once per port (2 ms each,
+ * 640 ports on a fattree,8). Each port has its own slot of `cfg`, `vq` and `stats`,
+ * found by the egress ifindex in `slot_of`; the loader sizes the maps to the
+ * switch's ports. State is isolated between ports by slot and between switches
+ * and fabrics by object. Python writes `cfg` and `slot_of` and reads `vq` and
+ * `stats` (see emu/ecn/bpf.py, which mirrors these layouts).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -84,6 +88,14 @@ struct stats {
 	__u64 hist[HIST_BUCKETS]; /* queue depth seen by each packet */
 };
 
+/* A port's slot by its ifindex; a port without one is passed untouched. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} slot_of SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -105,8 +117,9 @@ struct {
 	__type(value, struct stats);
 } stats SEC(".maps");
 
-/* Debug: queue depth + 1 seen by the packet with IPv4 id = index (0 = none).
- * Sized to 1 entry unless a test asks for tracing (set before load). */
+/* Debug: queue depth + 1 seen by the packet with IPv4 id = index (0 = none), for
+ * every port of the object (tests trace one). Sized to 1 entry unless a test asks
+ * for tracing (set before load). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 65536);
@@ -140,10 +153,14 @@ static __always_inline int ecn_of(void *data, void *data_end, __u16 proto, __u8 
 SEC("tc")
 int fabricemu_mark(struct __sk_buff *skb)
 {
-	__u32 zero = 0;
-	struct cfg *c = bpf_map_lookup_elem(&cfg, &zero);
-	struct vq_state *s = bpf_map_lookup_elem(&vq, &zero);
-	struct stats *st = bpf_map_lookup_elem(&stats, &zero);
+	__u32 ifindex = skb->ifindex;
+	__u32 *slot = bpf_map_lookup_elem(&slot_of, &ifindex);
+	if (!slot)
+		return TC_ACT_OK;
+	__u32 port = *slot;
+	struct cfg *c = bpf_map_lookup_elem(&cfg, &port);
+	struct vq_state *s = bpf_map_lookup_elem(&vq, &port);
+	struct stats *st = bpf_map_lookup_elem(&stats, &port);
 	if (!c || !s || !st)
 		return TC_ACT_OK;
 

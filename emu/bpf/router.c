@@ -76,7 +76,7 @@ struct cfg {
 
 struct port {
 	__u32 ifindex;
-	__u32 pad;
+	__u32 vq_slot;          /* its entry in the switch's marker `vq` map (adaptive) */
 	__u64 rate_emu_bps;     /* the marker's drain rate (adaptive) */
 	__u64 max_delta_ns;     /* idle time beyond which its queue is surely empty */
 	__u64 burst_scaled;     /* its HTB bucket's depth (the marker's) */
@@ -174,7 +174,8 @@ struct {
 	__type(value, __u32);
 } host_ifs SEC(".maps");
 
-/* Each port slot's ECN marker `vq` map (marker.c), for ADAPTIVE. Its entries'
+/* Each port slot's ECN marker `vq` map (marker.c: one per switch, the port's entry at
+ * its vq_slot), for ADAPTIVE. Its entries'
  * layout (struct vq_state) comes from the loader (emu/lbrouter.py), which gives
  * libbpf a marker's map as the template: clang emits no BTF for a struct reached
  * only through the pointers of an inner map's definition. */
@@ -191,12 +192,12 @@ struct {
  * port that has just sent one and on an idle one alike. */
 static __always_inline __u64 queue_now(__u32 slot, __u64 now)
 {
-	__u32 zero = 0;
 	struct port *p = bpf_map_lookup_elem(&ports, &slot);
 	void *inner = bpf_map_lookup_elem(&port_vq, &slot);
 	if (!p || !inner)
 		return 0;
-	struct vq_state *s = bpf_map_lookup_elem(inner, &zero);
+	__u32 vq_slot = p->vq_slot;
+	struct vq_state *s = bpf_map_lookup_elem(inner, &vq_slot);
 	if (!s)
 		return 0;
 	/* Read without the lock: an estimate, as a switch's queue-depth sampling is. */

@@ -3,12 +3,14 @@
 * Compile: ``clang -O2 -g -target bpf`` on first use into a cache keyed by the hash
   of the source and the compiler (never a committed binary); the object is checked
   (owner, mode, recorded sha256) before it is loaded, see :mod:`emu.cbuild`.
-* Load: :func:`emu.bpfload.load_object`, one bpf_object per port, so the maps of a
-  port are its own (isolated between ports and between fabrics).
+* Load: :func:`emu.bpfload.load_object`, one bpf_object per switch (`load_markers`:
+  the verifier runs once per switch, 2 ms each), its maps sized to the switch's
+  ports; each port has its own slot of them, found by its ifindex (isolated between
+  ports by slot, between switches and fabrics by object).
 * Attach: :func:`emu.bpfload.attach_clsact` on clsact egress, through an
   `emu.rtnl.Rtnl` bound to the port's namespace.
 * Clean-up: nothing is pinned. After attaching we keep only the map fds we read
-  (3 per port) and close the object; the tc filter holds the program, the program
+  (3 per port, each port its own duplicates) and close the object; the tc filter holds the program, the program
   holds its maps. Deleting the namespace (the veth) drops the filter, and closing
   our fds (or the process dying, also by SIGKILL) frees everything, so ``emu clean``
   only has to delete namespaces.
@@ -23,6 +25,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from core.ecn import Thresholds
 from core.errors import ParameterError
@@ -78,26 +81,56 @@ def compile_marker(out_dir: Path | None = None) -> Path:
 
 # --- loading ------------------------------------------------------------------------
 
+class VqRef(NamedTuple):
+    """A port's virtual queue: its switch's marker ``vq`` map and the port's slot."""
+
+    fd: int
+    slot: int
+
+
 @dataclass
 class _Loaded:
+    """One port's share of a switch's marker object: its own duplicates of the fds
+    and its slot in the maps. ``prog_fd`` and ``slot_fd`` are closed once attached."""
+
     prog_fd: int
     prog_id: int
     cfg_fd: int
     vq_fd: int
     stats_fd: int
+    slot_fd: int
     trace_fd: int = -1  # none without trace
+    slot: int = 0
 
 
-def _load(obj_path: Path, trace: bool) -> _Loaded:
-    """Load one marker object (its own maps) for one port."""
-    fds = load_object(obj_path, PROGRAM_NAME, MARKER_MAPS + (("trace",) if trace else ()),
-                      what="the ECN marker", small_maps=() if trace else ("trace",))
-    return _Loaded(fds[0], program_id(fds[0]), *fds[1:])
+def load_markers(obj_path: Path, ports: int, trace: bool = False) -> list[_Loaded]:
+    """Load one marker object for ``ports`` ports (a switch's); each its `_Loaded`."""
+    if ports < 1:
+        raise ParameterError("ports", ports, "a marker object serves at least one port")
+    sizes = {name: ports for name in (*MARKER_MAPS, "slot_of")}
+    fds = load_object(obj_path, PROGRAM_NAME, (*MARKER_MAPS, "slot_of", "trace"),
+                      what="the ECN marker",
+                      max_entries=sizes if trace else {**sizes, "trace": 1})
+    prog, cfg, vq, stats, slot_of, trace_map = fds
+    out: list[_Loaded] = []
+    try:
+        prog_id = program_id(prog)
+        for slot in range(ports):
+            out.append(_Loaded(os.dup(prog), prog_id, os.dup(cfg), os.dup(vq), os.dup(stats),
+                               os.dup(slot_of), os.dup(trace_map) if trace else -1, slot))
+    except BaseException:
+        for loaded in out:
+            close_loaded(loaded)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return out
 
 
 def close_loaded(loaded: _Loaded) -> None:
-    """Close a loaded marker's fds (the program's and its maps')."""
-    for fd in (loaded.prog_fd, loaded.cfg_fd, loaded.vq_fd, loaded.stats_fd,
+    """Close a port's fds (the program's and its maps')."""
+    for fd in (loaded.prog_fd, loaded.cfg_fd, loaded.vq_fd, loaded.stats_fd, loaded.slot_fd,
                loaded.trace_fd):
         if fd >= 0:
             with contextlib.suppress(OSError):
@@ -146,6 +179,8 @@ class PortMarker:
         self.int_scale = 0
         self._fds: _Loaded | None = loaded
         self.prog_id = loaded.prog_id
+        #: This port's entry in its switch's maps (the router reads ``vq`` at it).
+        self.slot = loaded.slot
 
     # configuration
     def _write_cfg(self) -> None:
@@ -211,24 +246,23 @@ class PortMarker:
             raise RuntimeError(f"marker of {self.ifname} is closed")
         return getattr(self._fds, name)
 
-    @staticmethod
-    def _update(fd: int, value: ctypes.Structure) -> None:
-        key = ctypes.c_uint32(0)
+    def _update(self, fd: int, value: ctypes.Structure) -> None:
+        key = ctypes.c_uint32(self.slot)
         if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0) != 0:
             raise OSError(ctypes.get_errno(), "bpf_map_update_elem")
 
     def _vq_state(self) -> _VqState:
         st = _VqState()
-        key = ctypes.c_uint32(0)
+        key = ctypes.c_uint32(self.slot)
         if libbpf().lib.bpf_map_lookup_elem_flags(
                 self._fd("vq_fd"), ctypes.byref(key), ctypes.byref(st), BPF_F_LOCK) != 0:
             raise OSError(ctypes.get_errno(), "bpf_map_lookup_elem(vq)")
         return st
 
-    def vq_map_fd(self) -> int:
-        """The fd of the port's virtual-queue map (adaptive routing reads it in the
-        switch, emu/bpf/router.c); valid while the marker is open."""
-        return self._fd("vq_fd")
+    def vq_ref(self) -> VqRef:
+        """The port's virtual queue as adaptive routing reads it in the switch
+        (emu/bpf/router.c); the fd is valid while the marker is open."""
+        return VqRef(self._fd("vq_fd"), self.slot)
 
     def vq(self) -> tuple[int, int]:
         """Raw virtual queue: (bytes after the last packet, its CLOCK_MONOTONIC ns)."""
@@ -246,7 +280,7 @@ class PortMarker:
         """Counters summed over CPUs (the stats map is per-CPU: no atomics on the path)."""
         lb = libbpf()
         vals = (_Stats * lb.ncpus)()
-        key = ctypes.c_uint32(0)
+        key = ctypes.c_uint32(self.slot)
         if lb.lib.bpf_map_lookup_elem(self._fd("stats_fd"), ctypes.byref(key), vals) != 0:
             raise OSError(ctypes.get_errno(), "bpf_map_lookup_elem(stats)")
         tot = {n: sum(getattr(v, n) for v in vals) for n, _ in _Stats._fields_ if n != "hist"}
@@ -329,8 +363,9 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
     what the shaper charges each packet beyond its length (Ethernet's preamble, FCS
     and gap); the virtual queue, its thresholds and INT's transmitted bytes count
     them too. ``trace`` records the queue each IPv4 packet saw by IP id (tests only:
-    256 KiB per port). ``loaded``: the port's marker object loaded ahead (without
-    trace, `emu.ecn.preload`).
+    256 KiB per port). ``loaded``: the port's share of its switch's marker object
+    (`load_markers`, loaded ahead by `emu.ecn.preload`); without it the port gets an
+    object of its own.
     """
     try:
         if not 0 <= int(overhead_bytes) <= 64:
@@ -344,7 +379,7 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
             close_loaded(loaded)
         raise
     if loaded is None:
-        loaded = _load(obj_path or compile_marker(), trace)
+        (loaded,) = load_markers(obj_path or compile_marker(), 1, trace)
     burst = htb_burst_bytes(rate_emu_bps) if burst_bytes is None else int(burst_bytes)
     marker = PortMarker(netns_path, ifname, ifindex or 0, rate_emu_bps, buffer_bytes, burst,
                         thresholds, hist_bucket_bytes or default_hist_bucket_bytes(buffer_bytes),
@@ -357,13 +392,22 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
                 if found is None:
                     raise ParameterError("ifname", ifname, f"no such interface in {netns_path}")
                 marker.ifindex = found
+            _update_u32(loaded.slot_fd, marker.ifindex, loaded.slot, "slot_of")
             attach_clsact(r, marker.ifindex, loaded.prog_fd, FILTER_NAME, ingress=False)
     except BaseException:
         marker.close()
         raise
-    # The filter now holds the program; its fd is not needed any more.
-    with contextlib.suppress(OSError):
-        os.close(loaded.prog_fd)
-    loaded.prog_fd = -1
+    # The filter now holds the program, the program its maps: the fds only the
+    # attach needed go.
+    for name in ("prog_fd", "slot_fd"):
+        with contextlib.suppress(OSError):
+            os.close(getattr(loaded, name))
+        setattr(loaded, name, -1)
     return marker
+
+
+def _update_u32(fd: int, key: int, value: int, what: str) -> None:
+    k, v = ctypes.c_uint32(key), ctypes.c_uint32(value)
+    if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(k), ctypes.byref(v), 0) != 0:
+        raise OSError(ctypes.get_errno(), f"bpf_map_update_elem({what})")
 

@@ -10,8 +10,12 @@ import ctypes
 import os
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from emu.ecn.bpf import VqRef
 
 pytestmark = pytest.mark.root
 TC_ACT_OK, TC_ACT_REDIRECT = 0, 7
@@ -65,7 +69,7 @@ def _run(prog_fd: int, frame: bytes, ingress_ifindex: int = 0) -> tuple[int, byt
 
 
 @contextlib.contextmanager
-def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = None,
+def _router(mode: str, gap_emu_ns: int = 10**9, vq: dict[str, VqRef] | None = None,
             spec: str = "leafspine,2,2,2", switch: str = SWITCH):
     """``switch``'s router in ``mode``; its port in slot i has ifindex 100 + i."""
     from emu.lbrouter import load_router
@@ -79,8 +83,8 @@ def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = 
     tables = fabric_tables(topo, plan, compute_routes(topo), mode)[switch]
     ifindex = {p.ifname: 100 + slot for slot, p in enumerate(tables.ports)}
     router, prog_fd = load_router(switch, tables, mode, gap_emu_ns, ifindex,
-                                  dict.fromkeys(ifindex, RATE_EMU_BPS), vq_fds or {},
-                                  dict.fromkeys(vq_fds or {}, 0))
+                                  dict.fromkeys(ifindex, RATE_EMU_BPS), vq or {},
+                                  dict.fromkeys(vq or {}, 0))
     try:
         yield router, prog_fd, plan, tables
     finally:
@@ -90,30 +94,30 @@ def _router(mode: str, gap_emu_ns: int = 10**9, vq_fds: dict[str, int] | None = 
 
 @contextlib.contextmanager
 def _markers(switch: str = SWITCH, ports: int = 4):
-    """The ``vq`` maps of ECN markers, one per port of ``switch`` (ifname -> fd)."""
-    from emu.bpfload import load_object
-    from emu.ecn.bpf import PROGRAM_NAME, compile_marker
+    """The queues of ``switch``'s ECN marker object, as a fabric loads it: one ``vq``
+    map, each port at its slot (ifname -> VqRef). The slots run backwards against the
+    router's own port order, so a router reading the wrong entry is seen."""
+    from emu.ecn.bpf import VqRef, close_loaded, compile_marker, load_markers
 
-    loaded = [load_object(compile_marker(), PROGRAM_NAME, ("vq",), what="marker",
-                          small_maps=("trace",)) for _ in range(ports)]
+    loaded = load_markers(compile_marker(), ports)
     try:
-        yield {f"{switch}-eth{i + 1}": fds[1] for i, fds in enumerate(loaded)}
+        yield {f"{switch}-eth{i + 1}": VqRef(loaded[ports - 1 - i].vq_fd, ports - 1 - i)
+               for i in range(ports)}
     finally:
-        for fds in loaded:
-            for fd in fds:
-                os.close(fd)
+        for one in loaded:
+            close_loaded(one)
 
 
-def _set_queues(vq: dict[str, int], tables, queued_bytes: dict[int, int], now_ns: int) -> None:
+def _set_queues(vq: dict[str, VqRef], tables, queued_bytes: dict[int, int], now_ns: int) -> None:
     """Each slot's marker queue as if its last frame left ``queued_bytes`` at ``now_ns``."""
     from emu.bpfload import libbpf
     from emu.ecn.bpf import SCALE, _VqState
 
     for slot, queued in queued_bytes.items():
         st = _VqState(vq_scaled=queued * SCALE, t_last_ns=now_ns)
-        key = ctypes.c_uint32(0)
-        assert libbpf().lib.bpf_map_update_elem(
-            vq[tables.ports[slot].ifname], ctypes.byref(key), ctypes.byref(st), 0) == 0
+        ref = vq[tables.ports[slot].ifname]
+        key = ctypes.c_uint32(ref.slot)
+        assert libbpf().lib.bpf_map_update_elem(ref.fd, ctypes.byref(key), ctypes.byref(st), 0) == 0
 
 
 def _slot_of(out: bytes, frame: bytes, tables) -> int:
@@ -173,7 +177,7 @@ def test_adaptive_takes_the_shortest_queue_as_the_python_decision_does():
     from emu.lbrouter import QUEUE_QUANTUM_BYTES
     from topologies.loadbalance import least_queue_choice, queue_now_scaled
 
-    with _markers() as vq, _router("adaptive", vq_fds=vq) as (_, prog_fd, plan, tables):
+    with _markers() as vq, _router("adaptive", vq=vq) as (_, prog_fd, plan, tables):
         members = tables.dests[plan.host_ip["h3"]]
         for loaded in members:
             now = time.monotonic_ns()
@@ -188,7 +192,7 @@ def test_adaptive_takes_the_shortest_queue_as_the_python_decision_does():
 
 
 def test_adaptive_alternates_a_destination_over_equal_queues():
-    with _markers() as vq, _router("adaptive", vq_fds=vq) as (_, prog_fd, plan, tables):
+    with _markers() as vq, _router("adaptive", vq=vq) as (_, prog_fd, plan, tables):
         members = tables.dests[plan.host_ip["h3"]]
         _set_queues(vq, tables, dict.fromkeys(members, 0), time.monotonic_ns())
         slots = _slots(prog_fd, _frame(plan), tables, 8)
@@ -201,7 +205,7 @@ def test_adaptive_alternates_a_destination_over_equal_queues():
 
 
 def test_adaptive_flowlet_takes_the_shortest_queue_once_per_flowlet():
-    with _markers() as vq, _router("adaptive-flowlet", gap_emu_ns=10**12, vq_fds=vq) as (
+    with _markers() as vq, _router("adaptive-flowlet", gap_emu_ns=10**12, vq=vq) as (
             router, prog_fd, plan, tables):
         first, second = tables.dests[plan.host_ip["h3"]]
         _set_queues(vq, tables, {first: 10_000_000, second: 0}, time.monotonic_ns())
@@ -317,7 +321,7 @@ def test_ugal_compares_queue_times_hops_from_the_switch_own_queues(switch, ingre
     from emu.lbrouter import QUEUE_QUANTUM_BYTES
     from topologies.valiant import TAG_MINIMAL, TAG_UNDECIDED, tag_of, ugal_prefers_valiant
 
-    with _markers(switch, 3) as vq, _router("ugal", vq_fds=vq, spec=DFLY, switch=switch) as (
+    with _markers(switch, 3) as vq, _router("ugal", vq=vq, spec=DFLY, switch=switch) as (
             _, fd, plan, tables):
         h3 = plan.host_ip["h3"]
         hops = tables.groups.dests[h3]
