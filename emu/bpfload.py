@@ -71,8 +71,7 @@ class _Libbpf:
             ("bpf_program__fd", i, [vp]),
             ("bpf_map__fd", i, [vp]),
             ("bpf_map__set_max_entries", i, [vp, u32]),
-            ("bpf_map__set_inner_map_fd", i, [vp, i]),
-            ("bpf_map_create", i, [i, cp, u32, u32, u32, vp]),
+            ("bpf_map__reuse_fd", i, [vp, i]),
             ("bpf_map_update_elem", i, [i, vp, vp, ctypes.c_uint64]),
             ("bpf_map_lookup_elem", i, [i, vp, vp]),
             ("bpf_map_delete_elem", i, [i, vp]),
@@ -132,7 +131,8 @@ def _prog_info(fd: int) -> bytes | None:
 
 
 def program_id(fd: int) -> int:
-    """The kernel's id of the program behind ``fd`` (0 if it cannot be read)."""
+    """The kernel's id of the program (or map: their infos start alike) behind ``fd``
+    (0 if it cannot be read)."""
     info = _prog_info(fd)
     return 0 if info is None else struct.unpack_from("I", info, _INFO_ID)[0]
 
@@ -193,15 +193,15 @@ def program_alive(prog_id: int) -> bool:
 
 def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, what: str,
                 max_entries: Mapping[str, int] | None = None,
-                inner_maps: Mapping[str, int] | None = None
+                reuse_maps: Mapping[str, int] | None = None
                 ) -> list[int]:
     """Open and load a BPF object; return dup'ed fds of ``program`` and ``maps``.
 
     The object itself is closed again: whoever attaches the program holds it.
     ``max_entries`` sizes maps (by name) before loading: one entry for an optional
     feature left off, a switch's port count for per-port state;
-    ``inner_maps`` gives each map-of-maps (by name) the fd of a map its entries
-    must be like (the kernel compares their type, sizes and locks).
+    ``reuse_maps`` gives maps (by name) an existing map to use instead of a new one
+    (its fd; libbpf takes its type, sizes and entries, another object's map shared).
     """
     lb = libbpf()
     with lb.lock:  # libbpf's log buffer and print hook are shared
@@ -211,13 +211,13 @@ def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, wha
         # refuses runs again with its log captured, for the error message.
         lb.lib.libbpf_set_print(_SILENT)
         try:
-            loaded = _load_once(lb, obj_path, program, maps, max_entries or {}, inner_maps)
+            loaded = _load_once(lb, obj_path, program, maps, max_entries or {}, reuse_maps or {})
         finally:
             lb.lib.libbpf_set_print(lb.printer)
         if isinstance(loaded, list):
             return loaded
         lb.log.clear()
-        loaded = _load_once(lb, obj_path, program, maps, max_entries or {}, inner_maps)
+        loaded = _load_once(lb, obj_path, program, maps, max_entries or {}, reuse_maps or {})
         if isinstance(loaded, list):
             return loaded
         tail = "\n".join(lb.log[-15:])
@@ -225,7 +225,7 @@ def load_object(obj_path: Path, program: str, maps: tuple[str, ...] = (), *, wha
 
 
 def _load_once(lb: _Libbpf, obj_path: Path, program: str, maps: tuple[str, ...],
-               max_entries: Mapping[str, int], inner_maps: Mapping[str, int] | None
+               max_entries: Mapping[str, int], reuse_maps: Mapping[str, int]
                ) -> list[int] | int:
     """`load_object`'s open and load: the dup'ed fds, or libbpf's negative error."""
     obj = lb.lib.bpf_object__open_file(str(obj_path).encode(), None)
@@ -236,9 +236,11 @@ def _load_once(lb: _Libbpf, obj_path: Path, program: str, maps: tuple[str, ...],
         for name, entries in max_entries.items():
             lb.lib.bpf_map__set_max_entries(
                 lb.lib.bpf_object__find_map_by_name(obj, name.encode()), entries)
-        for name, fd in (inner_maps or {}).items():
-            lb.lib.bpf_map__set_inner_map_fd(
-                lb.lib.bpf_object__find_map_by_name(obj, name.encode()), fd)
+        for name, fd in reuse_maps.items():
+            ret = lb.lib.bpf_map__reuse_fd(lb.lib.bpf_object__find_map_by_name(obj, name.encode()),
+                                           fd)
+            if ret != 0:
+                return int(ret)
         ret = lb.lib.bpf_object__load(obj)
         if ret != 0:
             return int(ret)
@@ -249,14 +251,6 @@ def _load_once(lb: _Libbpf, obj_path: Path, program: str, maps: tuple[str, ...],
         return [os.dup(fd) for fd in fds]
     finally:
         lb.lib.bpf_object__close(obj)
-
-
-def create_array_map(value_bytes: int, name: str) -> int:
-    """A one-entry BPF array of ``value_bytes`` values (e.g. a map-of-maps' template)."""
-    fd = libbpf().lib.bpf_map_create(2, name.encode(), 4, value_bytes, 1, None)  # BPF_MAP_TYPE_ARRAY
-    if fd < 0:
-        raise CapabilityError(f"the kernel refused a BPF array map: {os.strerror(-fd)}")
-    return fd
 
 
 def attach_clsact(rtnl: Rtnl, ifindex: int, prog_fd: int, name: str, *, ingress: bool,

@@ -9,9 +9,9 @@ between switches and fabrics), attached to the clsact ingress hook of every port
   HTB bucket depth;
 * ``dests``: destination host IP -> the slots of its equal-cost next hops
   (``topologies.loadbalance.switch_tables``, from the fabric's routes);
-* ``port_vq`` (adaptive, ugal): each slot's ECN marker ``vq`` map (the switch's marker
-  object's, the port at its ``vq_slot`` in ``ports``), so the switch reads its own
-  ports' queues;
+* ``vq`` (adaptive, ugal): the switch's ECN marker ``vq`` map itself (one marker
+  object per switch, each port at its ``vq_slot`` in ``ports``), reused by libbpf, so
+  the switch reads its own ports' queues;
 * ``to_group``, ``host_ifs`` (valiant, ugal): the slots toward each group, the host
   ports' ifindexes (``topologies.loadbalance.GroupSlots``); ``dests`` then also holds
   each destination's group and hop counts;
@@ -35,7 +35,7 @@ from typing import Any
 
 from core.errors import CapabilityError
 from core.frame import WIRE_FRAME_BYTES
-from emu.bpfload import attach_clsact, create_array_map, libbpf, load_object, program_id
+from emu.bpfload import attach_clsact, libbpf, load_object, program_id
 from emu.cbuild import compile_c
 from emu.ecn.bpf import SCALE, VqRef
 from emu.ports import Port
@@ -50,11 +50,12 @@ from topologies.valiant import MAX_GROUPS
 
 PROGRAM_NAME = "fabricemu_route"
 FILTER_NAME = "fabricemu_router"
-MAPS = ("cfg", "ports", "dests", "stats", "port_vq", "to_group", "host_ifs")
+#: The maps the router keeps fds of (``vq`` is the markers' own).
+MAPS = ("cfg", "ports", "dests", "stats", "to_group", "host_ifs")
+#: A port's ``vq_slot`` without a marker: no entry of any ``vq``.
+NO_VQ_SLOT = 0xFFFFFFFF
 #: router.c's MAX_GROUPS: the size of ``to_group`` and of a destination's ``via_hops``
 GROUP_SLOTS = 64
-#: sizeof(struct vq_state) (emu/bpf/vq_state.h)
-VQ_STATE_BYTES = 40
 #: router.c's mode numbers
 MODE_NUMBER = {"spray": 1, "spray-rr": 2, "flowlet": 3, "adaptive": 4, "adaptive-flowlet": 5,
                "valiant": 6, "ugal": 7}
@@ -153,13 +154,11 @@ class SwitchRouter:
         for slot, port in enumerate(self.tables.ports):
             rate = rate_emu_bps[port.ifname]
             _update(self._fd("ports"), ctypes.c_uint32(slot),
-                    _Port(ifindex[port.ifname], vq[port.ifname].slot if port.ifname in vq else 0,
+                    _Port(ifindex[port.ifname],
+                          vq[port.ifname].slot if port.ifname in vq else NO_VQ_SLOT,
                           max(1, round(rate)), max_idle_ns(rate),
                           burst_bytes.get(port.ifname, 0) * SCALE, _mac(port.mac),
                           _mac(port.peer_mac), 0), "ports")
-            if port.ifname in vq:
-                _update(self._fd("port_vq"), ctypes.c_uint32(slot),
-                        ctypes.c_uint32(vq[port.ifname].fd), "port_vq")
         if groups is not None:
             for slot in groups.host_slots:
                 _update(self._fd("host_ifs"), ctypes.c_uint32(ifindex[self.tables.ports[slot].ifname]),
@@ -215,16 +214,13 @@ def load_router(switch: str, tables: SwitchTables, mode: str, flowlet_gap_emu_ns
     """Load and configure one router for ``switch`` (`SwitchRouter.configure`); returns
     it and its program's fd, which the caller attaches (or runs) and closes.
     CapabilityError when clang, libbpf or the kernel refuses."""
-    # port_vq's entries are markers' maps: one of them is the template; without
-    # markers, an array of their size (port_vq stays empty, adaptive is refused).
-    template = next((ref.fd for ref in vq.values()), None)
-    own_template = create_array_map(VQ_STATE_BYTES, "fabemu_vq") if template is None else -1
-    try:
-        prog_fd, *fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router",
-                                    inner_maps={"port_vq": own_template if template is None else template})
-    finally:
-        if own_template >= 0:
-            os.close(own_template)
+    # The markers' vq map is reused whole: every port of the switch must be in it.
+    maps = {program_id(ref.fd) for ref in vq.values()}
+    if len(maps) > 1:
+        raise ValueError(f"the markers of {switch} are {len(maps)} objects: a router reads "
+                         "one switch's marker object (emu.ecn.bpf.load_markers)")
+    prog_fd, *fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router",
+                                reuse_maps={"vq": next(iter(vq.values())).fd} if vq else None)
     router = SwitchRouter(switch, tables, fds, program_id(prog_fd))
     try:
         router.configure(mode, flowlet_gap_emu_ns, ifindex, rate_emu_bps, vq, burst_bytes)
@@ -287,12 +283,7 @@ def probe_router() -> tuple[bool, str]:
     """Whether this machine compiles the router and the kernel's verifier accepts it
     (attaching is the marker's clsact + cls_bpf, probed with it)."""
     try:
-        template = create_array_map(VQ_STATE_BYTES, "fabemu_probe")
-        try:
-            fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router",
-                              inner_maps={"port_vq": template})
-        finally:
-            os.close(template)
+        fds = load_object(compile_router(), PROGRAM_NAME, MAPS, what="the eBPF router")
     except CapabilityError as e:
         return False, str(e).splitlines()[0]
     for fd in fds:

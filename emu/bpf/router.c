@@ -24,9 +24,9 @@
  *             that at equal queues a destination's frames alternate over its
  *             members (a random tie-break splits each flow unevenly, and the
  *             splits meet downstream, where this switch cannot see). The queue is the backlog of a port draining at its emulated
- *             rate: the ECN marker's virtual queue (`port_vq` holds each port's
- *             marker map) plus what its HTB bucket has lent (burst - tokens),
- *             drained to now.
+ *             rate: the ECN marker's virtual queue (`vq` is the switch's marker
+ *             map, each port at its vq_slot) plus what its HTB bucket has lent
+ *             (burst - tokens), drained to now.
  *   ADAPTIVE_FLOWLET  as FLOWLET, a new flowlet taking ADAPTIVE's member (ties
  *             from a random member).
  *   VALIANT   (dragonfly) at the source switch (the frame came in from a host port,
@@ -174,17 +174,16 @@ struct {
 	__type(value, __u32);
 } host_ifs SEC(".maps");
 
-/* Each port slot's ECN marker `vq` map (marker.c: one per switch, the port's entry at
- * its vq_slot), for ADAPTIVE. Its entries'
- * layout (struct vq_state) comes from the loader (emu/lbrouter.py), which gives
- * libbpf a marker's map as the template: clang emits no BTF for a struct reached
- * only through the pointers of an inner map's definition. */
+/* The switch's ECN marker `vq` map itself (marker.c: one object per switch, each
+ * port at its vq_slot), for ADAPTIVE and UGAL: the loader (emu/lbrouter.py) has
+ * libbpf reuse the marker's map, so no map of maps is needed (Debian 12's 6.1
+ * refuses one whose entries hold a bpf_spin_lock). Without markers, an empty one. */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, MAX_PORTS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u32);
-} port_vq SEC(".maps");
+	__type(value, struct vq_state);
+} vq SEC(".maps");
 
 /* Bytes (scaled) a port at its emulated rate would hold now: the marker's queue plus
  * what the HTB bucket sent ahead of that rate (burst - tokens), drained since. The
@@ -193,11 +192,10 @@ struct {
 static __always_inline __u64 queue_now(__u32 slot, __u64 now)
 {
 	struct port *p = bpf_map_lookup_elem(&ports, &slot);
-	void *inner = bpf_map_lookup_elem(&port_vq, &slot);
-	if (!p || !inner)
+	if (!p)
 		return 0;
-	__u32 vq_slot = p->vq_slot;
-	struct vq_state *s = bpf_map_lookup_elem(inner, &vq_slot);
+	__u32 vq_slot = p->vq_slot;  /* NO_VQ_SLOT without a marker: no entry */
+	struct vq_state *s = bpf_map_lookup_elem(&vq, &vq_slot);
 	if (!s)
 		return 0;
 	/* Read without the lock: an estimate, as a switch's queue-depth sampling is. */

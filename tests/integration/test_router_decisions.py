@@ -204,6 +204,15 @@ def test_adaptive_alternates_a_destination_over_equal_queues():
         assert _slots(prog_fd, _frame(plan), tables, 2) == [members[0], members[1]]
 
 
+def test_a_router_refuses_ports_of_several_marker_objects():
+    """The router reads one map of queues, its switch's marker object's: ports whose
+    markers are separate objects would have it read the wrong port's queue."""
+    with _markers() as first, _markers() as second:
+        mixed = {**dict(list(first.items())[:2]), **dict(list(second.items())[2:])}
+        with pytest.raises(ValueError, match="are 2 objects"), _router("adaptive", vq=mixed):
+            pass
+
+
 def test_adaptive_flowlet_takes_the_shortest_queue_once_per_flowlet():
     with _markers() as vq, _router("adaptive-flowlet", gap_emu_ns=10**12, vq=vq) as (
             router, prog_fd, plan, tables):
