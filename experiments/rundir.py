@@ -39,6 +39,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ import pandas as pd
 
 from core import safefile
 from core.errors import FabricEmuError, ParameterError
+from core.forkmap import Background
 from core.scaling import Scale
 from emu.fabric import Fabric
 from engine.capture import Captured
@@ -123,8 +125,10 @@ class RunResult:
 class Run:
     """Collects one experiment's measurements and writes its run directory.
 
-    Every finished case is committed (:meth:`commit`) to ``cases/NNN/`` at once, and
-    nothing else is written then: a SIGKILL or an OOM loses only the case then running,
+    Every finished case is committed (:meth:`commit`) to ``cases/NNN/`` at once, by a
+    forked writer while the run goes on (``core.forkmap.Background``; the next commit
+    and the end wait for it, and raise what it could not write), and nothing else is
+    written then: a SIGKILL or an OOM loses only the case then running,
     ``--resume`` reloads the committed cases and runs the rest, and ``emu report``
     writes the run's CSVs and summary from them (`experiments.runfiles`). The run's
     own files are written when it starts and when it ends or stops.
@@ -143,6 +147,7 @@ class Run:
         self.pending = CaseRecord("")
         self._environment: dict[str, Any] | None = None
         self._pcaps: set[Path] = set()
+        self._saving: Background | None = None
 
     @property
     def scale(self) -> Scale:
@@ -249,8 +254,17 @@ class Run:
             raise FabricEmuError(f"the run directory {self.dir} was removed while the run "
                                  f"was going; case {key!r} and those before it are lost")
         with deferred_interrupts():
-            unit.save(self.dir / CASES_DIR, len(self.units))
+            self.saved()  # the records stay in order
+            root = self.dir / CASES_DIR
+            safefile.make_dir(root, parents=False)  # a planted link is refused here
+            self._saving = Background(partial(unit.save, root, len(self.units)))
             self.units.append(unit)
+
+    def saved(self) -> None:
+        """Wait until every committed case's record is written; raise what failed."""
+        saving, self._saving = self._saving, None
+        if saving is not None:
+            saving.wait()
 
     def resume(self) -> int:
         """Load the cases a previous run into this directory committed; their count."""
@@ -294,14 +308,23 @@ class Run:
 
     def finish(self, show: bool = True, stopped: str | None = None) -> RunResult:
         """Write the run directory and render it. ``stopped`` (the reason) marks a run
-        that did not finish: the case then running is dropped, the run is invalid."""
+        that did not finish: the case then running is dropped, the run is invalid. A
+        case record the writer could not write stops it too (and is raised, once the
+        run's files say so)."""
+        unsaved = None
         with deferred_interrupts():
+            try:
+                self.saved()
+            except FabricEmuError as e:
+                unsaved = e
+                stopped = stopped or f"a case's record could not be written: {e}"
             if stopped is None and not self.pending.empty():
                 unit, self.pending = self.pending, CaseRecord("(rest)")
                 unit.save(self.dir / CASES_DIR, len(self.units))
                 self.units.append(unit)
             result = self._write("stopped" if stopped else "finished", stopped)
-
+        if unsaved is not None:
+            raise unsaved
         render_report(self.dir, show=show)
         return result
 

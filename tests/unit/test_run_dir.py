@@ -24,7 +24,7 @@ from experiments.options import ExperimentOptions, Option
 from experiments.report import render_report
 from experiments.rundir import Run
 from experiments.runner import prepare_out_dir, run_experiment
-from experiments.storage import deferred_interrupts
+from experiments.storage import CaseRecord, deferred_interrupts
 from model.claims import ALPHABETA
 
 REPO = Path(__file__).resolve().parents[2]
@@ -340,32 +340,49 @@ def test_a_queue_drift_is_measured_again_only_beside_a_stall(tmp_path):
     assert summary["cases"]["a"]["valid"] and not summary["cases"]["b"]["valid"]
 
 
-def test_a_commit_writes_its_case_record_only(tmp_path, monkeypatch):
+def test_a_commit_writes_its_case_record_only(tmp_path):
     """Recording costs time in proportion to the cases, not their square: committing a
-    case writes its own record, never the run's files that grow with every case."""
-    from core import safefile
-
-    written: list[Path] = []
-    real = safefile.open_atomic
-
-    def spy(path, *args, **kwargs):
-        written.append(Path(path))
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(safefile, "open_atomic", spy)
+    case writes its own record (by a forked writer, `Run.saved` waits for it), never
+    the run's files that grow with every case."""
     run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
     run.start()
+    out = tmp_path / "r"
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(out)): (p.stat().st_ino, p.stat().st_mtime_ns)
+                for p in out.rglob("*") if p.is_file()}
+
     for case in ("a", "b", "c"):
-        written.clear()
+        before = files()
         run.metric(case, "m", "u", 1.0, 1.0, ALPHABETA)
         run.frame("samples", pd.DataFrame({"t_s": [0.0, 1.0]}), case=case)
         run.fidelity(case, FidelityReport(True, [], 1.0))
         run.commit(case)
-        assert {p.parent.name.strip(".").removesuffix(".tmp") for p in written} == {
-            f"{len(run.units) - 1:03d}"}
-        assert {p.name for p in written} == {"samples.csv", "unit.json"}
+        run.saved()
+        after = files()
+        index = f"{len(run.units) - 1:03d}"
+        assert {k: v for k, v in after.items() if before.get(k) != v} == {
+            k: after[k] for k in (f"cases/{index}/samples.csv", f"cases/{index}/unit.json")}
     run.finish(show=False)
-    assert list(pd.read_csv(tmp_path / "r" / "samples.csv").case) == ["a", "a", "b", "b", "c", "c"]
+    assert list(pd.read_csv(out / "samples.csv").case) == ["a", "a", "b", "b", "c", "c"]
+
+
+def test_a_case_record_that_cannot_be_written_stops_the_run_and_says_why(tmp_path,
+                                                                         monkeypatch):
+    """The forked writer's failure (here: a frame that cannot be written) is raised at
+    the end, after the run's files say it stopped for it."""
+    run = Run("t", tmp_path / "r", {"scale": 1.0}, quick=True)
+    run.start()
+    run.metric("a", "m", "u", 1.0, 1.0, ALPHABETA)
+    run.fidelity("a", FidelityReport(True, [], 1.0))
+    monkeypatch.setattr(CaseRecord, "save", lambda *_a: (_ for _ in ()).throw(
+        OSError(28, "No space left on device")))
+    run.commit("a")
+    with pytest.raises(FabricEmuError, match="No space left on device"):
+        run.finish(show=False)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "stopped" and not summary["valid"]
+    assert any("could not be written" in r for r in summary["reasons"])
 
 
 def test_case_records_past_999_are_found_in_order(tmp_path):
