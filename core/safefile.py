@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal, overload
 
+from core.csvtext import csv_text
 from core.errors import FabricEmuError
 
 __all__ = ["ReadError", "WriteError", "create_empty", "make_dir", "open_atomic", "open_lock",
@@ -201,9 +202,14 @@ def write_json(path: str | os.PathLike[str], obj: object, *, indent: int | None 
 
 
 def write_csv(path: str | os.PathLike[str], frame: Any) -> None:
-    """A pandas DataFrame as CSV, without its index."""
+    """A pandas DataFrame as CSV, without its index: the text `core.csvtext` builds
+    (pandas' own, twice as fast), or pandas' where it does not build it."""
+    text = csv_text(frame)
     with open_atomic(path, True) as f:
-        frame.to_csv(f, index=False)
+        if text is None:
+            frame.to_csv(f, index=False)
+        else:
+            f.write(text)
 
 
 def save_figure(fig: Any, path: str | os.PathLike[str], **kwargs: Any) -> None:
