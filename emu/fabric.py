@@ -249,9 +249,10 @@ class Fabric(LinkState):
 
     def bpf_program_ids(self) -> dict[str, list[int]]:
         """The kernel ids of the switches' eBPF programs by job: 'router' (the routing
-        modes beyond ECMP, one per switch) and 'ECN marker' (one per port)."""
+        modes beyond ECMP) and 'ECN marker', each program once (both one per switch)."""
         return {"router": [r.prog_id for r in self.routers.values() if r.prog_id],
-                "ECN marker": [p.marker.prog_id for p in self._ports if p.marker is not None]}
+                "ECN marker": list(dict.fromkeys(p.marker.prog_id for p in self._ports
+                                                 if p.marker is not None))}
 
     def port(self, node: str, peer: str) -> Port:
         for p in self._ports:
