@@ -175,7 +175,8 @@ def probe(marking: str = "auto") -> Capabilities:
 
     def detail(b: dict) -> str:
         if b["ok"]:
-            return f"works (attach {b['attach_ms']:.1f} ms/port)" if "attach_ms" in b else "works"
+            return (f"works (a one-port marker loaded and attached in {b['attach_ms']:.1f} ms; "
+                    "a fabric loads one per switch)" if "attach_ms" in b else "works")
         return b.get("why", "unavailable")
 
     backends = probe_backends()
