@@ -24,6 +24,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from core.errors import CapabilityError
 from emu.cbuild import compile_c, system_library
@@ -290,11 +291,16 @@ def read_u64(fd: int, key: int, what: str) -> int:
     return int(v.value)
 
 
+def update_elem(fd: int, key: Any, value: Any, what: str) -> None:
+    """Set entry ``key`` (a ctypes value) of a BPF map to ``value`` (one); ``what``
+    names the map in the error."""
+    if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0) != 0:
+        raise OSError(ctypes.get_errno(), f"bpf_map_update_elem({what})")
+
+
 def write_u64(fd: int, key: int, value: int, what: str) -> None:
     """Set entry ``key`` of a BPF array map of u64 values."""
-    k, v = ctypes.c_uint32(key), ctypes.c_uint64(value)
-    if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(k), ctypes.byref(v), 0) != 0:
-        raise OSError(ctypes.get_errno(), f"bpf_map_update_elem({what})")
+    update_elem(fd, ctypes.c_uint32(key), ctypes.c_uint64(value), what)
 
 
 def remove_pins(run_id: str) -> bool:

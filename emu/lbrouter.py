@@ -35,7 +35,7 @@ from typing import Any
 
 from core.errors import CapabilityError
 from core.frame import WIRE_FRAME_BYTES
-from emu.bpfload import attach_clsact, libbpf, load_object, program_id
+from emu.bpfload import attach_clsact, libbpf, load_object, program_id, update_elem
 from emu.cbuild import compile_c
 from emu.ecn.bpf import SCALE, VqRef
 from emu.ports import Port
@@ -106,11 +106,6 @@ def _mac(text: str) -> Any:
     return (ctypes.c_uint8 * 6)(*bytes.fromhex(text.replace(":", "")))
 
 
-def _update(fd: int, key: Any, value: Any, what: str) -> None:
-    if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0) != 0:
-        raise OSError(ctypes.get_errno(), f"bpf_map_update_elem({what})")
-
-
 @dataclass(frozen=True)
 class RouterCounters:
     """What one switch's router did: frames it forwarded, frames it left to the FIB,
@@ -146,14 +141,14 @@ class SwitchRouter:
         """Write the mode, every port slot (by ifname: its ifindex, rate, marker map,
         HTB bucket depth, 0 without a marker) and the destinations (and the group tables)."""
         groups = self.tables.groups
-        _update(self._fd("cfg"), ctypes.c_uint32(0),
+        update_elem(self._fd("cfg"), ctypes.c_uint32(0),
                 _Cfg(MODE_NUMBER[mode], 0, flowlet_gap_emu_ns,
                      0 if groups is None else groups.group, 0 if groups is None else groups.groups,
                      QUEUE_QUANTUM_BYTES * SCALE),
                 "cfg")
         for slot, port in enumerate(self.tables.ports):
             rate = rate_emu_bps[port.ifname]
-            _update(self._fd("ports"), ctypes.c_uint32(slot),
+            update_elem(self._fd("ports"), ctypes.c_uint32(slot),
                     _Port(ifindex[port.ifname],
                           vq[port.ifname].slot if port.ifname in vq else NO_VQ_SLOT,
                           max(1, round(rate)), max_idle_ns(rate),
@@ -161,7 +156,7 @@ class SwitchRouter:
                           _mac(port.peer_mac), 0), "ports")
         if groups is not None:
             for slot in groups.host_slots:
-                _update(self._fd("host_ifs"), ctypes.c_uint32(ifindex[self.tables.ports[slot].ifname]),
+                update_elem(self._fd("host_ifs"), ctypes.c_uint32(ifindex[self.tables.ports[slot].ifname]),
                         ctypes.c_uint32(1), "host_ifs")
         self.set_tables(self.tables)
 
@@ -175,14 +170,14 @@ class SwitchRouter:
             dest = _Dest(len(slots), 0, (ctypes.c_uint32 * MAX_NEXT_HOPS)(*slots),
                          0 if hops is None else hops.group, 0 if hops is None else hops.hops,
                          (ctypes.c_uint8 * GROUP_SLOTS)(*(hops.via_hops if hops else ())))
-            _update(fd, ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip)), dest, "dests")
+            update_elem(fd, ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip)), dest, "dests")
         for ip in set(self.tables.dests) - set(tables.dests):
             key = ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip))
             libbpf().lib.bpf_map_delete_elem(fd, ctypes.byref(key))
         if groups is not None:
             for grp in range(groups.groups):
                 slots = groups.to_group.get(grp, ())
-                _update(self._fd("to_group"), ctypes.c_uint32(grp),
+                update_elem(self._fd("to_group"), ctypes.c_uint32(grp),
                         _NhSet(len(slots), (ctypes.c_uint32 * MAX_NEXT_HOPS)(*slots)), "to_group")
         self.tables = tables
 

@@ -30,7 +30,15 @@ from typing import NamedTuple
 from core.ecn import Thresholds
 from core.errors import ParameterError
 from core.frame import FRAME_BYTES
-from emu.bpfload import BPF_F_LOCK, attach_clsact, detach_clsact, libbpf, load_object, program_id
+from emu.bpfload import (
+    BPF_F_LOCK,
+    attach_clsact,
+    detach_clsact,
+    libbpf,
+    load_object,
+    program_id,
+    update_elem,
+)
 from emu.cbuild import compile_c
 from emu.rtnl import Rtnl
 from emu.shaping import htb_burst_bytes
@@ -247,9 +255,7 @@ class PortMarker:
         return getattr(self._fds, name)
 
     def _update(self, fd: int, value: ctypes.Structure) -> None:
-        key = ctypes.c_uint32(self.slot)
-        if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0) != 0:
-            raise OSError(ctypes.get_errno(), "bpf_map_update_elem")
+        update_elem(fd, ctypes.c_uint32(self.slot), value, "marker")
 
     def _vq_state(self) -> _VqState:
         st = _VqState()
@@ -392,7 +398,8 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
                 if found is None:
                     raise ParameterError("ifname", ifname, f"no such interface in {netns_path}")
                 marker.ifindex = found
-            _update_u32(loaded.slot_fd, marker.ifindex, loaded.slot, "slot_of")
+            update_elem(loaded.slot_fd, ctypes.c_uint32(marker.ifindex),
+                        ctypes.c_uint32(loaded.slot), "slot_of")
             attach_clsact(r, marker.ifindex, loaded.prog_fd, FILTER_NAME, ingress=False)
     except BaseException:
         marker.close()
@@ -405,9 +412,4 @@ def attach_bpf_marker(netns_path: str, ifname: str, rate_emu_bps: float, buffer_
         setattr(loaded, name, -1)
     return marker
 
-
-def _update_u32(fd: int, key: int, value: int, what: str) -> None:
-    k, v = ctypes.c_uint32(key), ctypes.c_uint32(value)
-    if libbpf().lib.bpf_map_update_elem(fd, ctypes.byref(k), ctypes.byref(v), 0) != 0:
-        raise OSError(ctypes.get_errno(), f"bpf_map_update_elem({what})")
 
