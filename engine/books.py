@@ -129,11 +129,13 @@ class Books:
         if qp.c is not None:
             qp.c.next_trace_ns = qp.next_trace_ns
 
-    def trace_row(self, qp: SendQp, now: int, event: int = TRACE_SEND) -> None:
+    def trace_row(self, qp: SendQp, now: int, event: int = TRACE_SEND,
+                  values: tuple[float, float, float] | None = None) -> None:
         """A row of the rate trace: at a QP's start, periodic while sending, and at
         each CNP, CC timer and ECN-echo ACK (``event``, an index into TRACE_EVENTS),
-        with the window of a window-based algorithm (NaN without one)."""
-        rate, target, alpha = qp.cc.trace()
+        with the window of a window-based algorithm (NaN without one). ``values``:
+        the algorithm's ``trace()`` as it was at ``now`` (default: read it now)."""
+        rate, target, alpha = qp.cc.trace() if values is None else values
         window = qp.cc.window_bytes
         self.rates.append((qp.plan.index, now - self.t0_ns, rate, target, alpha, event,
                            math.nan if window is None else float(window)))

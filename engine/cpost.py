@@ -5,12 +5,14 @@ dependency counters of a worker's senders, by sender slot, counted down by the
 completions its rings read (in C) and by those other workers announce (``completed``,
 here); a message whose last dependency completed waits in the loop's control line
 until its post time. C then starts it itself when its congestion control is off
-(``CcFactory.is_off``: nothing for an algorithm to act on) and its transport
-is go-back-N, whose state is made at set-up, and it acts on the QP's cumulative ACKs
-and retransmission timer too (roce_loop.c's docs): no return to Python per message.
+(``CcFactory.is_off``: nothing for an algorithm to act on) or has a C twin that
+ignores ACKs (DCQCN, ``engine.ccview``; its timers start with the QP) and its
+transport is go-back-N, whose state is made at set-up, and it acts on the QP's
+cumulative ACKs and retransmission timer too (roce_loop.c's docs): no return to
+Python per message.
 Python starts the others (``start``, on the loop's LOOP_START), and keeps the books
 of the starts C made in batches (``drain``: each start's lag behind its post time,
-the rate trace's first row). The count of wholly acknowledged messages is C's
+the rate trace's first row, with the algorithm's state C saw at the start). The count of wholly acknowledged messages is C's
 (``acked_here``); Python adds those it saw (``acked``).
 """
 
@@ -20,6 +22,7 @@ import ctypes
 from typing import Any
 
 from engine.books import NEVER_NS, Books
+from engine.ccview import has_c_twin
 from engine.csend import CompiledSendPath
 from engine.plan import starts_at_t0
 from engine.requester import Requester, publish_acked
@@ -53,12 +56,15 @@ class _Posts(ctypes.Structure):
                 ("started", ctypes.POINTER(_I64)), ("started_cap", _I64), ("n_started", _I64),
                 ("scale_ns", ctypes.c_double), ("acked", ctypes.POINTER(_I64)),
                 ("worker", _I64), ("acked_here", _I64), ("n_senders", _I64),
-                ("wake_fds", ctypes.POINTER(ctypes.c_int32)), ("n_workers", _I64)]
+                ("wake_fds", ctypes.POINTER(ctypes.c_int32)), ("n_workers", _I64),
+                ("started_trace", ctypes.POINTER(ctypes.c_double))]
 
 
 def _c_starts(books: Books, qp: SendQp) -> bool:
-    """C may start ``qp``: congestion control off, go-back-N's state made at set-up."""
-    return books.plan.cc.is_off and qp.c is not None and bool(qp.c.tx_ns)
+    """C may start ``qp``: congestion control off or with a C twin (that ignores
+    ACKs), go-back-N's state made at set-up."""
+    cc = books.plan.cc
+    return (cc.is_off or has_c_twin(cc)) and qp.c is not None and bool(qp.c.tx_ns)
 
 
 class CompiledPosting:
@@ -97,6 +103,7 @@ class CompiledPosting:
                                                   for m in range(n_msgs)))
         self.done = (ctypes.c_uint8 * n_msgs)()
         self.started = (_I64 * (2 * _STARTS_KEPT))()
+        self.started_trace = (ctypes.c_double * (3 * _STARTS_KEPT))()
         shared = books.shared
         self.wake_fds = (ctypes.c_int32 * len(shared.wake_fds))(*shared.wake_fds)
         self.c = _Posts(qp=self.qps, sender=self.sender, kids_at=self.kids_at, kids=self.kids,
@@ -106,7 +113,8 @@ class CompiledPosting:
                         started_cap=len(self.started), scale_ns=books.scale_ns,
                         acked=ctypes.cast(shared.acked, ctypes.POINTER(_I64)),
                         worker=plan.worker, n_senders=len(senders), wake_fds=self.wake_fds,
-                        n_workers=len(self.wake_fds))
+                        n_workers=len(self.wake_fds),
+                        started_trace=self.started_trace)
         self.addr = ctypes.addressof(self.c)
 
     def ready(self) -> None:
@@ -146,13 +154,16 @@ class CompiledPosting:
         books = self.books
         senders = self.senders
         started = self.started
+        trace = self.started_trace
         lags = books.start_lags
         for k in range(0, n, 2):
             qp = senders[started[k]]
             now = started[k + 1]
             qp.post_ns = qp.start_ns = post = self.qps[qp.slot].post_ns
             lags.append(now - post)
-            books.trace_row(qp, now)
+            rate, target, alpha = trace[3 * k // 2:3 * k // 2 + 3]
+            # NaN: no twin, the algorithm's state is as it started (off: constant)
+            books.trace_row(qp, now, values=None if rate != rate else (rate, target, alpha))
         self.c.n_started = 0
 
     def acked(self) -> None:

@@ -17,6 +17,7 @@ import os
 
 from engine.books import NEVER_NS, Books, take
 from engine.burst import MAX_BURST, Burst
+from engine.ccview import c_twin
 from engine.handover import Handover
 from engine.sendpath import SendPath, fresh_transport
 from engine.sources import MAX_CATCHUP_NS, Nic, SendQp
@@ -171,7 +172,11 @@ class CompiledSendPath(SendPath):
             return
         # The compiled sender keeps the transport's state; made at set-up if tx_ns is set.
         qp.gbn = c.gbn if c.tx_ns else self._into_c(qp, c)
-        c.calls_on_send = calls_on_send(qp.cc)
+        # An algorithm with a C twin is fed its bursts by tx_service; Python's
+        # on_send is called only for the others that have one.
+        twin = c_twin(qp.cc)
+        c.rp = None if twin is None else ctypes.pointer(twin)
+        c.calls_on_send = twin is None and calls_on_send(qp.cc)
         self.sync_cc(qp)
 
     def sync_cc(self, qp: SendQp) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from core.errors import CapabilityError
 from core.frame import WIRE_OVERHEAD_BYTES
 from emu.cbuild import compile_c
+from engine.ccview import TxRp
 from traffic import gbn
 from traffic.gbn import RequesterCounters
 from traffic.pacing import Schedule
@@ -187,6 +188,10 @@ class TxLib:
                                    ctypes.POINTER(ctypes.c_uint32)]
         lib.tx_sr_next_index.restype = ctypes.c_int64
         lib.tx_sr_next_index.argtypes = [ctypes.POINTER(TxSr)]
+        lib.tx_rp_on_bytes_sent.restype = None
+        lib.tx_rp_on_bytes_sent.argtypes = [ctypes.POINTER(TxRp), ctypes.c_int64, ctypes.c_double]
+        lib.tx_rp_start.restype = None
+        lib.tx_rp_start.argtypes = [ctypes.POINTER(TxRp), ctypes.c_double]
         lib.tx_sched_restart.restype = None
         lib.tx_sched_restart.argtypes = [ctypes.POINTER(TxSched), ctypes.c_int64]
         lib.tx_sched_sent.restype = None
@@ -220,6 +225,14 @@ class TxLib:
 
     def next_index(self, s: TxSr) -> int:
         return self.lib.tx_sr_next_index(ctypes.byref(s))
+
+    def rp_on_bytes_sent(self, rp: TxRp, n_bytes: int, now_s: float) -> None:
+        """dcqcn_rp.h's rp_on_bytes_sent, which tx_service calls after each burst."""
+        self.lib.tx_rp_on_bytes_sent(ctypes.byref(rp), n_bytes, now_s)
+
+    def rp_start(self, rp: TxRp, start_s: float) -> None:
+        """dcqcn_rp.h's rp_start, which the compiled loop calls when it starts a QP."""
+        self.lib.tx_rp_start(ctypes.byref(rp), start_s)
 
     def restart(self, s: TxSched, now_ns: int) -> None:
         self.lib.tx_sched_restart(ctypes.byref(s), now_ns)
@@ -274,7 +287,7 @@ class TxQp(ctypes.Structure):
                 ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),
                 ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64),
                 ("sr", ctypes.POINTER(TxSr)), ("line", ctypes.POINTER(TxLine)),
-                ("idle", ctypes.c_int64)]
+                ("idle", ctypes.c_int64), ("rp", ctypes.POINTER(TxRp))]
 
 
 class TxNic(ctypes.Structure):

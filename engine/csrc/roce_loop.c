@@ -38,9 +38,11 @@
  * time) and waits in the control line until its post time on its NIC's clock
  * (`KIND_POST`), as Python's Requester.completed arms it. When due, C starts it
  * itself where its congestion control is off (`by_c`: line rate, no event to
- * act on): off idle, its schedule from the post time plus the NIC's per-message
- * overhead, onto its NIC's busy QPs, the NIC armed, and (slot, NIC time) kept in
- * `started` for Python's books. Python starts the others (LOOP_START). The EV_DONE
+ * act on) or is DCQCN, whose C twin (dcqcn_rp.h) tx_service feeds the bytes
+ * sent and which ignores ACKs: its algorithm's timers started, off idle, its
+ * schedule from the post time plus the NIC's per-message overhead, onto its
+ * NIC's busy QPs, the NIC armed, and (slot, NIC time) and the algorithm's state
+ * kept in `started` for Python's books. Python starts the others (LOOP_START). The EV_DONE
  * stays in the read's events, as EV_ANNOUNCE, only where another worker waits for
  * the message too. Completions of other workers reach the counters through
  * `post_done`, messages without dependencies through `post_at`.
@@ -133,6 +135,8 @@ struct posts {                  /* engine/cpost.py: _Posts */
 	int64_t worker, acked_here, n_senders;
 	const int32_t *wake_fds;    /* every worker's eventfd: "all acknowledged" */
 	int64_t n_workers;
+	double *started_trace;      /* the algorithm's (rate, target, alpha) at each start:
+				       its C twin's, or NaN (none: Python reads it) */
 };
 
 struct ctrl_held {              /* engine/cloop.py: _CtrlHeld: an ACK or CNP in the line */
@@ -293,13 +297,29 @@ static void wake(struct loop *l, int64_t s, int64_t now, int64_t due)
 		l->due[m->nic] = now + nic->fwd_ns;
 }
 
+static double real_s(const struct loop *l, int64_t t_ns)
+{
+	return (double)(t_ns - l->t0_ns) / l->posts->scale_ns;
+}
+
 /* Start sender slot `s` at `now` (its NIC's time): Requester.start for a QP whose
- * congestion control is off, the rest left to Python's books. */
+ * congestion control is off or has a C twin (its timers start now), the rest
+ * left to Python's books. */
 static void post_start(struct loop *l, int64_t s, int64_t now)
 {
 	struct posts *p = l->posts;
 	struct post_qp *m = &p->qp[s];
+	struct rp *rp = l->tx->qps[s].rp;
+	double *trace = &p->started_trace[p->n_started / 2 * 3];
 
+	if (rp) {
+		rp_start(rp, real_s(l, now));
+		trace[0] = rp->rc;
+		trace[1] = rp->rt;
+		trace[2] = rp->alpha;
+	} else {
+		trace[0] = NAN;
+	}
 	p->started[p->n_started++] = s;
 	p->started[p->n_started++] = now;
 	m->started = 1;
@@ -320,11 +340,6 @@ static int rto_arm(struct loop *l, int64_t s)
 	m->rto_ns = l->t0_ns + (int64_t)((g->timer_start_s + g->timeout_s) * l->posts->scale_ns)
 		+ m->fwd_ns;
 	return ctrl_push(l, (struct ctrl_held){m->rto_ns, 0, m->msg, KIND_RTO, 0, 0, 0});
-}
-
-static double real_s(const struct loop *l, int64_t t_ns)
-{
-	return (double)(t_ns - l->t0_ns) / l->posts->scale_ns;
 }
 
 /* Requester._acked: sender slot `s`'s message is wholly acknowledged at `t_ns`. */
@@ -353,7 +368,8 @@ static void acked(struct loop *l, int64_t s, int64_t t_ns)
 
 /* Requester.on_ack for a QP C acts for: a cumulative ACK (not a NAK, no ECN echo)
  * of message `msg` at `t_ns` (NIC time); 1 if C took it, 0 if it is Python's, -1 if
- * the control line cannot grow. Congestion control off has nothing to learn from it. */
+ * the control line cannot grow. Neither congestion control off nor DCQCN (whose
+ * on_ack is the base's no-op) has anything to learn from it. */
 static int ack_here(struct loop *l, int64_t msg, uint32_t psn, uint32_t arg, int64_t t_ns)
 {
 	const struct posts *p = l->posts;

@@ -182,6 +182,17 @@ int64_t tx_gbn_ack(struct tx_gbn *g, uint32_t psn, double now_s)
 	return gbn_on_ack(g, psn, now_s);
 }
 
+/* dcqcn_rp.h's per-burst and start functions, for the twin tests */
+void tx_rp_on_bytes_sent(struct rp *r, int64_t n_bytes, double now_s)
+{
+	rp_on_bytes_sent(r, n_bytes, now_s);
+}
+
+void tx_rp_start(struct rp *r, double start_s)
+{
+	rp_start(r, start_s);
+}
+
 /* Schedule.restart */
 void tx_sched_restart(struct tx_sched *s, int64_t now_ns)
 {
@@ -464,6 +475,10 @@ int tx_service(struct tx_call *c)
 			nic->actual_end = end;
 		int64_t sent_bytes = n * ((bits >> 3) - WIRE_OVERHEAD_BYTES);
 		best->bytes_sent += sent_bytes;
+		if (best->rp) {         /* CongestionControl.on_send, in C */
+			rp_on_bytes_sent(best->rp, sent_bytes, t_real);
+			best->rate_bps = best->rp->rc;
+		}
 		nic->bits_sent += n * bits;
 		if (best->first_tx_ns < 0)
 			best->first_tx_ns = now;

@@ -6,6 +6,7 @@
 #ifndef ROCE_TX_H
 #define ROCE_TX_H
 #include "roce_burst.h"  /* first: it defines _GNU_SOURCE */
+#include "dcqcn_rp.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -96,11 +97,12 @@ struct tx_qp {                  /* engine/tx.py: TxQp */
 	int64_t bits[3];            /* their wire bits */
 	int64_t *tx_ns;             /* latest send time of every packet */
 	int64_t bytes_sent, first_tx_ns, last_tx_ns, next_trace_ns;
-	int64_t calls_on_send;      /* the algorithm's on_send must see every burst */
+	int64_t calls_on_send;      /* the algorithm's on_send (Python's) must see every burst */
 	int64_t line_ns;            /* > 0: its bursts wait in a delay line first */
 	struct tx_sr *sr;           /* selective repeat's state instead of gbn's, or NULL */
 	struct tx_line *line;       /* its NIC's line for it; NULL: Python's (TX_AFTER, hold) */
 	int64_t idle;               /* nothing to send now: off its NIC's active slots */
+	struct rp *rp;              /* its algorithm's C twin (DCQCN), or NULL */
 };
 
 struct tx_nic {                 /* engine/tx.py: TxNic */

@@ -219,8 +219,9 @@ def test_per_message_acks_keep_a_window_open(fab):
     assert (m.ecn_echoes > 0).all()
 
 
-def test_dcqcn_keeps_its_acks_and_reacts_to_cnps_only(fab):
-    result, _ = _incast(fab, "paper")
+@pytest.mark.parametrize("send_path", ["compiled", "python"])  # DCQCN's C twin, or Python's
+def test_dcqcn_keeps_its_acks_and_reacts_to_cnps_only(fab, send_path):
+    result, _ = _incast(fab, "paper", send_path)
     m = result.messages
     assert (m.cnps_received > 0).all()
     assert (_per_flow_min(result, "rate_bps") < 0.5 * LINE_BPS).all()

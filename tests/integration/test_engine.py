@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
+from core.dcqcn_params import PAPER
 from core.errors import CapabilityError
 from core.frame import MTU_PAYLOAD_BYTES, OFF_BTH, OFF_PSN_WORD
 from core.messages import Message, Workload
@@ -242,10 +243,13 @@ def test_incast_without_cc_fills_the_buffer_drops_and_recovers():
     assert (result.rates["rate_bps"] == port.rate_bps).all()
 
 
-def test_ring_allreduce_on_a_k4_fattree_completes():
+@pytest.mark.parametrize("send_path", ["compiled", "python"])  # DCQCN's C twin, or Python's
+def test_ring_allreduce_on_a_k4_fattree_completes(send_path):
     with Fabric(FatTree(4), Scale(20000), marking="off") as fab:
         wl = collectives.build("allreduce-ring", list(fab.hosts), 16 * 16384)
-        result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=120))
+        line_bps = next(p.rate_bps for p in fab.ports() if p.node == "h1")
+        result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=120,
+                                                    send_path=send_path))
     _assert_exact(result)
     m = result.messages
     assert len(m) == 2 * 15 * 16
@@ -253,6 +257,14 @@ def test_ring_allreduce_on_a_k4_fattree_completes():
     end = dict(zip(m["msg_id"], m["end_s"], strict=True))
     for msg, start in zip(wl.messages, m["start_s"], strict=True):
         assert all(end[d] <= start for d in msg.deps)
+    # Each message's trace starts as a fresh reaction point at its NIC's line rate
+    # (the compiled loop starts those with dependencies and records its twin's state),
+    # and with no marking DCQCN never leaves it.
+    first = result.rates.groupby("msg_id").first()
+    assert set(first.index) == set(m["msg_id"])
+    assert (first.rate_bps == first.target_rate_bps).all()
+    assert (first.alpha == PAPER.alpha_initial).all()
+    assert (result.rates.rate_bps == line_bps).all()
 
 
 _CHILD = textwrap.dedent("""
@@ -379,8 +391,10 @@ def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(
     wl = Workload("chain", [Message(0, "h1", "h2", size), Message(1, "h2", "h1", size, deps=(0,))],
                   ["h1", "h2"], size)
     with Fabric(topo, Scale(scale), marking="off") as fab:
-        result = run_workload(fab, wl, EngineConfig(timeout_s=60, workers=1,
-                                                             send_path=send_path))
+        # An algorithm without a C twin (DCTCP): the compiled loop leaves message 0's
+        # retransmission timer to Python, whose arm_rto is the stall's hook.
+        result = run_workload(fab, wl, EngineConfig(timeout_s=60, workers=1, cc="dctcp",
+                                                    send_path=send_path))
     _assert_exact(result)
     m = result.messages.set_index("msg_id")
     # Posted when message 0 was received, not when the worker got to it.

@@ -71,7 +71,8 @@ def posting():
                        received=ctypes.addressof(received), done=arr(ctypes.c_uint8, [0] * 5),
                        overhead_ns=OVERHEAD_NS, trace_ns=TURN_NS, started=started,
                        started_cap=len(started), scale_ns=1e9, acked=arr(I64, [0, 0]), worker=1,
-                       n_senders=1, wake_fds=arr(ctypes.c_int32, [wake_fd]), n_workers=1)
+                       n_senders=1, wake_fds=arr(ctypes.c_int32, [wake_fd]), n_workers=1,
+                       started_trace=arr(ctypes.c_double, [0.0] * 9))
         for p in post_qps:
             p.acked_ns, p.rto_ns = -1, NEVER_NS
         c.posts = ctypes.addressof(posts)
@@ -95,6 +96,7 @@ def test_a_message_is_posted_at_its_last_dependency_and_started_by_c_or_python(p
     assert lib.loop_pass(addr) == LOOP_NIC                          # C started message 2
     t_start = posts.started[1]
     assert (posts.n_started, posts.started[0]) == (2, 0)
+    assert math.isnan(posts.started_trace[0])  # no C twin: Python reads its algorithm
     assert now <= t_start <= time.monotonic_ns()
     assert qps[0].idle == 0 and qps[0].next_trace_ns == t_start + TURN_NS
     assert qps[0].sched.next_ns == post_qps[0].post_ns + OVERHEAD_NS

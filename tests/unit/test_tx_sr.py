@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from core.errors import CapabilityError, ParameterError
+from core.errors import ParameterError
 from engine.tx import TxGbn, TxLib, TxQp, TxSr, attach
 from traffic import gbn
 from traffic.roce import AETH_ACK, AETH_NAK_PSN_SEQ
@@ -22,30 +22,22 @@ _FIELDS = ("_una", "_nxt", "_lost_count", "_rtx", "_heard", "_timer_nxt", "_time
            "probes")
 
 
-@pytest.fixture(scope="module")
-def lib() -> TxLib:
-    try:
-        return TxLib()
-    except (CapabilityError, OSError) as e:
-        pytest.skip(f"no compiler for roce_tx.c: {e}")
-
-
 def _state(s: object) -> tuple:
     return (*(getattr(s, f) for f in _FIELDS), tuple(s._lost), tuple(s._sent_s),
             tuple(s._resent))
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_the_c_sender_takes_as_the_python_one_between_python_events(lib: TxLib, seed: int):
-    _replay(lib, seed)
+def test_the_c_sender_takes_as_the_python_one_between_python_events(tx_lib: TxLib, seed: int):
+    _replay(tx_lib, seed)
 
 
-def test_the_lost_tail_sequences_fire_the_probe(lib: TxLib):
+def test_the_lost_tail_sequences_fire_the_probe(tx_lib: TxLib):
     # 18 of the 20 do (1 to 6 times; 1 of the 20 even seeds); the others finish first
-    assert sum(_replay(lib, seed).probes > 0 for seed in range(1, 40, 2)) >= 15
+    assert sum(_replay(tx_lib, seed).probes > 0 for seed in range(1, 40, 2)) >= 15
 
 
-def _replay(lib: TxLib, seed: int) -> SrSender:
+def _replay(tx_lib: TxLib, seed: int) -> SrSender:
     """Random takes (C on the struct, Python on SrSender), ACKs, selective NAKs,
     go-back-N NAKs and timer checks (SrSender's own methods on both), with the
     time-based detector's window from none to most of the timeout, and timeouts long
@@ -81,7 +73,7 @@ def _replay(lib: TxLib, seed: int) -> SrSender:
             now = max(now, due)  # C's timers at their very instant
         if kind < 0.45:
             count = rng.choice([1, 2, 4] if lost_tail else [1, 2, 64])
-            assert lib.take(c, now, count) == py.take(now, count)
+            assert tx_lib.take(c, now, count) == py.take(now, count)
         elif kind < (0.8 if lost_tail else 0.65):  # a lost tail: fewer NAKs
             assert c.on_reply(psn, AETH_ACK, cum, t) == py.on_reply(psn, AETH_ACK, cum, t)
         elif kind < 0.85:
@@ -93,7 +85,7 @@ def _replay(lib: TxLib, seed: int) -> SrSender:
         else:
             assert c.advance(now) == py.advance(now)
         assert _state(c) == _state(py)
-        assert lib.next_index(c) == py.next_index
+        assert tx_lib.next_index(c) == py.next_index
         assert (c.done, c.in_flight, c.deadline_s, c.next_index, c.retransmissions) == \
             (py.done, py.in_flight, py.deadline_s, py.next_index, py.retransmissions)
     return py

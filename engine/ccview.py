@@ -1,0 +1,74 @@
+"""Congestion-control algorithms with a C twin: their state in C memory.
+
+``TxRp`` holds the fields of ``traffic.dcqcn.ReactionPoint`` in the layout of
+engine/csrc/dcqcn_rp.h's ``struct rp``, and borrows the Python class's own methods
+for what Python still does (a CNP, the rate trace), as ``engine.tx`` does for
+go-back-N: one implementation of each rule in Python, and in C what runs per burst
+(the byte counter and the timers it fires) and a start the compiled loop makes.
+
+``c_twin(cc)`` moves a QP's algorithm into C when it is a built-in one with a twin
+(DCQCN exactly; a user's subclass may change any method, so it stays Python) and
+returns the struct for roce_tx.c to act on; otherwise None.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from traffic.cc import Dcqcn
+from traffic.ccload import CcFactory
+from traffic.dcqcn import ReactionPoint
+
+__all__ = ["RpParams", "TxRp", "c_twin", "has_c_twin"]
+
+_D, _I, _B = ctypes.c_double, ctypes.c_int64, ctypes.c_bool
+
+
+class RpParams(ctypes.Structure):
+    """dcqcn_rp.h's struct rp_params: the ``DcqcnParams`` fields the reaction point reads."""
+
+    _fields_ = [("g", _D), ("alpha_timer_s", _D), ("rate_increase_timer_s", _D),
+                ("byte_counter_bytes", _I), ("fast_recovery_steps", _I),
+                ("rate_reduce_monitor_period_s", _D), ("rate_on_first_cnp_bps", _D),
+                ("clamp_target_rate", _B), ("clamp_target_rate_after_time_inc", _B)]
+
+
+class TxRp(ctypes.Structure):
+    """A ``ReactionPoint`` in C memory (its methods, these fields)."""
+
+    _fields_ = [("params", RpParams), ("line_rate_bps", _D), ("rate_ai_bps", _D),
+                ("rate_hai_bps", _D), ("min_rate_bps", _D), ("_rc", _D), ("_rt", _D),
+                ("_alpha", _D), ("_t_stage", _I), ("_bc_stage", _I), ("_bytes", _I),
+                ("_alpha_due_s", _D), ("_rate_due_s", _D), ("_next_due_s", _D), ("_decay", _D),
+                ("_reduce_pending", _B), ("_reduce_due_s", _D), ("_last_reduce_s", _D),
+                ("_reduced_once", _B), ("cnps_received", _I), ("rate_reductions", _I),
+                ("rate_increases", _I)]
+
+    @classmethod
+    def of(cls, rp: ReactionPoint) -> TxRp:
+        """A copy of ``rp``'s whole state."""
+        p = rp.params
+        params = RpParams(**{name: getattr(p, name) for name, _ in RpParams._fields_})
+        return cls(params, *(getattr(rp, name) for name, _ in cls._fields_[1:]))
+
+
+for _name in ("rate_bps", "target_rate_bps", "alpha", "timer_stage", "byte_stage",
+              "next_event_s", "on_cnp", "on_bytes_sent", "advance", "drive", "_fire_timers",
+              "_increase", "_reduce"):
+    setattr(TxRp, _name, ReactionPoint.__dict__[_name])
+
+
+def c_twin(cc: object) -> TxRp | None:
+    """``cc``'s state moved into C (it acts on it from now on) if it is a built-in
+    algorithm with a C twin; None otherwise (``cc`` unchanged)."""
+    if type(cc) is not Dcqcn:
+        return None
+    assert isinstance(cc, Dcqcn)
+    if not isinstance(cc.rp, TxRp):
+        cc.rp = TxRp.of(cc.rp)  # type: ignore[assignment]
+    return cc.rp  # type: ignore[return-value]
+
+
+def has_c_twin(factory: CcFactory) -> bool:
+    """The algorithms ``factory`` builds have a C twin (``c_twin``): built-in DCQCN."""
+    return factory.dcqcn_params is not None
