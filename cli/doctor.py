@@ -15,6 +15,22 @@ from core.scaling import DEFAULT_SCALE
 from core.units import format_rate
 
 
+def _cc_note(compiled: bool) -> str:
+    """Which built-in congestion controls run per burst in C (a C twin) and which in
+    Python, as this machine's engine will run them."""
+    from engine.ccview import has_c_twin
+    from traffic.ccload import REGISTRY, resolve_cc
+
+    twins = [n for n in REGISTRY if n != "off" and has_c_twin(resolve_cc(n))]
+    python = [n for n in REGISTRY if n != "off" and n not in twins]
+    if not compiled:
+        return "Congestion control: every algorithm in Python (no compiled sender here)"
+    return (f"Congestion control: {', '.join(twins)} in C (a twin of the Python class: "
+            f"bursts, starts and ACKs without a call into Python; CNPs in Python); "
+            f"{', '.join(python)} and your own classes in Python (a call per ACK, CNP or "
+            "timer: more CPU per frame, which emu bench capacity --cc shows)")
+
+
 def report_capabilities(console: Console, marking: str) -> bool:
     """Print the probe's table and notes; True when every essential is present."""
     from emu.capabilities import probe
@@ -35,8 +51,10 @@ def report_capabilities(console: Console, marking: str) -> bool:
     from engine.burst import Burst
     from engine.rx import RxLib
 
-    console.print(f"Engine send path: {Burst().detail}")
+    burst = Burst()
+    console.print(f"Engine send path: {burst.detail}")
     console.print(f"Engine receive path: {RxLib().detail}")
+    console.print(_cc_note(burst.compiled))
     from core.machinecpu import cpu_ticks
 
     before = cpu_ticks()
