@@ -26,7 +26,8 @@ def _cc_note(compiled: bool) -> str:
     if not compiled:
         return "Congestion control: every algorithm in Python (no compiled sender here)"
     return (f"Congestion control: {', '.join(twins)} in C (a twin of the Python class: "
-            f"bursts, starts and ACKs without a call into Python; CNPs in Python); "
+            f"bursts, starts and ACKs without a call into Python; ECN echoes and CNPs "
+            f"in Python); "
             f"{', '.join(python)} and your own classes in Python (a call per ACK, CNP or "
             "timer: more CPU per frame, which emu bench capacity --cc shows)")
 

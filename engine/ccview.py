@@ -5,21 +5,26 @@ engine/csrc/dcqcn_rp.h's ``struct rp``, and borrows the Python class's own metho
 for what Python still does (a CNP, the rate trace), as ``engine.tx`` does for
 go-back-N: one implementation of each rule in Python, and in C what runs per burst
 (the byte counter and the timers it fires) and a start the compiled loop makes.
+``TxDctcp`` is a ``Dctcp`` whose attributes live in dctcp_cc.h's ``struct dctcp``:
+C acts on the ACKs without an ECN echo, Python's methods on the echoes and CNPs.
 
 ``c_twin(cc)`` moves a QP's algorithm into C when it is a built-in one with a twin
-(DCQCN exactly; a user's subclass may change any method, so it stays Python) and
-returns the struct for roce_tx.c to act on; otherwise None.
+(DCQCN and DCTCP exactly; a user's subclass may change any method, so it stays
+Python): the algorithm to use from now on and the struct for the compiled sender;
+otherwise ``cc`` itself and None.
 """
 
 from __future__ import annotations
 
 import ctypes
 
+from engine.tx import optional_time
 from traffic.cc import Dcqcn
+from traffic.ccalgos.dctcp import Dctcp
 from traffic.ccload import CcFactory
 from traffic.dcqcn import ReactionPoint
 
-__all__ = ["RpParams", "TxRp", "c_twin", "has_c_twin"]
+__all__ = ["RpParams", "TxDctcp", "TxRp", "c_twin", "has_c_twin"]
 
 _D, _I, _B = ctypes.c_double, ctypes.c_int64, ctypes.c_bool
 
@@ -35,6 +40,9 @@ class RpParams(ctypes.Structure):
 
 class TxRp(ctypes.Structure):
     """A ``ReactionPoint`` in C memory (its methods, these fields)."""
+
+    #: The compiled sender's field (engine.tx.TxQp) that points at it.
+    QP_FIELD = "rp"
 
     _fields_ = [("params", RpParams), ("line_rate_bps", _D), ("rate_ai_bps", _D),
                 ("rate_hai_bps", _D), ("min_rate_bps", _D), ("_rc", _D), ("_rt", _D),
@@ -58,17 +66,51 @@ for _name in ("rate_bps", "target_rate_bps", "alpha", "timer_stage", "byte_stage
     setattr(TxRp, _name, ReactionPoint.__dict__[_name])
 
 
-def c_twin(cc: object) -> TxRp | None:
-    """``cc``'s state moved into C (it acts on it from now on) if it is a built-in
-    algorithm with a C twin; None otherwise (``cc`` unchanged)."""
-    if type(cc) is not Dcqcn:
-        return None
-    assert isinstance(cc, Dcqcn)
-    if not isinstance(cc.rp, TxRp):
-        cc.rp = TxRp.of(cc.rp)  # type: ignore[assignment]
-    return cc.rp  # type: ignore[return-value]
+class TxDctcp(Dctcp, ctypes.Structure):
+    """A ``Dctcp`` in C memory: its methods, these fields."""
+
+    QP_FIELD = "dctcp"
+
+    _fields_ = [("from_cnps", _B), ("line_rate_bps", _D), ("g", _D), ("alpha", _D),
+                ("mtu_bytes", _D), ("base_rtt_s", _D), ("min_window_bytes", _D),
+                ("window_bytes", _D), ("cnps_received", _I), ("last_rtt_s", _D),
+                ("_window_start_s", _D), ("_acked_bytes", _D), ("_marked_bytes", _D),
+                ("_cut_at_raw", _D)]
+
+    _cut_at_s = optional_time("_cut_at_raw")
+
+    @classmethod
+    def of(cls, d: Dctcp) -> TxDctcp:
+        """A copy of ``d``'s whole state (no constructor: ``d`` was checked)."""
+        view = cls.__new__(cls)
+        for name, _ in cls._fields_[:-1]:
+            setattr(view, name, getattr(d, name))
+        view._cut_at_s = d._cut_at_s
+        return view
+
+
+Twin = TxRp | TxDctcp
+
+
+def c_twin(cc: object) -> tuple[object, Twin | None]:
+    """``cc`` with its state moved into C (it acts on it from now on) and that
+    state's struct, if it is a built-in algorithm with a C twin; else ``(cc, None)``."""
+    kind = type(cc)
+    if kind is Dcqcn:
+        assert isinstance(cc, Dcqcn)
+        if not isinstance(cc.rp, TxRp):
+            cc.rp = TxRp.of(cc.rp)  # type: ignore[assignment]
+        return cc, cc.rp  # type: ignore[return-value]
+    if kind is Dctcp:
+        assert isinstance(cc, Dctcp)
+        twin = TxDctcp.of(cc)
+        return twin, twin
+    if kind is TxDctcp:
+        return cc, cc  # type: ignore[return-value]
+    return cc, None
 
 
 def has_c_twin(factory: CcFactory) -> bool:
-    """The algorithms ``factory`` builds have a C twin (``c_twin``): built-in DCQCN."""
-    return factory.dcqcn_params is not None
+    """The algorithms ``factory`` builds have a C twin (``c_twin``): built-in DCQCN and
+    DCTCP."""
+    return factory.dcqcn_params is not None or factory.constructor is Dctcp

@@ -5,11 +5,11 @@ dependency counters of a worker's senders, by sender slot, counted down by the
 completions its rings read (in C) and by those other workers announce (``completed``,
 here); a message whose last dependency completed waits in the loop's control line
 until its post time. C then starts it itself when its congestion control is off
-(``CcFactory.is_off``: nothing for an algorithm to act on) or has a C twin that
-ignores ACKs (DCQCN, ``engine.ccview``; its timers start with the QP) and its
-transport is go-back-N, whose state is made at set-up, and it acts on the QP's
-cumulative ACKs and retransmission timer too (roce_loop.c's docs): no return to
-Python per message.
+(``CcFactory.is_off``: nothing for an algorithm to act on) or has a C twin
+(DCQCN, DCTCP: ``engine.ccview``; its timers and windows start with the QP) and
+its transport is go-back-N, whose state is made at set-up, and it acts on the QP's
+cumulative ACKs (with the twin) and retransmission timer too (roce_loop.c's docs):
+no return to Python per message.
 Python starts the others (``start``, on the loop's LOOP_START), and keeps the books
 of the starts C made in batches (``drain``: each start's lag behind its post time,
 the rate trace's first row, with the algorithm's state C saw at the start). The count of wholly acknowledged messages is C's
@@ -61,8 +61,8 @@ class _Posts(ctypes.Structure):
 
 
 def _c_starts(books: Books, qp: SendQp) -> bool:
-    """C may start ``qp``: congestion control off or with a C twin (that ignores
-    ACKs), go-back-N's state made at set-up."""
+    """C may start ``qp``: congestion control off or with a C twin, go-back-N's
+    state made at set-up."""
     cc = books.plan.cc
     return (cc.is_off or has_c_twin(cc)) and qp.c is not None and bool(qp.c.tx_ns)
 

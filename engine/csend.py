@@ -90,6 +90,7 @@ class CompiledSendPath(SendPath):
                 q.shape[k] = self.burst.shape_address(shape)
                 q.bits[k] = qp.bits[k]
             q.first_tx_ns = q.last_tx_ns = -1
+            q.size_bytes = qp.plan.size_bytes
             q.line_ns = qp.line_ns
             q.idle = True
             self._prepare(qp, q)
@@ -172,10 +173,11 @@ class CompiledSendPath(SendPath):
             return
         # The compiled sender keeps the transport's state; made at set-up if tx_ns is set.
         qp.gbn = c.gbn if c.tx_ns else self._into_c(qp, c)
-        # An algorithm with a C twin is fed its bursts by tx_service; Python's
-        # on_send is called only for the others that have one.
-        twin = c_twin(qp.cc)
-        c.rp = None if twin is None else ctypes.pointer(twin)
+        # An algorithm with a C twin is acted on in C (tx_service, the compiled loop's
+        # ACKs); Python's on_send is called only for the others that have one.
+        qp.cc, twin = c_twin(qp.cc)
+        if twin is not None:
+            setattr(c, twin.QP_FIELD, ctypes.addressof(twin))
         c.calls_on_send = twin is None and calls_on_send(qp.cc)
         self.sync_cc(qp)
 

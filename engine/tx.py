@@ -20,7 +20,6 @@ from typing import Any
 from core.errors import CapabilityError
 from core.frame import WIRE_OVERHEAD_BYTES
 from emu.cbuild import compile_c
-from engine.ccview import TxRp
 from traffic import gbn
 from traffic.gbn import RequesterCounters
 from traffic.pacing import Schedule
@@ -33,7 +32,7 @@ def _nan_for_none(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def _optional_time(raw: str) -> property:
+def optional_time(raw: str) -> property:
     """A time that may be unset (None), kept in the C field ``raw`` as NaN."""
 
     def get(self: Any) -> float | None:
@@ -74,7 +73,7 @@ class TxGbn(RequesterCounters, ctypes.Structure):
                    g._max_sent, math.nan if start is None else start, g.packets_sent,
                    g.retransmitted, g.naks, g.timeouts, g.acks, g.stale_acks)
 
-    _timer_start_s = _optional_time("_timer_start_raw")
+    _timer_start_s = optional_time("_timer_start_raw")
 
 
 class TxSr(RequesterCounters, ctypes.Structure):
@@ -129,9 +128,9 @@ class TxSr(RequesterCounters, ctypes.Structure):
                                data.buffer_info()[0], len(data) * data.itemsize)
         return view
 
-    _timer_start_s = _optional_time("_timer_start_raw")
-    _rack_due_s = _optional_time("_rack_due_raw")
-    _probe_due_s = _optional_time("_probe_due_raw")
+    _timer_start_s = optional_time("_timer_start_raw")
+    _rack_due_s = optional_time("_rack_due_raw")
+    _probe_due_s = optional_time("_probe_due_raw")
 
 
 class TxSched(ctypes.Structure):
@@ -189,9 +188,13 @@ class TxLib:
         lib.tx_sr_next_index.restype = ctypes.c_int64
         lib.tx_sr_next_index.argtypes = [ctypes.POINTER(TxSr)]
         lib.tx_rp_on_bytes_sent.restype = None
-        lib.tx_rp_on_bytes_sent.argtypes = [ctypes.POINTER(TxRp), ctypes.c_int64, ctypes.c_double]
-        lib.tx_rp_start.restype = None
-        lib.tx_rp_start.argtypes = [ctypes.POINTER(TxRp), ctypes.c_double]
+        lib.tx_rp_on_bytes_sent.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
+        lib.tx_dctcp_on_ack.restype = None
+        lib.tx_dctcp_on_ack.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_double,
+                                        ctypes.c_double]
+        lib.tx_cc_start.restype = None
+        lib.tx_cc_start.argtypes = [ctypes.c_void_p, ctypes.c_double,
+                                    ctypes.POINTER(ctypes.c_double)]
         lib.tx_sched_restart.restype = None
         lib.tx_sched_restart.argtypes = [ctypes.POINTER(TxSched), ctypes.c_int64]
         lib.tx_sched_sent.restype = None
@@ -226,13 +229,22 @@ class TxLib:
     def next_index(self, s: TxSr) -> int:
         return self.lib.tx_sr_next_index(ctypes.byref(s))
 
-    def rp_on_bytes_sent(self, rp: TxRp, n_bytes: int, now_s: float) -> None:
-        """dcqcn_rp.h's rp_on_bytes_sent, which tx_service calls after each burst."""
+    def rp_on_bytes_sent(self, rp: ctypes.Structure, n_bytes: int, now_s: float) -> None:
+        """dcqcn_rp.h's rp_on_bytes_sent (``rp``: an engine.ccview.TxRp), which
+        tx_service calls after each burst."""
         self.lib.tx_rp_on_bytes_sent(ctypes.byref(rp), n_bytes, now_s)
 
-    def rp_start(self, rp: TxRp, start_s: float) -> None:
-        """dcqcn_rp.h's rp_start, which the compiled loop calls when it starts a QP."""
-        self.lib.tx_rp_start(ctypes.byref(rp), start_s)
+    def dctcp_on_ack(self, d: ctypes.Structure, bytes_acked: int, rtt_s: float,
+                     now_s: float) -> None:
+        """dctcp_cc.h's dctcp_on_ack (``d``: an engine.ccview.TxDctcp), with which the
+        compiled loop acts on an ACK without an ECN echo."""
+        self.lib.tx_dctcp_on_ack(ctypes.byref(d), bytes_acked, rtt_s, now_s)
+
+    def cc_start(self, qp: TxQp, start_s: float) -> tuple[float, float, float]:
+        """roce_tx.h's cc_start: ``qp``'s twin started at ``start_s``; its trace()."""
+        out = (ctypes.c_double * 3)()
+        self.lib.tx_cc_start(ctypes.byref(qp), start_s, out)
+        return out[0], out[1], out[2]
 
     def restart(self, s: TxSched, now_ns: int) -> None:
         self.lib.tx_sched_restart(ctypes.byref(s), now_ns)
@@ -287,7 +299,11 @@ class TxQp(ctypes.Structure):
                 ("last_tx_ns", ctypes.c_int64), ("next_trace_ns", ctypes.c_int64),
                 ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64),
                 ("sr", ctypes.POINTER(TxSr)), ("line", ctypes.POINTER(TxLine)),
-                ("idle", ctypes.c_int64), ("rp", ctypes.POINTER(TxRp))]
+                ("idle", ctypes.c_int64),
+                # Its algorithm's C twin (engine.ccview: a TxRp or TxDctcp, which its
+                # algorithm object keeps alive), or None.
+                ("rp", ctypes.c_void_p), ("dctcp", ctypes.c_void_p),
+                ("size_bytes", ctypes.c_int64)]
 
 
 class TxNic(ctypes.Structure):

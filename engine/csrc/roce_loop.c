@@ -38,8 +38,9 @@
  * time) and waits in the control line until its post time on its NIC's clock
  * (`KIND_POST`), as Python's Requester.completed arms it. When due, C starts it
  * itself where its congestion control is off (`by_c`: line rate, no event to
- * act on) or is DCQCN, whose C twin (dcqcn_rp.h) tx_service feeds the bytes
- * sent and which ignores ACKs: its algorithm's timers started, off idle, its
+ * act on) or has a C twin: DCQCN's (dcqcn_rp.h), which tx_service feeds the
+ * bytes sent, or DCTCP's (dctcp_cc.h), which acts on the ACKs C takes below: its
+ * algorithm started, off idle, its
  * schedule from the post time plus the NIC's per-message overhead, onto its
  * NIC's busy QPs, the NIC armed, and (slot, NIC time) and the algorithm's state
  * kept in `started` for Python's books. Python starts the others (LOOP_START). The EV_DONE
@@ -309,17 +310,7 @@ static void post_start(struct loop *l, int64_t s, int64_t now)
 {
 	struct posts *p = l->posts;
 	struct post_qp *m = &p->qp[s];
-	struct rp *rp = l->tx->qps[s].rp;
-	double *trace = &p->started_trace[p->n_started / 2 * 3];
-
-	if (rp) {
-		rp_start(rp, real_s(l, now));
-		trace[0] = rp->rc;
-		trace[1] = rp->rt;
-		trace[2] = rp->alpha;
-	} else {
-		trace[0] = NAN;
-	}
+	cc_start(&l->tx->qps[s], real_s(l, now), &p->started_trace[p->n_started / 2 * 3]);
 	p->started[p->n_started++] = s;
 	p->started[p->n_started++] = now;
 	m->started = 1;
@@ -369,7 +360,8 @@ static void acked(struct loop *l, int64_t s, int64_t t_ns)
 /* Requester.on_ack for a QP C acts for: a cumulative ACK (not a NAK, no ECN echo)
  * of message `msg` at `t_ns` (NIC time); 1 if C took it, 0 if it is Python's, -1 if
  * the control line cannot grow. Neither congestion control off nor DCQCN (whose
- * on_ack is the base's no-op) has anything to learn from it. */
+ * on_ack is the base's no-op) has anything to learn from it; DCTCP's C twin does
+ * (dctcp_cc.h: its additive increase, its windows of observation). */
 static int ack_here(struct loop *l, int64_t msg, uint32_t psn, uint32_t arg, int64_t t_ns)
 {
 	const struct posts *p = l->posts;
@@ -383,9 +375,19 @@ static int ack_here(struct loop *l, int64_t msg, uint32_t psn, uint32_t arg, int
 		return 0;
 	struct tx_qp *q = &l->tx->qps[s];
 	struct tx_gbn *g = &q->gbn;
+	int64_t una = g->una;
 
 	if (!gbn_on_ack(g, psn, real_s(l, t_ns)))
 		return 1;
+	if (q->dctcp) {         /* CongestionControl.on_ack: the bytes newly acknowledged */
+		int64_t pay = l->tx->payload_bytes, size = q->size_bytes;
+		int64_t now_b = g->una * pay < size ? g->una * pay : size;
+		int64_t before_b = una * pay < size ? una * pay : size;
+
+		dctcp_on_ack(q->dctcp, (double)(now_b - before_b),
+			     (double)(t_ns - q->tx_ns[g->una - 1]) / p->scale_ns, real_s(l, t_ns));
+		q->window_bytes = q->dctcp->window_bytes;
+	}
 	if (g->una >= g->total_packets) {
 		if (p->qp[s].acked_ns < 0)
 			acked(l, s, t_ns);

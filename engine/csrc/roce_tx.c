@@ -182,15 +182,20 @@ int64_t tx_gbn_ack(struct tx_gbn *g, uint32_t psn, double now_s)
 	return gbn_on_ack(g, psn, now_s);
 }
 
-/* dcqcn_rp.h's per-burst and start functions, for the twin tests */
+/* dcqcn_rp.h's and dctcp_cc.h's functions the compiled code runs, for the twin tests */
 void tx_rp_on_bytes_sent(struct rp *r, int64_t n_bytes, double now_s)
 {
 	rp_on_bytes_sent(r, n_bytes, now_s);
 }
 
-void tx_rp_start(struct rp *r, double start_s)
+void tx_dctcp_on_ack(struct dctcp *d, double bytes_acked, double rtt_s, double now_s)
 {
-	rp_start(r, start_s);
+	dctcp_on_ack(d, bytes_acked, rtt_s, now_s);
+}
+
+void tx_cc_start(struct tx_qp *q, double start_s, double *trace)
+{
+	cc_start(q, start_s, trace);
 }
 
 /* Schedule.restart */

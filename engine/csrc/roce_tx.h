@@ -7,6 +7,7 @@
 #define ROCE_TX_H
 #include "roce_burst.h"  /* first: it defines _GNU_SOURCE */
 #include "dcqcn_rp.h"
+#include "dctcp_cc.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -102,7 +103,9 @@ struct tx_qp {                  /* engine/tx.py: TxQp */
 	struct tx_sr *sr;           /* selective repeat's state instead of gbn's, or NULL */
 	struct tx_line *line;       /* its NIC's line for it; NULL: Python's (TX_AFTER, hold) */
 	int64_t idle;               /* nothing to send now: off its NIC's active slots */
-	struct rp *rp;              /* its algorithm's C twin (DCQCN), or NULL */
+	struct rp *rp;              /* its algorithm's C twin: DCQCN's, */
+	struct dctcp *dctcp;        /* or DCTCP's, or neither (NULL) */
+	int64_t size_bytes;         /* its message's payload bytes */
 };
 
 struct tx_nic {                 /* engine/tx.py: TxNic */
@@ -179,6 +182,24 @@ static inline void sched_restart(struct tx_sched *s, int64_t now_ns)
 {
 	if (s->next_ns < now_ns)
 		s->next_ns = now_ns;
+}
+
+/* A QP whose algorithm has a C twin starts at `start_s` (the constructor's timers
+ * and windows; the compiled loop's starts): `trace` gets the twin's trace(), or
+ * NaN first if it has none (Python reads its algorithm). */
+static inline void cc_start(struct tx_qp *q, double start_s, double trace[3])
+{
+	if (q->rp) {
+		rp_start(q->rp, start_s);
+		trace[0] = q->rp->rc;
+		trace[1] = q->rp->rt;
+		trace[2] = q->rp->alpha;
+	} else if (q->dctcp) {
+		dctcp_start(q->dctcp, start_s);
+		dctcp_trace(q->dctcp, trace);
+	} else {
+		trace[0] = NAN;
+	}
 }
 
 int tx_service(struct tx_call *c);

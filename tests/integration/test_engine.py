@@ -243,12 +243,13 @@ def test_incast_without_cc_fills_the_buffer_drops_and_recovers():
     assert (result.rates["rate_bps"] == port.rate_bps).all()
 
 
-@pytest.mark.parametrize("send_path", ["compiled", "python"])  # DCQCN's C twin, or Python's
-def test_ring_allreduce_on_a_k4_fattree_completes(send_path):
+@pytest.mark.parametrize("cc", ["paper", "dctcp"])
+@pytest.mark.parametrize("send_path", ["compiled", "python"])  # the C twins, or Python's
+def test_ring_allreduce_on_a_k4_fattree_completes(send_path, cc):
     with Fabric(FatTree(4), Scale(20000), marking="off") as fab:
         wl = collectives.build("allreduce-ring", list(fab.hosts), 16 * 16384)
         line_bps = next(p.rate_bps for p in fab.ports() if p.node == "h1")
-        result = run_workload(fab, wl, EngineConfig(cc="paper", timeout_s=120,
+        result = run_workload(fab, wl, EngineConfig(cc=cc, timeout_s=120,
                                                     send_path=send_path))
     _assert_exact(result)
     m = result.messages
@@ -257,14 +258,16 @@ def test_ring_allreduce_on_a_k4_fattree_completes(send_path):
     end = dict(zip(m["msg_id"], m["end_s"], strict=True))
     for msg, start in zip(wl.messages, m["start_s"], strict=True):
         assert all(end[d] <= start for d in msg.deps)
-    # Each message's trace starts as a fresh reaction point at its NIC's line rate
-    # (the compiled loop starts those with dependencies and records its twin's state),
-    # and with no marking DCQCN never leaves it.
+    # Each message's trace starts as a fresh algorithm at its NIC's line rate (the
+    # compiled loop starts those with dependencies and records its twin's state):
+    # DCQCN's reaction point, DCTCP's window of one BDP at the base RTT. With no
+    # marking DCQCN never leaves the line rate and DCTCP's window only grows.
     first = result.rates.groupby("msg_id").first()
     assert set(first.index) == set(m["msg_id"])
-    assert (first.rate_bps == first.target_rate_bps).all()
-    assert (first.alpha == PAPER.alpha_initial).all()
-    assert (result.rates.rate_bps == line_bps).all()
+    assert (first.rate_bps == line_bps).all() and (first.target_rate_bps == line_bps).all()
+    assert (first.alpha == (PAPER.alpha_initial if cc == "paper" else 1.0)).all()
+    assert (result.rates["rate_bps" if cc == "paper" else "target_rate_bps"] == line_bps).all()
+    assert m["ecn_echoes"].sum() == 0 and m["cnps_received"].sum() == 0
 
 
 _CHILD = textwrap.dedent("""
@@ -391,9 +394,9 @@ def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(
     wl = Workload("chain", [Message(0, "h1", "h2", size), Message(1, "h2", "h1", size, deps=(0,))],
                   ["h1", "h2"], size)
     with Fabric(topo, Scale(scale), marking="off") as fab:
-        # An algorithm without a C twin (DCTCP): the compiled loop leaves message 0's
+        # An algorithm without a C twin (TIMELY): the compiled loop leaves message 0's
         # retransmission timer to Python, whose arm_rto is the stall's hook.
-        result = run_workload(fab, wl, EngineConfig(timeout_s=60, workers=1, cc="dctcp",
+        result = run_workload(fab, wl, EngineConfig(timeout_s=60, workers=1, cc="timely",
                                                     send_path=send_path))
     _assert_exact(result)
     m = result.messages.set_index("msg_id")

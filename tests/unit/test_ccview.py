@@ -1,16 +1,21 @@
-"""DCQCN's reaction point in C (engine/csrc/dcqcn_rp.h) against the pure Python one,
-event for event; the ctypes struct behaves as the class whose methods it borrows."""
+"""DCQCN's reaction point and DCTCP's window in C (engine/csrc/dcqcn_rp.h, dctcp_cc.h)
+against the pure Python ones, event for event; the ctypes structs behave as the
+classes whose methods they borrow."""
 
 from __future__ import annotations
 
+import ctypes
+import math
 import random
 
 import pytest
 
 from core.dcqcn_params import NIC, PAPER, DcqcnParams
-from engine.ccview import TxRp, c_twin
-from engine.tx import TxLib
+from engine.ccview import TxDctcp, TxRp, c_twin, has_c_twin
+from engine.tx import TxLib, TxQp
 from traffic.cc import Dcqcn, LineRate, make_cc
+from traffic.ccalgos.dctcp import Dctcp
+from traffic.ccload import resolve_cc
 from traffic.dcqcn import ReactionPoint
 
 _STATE = tuple(name for name, _ in TxRp._fields_[1:])
@@ -67,32 +72,88 @@ def test_the_c_reaction_point_acts_as_the_python_one_between_python_events(tx_li
     assert py.rate_reductions > 0 and py.rate_increases > 0  # both directions driven
 
 
-@pytest.mark.parametrize("start_s", [0.0, 1e-9, 12.5e-6, 0.3])
-def test_a_start_in_c_gives_the_constructor_timers(tx_lib: TxLib, start_s: float):
-    """An algorithm built before its QP's start (the compiled loop's starts), then
-    started in C, is the one built at its start."""
-    for params in (PAPER, NIC):
-        early = TxRp.of(ReactionPoint(params, 400e9, 0.0))
-        tx_lib.rp_start(early, start_s)
-        assert _state(early) == _state(ReactionPoint(params, 400e9, start_s))
-
-
-def test_only_the_built_in_dcqcn_moves_into_c():
-    """The twin is DCQCN's exactly: the class's own state moves, once; a subclass
-    (which may change any method) and other algorithms stay Python."""
+def test_only_the_built_in_algorithms_move_into_c():
+    """The twins are DCQCN's and DCTCP's exactly: the class's own state moves, once; a
+    subclass (which may change any method) and other algorithms stay Python."""
     cc = make_cc(PAPER, 400e9, 1e-6)
     before = _state(cc.rp)
-    twin = c_twin(cc)
-    assert isinstance(twin, TxRp) and cc.rp is twin and _state(twin) == before
-    assert c_twin(cc) is twin
+    same, twin = c_twin(cc)
+    assert same is cc and isinstance(twin, TxRp) and cc.rp is twin and _state(twin) == before
+    assert c_twin(cc) == (cc, twin)
     cc.on_cnp(2e-6)  # Dcqcn's methods act on the twin
     assert twin.rate_reductions == 1 and cc.rate_bps == twin._rc < 400e9
+
+    d = Dctcp(400e9, 1e-6, base_rtt_s=8e-6)
+    view, dtwin = c_twin(d)
+    assert isinstance(view, TxDctcp) and view is dtwin and isinstance(view, Dctcp)
+    assert _dctcp_state(view) == _dctcp_state(d) and c_twin(view) == (view, view)
 
     class Mine(Dcqcn):
         pass
 
-    assert c_twin(Mine(PAPER, 400e9)) is None
-    assert c_twin(LineRate(400e9)) is None
+    class MyDctcp(Dctcp):
+        pass
+
+    for other in (Mine(PAPER, 400e9), LineRate(400e9), MyDctcp(400e9)):
+        assert c_twin(other) == (other, None)
+    assert [has_c_twin(resolve_cc(n)) for n in ("off", "dcqcn", "nic", "dctcp", "timely",
+                                                "swift", "hpcc")] == \
+        [False, True, True, True, False, False, False]
+
+
+_DCTCP = tuple(name for name, _ in TxDctcp._fields_[:-1]) + ("_cut_at_s",)
+
+
+def _dctcp_state(d: object) -> tuple:
+    return tuple(getattr(d, name) for name in _DCTCP)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_c_dctcp_acts_as_the_python_one_between_python_events(tx_lib: TxLib, seed: int):
+    """Random ACKs without an echo (C's dctcp_on_ack on the struct, Python's on_ack on
+    the class), echoing ACKs and CNPs (Dctcp's own methods on both), with RTTs from
+    before to after the cut and the window's start: the same doubles after each."""
+    rng = random.Random(seed)
+    kwargs = dict(g=rng.choice([1 / 16, 0.5, 1.0]), alpha_initial=rng.choice([0.0, 0.3, 1.0]),
+                  base_rtt_s=rng.choice([4e-6, 10e-6]),
+                  feedback=rng.choice(["ecn_echo", "cnp"]))
+    start = rng.choice([0.0, 2.5e-6])
+    py = Dctcp(rng.choice([25e9, 400e9]), start, **kwargs)
+    c = TxDctcp.of(py)
+    now = start
+    for _ in range(500):
+        now += rng.choice([0.0, 1e-7, 1e-6, 8e-6, 40e-6])
+        n = rng.choice([8, 4096, 16 * 4096, 1 << 20])
+        rtt = rng.choice([0.0, 1e-6, 5e-6, 20e-6, 100e-6])
+        kind = rng.random()
+        if kind < 0.7:
+            tx_lib.dctcp_on_ack(c, n, rtt, now)
+            py.on_ack(n, rtt, False, (), now)
+        elif kind < 0.9:
+            c.on_ack(n, rtt, True, (), now)
+            py.on_ack(n, rtt, True, (), now)
+        else:
+            c.on_cnp(now)
+            py.on_cnp(now)
+        assert _dctcp_state(c) == _dctcp_state(py)
+        assert c.trace() == py.trace() and c.window_bytes == py.window_bytes
+    assert py.alpha != kwargs["alpha_initial"] or py.window_bytes != c.min_window_bytes
+
+
+@pytest.mark.parametrize("start_s", [0.0, 1e-9, 12.5e-6])
+def test_a_c_start_gives_the_constructor_state_and_its_trace(tx_lib: TxLib, start_s: float):
+    """The compiled loop's start of a QP whose algorithm was built at set-up (time 0):
+    the twin is then the one built at its start, and the trace C records is its own."""
+    for early, late in ((make_cc(PAPER, 400e9, 0.0), make_cc(PAPER, 400e9, start_s)),
+                        (Dctcp(400e9, 0.0, base_rtt_s=6e-6), Dctcp(400e9, start_s, base_rtt_s=6e-6))):
+        algo, twin = c_twin(early)
+        qp = TxQp()
+        setattr(qp, twin.QP_FIELD, ctypes.addressof(twin))
+        trace = tx_lib.cc_start(qp, start_s)
+        assert trace == late.trace() == algo.trace()
+        state = _state if isinstance(twin, TxRp) else _dctcp_state
+        assert state(twin) == state(late.rp if isinstance(twin, TxRp) else late)
+    assert math.isnan(tx_lib.cc_start(TxQp(), start_s)[0])  # no twin: NaN, Python reads it
 
 
 def test_dcqcn_ignores_acks_as_the_compiled_loop_assumes():
