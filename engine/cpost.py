@@ -12,8 +12,9 @@ cumulative ACKs (with the twin) and retransmission timer too (roce_loop.c's docs
 no return to Python per message.
 Python starts the others (``start``, on the loop's LOOP_START), and keeps the books
 of the starts C made in batches (``drain``: each start's lag behind its post time,
-the rate trace's first row, with the algorithm's state C saw at the start). The count of wholly acknowledged messages is C's
-(``acked_here``); Python adds those it saw (``acked``).
+the rate trace's first row, with the algorithm's state C saw at the start). The
+count of wholly acknowledged messages is C's (``acked_here``); Python adds those it
+saw (``acked``).
 """
 
 from __future__ import annotations
