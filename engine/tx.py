@@ -192,6 +192,8 @@ class TxLib:
         lib.tx_dctcp_on_ack.restype = None
         lib.tx_dctcp_on_ack.argtypes = [ctypes.c_void_p, ctypes.c_double, ctypes.c_double,
                                         ctypes.c_double]
+        lib.tx_timely_on_ack.restype = None
+        lib.tx_timely_on_ack.argtypes = [ctypes.c_void_p, ctypes.c_double]
         lib.tx_cc_start.restype = None
         lib.tx_cc_start.argtypes = [ctypes.c_void_p, ctypes.c_double,
                                     ctypes.POINTER(ctypes.c_double)]
@@ -239,6 +241,11 @@ class TxLib:
         """dctcp_cc.h's dctcp_on_ack (``d``: an engine.ccview.TxDctcp), with which the
         compiled loop acts on an ACK without an ECN echo."""
         self.lib.tx_dctcp_on_ack(ctypes.byref(d), bytes_acked, rtt_s, now_s)
+
+    def timely_on_ack(self, t: ctypes.Structure, rtt_s: float) -> None:
+        """timely_cc.h's timely_on_ack (``t``: an engine.ccview.TxTimely), with which the
+        compiled loop acts on an ACK without an ECN echo."""
+        self.lib.tx_timely_on_ack(ctypes.byref(t), rtt_s)
 
     def cc_start(self, qp: TxQp, start_s: float) -> tuple[float, float, float]:
         """roce_tx.h's cc_start: ``qp``'s twin started at ``start_s``; its trace()."""
@@ -300,9 +307,10 @@ class TxQp(ctypes.Structure):
                 ("calls_on_send", ctypes.c_int64), ("line_ns", ctypes.c_int64),
                 ("sr", ctypes.POINTER(TxSr)), ("line", ctypes.POINTER(TxLine)),
                 ("idle", ctypes.c_int64),
-                # Its algorithm's C twin (engine.ccview: a TxRp or TxDctcp, which its
-                # algorithm object keeps alive), or None.
+                # Its algorithm's C twin (engine.ccview: a TxRp, TxDctcp or TxTimely,
+                # which its algorithm object keeps alive), or None.
                 ("rp", ctypes.c_void_p), ("dctcp", ctypes.c_void_p),
+                ("timely", ctypes.c_void_p),
                 ("size_bytes", ctypes.c_int64)]
 
 

@@ -39,7 +39,8 @@
  * (`KIND_POST`), as Python's Requester.completed arms it. When due, C starts it
  * itself where its congestion control is off (`by_c`: line rate, no event to
  * act on) or has a C twin: DCQCN's (dcqcn_rp.h), which tx_service feeds the
- * bytes sent, or DCTCP's (dctcp_cc.h), which acts on the ACKs C takes below: its
+ * bytes sent, or DCTCP's or TIMELY's (dctcp_cc.h, timely_cc.h), which act on the
+ * ACKs C takes below: its
  * algorithm started, off idle, its
  * schedule from the post time plus the NIC's per-message overhead, onto its
  * NIC's busy QPs, the NIC armed, and (slot, NIC time) and the algorithm's state
@@ -360,8 +361,9 @@ static void acked(struct loop *l, int64_t s, int64_t t_ns)
 /* Requester.on_ack for a QP C acts for: a cumulative ACK (not a NAK, no ECN echo)
  * of message `msg` at `t_ns` (NIC time); 1 if C took it, 0 if it is Python's, -1 if
  * the control line cannot grow. Neither congestion control off nor DCQCN (whose
- * on_ack is the base's no-op) has anything to learn from it; DCTCP's C twin does
- * (dctcp_cc.h: its additive increase, its windows of observation). */
+ * on_ack is the base's no-op) has anything to learn from it; the C twins of DCTCP
+ * (dctcp_cc.h: its additive increase, its windows of observation) and TIMELY
+ * (timely_cc.h: its rate from the RTT) do. */
 static int ack_here(struct loop *l, int64_t msg, uint32_t psn, uint32_t arg, int64_t t_ns)
 {
 	const struct posts *p = l->posts;
@@ -379,14 +381,20 @@ static int ack_here(struct loop *l, int64_t msg, uint32_t psn, uint32_t arg, int
 
 	if (!gbn_on_ack(g, psn, real_s(l, t_ns)))
 		return 1;
-	if (q->dctcp) {         /* CongestionControl.on_ack: the bytes newly acknowledged */
-		int64_t pay = l->tx->payload_bytes, size = q->size_bytes;
-		int64_t now_b = g->una * pay < size ? g->una * pay : size;
-		int64_t before_b = una * pay < size ? una * pay : size;
+	if (q->dctcp || q->timely) {  /* CongestionControl.on_ack, where it does something */
+		double rtt_s = (double)(t_ns - q->tx_ns[g->una - 1]) / p->scale_ns;
 
-		dctcp_on_ack(q->dctcp, (double)(now_b - before_b),
-			     (double)(t_ns - q->tx_ns[g->una - 1]) / p->scale_ns, real_s(l, t_ns));
-		q->window_bytes = q->dctcp->window_bytes;
+		if (q->dctcp) {     /* with the payload bytes newly acknowledged */
+			int64_t pay = l->tx->payload_bytes, size = q->size_bytes;
+			int64_t now_b = g->una * pay < size ? g->una * pay : size;
+			int64_t before_b = una * pay < size ? una * pay : size;
+
+			dctcp_on_ack(q->dctcp, (double)(now_b - before_b), rtt_s, real_s(l, t_ns));
+			q->window_bytes = q->dctcp->window_bytes;
+		} else {
+			timely_on_ack(q->timely, rtt_s);
+			q->rate_bps = q->timely->rate;
+		}
 	}
 	if (g->una >= g->total_packets) {
 		if (p->qp[s].acked_ns < 0)

@@ -182,7 +182,8 @@ int64_t tx_gbn_ack(struct tx_gbn *g, uint32_t psn, double now_s)
 	return gbn_on_ack(g, psn, now_s);
 }
 
-/* dcqcn_rp.h's and dctcp_cc.h's functions the compiled code runs, for the twin tests */
+/* the C twins' functions the compiled code runs (dcqcn_rp.h, dctcp_cc.h, timely_cc.h),
+ * for the twin tests */
 void tx_rp_on_bytes_sent(struct rp *r, int64_t n_bytes, double now_s)
 {
 	rp_on_bytes_sent(r, n_bytes, now_s);
@@ -191,6 +192,11 @@ void tx_rp_on_bytes_sent(struct rp *r, int64_t n_bytes, double now_s)
 void tx_dctcp_on_ack(struct dctcp *d, double bytes_acked, double rtt_s, double now_s)
 {
 	dctcp_on_ack(d, bytes_acked, rtt_s, now_s);
+}
+
+void tx_timely_on_ack(struct timely *t, double rtt_s)
+{
+	timely_on_ack(t, rtt_s);
 }
 
 void tx_cc_start(struct tx_qp *q, double start_s, double *trace)

@@ -8,6 +8,7 @@
 #include "roce_burst.h"  /* first: it defines _GNU_SOURCE */
 #include "dcqcn_rp.h"
 #include "dctcp_cc.h"
+#include "timely_cc.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -104,7 +105,8 @@ struct tx_qp {                  /* engine/tx.py: TxQp */
 	struct tx_line *line;       /* its NIC's line for it; NULL: Python's (TX_AFTER, hold) */
 	int64_t idle;               /* nothing to send now: off its NIC's active slots */
 	struct rp *rp;              /* its algorithm's C twin: DCQCN's, */
-	struct dctcp *dctcp;        /* or DCTCP's, or neither (NULL) */
+	struct dctcp *dctcp;        /* or DCTCP's, */
+	struct timely *timely;      /* or TIMELY's, or none (all NULL) */
 	int64_t size_bytes;         /* its message's payload bytes */
 };
 
@@ -197,6 +199,9 @@ static inline void cc_start(struct tx_qp *q, double start_s, double trace[3])
 	} else if (q->dctcp) {
 		dctcp_start(q->dctcp, start_s);
 		dctcp_trace(q->dctcp, trace);
+	} else if (q->timely) {     /* no clock of its own: (rate, rate, gradient) */
+		trace[0] = trace[1] = q->timely->rate;
+		trace[2] = q->timely->gradient;
 	} else {
 		trace[0] = NAN;
 	}

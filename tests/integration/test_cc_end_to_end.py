@@ -97,8 +97,9 @@ def test_dctcp_shrinks_its_window_on_echoed_marks_without_loss(fab, send_path):
     assert result.stats.cc == "dctcp"
 
 
-def test_timely_cuts_its_rate_on_the_rtt(fab):
-    result, drops = _incast(fab, "timely")
+@pytest.mark.parametrize("send_path", ["compiled", "python"])  # TIMELY's C twin, or Python's
+def test_timely_cuts_its_rate_on_the_rtt(fab, send_path):
+    result, drops = _incast(fab, "timely", send_path)
     # The queueing delay passes T_low (50 µs): every sender's rate falls well below
     # line rate (on the RTT gradient; TIMELY ignores marks and CNPs).
     assert (_per_flow_min(result, "rate_bps") < 0.5 * LINE_BPS).all()

@@ -243,7 +243,7 @@ def test_incast_without_cc_fills_the_buffer_drops_and_recovers():
     assert (result.rates["rate_bps"] == port.rate_bps).all()
 
 
-@pytest.mark.parametrize("cc", ["paper", "dctcp"])
+@pytest.mark.parametrize("cc", ["paper", "dctcp", "timely"])
 @pytest.mark.parametrize("send_path", ["compiled", "python"])  # the C twins, or Python's
 def test_ring_allreduce_on_a_k4_fattree_completes(send_path, cc):
     with Fabric(FatTree(4), Scale(20000), marking="off") as fab:
@@ -260,13 +260,15 @@ def test_ring_allreduce_on_a_k4_fattree_completes(send_path, cc):
         assert all(end[d] <= start for d in msg.deps)
     # Each message's trace starts as a fresh algorithm at its NIC's line rate (the
     # compiled loop starts those with dependencies and records its twin's state):
-    # DCQCN's reaction point, DCTCP's window of one BDP at the base RTT. With no
-    # marking DCQCN never leaves the line rate and DCTCP's window only grows.
+    # DCQCN's reaction point, DCTCP's window of one BDP at the base RTT, TIMELY's
+    # rate with no gradient yet. With no marking DCQCN never leaves the line rate
+    # and DCTCP's window only grows (TIMELY follows the RTTs).
     first = result.rates.groupby("msg_id").first()
     assert set(first.index) == set(m["msg_id"])
     assert (first.rate_bps == line_bps).all() and (first.target_rate_bps == line_bps).all()
-    assert (first.alpha == (PAPER.alpha_initial if cc == "paper" else 1.0)).all()
-    assert (result.rates["rate_bps" if cc == "paper" else "target_rate_bps"] == line_bps).all()
+    assert (first.alpha == {"paper": PAPER.alpha_initial, "dctcp": 1.0, "timely": 0.0}[cc]).all()
+    kept = {"paper": "rate_bps", "dctcp": "target_rate_bps"}.get(cc)
+    assert kept is None or (result.rates[kept] == line_bps).all()
     assert m["ecn_echoes"].sum() == 0 and m["cnps_received"].sum() == 0
 
 
@@ -394,9 +396,9 @@ def test_a_dependent_message_counts_from_its_dependency_and_a_late_start_is_lag(
     wl = Workload("chain", [Message(0, "h1", "h2", size), Message(1, "h2", "h1", size, deps=(0,))],
                   ["h1", "h2"], size)
     with Fabric(topo, Scale(scale), marking="off") as fab:
-        # An algorithm without a C twin (TIMELY): the compiled loop leaves message 0's
+        # An algorithm without a C twin (Swift): the compiled loop leaves message 0's
         # retransmission timer to Python, whose arm_rto is the stall's hook.
-        result = run_workload(fab, wl, EngineConfig(timeout_s=60, workers=1, cc="timely",
+        result = run_workload(fab, wl, EngineConfig(timeout_s=60, workers=1, cc="swift",
                                                     send_path=send_path))
     _assert_exact(result)
     m = result.messages.set_index("msg_id")

@@ -11,10 +11,12 @@ import random
 import pytest
 
 from core.dcqcn_params import NIC, PAPER, DcqcnParams
-from engine.ccview import TxDctcp, TxRp, c_twin, has_c_twin
+from engine.ccview import TxDctcp, TxRp, TxTimely, c_twin, has_c_twin
 from engine.tx import TxLib, TxQp
 from traffic.cc import Dcqcn, LineRate, make_cc
 from traffic.ccalgos.dctcp import Dctcp
+from traffic.ccalgos.swift import Swift
+from traffic.ccalgos.timely import Timely
 from traffic.ccload import resolve_cc
 from traffic.dcqcn import ReactionPoint
 
@@ -94,11 +96,11 @@ def test_only_the_built_in_algorithms_move_into_c():
     class MyDctcp(Dctcp):
         pass
 
-    for other in (Mine(PAPER, 400e9), LineRate(400e9), MyDctcp(400e9)):
+    for other in (Mine(PAPER, 400e9), LineRate(400e9), MyDctcp(400e9), Swift(400e9)):
         assert c_twin(other) == (other, None)
     assert [has_c_twin(resolve_cc(n)) for n in ("off", "dcqcn", "nic", "dctcp", "timely",
                                                 "swift", "hpcc")] == \
-        [False, True, True, True, False, False, False]
+        [False, True, True, True, True, False, False]
 
 
 _DCTCP = tuple(name for name, _ in TxDctcp._fields_[:-1]) + ("_cut_at_s",)
@@ -106,6 +108,44 @@ _DCTCP = tuple(name for name, _ in TxDctcp._fields_[:-1]) + ("_cut_at_s",)
 
 def _dctcp_state(d: object) -> tuple:
     return tuple(getattr(d, name) for name in _DCTCP)
+
+
+_TIMELY = tuple(name for name, _ in TxTimely._fields_[:-1]) + ("prev_rtt_s",)
+
+
+def _timely_state(t: object) -> tuple:
+    return tuple(getattr(t, name) for name in _TIMELY)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_c_timely_acts_as_the_python_one_between_python_events(tx_lib: TxLib, seed: int):
+    """Random ACKs without an echo (C's timely_on_ack on the struct, Python's on_ack on
+    the class), echoing ACKs and CNPs (Timely's own methods on both), with RTTs below
+    t_low, between the thresholds and above t_high, rising and falling, and none."""
+    rng = random.Random(seed)
+    kwargs = dict(ewma_alpha=rng.choice([0.02, 0.875, 1.0]), beta=rng.choice([0.3, 0.8]),
+                  hai_threshold=rng.choice([1, 5]), hai_factor=rng.choice([1, 5]),
+                  min_rtt_s=rng.choice([None, 4e-6]),
+                  initial_rate_bps=rng.choice([None, 1e9]))
+    py = Timely(rng.choice([25e9, 400e9]), 0.0, **kwargs)
+    c, _ = c_twin(Timely(py.line_rate_bps, 0.0, **kwargs))
+    assert isinstance(c, TxTimely)
+    now = 0.0
+    for _ in range(500):
+        now += rng.choice([0.0, 1e-6, 8e-6])
+        rtt = rng.choice([0.0, 2e-6, 30e-6, 60e-6, 120e-6, 300e-6, 500e-6, 499e-6, 700e-6, 2e-3])
+        kind = rng.random()
+        if kind < 0.7:
+            tx_lib.timely_on_ack(c, rtt)
+            py.on_ack(4096, rtt, False, (), now)
+        elif kind < 0.9:
+            c.on_ack(4096, rtt, True, (), now)
+            py.on_ack(4096, rtt, True, (), now)
+        else:
+            c.on_cnp(now)
+            py.on_cnp(now)
+        assert _timely_state(c) == _timely_state(py)
+        assert c.trace() == py.trace() and c.rate_bps == py.rate_bps
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -144,14 +184,18 @@ def test_the_c_dctcp_acts_as_the_python_one_between_python_events(tx_lib: TxLib,
 def test_a_c_start_gives_the_constructor_state_and_its_trace(tx_lib: TxLib, start_s: float):
     """The compiled loop's start of a QP whose algorithm was built at set-up (time 0):
     the twin is then the one built at its start, and the trace C records is its own."""
-    for early, late in ((make_cc(PAPER, 400e9, 0.0), make_cc(PAPER, 400e9, start_s)),
-                        (Dctcp(400e9, 0.0, base_rtt_s=6e-6), Dctcp(400e9, start_s, base_rtt_s=6e-6))):
+    for early, late, state in (
+            (make_cc(PAPER, 400e9, 0.0), make_cc(PAPER, 400e9, start_s), _state),
+            (Dctcp(400e9, 0.0, base_rtt_s=6e-6), Dctcp(400e9, start_s, base_rtt_s=6e-6),
+             _dctcp_state),
+            (Timely(400e9, 0.0, initial_rate_bps=9e9), Timely(400e9, start_s,
+                                                                initial_rate_bps=9e9),
+             _timely_state)):
         algo, twin = c_twin(early)
         qp = TxQp()
         setattr(qp, twin.QP_FIELD, ctypes.addressof(twin))
         trace = tx_lib.cc_start(qp, start_s)
         assert trace == late.trace() == algo.trace()
-        state = _state if isinstance(twin, TxRp) else _dctcp_state
         assert state(twin) == state(late.rp if isinstance(twin, TxRp) else late)
     assert math.isnan(tx_lib.cc_start(TxQp(), start_s)[0])  # no twin: NaN, Python reads it
 
