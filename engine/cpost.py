@@ -61,11 +61,16 @@ class _Posts(ctypes.Structure):
                 ("started_trace", ctypes.POINTER(ctypes.c_double))]
 
 
-def _c_starts(books: Books, qp: SendQp) -> bool:
-    """C may start ``qp``: congestion control off or with a C twin, go-back-N's
-    state made at set-up."""
+def _c_acts(books: Books) -> bool:
+    """The worker's congestion control leaves C nothing to call Python for: off, or
+    with a C twin (the same for every QP of the run: asked once, not per QP)."""
     cc = books.plan.cc
-    return (cc.is_off or has_c_twin(cc)) and qp.c is not None and bool(qp.c.tx_ns)
+    return cc.is_off or has_c_twin(cc)
+
+
+def _c_starts(qp: SendQp) -> bool:
+    """C may start ``qp`` (its algorithm allowing): go-back-N's state made at set-up."""
+    return qp.c is not None and bool(qp.c.tx_ns)
 
 
 class CompiledPosting:
@@ -82,12 +87,13 @@ class CompiledPosting:
         self.qps = (_PostQp * max(1, len(senders)))()
         self.sender = (ctypes.c_int32 * n_msgs)(*([-1] * n_msgs))
         kids: list[list[int]] = [[] for _ in range(n_msgs)]
+        c_acts = _c_acts(books)
         for qp in senders:
             deps = set(qp.plan.deps)  # a dependency listed twice counts once (DepCounter)
             for d in deps:
                 kids[d].append(qp.slot)
             self.sender[qp.plan.index] = qp.slot
-            by_c = _c_starts(books, qp)
+            by_c = c_acts and _c_starts(qp)
             self.qps[qp.slot] = _PostQp(
                 post_ns=-1, earliest_ns=qp.plan.start_emu_ns,  # t0 added at ``ready``
                 gap_ns=qp.plan.gap_emu_ns, deps=len(deps), msg=qp.plan.index,
